@@ -1,0 +1,64 @@
+"""Differential-privacy core: mechanisms, one ledger per run, calibration, audits.
+
+Pure: imports no torch, no Flower and no models.
+"""
+
+from fedpriv.privacy.accounting import Accounting, account, pld_epsilon, rdp_epsilon
+from fedpriv.privacy.audit import (
+    AuditResult,
+    audit_epsilon,
+    chi_square_selection_test,
+    clopper_pearson,
+    ks_noise_test,
+)
+from fedpriv.privacy.calibration import (
+    Calibration,
+    analytic_gaussian_noise_multiplier,
+    calibrate_gaussian_noise_multiplier,
+    calibrate_noise_multiplier,
+    gaussian_delta,
+    subsampled_gaussian_event,
+)
+from fedpriv.privacy.events import BoundedRangeDpEvent, PureDpEvent, event_from_dict, event_to_dict
+from fedpriv.privacy.ledger import (
+    LedgerEntry,
+    PrivacyBudget,
+    PrivacyBudgetExceededError,
+    PrivacyLedger,
+    PrivacyReport,
+)
+from fedpriv.privacy.mechanisms import GaussianMechanism, LaplaceMechanism, Mechanism
+from fedpriv.privacy.selection import ExponentialMechanism, GaussianReportNoisyMax, PermuteAndFlip
+
+__all__ = [
+    "Accounting",
+    "AuditResult",
+    "BoundedRangeDpEvent",
+    "Calibration",
+    "ExponentialMechanism",
+    "GaussianMechanism",
+    "GaussianReportNoisyMax",
+    "LaplaceMechanism",
+    "LedgerEntry",
+    "Mechanism",
+    "PermuteAndFlip",
+    "PrivacyBudget",
+    "PrivacyBudgetExceededError",
+    "PrivacyLedger",
+    "PrivacyReport",
+    "PureDpEvent",
+    "account",
+    "analytic_gaussian_noise_multiplier",
+    "audit_epsilon",
+    "calibrate_gaussian_noise_multiplier",
+    "calibrate_noise_multiplier",
+    "chi_square_selection_test",
+    "clopper_pearson",
+    "event_from_dict",
+    "event_to_dict",
+    "gaussian_delta",
+    "ks_noise_test",
+    "pld_epsilon",
+    "rdp_epsilon",
+    "subsampled_gaussian_event",
+]

@@ -1,0 +1,233 @@
+"""The run's privacy ledger: every DpEvent in release order, one budget.
+
+A run owns exactly one :class:`PrivacyLedger`. Every release goes through
+:meth:`PrivacyLedger.release` (or :meth:`PrivacyLedger.spend` for a release
+whose noise is drawn elsewhere): the ledger accounts the run *including* the
+new event first, raises :class:`PrivacyBudgetExceededError` if that would pass
+the budget, and only then records the event and draws the noise.
+
+Checking the whole composition before every release is exact but costs one
+PLD composition per check. A learner that knows its plan (T rounds of the same
+subsampled Gaussian) calls :meth:`reserve` once: the plan is checked as a
+whole, and later releases that match reserved events draw the reservation
+down without re-accounting. This is sound because composing fewer mechanisms
+never costs more privacy (post-processing: drop the extra outputs).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from dp_accounting import dp_event
+
+from fedpriv import __version__
+from fedpriv.privacy import accounting
+from fedpriv.privacy._validation import check_count, check_delta, check_positive, check_probability
+from fedpriv.privacy.cache import DP_ACCOUNTING_VERSION
+from fedpriv.privacy.events import event_to_dict
+from fedpriv.privacy.mechanisms import Mechanism
+from fedpriv.privacy.pld import flatten
+
+
+class PrivacyBudgetExceededError(RuntimeError):
+    """A release would take the run past its (ε, δ) budget; nothing was released."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrivacyBudget:
+    """The run's target (ε, δ). ``epsilon=math.inf`` marks a non-private run."""
+
+    epsilon: float
+    delta: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", check_positive("epsilon", self.epsilon, allow_inf=True))
+        object.__setattr__(self, "delta", check_delta("delta", self.delta))
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One recorded release."""
+
+    index: int
+    label: str
+    event: dp_event.DpEvent
+
+
+@dataclass(frozen=True)
+class PrivacyReport:
+    """What a run spent. Serialises to JSON with :meth:`to_json`."""
+
+    budget: PrivacyBudget
+    accounting: accounting.Accounting
+    entries: tuple[LedgerEntry, ...]
+    discretization: float
+    reserved: tuple[tuple[dp_event.DpEvent, int], ...] = field(default=())
+
+    @property
+    def epsilon(self) -> float:
+        return self.accounting.epsilon
+
+    def to_dict(self) -> dict[str, Any]:
+        acc = self.accounting
+        return {
+            "budget": {"epsilon": _json_float(self.budget.epsilon), "delta": self.budget.delta},
+            "delta": acc.delta,
+            "epsilon": _json_float(acc.epsilon),
+            "epsilon_pld": _json_float(acc.epsilon_pld),
+            "pld_method": acc.pld_method,
+            "epsilon_rdp": _json_float(acc.epsilon_rdp),
+            "binding_accountant": acc.binding,
+            "neighbouring_relation": "add_or_remove_one",
+            "pld_value_discretization": self.discretization,
+            "n_releases": len(self.entries),
+            "events": [
+                {"index": e.index, "label": e.label, "event": event_to_dict(e.event)}
+                for e in self.entries
+            ],
+            "unused_reservations": [
+                {"event": event_to_dict(ev), "count": n} for ev, n in self.reserved
+            ],
+            "versions": {"fedpriv": __version__, "dp_accounting": DP_ACCOUNTING_VERSION},
+        }
+
+    def to_json(self, **kwargs: Any) -> str:
+        return json.dumps(self.to_dict(), **kwargs)
+
+
+def _json_float(x: float) -> float | str:
+    # JSON has no infinity; a non-private run reports the string "inf".
+    return "inf" if math.isinf(x) else x
+
+
+class PrivacyLedger:
+    """Records every DpEvent of a run and refuses releases past the budget.
+
+    Parameters
+    ----------
+    budget : PrivacyBudget
+        Target (ε, δ); the ledger reports ε at ``budget.delta``.
+    discretization : float
+        PLD value discretisation, in (0, 1e-2]. Calibration guarantees its
+        targets at 1e-4, so the default matches it.
+    """
+
+    def __init__(
+        self, *, budget: PrivacyBudget, discretization: float = accounting.PLD_DISCRETIZATION
+    ) -> None:
+        if not isinstance(budget, PrivacyBudget):
+            raise TypeError(f"budget must be a PrivacyBudget, got {type(budget).__name__}")
+        vdi = check_positive("discretization", discretization)
+        if vdi > 1e-2:
+            raise ValueError(f"discretization must lie in (0, 1e-2]; got {discretization!r}")
+        self._budget = budget
+        self._vdi = vdi
+        self._entries: list[LedgerEntry] = []
+        self._spent: Counter[dp_event.DpEvent] = Counter()
+        self._reserved: Counter[dp_event.DpEvent] = Counter()
+
+    # -- accounting -----------------------------------------------------
+    @property
+    def budget(self) -> PrivacyBudget:
+        return self._budget
+
+    @property
+    def entries(self) -> tuple[LedgerEntry, ...]:
+        return tuple(self._entries)
+
+    def _account(self, extra: Counter[dp_event.DpEvent]) -> accounting.Accounting:
+        total = self._spent + self._reserved + extra
+        return accounting.account(list(total.items()), self._budget.delta, discretization=self._vdi)
+
+    def _check(self, extra: Counter[dp_event.DpEvent], what: str) -> None:
+        if math.isinf(self._budget.epsilon):
+            return
+        acc = self._account(extra)
+        if acc.epsilon > self._budget.epsilon:
+            raise PrivacyBudgetExceededError(
+                f"{what} would spend ε={acc.epsilon:.6g} at δ={self._budget.delta:g} "
+                f"(PLD {acc.epsilon_pld:.6g}, RDP {acc.epsilon_rdp:.6g}), "
+                f"over the budget ε={self._budget.epsilon:g}; nothing was released"
+            )
+
+    def epsilon(self) -> float:
+        """Certified ε spent so far at the budget's δ."""
+        return self.report().epsilon
+
+    def report(self) -> PrivacyReport:
+        """Accounting of everything released so far (reservations excluded)."""
+        acc = accounting.account(
+            list(self._spent.items()), self._budget.delta, discretization=self._vdi
+        )
+        return PrivacyReport(
+            budget=self._budget,
+            accounting=acc,
+            entries=tuple(self._entries),
+            discretization=self._vdi,
+            reserved=tuple(self._reserved.items()),
+        )
+
+    # -- spending -------------------------------------------------------
+    def reserve(self, event: dp_event.DpEvent, count: int = 1) -> None:
+        """Check a planned ``count`` releases of ``event`` now; raise if they don't fit."""
+        if not isinstance(event, dp_event.DpEvent):
+            raise TypeError(f"event must be a dp_accounting DpEvent, got {type(event).__name__}")
+        check_count("count", count)
+        extra = Counter(dict(flatten(event, count)))
+        self._check(extra, f"reserving {count} × {event}")
+        self._reserved += extra
+
+    def cancel_reservations(self) -> None:
+        """Drop whatever is still reserved (e.g. a learner stopped early)."""
+        self._reserved.clear()
+
+    def _admit(self, event: dp_event.DpEvent, label: str) -> tuple[Counter, bool]:
+        if not isinstance(event, dp_event.DpEvent):
+            raise TypeError(f"event must be a dp_accounting DpEvent, got {type(event).__name__}")
+        groups = Counter(dict(flatten(event)))
+        covered = all(self._reserved[e] >= n for e, n in groups.items())
+        if not covered:
+            self._check(groups, f"release {label or event!s}")
+        return groups, covered
+
+    def _commit(self, event: dp_event.DpEvent, label: str, admitted: tuple[Counter, bool]) -> None:
+        groups, covered = admitted
+        if covered:
+            self._reserved -= groups
+        self._spent += groups
+        self._entries.append(LedgerEntry(index=len(self._entries), label=label, event=event))
+
+    def spend(self, event: dp_event.DpEvent, *, label: str = "") -> None:
+        """Record ``event`` after checking the budget; raise before recording if over."""
+        self._commit(event, label, self._admit(event, label))
+
+    def release(
+        self,
+        mechanism: Mechanism,
+        value,
+        *,
+        rng: np.random.Generator,
+        sampling_probability: float = 1.0,
+        label: str = "",
+    ):
+        """Check, record, then run ``mechanism`` on ``value``.
+
+        ``sampling_probability`` is the Poisson rate at which the records behind
+        ``value`` were sampled; below 1 the event is recorded as a
+        ``PoissonSampledDpEvent`` (privacy amplification by subsampling).
+        """
+        q = check_probability("sampling_probability", sampling_probability)
+        event = mechanism.dp_event
+        if q < 1.0:
+            event = dp_event.PoissonSampledDpEvent(q, event)
+        admitted = self._admit(event, label)
+        # Noise is drawn only after the budget check; the event is recorded
+        # only once the mechanism has actually produced an output.
+        out = mechanism.apply(value, rng=rng)
+        self._commit(event, label, admitted)
+        return out
