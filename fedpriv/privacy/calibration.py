@@ -121,12 +121,13 @@ def _pld_eps(
 
 def _bracket_and_solve(
     gap: Callable[[float], float], start: float, *, step: float, rtol: float
-) -> float:
+) -> tuple[float, float]:
     """Smallest-found log z with ``gap(log z) ≤ 0``, ``gap`` increasing as z falls.
 
     Walks geometrically from ``start`` until the sign changes, Brent-solves
     inside the bracket, then steps up until the answer is on the safe side
-    (Brent may stop on either side of the root).
+    (Brent may stop on either side of the root). Returns the root and the
+    bracket's secant slope of ``gap`` in log z.
     """
     lo = hi = start
     g_lo = g_hi = gap(start)
@@ -144,12 +145,42 @@ def _bracket_and_solve(
                 raise ValueError("the target is met by any noise multiplier > 1e-6")
             g_lo = gap(lo)
             step *= 2.0
+    slope = (g_hi - g_lo) / (hi - lo)
     if g_hi == 0.0:
-        return hi
+        return hi, slope
     root = optimize.brentq(gap, lo, hi, xtol=1e-12, rtol=rtol)
     while root < hi and gap(root) > 0:
         root = min(hi, root + rtol * max(1.0, abs(root)))
-    return root
+    return root, slope
+
+
+def _refine(
+    gap: Callable[[float], float], start: float, slope: float, *, rtol: float
+) -> float | None:
+    """Secant refinement from a nearby start: the smallest safe point, or None.
+
+    ``gap`` is smooth and nearly linear in log z near the root, so a few
+    secant steps seeded with the coarse pass's slope reach ``rtol``; the
+    answer is the smallest evaluated point with ``gap ≤ 0``.
+    """
+    x, g = start, gap(start)
+    safe = [x] if g <= 0 else []
+    for _ in range(6):
+        if slope >= 0 or not math.isfinite(slope):
+            return None
+        x_new = x - g / slope
+        # Aim a hair to the safe side so the last step lands below target.
+        x_new += 0.5 * rtol * max(1.0, abs(x_new))
+        g_new = gap(x_new)
+        if g_new <= 0:
+            safe.append(x_new)
+        if x_new != x:
+            slope = (g_new - g) / (x_new - x)
+        converged = abs(x_new - x) <= rtol * max(1.0, abs(x_new))
+        x, g = x_new, g_new
+        if converged and safe:
+            break
+    return min(safe) if safe else None
 
 
 def calibrate_noise_multiplier(
@@ -188,9 +219,15 @@ def calibrate_noise_multiplier(
 
         return gap
 
-    coarse = _bracket_and_solve(gap_at(coarse_discretization), math.log(z0), step=0.15, rtol=1e-3)
-    # The finer root lies a little below the coarse one: start there, small steps.
-    fine = _bracket_and_solve(gap_at(SEARCH_DISCRETIZATION), coarse, step=0.01, rtol=_RTOL)
+    coarse, slope = _bracket_and_solve(
+        gap_at(coarse_discretization), math.log(z0), step=0.15, rtol=1e-3
+    )
+    # The finer root lies a little below the coarse one: refine from there,
+    # falling back to a bracketed solve if the secant steps misbehave.
+    fine_gap = gap_at(SEARCH_DISCRETIZATION)
+    fine = _refine(fine_gap, coarse, slope, rtol=_RTOL)
+    if fine is None:
+        fine, _ = _bracket_and_solve(fine_gap, coarse, step=0.01, rtol=_RTOL)
     z = z_search = math.exp(fine)
     eps = _pld_eps(make_event, z, dlt, discretization, cache=True)
     evaluations += 1

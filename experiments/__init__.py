@@ -1,0 +1,1 @@
+"""Benchmark and ablation entry points (``python -m experiments.<name>``)."""

@@ -1,0 +1,37 @@
+"""The README's set-up block and its Python example stay true."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def _blocks(lang):
+    return re.findall(rf"```{lang}\n(.*?)```", README, flags=re.S)
+
+
+def test_readme_opens_with_the_two_setup_commands():
+    first = README.split("```")[1]
+    lines = [line for line in first.splitlines()[1:] if line.strip()]
+    assert lines == [
+        "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]'",
+        ".venv/bin/python -m pytest -q",
+    ]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "README.md" in ci  # CI runs the README's own commands, not a copy
+
+
+def test_readme_python_example_runs(tmp_path):
+    (example,) = _blocks("python")
+    proc = subprocess.run(
+        [sys.executable, "-c", example],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"FEDPRIV_CACHE_DIR": "off", "PATH": "/usr/bin:/bin"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert '"n_releases": 1' in proc.stdout
