@@ -41,6 +41,7 @@ SEARCH_DISCRETIZATION = 1e-3
 _RTOL = 1e-4
 _NUDGE = 2e-4
 _SLACK = 5e-4
+_MAX_TIGHTEN = 3
 _MAX_NUDGES = 200
 _CALIBRATION_VERSION = "calibration-1"
 _CACHE = JsonCache("calibration", version=_CALIBRATION_VERSION)
@@ -242,16 +243,29 @@ def calibrate_noise_multiplier(
         z *= 1.0 + _NUDGE
         eps = _pld_eps(make_event, z, dlt, discretization, cache=True)
         evaluations += 1
-    if nudges == 0 and eps < eps_t * (1.0 - _SLACK):
-        # The 1e-3 search over-estimates ε by up to ~vdi·|loss range|, which is
-        # felt at small ε. Spend one fine evaluation on a step toward the
-        # target, assuming |d log ε / d log z| ≤ 2 so the step rarely
-        # overshoots; keep it only if the fine check still holds.
-        z_try = z * (eps / eps_t) ** 0.5
+    # The coarser search over-estimates ε by up to ~vdi·√T, which is felt at
+    # small ε. Close the slack with secant steps on the fine PLD itself (cheap
+    # exactly where the slack is large: large z, narrow loss range), keeping a
+    # step only if the fine check still holds.
+    prev: tuple[float, float] | None = None
+    for _ in range(_MAX_TIGHTEN):
+        if nudges or eps >= eps_t * (1.0 - _SLACK):
+            break
+        if prev is None:
+            # Assume |d log ε / d log z| ≤ 2 so the first step rarely overshoots.
+            z_try = z * (eps / eps_t) ** 0.5
+        else:
+            slope = (math.log(prev[1]) - math.log(eps)) / (math.log(prev[0]) - math.log(z))
+            if slope >= 0 or not math.isfinite(slope):
+                break
+            step = (math.log(eps_t) - math.log(eps)) / slope
+            z_try = z * math.exp(step * (1.0 - 1e-3))
         eps_try = _pld_eps(make_event, z_try, dlt, discretization, cache=True)
         evaluations += 1
-        if eps_try <= eps_t:
-            z, eps = z_try, eps_try
+        if eps_try > eps_t:
+            break
+        prev = (z, eps)
+        z, eps = z_try, eps_try
     return Calibration(
         noise_multiplier=z,
         epsilon=eps,
