@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"q = {Q}, delta = {DELTA}; eps@1e-4 re-checked by dp-accounting's PLDAccountant")
     print(header)
     print("-" * len(header))
-    cold, mem, disk, ratios, worst_gap = [], [], [], [], 0.0
+    cold, mem, disk, ratios, worst_gap = [], [], [], [], -float("inf")
     failures = 0
     for eps in epsilons:
         for steps in steps_grid:
