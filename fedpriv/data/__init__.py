@@ -1,0 +1,61 @@
+"""Data layer: public schemas, DP-safe encoding, corpora, splits and partitioners.
+
+Nothing here computes a statistic of the private rows: bounds, domains and
+label sets come from public schemas; every clip, unseen value and dropped row
+is counted in a load report.
+"""
+
+from fedpriv.data.corpora import (
+    data_dir,
+    load_adult,
+    load_brfss,
+    load_diabetes130,
+    load_heart,
+    schema,
+)
+from fedpriv.data.csv import load_csv
+from fedpriv.data.dataset import TabularDataset
+from fedpriv.data.encode import Encoded, LoadReport, encode
+from fedpriv.data.errors import DataError
+from fedpriv.data.partition import dirichlet, iid, label_skew, natural, zipf
+from fedpriv.data.schema import (
+    BinaryColumn,
+    CategoricalColumn,
+    Missing,
+    NumericColumn,
+    Schema,
+    SchemaError,
+    Target,
+    Transform,
+)
+from fedpriv.data.split import Split, make_split
+
+__all__ = [
+    "BinaryColumn",
+    "CategoricalColumn",
+    "DataError",
+    "Encoded",
+    "LoadReport",
+    "Missing",
+    "NumericColumn",
+    "Schema",
+    "SchemaError",
+    "Split",
+    "TabularDataset",
+    "Target",
+    "Transform",
+    "data_dir",
+    "dirichlet",
+    "encode",
+    "iid",
+    "label_skew",
+    "load_adult",
+    "load_brfss",
+    "load_csv",
+    "load_diabetes130",
+    "load_heart",
+    "make_split",
+    "natural",
+    "schema",
+    "zipf",
+]

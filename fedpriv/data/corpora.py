@@ -1,0 +1,249 @@
+"""Loaders for the bundled real corpora (``../shared/data``), never downloading.
+
+Each loader applies its dataset's documented preprocessing (every dropped
+row is counted with its reason in the load report), encodes with the public
+schema in ``fedpriv/data/schemas/`` and splits with a recorded seed. Encoded
+arrays are cached by input checksum + schema digest + options.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fedpriv.data.dataset import TabularDataset, cached
+from fedpriv.data.encode import LoadReport, encode
+from fedpriv.data.errors import DataError
+from fedpriv.data.schema import Schema
+from fedpriv.data.split import make_split, stratified_indices
+from fedpriv.data.table import read_table
+from fedpriv.privacy._validation import check_count
+
+ADULT_COLUMNS = [
+    "age", "workclass", "fnlwgt", "education", "education-num", "marital-status", "occupation",
+    "relationship", "race", "sex", "capital-gain", "capital-loss", "hours-per-week",
+    "native-country", "income",
+]  # fmt: skip
+HEART_COLUMNS = [
+    "age", "sex", "cp", "trestbps", "chol", "fbs", "restecg", "thalach", "exang", "oldpeak",
+    "slope", "ca", "thal", "num",
+]  # fmt: skip
+HEART_CENTRES = ("cleveland", "hungarian", "switzerland", "va")
+# Diabetes 130-US discharge dispositions meaning death (11, 19-21) or hospice (13, 14).
+EXPIRED_OR_HOSPICE = (11, 13, 14, 19, 20, 21)
+
+
+def schema(name: str) -> Schema:
+    """The bundled public schema ``name`` (adult, heart, diabetes130, brfss)."""
+    ref = resources.files("fedpriv.data").joinpath("schemas").joinpath(f"{name}.toml")
+    with resources.as_file(ref) as path:
+        return Schema.from_toml(path)
+
+
+def data_dir() -> Path:
+    """Root of the bundled corpora: ``$FEDPRIV_DATA_DIR`` or a ``shared/data`` beside the repo."""
+    env = os.environ.get("FEDPRIV_DATA_DIR")
+    repo = Path(__file__).resolve().parents[2]
+    candidates = [Path(env)] if env else []
+    candidates += [repo.parent / "shared" / "data", Path.cwd().parent / "shared" / "data"]
+    for c in candidates:
+        if (c / "adult").is_dir():
+            return c
+    raise DataError(
+        "bundled datasets not found; set FEDPRIV_DATA_DIR (looked in "
+        + ", ".join(str(c) for c in candidates)
+        + ")"
+    )
+
+
+def _drop(
+    frame: pd.DataFrame, lines: np.ndarray, keep: np.ndarray, reason: str, report: LoadReport
+) -> tuple[pd.DataFrame, np.ndarray]:
+    report.drop(reason, int((~keep).sum()))
+    return frame.loc[keep].reset_index(drop=True), lines[keep]
+
+
+# --------------------------------------------------------------------------
+def load_adult(
+    *, split_seed: int = 0, val_fraction: float = 0.2, use_cache: bool = True
+) -> TabularDataset:
+    """UCI Adult: official train (32,561) and test (16,281) files, 14 features.
+
+    The validation part is carved from the training file, stratified by label.
+    """
+    sch = schema("adult")
+    root = data_dir() / "adult"
+    files = [root / "adult.data.gz", root / "adult.test.gz"]
+
+    def build() -> TabularDataset:
+        report = LoadReport(source="adult")
+        frames, encs = [], []
+        for path, skip in zip(files, (0, 1), strict=True):
+            frame, lines = read_table(
+                path, sch, names=ADULT_COLUMNS, skiprows=skip, skipinitialspace=True
+            )
+            encs.append(encode(frame, sch, source=str(path), lines=lines, report=report))
+            frames.append(len(frame))
+        report.n_rows = sum(frames)
+        y = np.concatenate([e.y for e in encs])
+        split = make_split(
+            y,
+            seed=split_seed,
+            val_fraction=val_fraction,
+            test_rows=np.arange(frames[0], frames[0] + frames[1]),
+        )
+        return TabularDataset(
+            name="adult",
+            schema=sch,
+            X=np.vstack([e.X for e in encs]),
+            X_ordinal=np.vstack([e.X_ordinal for e in encs]),
+            y=y,
+            feature_names=sch.feature_names,
+            split=split,
+            report=report,
+        )
+
+    opts = {"split_seed": split_seed, "val_fraction": val_fraction}
+    return cached("adult", files, sch, opts, build, use_cache=use_cache)
+
+
+# --------------------------------------------------------------------------
+def load_heart(
+    *, split_seed: int = 0, val_fraction: float = 0.2, use_cache: bool = True
+) -> TabularDataset:
+    """Fed-Heart-Disease: 4 hospitals, FLamby preprocessing, 66/34 split within each."""
+    sch = schema("heart")
+    root = data_dir() / "heart_disease"
+    files = [root / f"processed.{c}.data" for c in HEART_CENTRES]
+
+    def build() -> TabularDataset:
+        report = LoadReport(source="heart")
+        parts, centre_codes, encs = [], [], []
+        for code, path in enumerate(files):
+            frame, lines = read_table(path, sch, names=HEART_COLUMNS)
+            frame = frame.drop(columns=list(sch.drop))
+            keep = frame.notna().all(axis=1).to_numpy()
+            frame, lines = _drop(frame, lines, keep, "rows with a missing value (FLamby)", report)
+            encs.append(encode(frame, sch, source=str(path), lines=lines, report=report))
+            centre_codes.append(np.full(len(frame), code, dtype=np.int64))
+            parts.append(len(frame))
+        report.n_rows = sum(parts)
+        y = np.concatenate([e.y for e in encs])
+        clients = np.concatenate(centre_codes)
+        split = make_split(
+            y, seed=split_seed, test_fraction=0.34, val_fraction=val_fraction, strata=clients
+        )
+        return TabularDataset(
+            name="heart",
+            schema=sch,
+            X=np.vstack([e.X for e in encs]),
+            X_ordinal=np.vstack([e.X_ordinal for e in encs]),
+            y=y,
+            feature_names=sch.feature_names,
+            split=split,
+            report=report,
+            clients=clients,
+            client_names=HEART_CENTRES,
+        )
+
+    opts = {"split_seed": split_seed, "val_fraction": val_fraction}
+    return cached("heart", files, sch, opts, build, use_cache=use_cache)
+
+
+# --------------------------------------------------------------------------
+def load_diabetes130(
+    *, n_clients: int = 5, split_seed: int = 0, val_fraction: float = 0.2, use_cache: bool = True
+) -> TabularDataset:
+    """Diabetes 130-US in the benchmark paper's setup, clients by medical specialty.
+
+    One encounter per patient (the first by ``encounter_id``), expired and
+    hospice discharges dropped; clients are the ``n_clients - 1`` largest
+    specialties (a fixed list in the schema) plus one "other/missing" client.
+    With one row per patient, the stratified row split is a patient split.
+    """
+    k = check_count("n_clients", n_clients, minimum=2)
+    sch = schema("diabetes130")
+    largest = list(sch.extra["largest_specialties"])
+    if k - 1 > len(largest):
+        raise ValueError(f"n_clients must lie in [2, {len(largest) + 1}]; got {n_clients}")
+    path = data_dir() / "diabetes_130us" / "diabetic_data.csv.gz"
+
+    def build() -> TabularDataset:
+        report = LoadReport(source="diabetes130")
+        frame, lines = read_table(path, sch)
+        order = np.argsort(frame["encounter_id"].to_numpy(dtype=np.int64), kind="stable")
+        frame, lines = frame.iloc[order].reset_index(drop=True), lines[order]
+        first = ~frame["patient_nbr"].duplicated(keep="first").to_numpy()
+        frame, lines = _drop(frame, lines, first, "repeat encounters of a patient", report)
+        disp = pd.to_numeric(frame["discharge_disposition_id"], errors="coerce")
+        keep = ~disp.isin(EXPIRED_OR_HOSPICE).to_numpy()
+        frame, lines = _drop(frame, lines, keep, "expired or hospice discharges", report)
+        enc = encode(frame, sch, source=str(path), lines=lines, report=report)
+        specialty = frame[sch.client_column]
+        index = {s: i for i, s in enumerate(largest[: k - 1])}
+        clients = specialty.map(index).fillna(k - 1).to_numpy(dtype=np.int64)
+        split = make_split(enc.y, seed=split_seed, val_fraction=val_fraction)
+        return TabularDataset(
+            name="diabetes130",
+            schema=sch,
+            X=enc.X,
+            X_ordinal=enc.X_ordinal,
+            y=enc.y,
+            feature_names=sch.feature_names,
+            split=split,
+            report=report,
+            clients=clients,
+            client_names=(*largest[: k - 1], "other/missing"),
+        )
+
+    opts = {"n_clients": k, "split_seed": split_seed, "val_fraction": val_fraction}
+    return cached("diabetes130", [path], sch, opts, build, use_cache=use_cache)
+
+
+# --------------------------------------------------------------------------
+def load_brfss(
+    *,
+    full: bool = False,
+    n_rows: int = 60_000,
+    split_seed: int = 0,
+    val_fraction: float = 0.2,
+    use_cache: bool = True,
+) -> TabularDataset:
+    """BRFSS 2015 any-diabetes, stratified subsample of ``n_rows`` (paper: 60,000).
+
+    ``full=True`` keeps all 253,680 rows. No natural clients: partition the
+    training rows with :mod:`fedpriv.data.partition` (the paper: K = 5).
+    """
+    sch = schema("brfss")
+    n_keep = check_count("n_rows", n_rows, minimum=100)
+    path = data_dir() / "brfss2015_diabetes" / "diabetes_012_health_indicators_BRFSS2015.csv.gz"
+
+    def build() -> TabularDataset:
+        report = LoadReport(source="brfss")
+        frame, lines = read_table(path, sch)
+        enc = encode(frame, sch, source=str(path), lines=lines, report=report)
+        X, X_ord, y = enc.X, enc.X_ordinal, enc.y
+        if not full and n_keep < len(y):
+            rng = np.random.default_rng(np.random.SeedSequence([split_seed, 1]))
+            _, keep = stratified_indices(y, n_keep / len(y), rng)
+            report.drop("rows outside the stratified subsample", len(y) - keep.size)
+            X, X_ord, y = X[keep], X_ord[keep], y[keep]
+            report.n_rows = int(keep.size)
+        split = make_split(y, seed=split_seed, val_fraction=val_fraction)
+        return TabularDataset(
+            name="brfss",
+            schema=sch,
+            X=X,
+            X_ordinal=X_ord,
+            y=y,
+            feature_names=sch.feature_names,
+            split=split,
+            report=report,
+        )
+
+    opts = {"full": full, "n_rows": n_keep, "split_seed": split_seed, "val_fraction": val_fraction}
+    return cached("brfss", [path], sch, opts, build, use_cache=use_cache)

@@ -1,0 +1,198 @@
+"""Encoded datasets with their split, natural clients and load report; on-disk cache.
+
+A :class:`TabularDataset` holds every encoded row once, plus the row indices
+of the train / validation / test parts. The split (and any partition drawn
+for it) is frozen by ``split.seed``, independent of the run seed, so every
+run and every learner sees the same rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedpriv.data.encode import LoadReport
+from fedpriv.data.partition import Partition, natural
+from fedpriv.data.schema import Schema
+from fedpriv.data.split import Split
+from fedpriv.privacy.cache import cache_dir
+
+_PARTS = ("train", "val", "test")
+
+
+@dataclass(frozen=True)
+class TabularDataset:
+    """All encoded rows of one corpus and how they are split and held.
+
+    Attributes
+    ----------
+    X, X_ordinal, y : numpy.ndarray
+        One-hot view, ordinal view (see :mod:`fedpriv.data.encode`), labels.
+    clients : numpy.ndarray or None
+        Natural client code of each row (``client_names[code]``), if the corpus
+        has one.
+    split : Split
+        Row indices of each part and the seed that defines them.
+    """
+
+    name: str
+    schema: Schema
+    X: np.ndarray
+    X_ordinal: np.ndarray
+    y: np.ndarray
+    feature_names: tuple[str, ...]
+    split: Split
+    report: LoadReport
+    clients: np.ndarray | None = None
+    client_names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # A dataset is shared by every learner and run: freeze its arrays.
+        for arr in (self.X, self.X_ordinal, self.y, self.clients, *vars(self.split).values()):
+            if isinstance(arr, np.ndarray):
+                arr.flags.writeable = False
+
+    def rows(self, part: str) -> np.ndarray:
+        if part not in _PARTS:
+            raise ValueError(f"part must be one of {_PARTS}; got {part!r}")
+        return getattr(self.split, part)
+
+    def xy(self, part: str, *, ordinal: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Features and labels of ``part`` (``"train"``, ``"val"`` or ``"test"``)."""
+        r = self.rows(part)
+        return (self.X_ordinal if ordinal else self.X)[r], self.y[r]
+
+    def natural_partition(self, part: str = "train") -> Partition:
+        """Per-client indices *into* ``part`` from the natural client column."""
+        if self.clients is None:
+            raise ValueError(f"dataset {self.name!r} has no natural clients; use a partitioner")
+        return natural(self.clients[self.rows(part)], n_clients=len(self.client_names))
+
+    @property
+    def positive_rate(self) -> float:
+        return float(self.y.mean())
+
+
+# --------------------------------------------------------------------------
+# cache: encoded arrays keyed by input checksums + schema digest + options
+# --------------------------------------------------------------------------
+_CHECKSUMS: dict[tuple[str, int, int], str] = {}
+_CACHE_VERSION = "data-1"
+
+
+def file_checksum(path: Path) -> str:
+    """sha256 of a file's bytes (memoised by path, size and mtime)."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _CHECKSUMS:
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        _CHECKSUMS[key] = h.hexdigest()
+    return _CHECKSUMS[key]
+
+
+def cache_key(kind: str, files: list[Path], schema: Schema, options: dict[str, Any]) -> str:
+    payload = json.dumps(
+        {
+            "version": _CACHE_VERSION,
+            "kind": kind,
+            "files": [file_checksum(Path(f)) for f in files],
+            "schema": schema.digest(),
+            "options": options,
+        },
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()[:24]
+
+
+def _save(path: Path, ds: TabularDataset) -> None:
+    meta = {
+        "name": ds.name,
+        "feature_names": list(ds.feature_names),
+        "report": ds.report.to_dict(),
+        "client_names": list(ds.client_names),
+        "split_seed": ds.split.seed,
+        "split_rule": ds.split.rule,
+        "has_clients": ds.clients is not None,
+        # All-numeric corpora (BRFSS) have identical views: store one.
+        "ordinal_is_onehot": ds.X.shape == ds.X_ordinal.shape
+        and np.array_equal(ds.X, ds.X_ordinal),
+    }
+    arrays = {
+        "X": ds.X,
+        "y": ds.y,
+        "train": ds.split.train,
+        "val": ds.split.val,
+        "test": ds.split.test,
+        "clients": ds.clients if ds.clients is not None else np.zeros(0, dtype=np.int64),
+        "meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
+    }
+    if not meta["ordinal_is_onehot"]:
+        arrays["X_ordinal"] = ds.X_ordinal
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz")
+    with os.fdopen(fd, "wb") as fh:
+        np.savez(fh, **arrays)
+    os.replace(tmp, path)
+
+
+def _load(path: Path, schema: Schema) -> TabularDataset:
+    with np.load(path) as z:
+        meta = json.loads(z["meta"].tobytes().decode())
+        X = z["X"]
+        return TabularDataset(
+            name=meta["name"],
+            schema=schema,
+            X=X,
+            X_ordinal=X if meta["ordinal_is_onehot"] else z["X_ordinal"],
+            y=z["y"],
+            feature_names=tuple(meta["feature_names"]),
+            split=Split(
+                train=z["train"],
+                val=z["val"],
+                test=z["test"],
+                seed=meta["split_seed"],
+                rule=meta["split_rule"],
+            ),
+            report=LoadReport.from_dict(meta["report"]),
+            clients=z["clients"] if meta["has_clients"] else None,
+            client_names=tuple(meta["client_names"]),
+        )
+
+
+def cached(
+    kind: str,
+    files: list[Path],
+    schema: Schema,
+    options: dict[str, Any],
+    build: Callable[[], TabularDataset],
+    *,
+    use_cache: bool = True,
+) -> TabularDataset:
+    """Return the cached dataset for these inputs, building and storing it on a miss."""
+    root = cache_dir() if use_cache else None
+    if root is None:
+        return build()
+    path = root / "data" / f"{kind}-{cache_key(kind, files, schema, options)}.npz"
+    if path.exists():
+        try:
+            return _load(path, schema)
+        except (OSError, ValueError, KeyError):
+            pass  # a torn or stale file: rebuild it
+    ds = build()
+    try:
+        _save(path, ds)
+    except OSError:
+        pass
+    return ds

@@ -1,0 +1,333 @@
+"""Public dataset schemas: column types, bounds, domains, target, transforms.
+
+A schema is written once by a person from a dataset's documentation and is
+never computed from the rows: bounds and domains learned from private data
+leak it (the most common DP bug in this field; Lumberjack §E). Schemas live as
+TOML files (format in ``experiments/schemas/example.toml``) or are built as
+frozen dataclasses.
+
+A numeric column may declare a public, data-independent transform (``log1p``
+for heavy-tailed money columns, ``sqrt``) applied before min-max scaling with
+the transformed bounds, so that random thresholds land where the data lives
+without touching private statistics.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import tomllib
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+class SchemaError(ValueError):
+    """A schema is malformed; the message names the schema and the column."""
+
+
+class Transform(Enum):
+    """Public monotone transforms applied to a numeric column before scaling."""
+
+    IDENTITY = "identity"
+    LOG1P = "log1p"
+    SQRT = "sqrt"
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        if self is Transform.LOG1P:
+            return np.log1p(x)
+        if self is Transform.SQRT:
+            return np.sqrt(x)
+        return x
+
+
+class Missing(Enum):
+    """What a missing cell becomes."""
+
+    ERROR = "error"  # refuse the file
+    CATEGORY = "category"  # its own one-hot column (categorical only)
+    INDICATOR = "indicator"  # numeric: impute the lower bound and add a 0/1 indicator
+
+
+def canonical(value: object) -> str:
+    """Canonical text of a cell or domain entry: ``"1.0"``, ``"1"`` and ``1`` agree."""
+    s = str(value).strip()
+    try:
+        f = float(s)
+    except ValueError:
+        return s
+    if math.isfinite(f) and f == int(f):
+        return str(int(f))
+    return repr(f)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NumericColumn:
+    """A real-valued column with public bounds ``[lo, hi]`` in raw units."""
+
+    name: str
+    lo: float
+    hi: float
+    transform: Transform = Transform.IDENTITY
+    missing: Missing = Missing.ERROR
+
+    def __post_init__(self) -> None:
+        lo, hi = float(self.lo), float(self.hi)
+        if not (math.isfinite(lo) and math.isfinite(hi)) or lo >= hi:
+            raise SchemaError(
+                f"column {self.name!r}: bounds must be finite with lo < hi; got lo={self.lo!r}, "
+                f"hi={self.hi!r}"
+            )
+        if self.transform is Transform.LOG1P and lo <= -1:
+            raise SchemaError(f"column {self.name!r}: log1p needs lo > -1; got lo={lo!r}")
+        if self.transform is Transform.SQRT and lo < 0:
+            raise SchemaError(f"column {self.name!r}: sqrt needs lo >= 0; got lo={lo!r}")
+        if self.missing is Missing.CATEGORY:
+            raise SchemaError(
+                f"column {self.name!r}: numeric columns take missing = error|indicator"
+            )
+        object.__setattr__(self, "lo", lo)
+        object.__setattr__(self, "hi", hi)
+
+    @property
+    def width(self) -> int:
+        return 1 + (self.missing is Missing.INDICATOR)
+
+    def feature_names(self) -> list[str]:
+        names = [self.name]
+        if self.missing is Missing.INDICATOR:
+            names.append(f"{self.name}:missing")
+        return names
+
+
+@dataclass(frozen=True, kw_only=True)
+class CategoricalColumn:
+    """A column over a public, finite domain; one-hot encoded."""
+
+    name: str
+    categories: tuple[str, ...]
+    missing: Missing = Missing.CATEGORY
+
+    def __post_init__(self) -> None:
+        cats = tuple(canonical(c) for c in self.categories)
+        if not cats:
+            raise SchemaError(f"column {self.name!r}: categories must be non-empty")
+        if len(set(cats)) != len(cats):
+            raise SchemaError(f"column {self.name!r}: categories repeat: {list(self.categories)}")
+        if self.missing is Missing.INDICATOR:
+            raise SchemaError(
+                f"column {self.name!r}: categorical columns take missing = error|category"
+            )
+        object.__setattr__(self, "categories", cats)
+
+    @property
+    def n_levels(self) -> int:
+        """Levels of the ordinal view: the domain plus a missing level if any."""
+        return len(self.categories) + (self.missing is Missing.CATEGORY)
+
+    @property
+    def width(self) -> int:
+        return self.n_levels
+
+    def feature_names(self) -> list[str]:
+        names = [f"{self.name}={c}" for c in self.categories]
+        if self.missing is Missing.CATEGORY:
+            names.append(f"{self.name}=<missing>")
+        return names
+
+
+@dataclass(frozen=True, kw_only=True)
+class BinaryColumn:
+    """A two-valued column: ``positive`` values map to 1, ``negative`` to 0."""
+
+    name: str
+    positive: tuple[str, ...]
+    negative: tuple[str, ...]
+    missing: Missing = Missing.ERROR
+
+    def __post_init__(self) -> None:
+        pos = tuple(canonical(v) for v in _as_tuple(self.positive))
+        neg = tuple(canonical(v) for v in _as_tuple(self.negative))
+        if not pos or not neg or set(pos) & set(neg):
+            raise SchemaError(
+                f"column {self.name!r}: positive and negative values must be non-empty and "
+                f"disjoint; got {list(pos)} / {list(neg)}"
+            )
+        if self.missing is not Missing.ERROR:
+            raise SchemaError(f"column {self.name!r}: binary columns take missing = error")
+        object.__setattr__(self, "positive", pos)
+        object.__setattr__(self, "negative", neg)
+
+    width = 1
+
+    def feature_names(self) -> list[str]:
+        return [self.name]
+
+
+Column = NumericColumn | CategoricalColumn | BinaryColumn
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """Binary target: ``y = 1`` iff the raw label is in ``positive``.
+
+    ``labels`` is the declared label set; any other label is an input error.
+    """
+
+    column: str
+    positive: tuple[str, ...]
+    labels: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        pos = tuple(canonical(v) for v in _as_tuple(self.positive))
+        labels = tuple(canonical(v) for v in _as_tuple(self.labels))
+        if not set(pos) <= set(labels) or not pos or set(pos) == set(labels):
+            raise SchemaError(
+                f"target {self.column!r}: positive labels {list(pos)} must be a non-empty proper "
+                f"subset of the label set {list(labels)}"
+            )
+        object.__setattr__(self, "positive", pos)
+        object.__setattr__(self, "labels", labels)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Schema:
+    """Public description of one tabular dataset."""
+
+    name: str
+    columns: tuple[Column, ...]
+    target: Target
+    drop: tuple[str, ...] = ()
+    missing_tokens: tuple[str, ...] = ("?", "")
+    client_column: str | None = None
+    description: str = ""
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        names = [c.name for c in self.columns]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise SchemaError(f"schema {self.name!r}: columns declared twice: {sorted(dup)}")
+        if not self.columns:
+            raise SchemaError(f"schema {self.name!r}: declares no feature columns")
+        clash = set(names) & ({self.target.column} | set(self.drop))
+        if clash:
+            raise SchemaError(
+                f"schema {self.name!r}: {sorted(clash)} is both a feature and target/drop"
+            )
+        object.__setattr__(self, "drop", tuple(self.drop))
+        object.__setattr__(self, "missing_tokens", tuple(self.missing_tokens))
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        return tuple(n for c in self.columns for n in c.feature_names())
+
+    @property
+    def n_features(self) -> int:
+        return sum(c.width for c in self.columns)
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    def digest(self) -> str:
+        """Stable hash of everything that affects encoding (cache key component)."""
+        payload = json.dumps(_to_jsonable(self), sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    # -- TOML ---------------------------------------------------------------
+    @classmethod
+    def from_toml(cls, path: str | Path) -> Schema:
+        """Read a schema file (format: ``experiments/schemas/example.toml``)."""
+        path = Path(path)
+        try:
+            with open(path, "rb") as fh:
+                data = tomllib.load(fh)
+        except tomllib.TOMLDecodeError as exc:
+            raise SchemaError(f"{path}: not valid TOML: {exc}") from exc
+        try:
+            return cls.from_dict(data)
+        except SchemaError as exc:
+            raise SchemaError(f"{path}: {exc}") from exc
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Schema:
+        name = data.get("name", "<unnamed>")
+        try:
+            target = Target(**data["target"])
+        except KeyError as exc:
+            raise SchemaError(f"schema {name!r}: missing [target] or its key {exc}") from exc
+        columns = tuple(_column_from_dict(name, c) for c in data.get("columns", []))
+        known = {
+            "name",
+            "target",
+            "columns",
+            "drop",
+            "missing_tokens",
+            "client_column",
+            "description",
+        }
+        return cls(
+            name=name,
+            columns=columns,
+            target=target,
+            drop=tuple(data.get("drop", ())),
+            missing_tokens=tuple(data.get("missing_tokens", ("?", ""))),
+            client_column=data.get("client_column"),
+            description=data.get("description", ""),
+            extra={k: v for k, v in data.items() if k not in known},
+        )
+
+
+def _as_tuple(v: object) -> tuple:
+    if isinstance(v, (list, tuple)):
+        return tuple(v)
+    return (v,)
+
+
+def _column_from_dict(schema_name: str, c: dict[str, Any]) -> Column:
+    c = dict(c)
+    kind = c.pop("type", None)
+    name = c.get("name", "<unnamed>")
+    try:
+        if "missing" in c:
+            c["missing"] = Missing(c["missing"])
+        if kind == "numeric":
+            if "bounds" in c:
+                c["lo"], c["hi"] = c.pop("bounds")
+            if "transform" in c:
+                c["transform"] = Transform(c["transform"])
+            return NumericColumn(**c)
+        if kind == "categorical":
+            c["categories"] = tuple(c["categories"])
+            return CategoricalColumn(**c)
+        if kind == "binary":
+            return BinaryColumn(**c)
+    except SchemaError as exc:  # already names the column
+        raise SchemaError(f"schema {schema_name!r}, {exc}") from exc
+    except (TypeError, ValueError) as exc:
+        raise SchemaError(f"schema {schema_name!r}, column {name!r}: {exc}") from exc
+    raise SchemaError(
+        f"schema {schema_name!r}, column {name!r}: type must be numeric|categorical|binary; "
+        f"got {kind!r}"
+    )
+
+
+def _to_jsonable(obj: Any) -> Any:
+    if isinstance(obj, Enum):
+        return obj.value
+    if hasattr(obj, "__dataclass_fields__"):
+        out = {"__kind__": type(obj).__name__}
+        for f in fields(obj):
+            if f.name != "extra":
+                out[f.name] = _to_jsonable(getattr(obj, f.name))
+        return out
+    if isinstance(obj, dict):
+        return {k: _to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_to_jsonable(v) for v in obj]
+    return obj
