@@ -37,3 +37,31 @@ def seed_sequence(seed: int, *path: PathItem) -> np.random.SeedSequence:
 def derive_generator(seed: int, *path: PathItem) -> np.random.Generator:
     """A ``Generator`` for ``path`` under run ``seed``; same inputs, same stream."""
     return np.random.Generator(np.random.PCG64(seed_sequence(seed, *path)))
+
+
+class StreamFamily:
+    """Random-access substreams ``0, 1, 2, …`` of one derived stream, cheaply.
+
+    ``StreamFamily(seed, *path).at(i)`` is the PCG64 stream of
+    ``seed_sequence(seed, *path)`` advanced by ``i · 2^64`` steps (PCG64 has
+    period 2^128, so substreams never overlap for fewer than 2^64 draws
+    each). Building a fresh generator costs tens of microseconds; this
+    repositions one in ~3 µs, which matters when every client draws a new
+    sample every round.
+
+    The returned generator is shared: it is valid until the next ``at`` call
+    on the same family.
+    """
+
+    def __init__(self, seed: int, *path: PathItem) -> None:
+        bitgen = np.random.PCG64(seed_sequence(seed, *path))
+        self._state = bitgen.state
+        self._generator = np.random.Generator(bitgen)
+
+    def at(self, index: int) -> np.random.Generator:
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or index < 0:
+            raise ValueError(f"index must be an integer in [0, 2^64); got {index!r}")
+        bitgen = self._generator.bit_generator
+        bitgen.state = self._state
+        bitgen.advance(int(index) << 64)
+        return self._generator

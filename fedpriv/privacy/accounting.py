@@ -113,17 +113,33 @@ def _rdp_leaf(event: dp_event.DpEvent) -> dp_event.DpEvent:
     return event
 
 
+_RDP_CACHE = JsonCache("rdp_epsilon", version=_ACCOUNTING_VERSION)
+
+
 def rdp_epsilon(groups: Sequence[Group], delta: float) -> float:
-    """ε at ``delta`` from dp-accounting's RDP accountant (translated events)."""
+    """ε at ``delta`` from dp-accounting's RDP accountant (translated events).
+
+    Memoised in memory and on disk by the exact multiset and δ.
+    """
     if not groups:
         return 0.0
+    key = f"{groups_key(groups)}|delta={delta!r}"
+    hit = _RDP_CACHE.get(key)
+    if hit is not None:
+        return float(hit)
+    eps = _rdp_epsilon(groups, delta)
+    _RDP_CACHE.set(key, eps if math.isfinite(eps) else "inf")
+    return eps
+
+
+def _rdp_epsilon(groups: Sequence[Group], delta: float) -> float:
     accountant = rdp_lib.RdpAccountant()
-    for leaf, count in groups:
-        translated = _rdp_leaf(leaf)
-        if not accountant.supports(translated):
-            return math.inf  # e.g. a Poisson-sampled Laplace: RDP has no rule, PLD does
-        accountant.compose(translated, count)
-    with _quiet_absl():
+    with _quiet_absl():  # composing evaluates the RDP curve and may warn per order
+        for leaf, count in groups:
+            translated = _rdp_leaf(leaf)
+            if not accountant.supports(translated):
+                return math.inf  # e.g. a Poisson-sampled Laplace: RDP has no rule, PLD does
+            accountant.compose(translated, count)
         return float(accountant.get_epsilon(delta))
 
 

@@ -1,0 +1,1 @@
+"""Client halves of each method (pure handlers) and the Flower ClientApp."""

@@ -1,0 +1,116 @@
+"""The query / reply protocol every method shares.
+
+Each round a *strategy* (server half) emits a public :class:`Query`; each
+asked client's *handler* (client half) answers with a fixed-length float
+vector computed from a Poisson sample of its rows; the secure-aggregation
+shim reveals only the sum to the strategy, which adds noise through the run's
+ledger before anything is released (ARCHITECTURE.md §1).
+
+Runtimes (in-process here; Flower in ``server/`` and ``clients/``) move
+queries and replies and own sampling, seeding and aggregation, so that the
+same strategy and handler run unchanged in every runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from fedpriv.privacy.ledger import PrivacyLedger
+
+
+@dataclass(frozen=True)
+class Query:
+    """What the server broadcasts in one round; every field is public.
+
+    Attributes
+    ----------
+    round : int
+        Round index, from 0.
+    method : str
+        Which client handler answers (e.g. ``"boosting"``).
+    sampling_rate : float
+        Poisson rate q at which each client samples its records.
+    reply_length : int
+        Length of every client's reply vector.
+    record_bound : float
+        Largest |coordinate| one record can add to a reply (clipping bound);
+        with a public bound on records per client it fixes the fixed-point
+        range of secure aggregation.
+    arrays, config : mapping
+        Method-specific public content (e.g. the tree to fill, the model).
+    """
+
+    round: int
+    method: str
+    sampling_rate: float
+    reply_length: int
+    record_bound: float
+    arrays: Mapping[str, np.ndarray] = field(default_factory=dict)
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClientData:
+    """One client's rows, as its handler sees them.
+
+    ``XT`` is the same matrix feature-major (d × n, C-contiguous), built once
+    because tree routing reads whole feature rows.
+    """
+
+    client_id: int
+    X: np.ndarray
+    y: np.ndarray
+    XT: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "XT", np.ascontiguousarray(self.X.T))
+
+    @property
+    def n(self) -> int:
+        return int(self.y.size)
+
+
+class ClientHandler(Protocol):
+    """Client half of a method: a pure function of (query, data, sample, state)."""
+
+    def answer(
+        self, query: Query, data: ClientData, sample: np.ndarray, state: dict[str, Any]
+    ) -> np.ndarray:
+        """Reply vector of ``query.reply_length`` floats from the rows ``sample``.
+
+        ``state`` persists across rounds for this client within one run (the
+        runtime's per-client store); a handler must also work from an empty
+        one, rebuilding what it needs from the public query.
+        """
+        ...
+
+
+class Strategy(Protocol):
+    """Server half of a method; transport-agnostic and never sees one client's reply."""
+
+    def begin(self, *, n_features: int, ledger: PrivacyLedger | None, rng: np.random.Generator
+              ) -> None:  # fmt: skip
+        """Set up a run (e.g. reserve the privacy budget of the whole plan)."""
+        ...
+
+    def next_query(self) -> Query | None:
+        """The next round's query, or ``None`` when training is over."""
+        ...
+
+    def update(self, query: Query, aggregate: np.ndarray | None) -> None:
+        """Consume the summed replies of ``query`` (``None``: the round was aborted)."""
+        ...
+
+
+def poisson_sample(n: int, rate: float, rng: np.random.Generator) -> np.ndarray:
+    """Indices of a Poisson sample: each of ``n`` records kept independently w.p. ``rate``."""
+    return np.flatnonzero(rng.random(n) < rate)
+
+
+def make_clients(X: np.ndarray, y: np.ndarray, partition: list[np.ndarray]) -> list[ClientData]:
+    """One :class:`ClientData` per index array of ``partition`` (ids 0..K−1)."""
+    return [ClientData(client_id=k, X=X[idx], y=y[idx]) for k, idx in enumerate(partition)]

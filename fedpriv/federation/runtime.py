@@ -1,0 +1,253 @@
+"""In-process runtime: K clients in one process, the same protocol as Flower.
+
+Per round the runtime (1) asks the strategy for a query, (2) draws which
+clients respond, each independently with probability ρ, (3) lets every
+responding client Poisson-sample its records at rate q with a generator
+derived from (run seed, client id, round) and answer through its handler,
+(4) sums the replies through the secure-aggregation shim (pairwise masks in a
+64-bit ring; the strategy sees only the decoded sum) and (5) hands the sum to
+the strategy, which adds noise through the ledger before releasing anything.
+
+Simulated dropouts (``dropout_rate``) exercise the shim's recovery exchange:
+survivors reveal that round's masks with the missing clients, one extra round
+trip; a round that cannot be recovered is aborted and releases nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fedpriv.federation.protocol import ClientData, ClientHandler, Strategy, poisson_sample
+from fedpriv.federation.secagg import (
+    FixedPointCodec,
+    SecAggAbort,
+    SecAggClient,
+    SecAggServer,
+    sum_plain,
+)
+from fedpriv.privacy._validation import check_probability
+from fedpriv.privacy.ledger import PrivacyLedger
+from fedpriv.seeding import StreamFamily, derive_generator
+
+#: Fixed-point scale of the shim: 2^-32 ≈ 2.3e-10 resolution per summand.
+DEFAULT_SCALE = float(2**32)
+#: Fewest clients whose sum may be revealed; below it a round is aborted.
+MIN_PARTIES = 2
+
+
+@dataclass
+class Communication:
+    """What crossed the network in a run."""
+
+    n_clients: int
+    floats_uploaded: np.ndarray = field(init=False)
+    bytes_uploaded: np.ndarray = field(init=False)
+    round_trips: int = 0
+    rounds: int = 0
+    aborted_rounds: int = 0
+    recoveries: int = 0
+
+    def __post_init__(self) -> None:
+        self.floats_uploaded = np.zeros(self.n_clients, dtype=np.int64)
+        self.bytes_uploaded = np.zeros(self.n_clients, dtype=np.int64)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "floats_uploaded_per_client": self.floats_uploaded.tolist(),
+            "bytes_uploaded_per_client": self.bytes_uploaded.tolist(),
+            "mean_floats_uploaded_per_client": float(self.floats_uploaded.mean()),
+            "round_trips": self.round_trips,
+            "rounds": self.rounds,
+            "aborted_rounds": self.aborted_rounds,
+            "dropout_recoveries": self.recoveries,
+        }
+
+
+def codec_for(
+    record_bound: float, max_records: int, n_clients: int, scale: float
+) -> FixedPointCodec:
+    """Fixed-point codec whose range holds the largest possible sum.
+
+    One client's coordinate is at most ``record_bound · max_records`` in
+    absolute value (clipping bound times a public bound on its record count),
+    and at most ``n_clients`` vectors are summed; the codec refuses a scale
+    that could overflow instead of wrapping silently.
+    """
+    return FixedPointCodec(scale=scale, max_abs=record_bound * max_records, max_summands=n_clients)
+
+
+class InProcessRuntime:
+    """Runs a strategy against K in-process clients.
+
+    Parameters
+    ----------
+    clients : sequence of ClientData
+        Each client's rows.
+    handler : ClientHandler
+        The method's client half.
+    seed : int
+        Run seed; every generator derives from it (``fedpriv.seeding``).
+    participation : float
+        ρ in (0, 1]: each client answers a round independently w.p. ρ.
+    secure_aggregation : bool
+        Sum through the masking shim (default) or plain fixed-point sums
+        (identical result; for large benchmarks).
+    dropout_rate : float
+        Probability that an asked client's reply is lost (tests the recovery).
+    max_records : int, optional
+        Public bound on records per client for the fixed-point range
+        (default: the largest client's size, public under the trust model).
+    vectorised : bool
+        Use the handler's ``answer_many`` (all clients in one call) when it
+        has one; replies are bit-identical to per-client ``answer`` calls.
+    """
+
+    def __init__(
+        self,
+        *,
+        clients: Sequence[ClientData],
+        handler: ClientHandler,
+        seed: int,
+        participation: float = 1.0,
+        secure_aggregation: bool = True,
+        dropout_rate: float = 0.0,
+        max_records: int | None = None,
+        scale: float = DEFAULT_SCALE,
+        vectorised: bool = True,
+    ) -> None:
+        if not clients:
+            raise ValueError("need at least one client")
+        self.clients = list(clients)
+        self.handler = handler
+        self.seed = seed
+        self.participation = check_probability("participation", participation)
+        if not 0.0 <= dropout_rate < 1.0:
+            raise ValueError(f"dropout_rate must lie in [0, 1); got {dropout_rate!r}")
+        self.dropout_rate = dropout_rate
+        self.secure_aggregation = secure_aggregation
+        self.max_records = max_records or max(c.n for c in self.clients)
+        self.scale = scale
+        self.vectorised = vectorised and hasattr(handler, "answer_many")
+        self.communication = Communication(len(self.clients))
+
+    def _setup_keys(self) -> list[SecAggClient]:
+        parties = [SecAggClient(client_id=c.client_id) for c in self.clients]
+        keys = {p_.client_id: p_.public_key for p_ in parties}
+        for p_ in parties:
+            p_.setup(keys)
+        # One exchange per run: every client uploads its 32-byte public key.
+        self.communication.round_trips += 1
+        self.communication.bytes_uploaded += 32
+        return parties
+
+    def run(self, strategy: Strategy, *, ledger: PrivacyLedger | None) -> Strategy:
+        """Train ``strategy`` to completion; returns it (holding the released model)."""
+        n_features = self.clients[0].X.shape[1]
+        strategy.begin(
+            n_features=n_features, ledger=ledger, rng=derive_generator(self.seed, "server")
+        )
+        ids = [c.client_id for c in self.clients]
+        parties = self._setup_keys() if self.secure_aggregation else None
+        states: list[dict[str, Any]] = [{} for _ in self.clients]
+        shared_state: dict[str, Any] = {}
+        # Client c's round-r generator is substream r of family (seed, "client", c):
+        # the Flower ClientApp derives the very same one.
+        streams = [StreamFamily(self.seed, "client", c.client_id) for c in self.clients]
+        fates = StreamFamily(self.seed, "participation")
+        comm = self.communication
+        while (query := strategy.next_query()) is not None:
+            r = query.round
+            fate = fates.at(r)
+            asked = [i for i in range(len(self.clients)) if fate.random() < self.participation]
+            lost = {i for i in asked if self.dropout_rate and fate.random() < self.dropout_rate}
+            if parties is not None and len(asked) < MIN_PARTIES:
+                # A "sum" of one vector is that client's vector: release nothing.
+                comm.rounds += 1
+                comm.aborted_rounds += 1
+                strategy.update(query, None)
+                continue
+            codec = codec_for(query.record_bound, self.max_records, len(asked) or 1, self.scale)
+            samples = {
+                i: poisson_sample(self.clients[i].n, query.sampling_rate, streams[i].at(r))
+                for i in asked
+            }
+            batch = None
+            if self.vectorised and asked:
+                # One call for all clients (identical replies, see answer_many).
+                empty = np.zeros(0, dtype=np.intp)
+                every = [samples.get(i, empty) for i in range(len(self.clients))]
+                batch = self.handler.answer_many(query, self.clients, every, shared_state)
+            replies: dict[int, np.ndarray] = {}
+            for i in asked:
+                data = self.clients[i]
+                if batch is not None:
+                    vec = batch[i]
+                else:
+                    vec = self.handler.answer(query, data, samples[i], states[i])
+                vec = np.asarray(vec, dtype=np.float64)
+                if vec.shape != (query.reply_length,):
+                    raise ValueError(
+                        f"client {data.client_id} replied shape {vec.shape}; "
+                        f"expected ({query.reply_length},)"
+                    )
+                if i in lost:
+                    continue
+                comm.floats_uploaded[i] += vec.size
+                comm.bytes_uploaded[i] += 8 * vec.size
+                if parties is None:
+                    replies[data.client_id] = vec
+                else:
+                    replies[data.client_id] = parties[i].mask(
+                        vec, round_id=r, participants=[ids[j] for j in asked], codec=codec
+                    )
+            comm.round_trips += 1
+            comm.rounds += 1
+            aggregate = self._aggregate(query.reply_length, r, [ids[j] for j in asked], replies,
+                                        parties, codec)  # fmt: skip
+            if aggregate is None:
+                comm.aborted_rounds += 1
+            strategy.update(query, aggregate)
+        return strategy
+
+    def _aggregate(
+        self,
+        n: int,
+        round_id: int,
+        participants: list[int],
+        replies: dict[int, np.ndarray],
+        parties: list[SecAggClient] | None,
+        codec: FixedPointCodec,
+    ) -> np.ndarray | None:
+        if not participants:
+            return np.zeros(n)
+        if parties is None:
+            return sum_plain(list(replies.values()), codec) if replies else np.zeros(n)
+        server = SecAggServer(codec=codec)
+        missing = server.missing(participants, replies)
+        reveals = None
+        if missing:
+            if len(replies) < MIN_PARTIES:
+                return None  # too few survivors to hide anyone: abort, release nothing
+            # One extra exchange: survivors reveal this round's masks with the missing.
+            index = {c.client_id: k for k, c in enumerate(self.clients)}
+            try:
+                reveals = {
+                    cid: parties[index[cid]].reveal(round_id=round_id, missing=missing, n=n)
+                    for cid in replies
+                }
+            except ValueError:
+                return None  # too few survivors to stay hidden: abort, release nothing
+            for cid in replies:
+                self.communication.bytes_uploaded[index[cid]] += 8 * n * len(missing)
+            self.communication.round_trips += 1
+            self.communication.recoveries += 1
+        try:
+            return server.aggregate(
+                round_id=round_id, participants=participants, masked=replies, reveals=reveals
+            )
+        except SecAggAbort:
+            return None

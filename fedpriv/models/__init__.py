@@ -1,0 +1,1 @@
+"""The math of each learner, pure and testable without any federation."""

@@ -1,0 +1,1 @@
+"""Server halves of each method: transport-agnostic strategies (no Flower imports)."""

@@ -1,0 +1,119 @@
+"""In-process runtime: identical results on every path, participation, dropouts, accounting."""
+
+import numpy as np
+import pytest
+from dp_accounting import dp_event
+
+from clients.boosting import BoostingClient
+from fedpriv.data import iid
+from fedpriv.federation.protocol import make_clients
+from fedpriv.federation.runtime import InProcessRuntime
+from fedpriv.privacy import PrivacyBudget, PrivacyLedger
+from strategies.boosting import L2_SENSITIVITY, BoostingConfig, DPBoostingStrategy
+
+
+@pytest.fixture(scope="module")
+def clients():
+    rng = np.random.default_rng(0)
+    X = rng.random((1500, 6))
+    y = (X[:, 0] + X[:, 1] * X[:, 2] + rng.normal(0, 0.3, 1500) > 0.9).astype(float)
+    return make_clients(X, y, iid(1500, n_clients=5, rng=np.random.default_rng(1)))
+
+
+def _run(clients, *, epsilon=None, rounds=12, **kw):
+    cfg = BoostingConfig(n_rounds=rounds, depth=3, epsilon=epsilon, sampling_rate=0.1)
+    ledger = (
+        None
+        if epsilon is None
+        else PrivacyLedger(budget=PrivacyBudget(epsilon=epsilon, delta=1e-5))
+    )
+    rt = InProcessRuntime(clients=clients, handler=BoostingClient(), seed=7, **kw)
+    strategy = rt.run(DPBoostingStrategy(cfg), ledger=ledger)
+    return strategy, rt, ledger
+
+
+def _same_model(a, b):
+    assert len(a.trees) == len(b.trees)
+    for ta, tb, va, vb in zip(a.trees, b.trees, a.leaf_values, b.leaf_values, strict=True):
+        np.testing.assert_array_equal(ta.feature, tb.feature)
+        np.testing.assert_array_equal(ta.threshold, tb.threshold)
+        np.testing.assert_array_equal(va, vb)
+
+
+@pytest.mark.parametrize("epsilon", [None, 2.0])
+def test_secure_plain_vectorised_and_per_client_paths_release_the_same_model(clients, epsilon):
+    ref = _run(clients, epsilon=epsilon)[0].model()
+    for kw in (
+        {"secure_aggregation": False},
+        {"vectorised": False},
+        {"secure_aggregation": False, "vectorised": False},
+    ):
+        _same_model(ref, _run(clients, epsilon=epsilon, **kw)[0].model())
+
+
+def test_same_seed_same_model_other_seed_other_model(clients):
+    a = _run(clients, epsilon=2.0)[0].model()
+    _same_model(a, _run(clients, epsilon=2.0)[0].model())
+    cfg = BoostingConfig(n_rounds=12, depth=3, epsilon=2.0, sampling_rate=0.1)
+    rt = InProcessRuntime(clients=clients, handler=BoostingClient(), seed=8)
+    ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=2.0, delta=1e-5))
+    other = rt.run(DPBoostingStrategy(cfg), ledger=ledger).model()
+    assert not np.array_equal(a.trees[0].feature, other.trees[0].feature) or not np.allclose(
+        a.leaf_values[0], other.leaf_values[0]
+    )
+
+
+def test_ledger_records_one_subsampled_gaussian_per_round(clients):
+    strategy, _, ledger = _run(clients, epsilon=1.0, rounds=12)
+    events = [e.event for e in ledger.entries]
+    assert len(events) == 12
+    z = strategy.noise_multiplier_
+    assert set(events) == {dp_event.PoissonSampledDpEvent(0.1, dp_event.GaussianDpEvent(z))}
+    assert ledger.epsilon() <= 1.0
+    assert ledger.epsilon() > 0.99  # the plan spends the budget, no more
+    assert L2_SENSITIVITY == pytest.approx(np.sqrt(1 + 0.25**2))
+
+
+@pytest.mark.parametrize("rho", [0.3, 0.6])
+def test_participation_never_lowers_the_noise(clients, rho):
+    full, _, ledger_full = _run(clients, epsilon=1.0)
+    part, rt, ledger_part = _run(clients, epsilon=1.0, participation=rho)
+    assert part.noise_multiplier_ == full.noise_multiplier_
+    # Accounted at the record rate q, not ρ·q.
+    assert {e.event.sampling_probability for e in ledger_part.entries} == {0.1}
+    assert ledger_part.epsilon() <= ledger_full.epsilon()
+    sent = rt.communication.floats_uploaded
+    assert sent.min() < sent.max() or sent.sum() < 5 * 12 * 16
+
+
+def test_dropouts_are_recovered_and_unrecoverable_rounds_release_nothing(clients):
+    _, rt, ledger = _run(clients, epsilon=2.0, dropout_rate=0.3)
+    comm = rt.communication
+    assert comm.recoveries > 0
+    assert comm.round_trips == 1 + comm.rounds + comm.recoveries  # key setup + rounds + reveals
+    released = len(ledger.entries)
+    assert released == comm.rounds - comm.aborted_rounds
+    assert ledger.epsilon() <= 2.0
+
+
+def test_no_dropout_means_no_extra_round_trip(clients):
+    _, rt, _ = _run(clients, epsilon=2.0)
+    comm = rt.communication
+    assert comm.recoveries == 0
+    assert comm.round_trips == 1 + comm.rounds  # one key exchange per run, one trip per round
+
+
+def test_communication_counts_floats_and_bytes(clients):
+    _, rt, _ = _run(clients, epsilon=None, rounds=10)
+    comm = rt.communication.to_dict()
+    assert comm["floats_uploaded_per_client"] == [10 * 16] * 5  # 2·2^D floats per round
+    assert comm["bytes_uploaded_per_client"] == [10 * 16 * 8 + 32] * 5  # + one public key
+    assert comm["rounds"] == 10
+
+
+def test_single_participant_round_is_aborted_under_secure_aggregation():
+    one = make_clients(np.random.default_rng(0).random((50, 3)), np.zeros(50), [np.arange(50)])
+    strategy, rt, ledger = _run(one, epsilon=2.0, rounds=3)
+    assert rt.communication.aborted_rounds == 3
+    assert ledger.entries == ()
+    assert all((v == 0).all() for v in strategy.model().leaf_values)
