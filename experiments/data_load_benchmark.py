@@ -26,19 +26,36 @@ def main() -> int:
 
     root = corpora.data_dir()
     cases = [
-        ("brfss full", lambda: corpora.load_brfss(full=True),
-         [root / "brfss2015_diabetes" / "diabetes_012_health_indicators_BRFSS2015.csv.gz"]),
-        ("brfss 60k", lambda: corpora.load_brfss(),
-         [root / "brfss2015_diabetes" / "diabetes_012_health_indicators_BRFSS2015.csv.gz"]),
-        ("diabetes130", lambda: corpora.load_diabetes130(),
-         [root / "diabetes_130us" / "diabetic_data.csv.gz"]),
-        ("adult", lambda: corpora.load_adult(),
-         [root / "adult" / "adult.data.gz", root / "adult" / "adult.test.gz"]),
-        ("heart", lambda: corpora.load_heart(),
-         sorted((root / "heart_disease").glob("processed.*.data"))),
-    ]  # fmt: skip
-    print(f"{'corpus':<12} {'rows':>8} {'d':>4} | {'cold s':>7} {'cached s':>9} | "
-          f"{'pandas s':>8} {'cold/pandas':>11}")  # fmt: skip
+        (
+            "brfss full",
+            lambda: corpora.load_brfss(full=True),
+            [root / "brfss2015_diabetes" / "diabetes_012_health_indicators_BRFSS2015.csv.gz"],
+        ),
+        (
+            "brfss 60k",
+            lambda: corpora.load_brfss(),
+            [root / "brfss2015_diabetes" / "diabetes_012_health_indicators_BRFSS2015.csv.gz"],
+        ),
+        (
+            "diabetes130",
+            lambda: corpora.load_diabetes130(),
+            [root / "diabetes_130us" / "diabetic_data.csv.gz"],
+        ),
+        (
+            "adult",
+            lambda: corpora.load_adult(),
+            [root / "adult" / "adult.data.gz", root / "adult" / "adult.test.gz"],
+        ),
+        (
+            "heart",
+            lambda: corpora.load_heart(),
+            sorted((root / "heart_disease").glob("processed.*.data")),
+        ),
+    ]
+    print(
+        f"{'corpus':<12} {'rows':>8} {'d':>4} | {'cold s':>7} {'cached s':>9} | "
+        f"{'pandas s':>8} {'cold/pandas':>11}"
+    )
     worst = {}
     for name, load, files in cases:
         t0 = time.perf_counter()
@@ -52,12 +69,16 @@ def main() -> int:
             pd.read_csv(f, header=None, low_memory=False, skiprows=int(f.name == "adult.test.gz"))
         base = time.perf_counter() - t0
         worst[name] = (cold, warm)
-        print(f"{name:<12} {ds.y.size:>8} {ds.X.shape[1]:>4} | {cold:>7.3f} {warm:>9.4f} | "
-              f"{base:>8.3f} {cold / base:>10.1f}x")  # fmt: skip
+        print(
+            f"{name:<12} {ds.y.size:>8} {ds.X.shape[1]:>4} | {cold:>7.3f} {warm:>9.4f} | "
+            f"{base:>8.3f} {cold / base:>10.1f}x"
+        )
     cold, warm = worst["brfss full"]
     ok = cold <= 3.0 and warm <= 0.3
-    print(f"full BRFSS: cold {cold:.2f} s (target <= 3 s), cached {warm:.3f} s (target <= 0.3 s): "
-          f"{'met' if ok else 'NOT met'}")  # fmt: skip
+    print(
+        f"full BRFSS: cold {cold:.2f} s (target <= 3 s), cached {warm:.3f} s (target <= 0.3 s): "
+        f"{'met' if ok else 'NOT met'}"
+    )
     return 0 if ok else 1
 
 

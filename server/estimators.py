@@ -17,6 +17,7 @@ from clients.boosting import BoostingClient
 from fedpriv.data import TabularDataset, iid
 from fedpriv.federation.protocol import make_clients
 from fedpriv.federation.runtime import InProcessRuntime
+from fedpriv.models.trees import column_balanced_weights
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
 from fedpriv.seeding import derive_generator
 from strategies.boosting import BoostingConfig, DPBoostingStrategy
@@ -28,22 +29,10 @@ def federated_training_data(
     partition: list[np.ndarray] | None,
     n_clients: int,
 ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-    """Training rows and who holds them.
-
-    A dataset contributes its ``train`` part, split by its natural clients or,
-    without any, IID into ``n_clients`` with a generator fixed by the
-    dataset's split seed (partitions are frozen across run seeds).
-    """
+    """Training rows and who holds them (see :meth:`TabularDataset.client_partition`)."""
     if isinstance(data, TabularDataset):
         X, yy = data.xy("train")
-        if partition is None:
-            if data.clients is not None:
-                partition = data.natural_partition("train")
-            else:
-                seed = data.split.seed or 0
-                partition = iid(yy.size, n_clients=n_clients,
-                                rng=derive_generator(seed, "partition", "iid"))  # fmt: skip
-        return X, yy, partition
+        return X, yy, partition if partition is not None else data.client_partition(n_clients)
     if y is None:
         raise ValueError("fit(X, y): y is required with an array X")
     X, yy = np.asarray(data, dtype=np.float64), np.asarray(y, dtype=np.float64)
@@ -68,6 +57,10 @@ class DPBoostingClassifier:
         Clients for an IID split when the data has no natural clients.
     secure_aggregation : bool
         Sum replies through the masking shim (default) or plain fixed point.
+    split_features : {"columns", "uniform"}
+        How random splits pick a feature: each schema column equally likely
+        (shared among its one-hot levels; needs a dataset with a schema) or
+        each encoded feature equally likely.
     seed : int
         Run seed (trees, sampling, noise).
     """
@@ -85,6 +78,7 @@ class DPBoostingClassifier:
         participation: float = 1.0,
         n_clients: int = 5,
         secure_aggregation: bool = True,
+        split_features: str = "columns",
         seed: int = 0,
     ) -> None:
         self.n_rounds = n_rounds
@@ -97,13 +91,27 @@ class DPBoostingClassifier:
         self.participation = participation
         self.n_clients = n_clients
         self.secure_aggregation = secure_aggregation
+        self.split_features = split_features
         self.seed = seed
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in (
-            "n_rounds", "depth", "learning_rate", "sampling_rate", "reg_lambda", "epsilon",
-            "delta", "participation", "n_clients", "secure_aggregation", "seed",
-        )}  # fmt: skip
+        return {
+            k: getattr(self, k)
+            for k in (
+                "n_rounds",
+                "depth",
+                "learning_rate",
+                "sampling_rate",
+                "reg_lambda",
+                "epsilon",
+                "delta",
+                "participation",
+                "n_clients",
+                "secure_aggregation",
+                "split_features",
+                "seed",
+            )
+        }
 
     def set_params(self, **params: Any) -> DPBoostingClassifier:
         for k, v in params.items():
@@ -114,10 +122,14 @@ class DPBoostingClassifier:
 
     def _config(self) -> BoostingConfig:
         return BoostingConfig(
-            n_rounds=self.n_rounds, depth=self.depth, learning_rate=self.learning_rate,
-            sampling_rate=self.sampling_rate, reg_lambda=self.reg_lambda, epsilon=self.epsilon,
+            n_rounds=self.n_rounds,
+            depth=self.depth,
+            learning_rate=self.learning_rate,
+            sampling_rate=self.sampling_rate,
+            reg_lambda=self.reg_lambda,
+            epsilon=self.epsilon,
             delta=self.delta,
-        )  # fmt: skip
+        )
 
     def fit(
         self,
@@ -138,7 +150,14 @@ class DPBoostingClassifier:
             participation=self.participation,
             secure_aggregation=self.secure_aggregation,
         )
-        strategy = runtime.run(DPBoostingStrategy(config), ledger=ledger)
+        weights = None
+        if self.split_features == "columns" and isinstance(data, TabularDataset):
+            weights = column_balanced_weights(data.schema.column_widths)
+        elif self.split_features not in ("columns", "uniform"):
+            raise ValueError(
+                f"split_features must be 'columns' or 'uniform'; got {self.split_features!r}"
+            )
+        strategy = runtime.run(DPBoostingStrategy(config, feature_weights=weights), ledger=ledger)
         self.model_ = strategy.model()
         self.noise_multiplier_ = strategy.noise_multiplier_
         self.ledger_ = ledger

@@ -85,14 +85,19 @@ class DPBoostingStrategy:
 
     method = METHOD
 
-    def __init__(self, config: BoostingConfig) -> None:
+    def __init__(
+        self, config: BoostingConfig, *, feature_weights: np.ndarray | None = None
+    ) -> None:
+        """``feature_weights``: public split-feature probabilities (default uniform)."""
         self.config = config
+        self.feature_weights = feature_weights
         self.noise_multiplier_: float | None = None
         self._t = 0
 
     # -- Strategy protocol ----------------------------------------------------
-    def begin(self, *, n_features: int, ledger: PrivacyLedger | None, rng: np.random.Generator
-              ) -> None:  # fmt: skip
+    def begin(
+        self, *, n_features: int, ledger: PrivacyLedger | None, rng: np.random.Generator
+    ) -> None:
         cfg = self.config
         self._n_features = check_count("n_features", n_features)
         self._rng = rng
@@ -131,7 +136,12 @@ class DPBoostingStrategy:
         cfg, t = self.config, self._t
         if t >= cfg.n_rounds:
             return None
-        tree = sample_tree(depth=cfg.depth, n_features=self._n_features, rng=self._rng)
+        tree = sample_tree(
+            depth=cfg.depth,
+            n_features=self._n_features,
+            rng=self._rng,
+            feature_weights=self.feature_weights,
+        )
         self._feature[t], self._threshold[t] = tree.feature, tree.threshold
         return Query(
             round=t,

@@ -9,8 +9,10 @@ from fedpriv.data.corpora import (
     data_dir,
     load_adult,
     load_brfss,
+    load_dataset,
     load_diabetes130,
     load_heart,
+    load_synthetic,
     schema,
 )
 from fedpriv.data.csv import load_csv
@@ -29,6 +31,7 @@ from fedpriv.data.schema import (
     Transform,
 )
 from fedpriv.data.split import Split, make_split
+from fedpriv.data.synthetic import SyntheticConfig, make_synthetic
 
 __all__ = [
     "BinaryColumn",
@@ -41,6 +44,7 @@ __all__ = [
     "Schema",
     "SchemaError",
     "Split",
+    "SyntheticConfig",
     "TabularDataset",
     "Target",
     "Transform",
@@ -52,9 +56,12 @@ __all__ = [
     "load_adult",
     "load_brfss",
     "load_csv",
+    "load_dataset",
     "load_diabetes130",
     "load_heart",
+    "load_synthetic",
     "make_split",
+    "make_synthetic",
     "natural",
     "schema",
     "zipf",

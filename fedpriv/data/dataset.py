@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from fedpriv.data.encode import LoadReport
-from fedpriv.data.partition import Partition, natural
+from fedpriv.data.partition import Partition, dirichlet, iid, natural
 from fedpriv.data.schema import Schema
 from fedpriv.data.split import Split
 from fedpriv.privacy.cache import cache_dir
@@ -75,6 +75,24 @@ class TabularDataset:
         if self.clients is None:
             raise ValueError(f"dataset {self.name!r} has no natural clients; use a partitioner")
         return natural(self.clients[self.rows(part)], n_clients=len(self.client_names))
+
+    def client_partition(
+        self, n_clients: int = 5, part: str = "train", *, alpha: float | None = None
+    ) -> Partition:
+        """Who holds ``part``: the natural clients, else IID (or Dirichlet(α) label skew).
+
+        A simulated split is drawn from the dataset's split seed, so it is
+        frozen across run seeds and identical in every runtime.
+        """
+        if self.clients is not None:
+            return self.natural_partition(part)
+        from fedpriv.seeding import derive_generator  # local: keeps the module light
+
+        kind = "iid" if alpha is None else f"dirichlet-{alpha!r}"
+        rng = derive_generator(self.split.seed or 0, "partition", kind, part)
+        if alpha is None:
+            return iid(self.rows(part).size, n_clients=n_clients, rng=rng)
+        return dirichlet(self.y[self.rows(part)], n_clients=n_clients, alpha=alpha, rng=rng)
 
     @property
     def positive_rate(self) -> float:

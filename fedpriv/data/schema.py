@@ -231,6 +231,11 @@ class Schema:
         return sum(c.width for c in self.columns)
 
     @property
+    def column_widths(self) -> tuple[int, ...]:
+        """Encoded features per schema column (one-hot levels, value + indicator, 1)."""
+        return tuple(c.width for c in self.columns)
+
+    @property
     def column_names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.columns)
 

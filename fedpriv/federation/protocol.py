@@ -92,8 +92,9 @@ class ClientHandler(Protocol):
 class Strategy(Protocol):
     """Server half of a method; transport-agnostic and never sees one client's reply."""
 
-    def begin(self, *, n_features: int, ledger: PrivacyLedger | None, rng: np.random.Generator
-              ) -> None:  # fmt: skip
+    def begin(
+        self, *, n_features: int, ledger: PrivacyLedger | None, rng: np.random.Generator
+    ) -> None:
         """Set up a run (e.g. reserve the privacy budget of the whole plan)."""
         ...
 

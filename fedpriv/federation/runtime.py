@@ -80,6 +80,24 @@ def codec_for(
     return FixedPointCodec(scale=scale, max_abs=record_bound * max_records, max_summands=n_clients)
 
 
+def round_plan(
+    fates: StreamFamily,
+    round_id: int,
+    n_clients: int,
+    participation: float,
+    dropout_rate: float = 0.0,
+) -> tuple[list[int], set[int]]:
+    """Which clients are asked in ``round_id`` (each w.p. ρ) and whose replies get lost.
+
+    Every runtime draws this from the same substream, so the in-process and
+    Flower runs ask the same clients.
+    """
+    fate = fates.at(round_id)
+    asked = [i for i in range(n_clients) if fate.random() < participation]
+    lost = {i for i in asked if dropout_rate and fate.random() < dropout_rate}
+    return asked, lost
+
+
 class InProcessRuntime:
     """Runs a strategy against K in-process clients.
 
@@ -161,9 +179,9 @@ class InProcessRuntime:
         comm = self.communication
         while (query := strategy.next_query()) is not None:
             r = query.round
-            fate = fates.at(r)
-            asked = [i for i in range(len(self.clients)) if fate.random() < self.participation]
-            lost = {i for i in asked if self.dropout_rate and fate.random() < self.dropout_rate}
+            asked, lost = round_plan(
+                fates, r, len(self.clients), self.participation, self.dropout_rate
+            )
             if parties is not None and len(asked) < MIN_PARTIES:
                 # A "sum" of one vector is that client's vector: release nothing.
                 comm.rounds += 1
@@ -206,8 +224,9 @@ class InProcessRuntime:
                     )
             comm.round_trips += 1
             comm.rounds += 1
-            aggregate = self._aggregate(query.reply_length, r, [ids[j] for j in asked], replies,
-                                        parties, codec)  # fmt: skip
+            aggregate = self._aggregate(
+                query.reply_length, r, [ids[j] for j in asked], replies, parties, codec
+            )
             if aggregate is None:
                 comm.aborted_rounds += 1
             strategy.update(query, aggregate)

@@ -24,6 +24,7 @@ and every model released from it, depends on the clients' vectors alone.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -190,6 +191,33 @@ class SecAggClient:
     def public_key(self) -> bytes:
         """Raw 32-byte X25519 public key, broadcast before :meth:`setup`."""
         return self._sk.public_key().public_bytes_raw()
+
+    def export_state(self) -> tuple[bytes, str]:
+        """Private key and round bookkeeping, for runtimes that do not keep objects alive.
+
+        A Flower client is rebuilt from its node state for every message; the
+        once-per-round rules must survive that, so they travel with the key.
+        """
+        rounds = {str(r): [sorted(p), n] for r, (p, n) in self._rounds.items()}
+        book = json.dumps({"rounds": rounds, "revealed": sorted(self._revealed)})
+        return self._sk.private_bytes_raw(), book
+
+    @classmethod
+    def restore(
+        cls,
+        *,
+        client_id: int,
+        private_key_bytes: bytes,
+        book: str,
+        public_keys: Mapping[int, bytes],
+    ) -> SecAggClient:
+        """Rebuild a client from :meth:`export_state` and redo the (deterministic) key set-up."""
+        client = cls(client_id=client_id, private_key_bytes=private_key_bytes)
+        data = json.loads(book) if book else {"rounds": {}, "revealed": []}
+        client._rounds = {int(r): (frozenset(p), int(n)) for r, (p, n) in data["rounds"].items()}
+        client._revealed = set(data["revealed"])
+        client.setup(public_keys)
+        return client
 
     def setup(self, public_keys: Mapping[int, bytes]) -> None:
         """Derive s_ij = HKDF-SHA256(X25519(sk_i, pk_j)) for every other client j; once per run."""

@@ -33,18 +33,45 @@ class RandomTree:
         return self.feature.size + 1
 
 
-def sample_tree(*, depth: int, n_features: int, rng: np.random.Generator) -> RandomTree:
-    """Random feature per node (uniform) and threshold (uniform on [0, 1])."""
+def sample_tree(
+    *,
+    depth: int,
+    n_features: int,
+    rng: np.random.Generator,
+    feature_weights: np.ndarray | None = None,
+) -> RandomTree:
+    """Random feature per node and threshold uniform on [0, 1].
+
+    Features are uniform, or drawn with public ``feature_weights`` (e.g.
+    :func:`column_balanced_weights`, so that a 42-level one-hot column is not
+    split 42 times as often as a numeric one).
+    """
     d = check_count("depth", depth)
     if d > 20:
         raise ValueError(f"depth must lie in [1, 20]; got {depth}")
     p = check_count("n_features", n_features)
     check_generator("rng", rng)
     n_internal = (1 << d) - 1
-    return RandomTree(
-        feature=rng.integers(0, p, size=n_internal, dtype=np.int64),
-        threshold=rng.random(n_internal),
-    )
+    if feature_weights is None:
+        feature = rng.integers(0, p, size=n_internal, dtype=np.int64)
+    else:
+        w = np.asarray(feature_weights, dtype=np.float64)
+        if w.shape != (p,) or (w < 0).any() or not np.isclose(w.sum(), 1.0):
+            raise ValueError(f"feature_weights must be {p} non-negative numbers summing to 1")
+        feature = np.minimum(
+            np.searchsorted(np.cumsum(w), rng.random(n_internal), side="right"), p - 1
+        )
+    return RandomTree(feature=feature.astype(np.int64), threshold=rng.random(n_internal))
+
+
+def column_balanced_weights(widths: list[int] | tuple[int, ...]) -> np.ndarray:
+    """Split-feature probabilities giving each schema column equal mass.
+
+    A column encoded into ``w`` one-hot features gives each ``1/(C·w)``, where
+    ``C`` is the number of columns. Depends on the public schema only.
+    """
+    widths = [check_count("width", w) for w in widths]
+    return np.concatenate([np.full(w, 1.0 / (len(widths) * w)) for w in widths])
 
 
 def route(tree: RandomTree, X: np.ndarray) -> np.ndarray:

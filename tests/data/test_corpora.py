@@ -52,8 +52,11 @@ def test_diabetes130():
         "expired or hospice discharges": 1_545,
     }
     assert ds.client_names[:-1] == (
-        "InternalMedicine", "Family/GeneralPractice", "Emergency/Trauma", "Cardiology",
-    )  # fmt: skip
+        "InternalMedicine",
+        "Family/GeneralPractice",
+        "Emergency/Trauma",
+        "Cardiology",
+    )
     assert np.bincount(ds.clients).tolist() == [10_641, 4_978, 4_393, 4_207, 45_754]
     assert len(load_diabetes130(n_clients=3).client_names) == 3
     assert _parts_cover(ds)
@@ -94,3 +97,17 @@ def test_second_load_comes_from_the_cache(tmp_path, monkeypatch):
     # Different options are a different key.
     load_brfss(n_rows=10_000)
     assert len(list((tmp_path / "data").glob("brfss-*.npz"))) == 2
+
+
+def test_synthetic_dataset():
+    from fedpriv.data import load_synthetic
+
+    ds = load_synthetic()
+    assert ds.X.shape == (4_800, 15) and ds.clients is None
+    assert ds.positive_rate == pytest.approx(0.30, abs=0.02)
+    assert ds.split.test.size == 960
+    parts = ds.client_partition(5, alpha=0.5)
+    assert sorted(np.concatenate(parts)) == list(range(ds.split.train.size))
+    shifted = load_synthetic(covariate_shift=1.2)
+    assert len(shifted.client_names) == 5
+    assert len(shifted.natural_partition("train")) == 5

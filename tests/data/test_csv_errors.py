@@ -12,10 +12,16 @@ HEADER = "record_id,hospital,age,length_of_stay_days,admission,smoker,readmitted
 GOOD = [
     f"{i},{h},{40 + i % 30},{i % 9},{adm},{s},{y}\n"
     for i, (h, adm, s, y) in enumerate(
-        [(h, a, s, y) for h in ("a", "b") for a in ("emergency", "elective") for s in ("yes", "no")
-         for y in ("yes", "no")] * 3
+        [
+            (h, a, s, y)
+            for h in ("a", "b")
+            for a in ("emergency", "elective")
+            for s in ("yes", "no")
+            for y in ("yes", "no")
+        ]
+        * 3
     )
-]  # fmt: skip
+]
 
 
 def _write(tmp_path, body, name="data.csv"):

@@ -64,11 +64,13 @@ def test_dirichlet_skew_grows_as_alpha_shrinks():
     y = np.repeat([0, 1, 2], 2000)
     skew = {
         a: np.mean(
-            [label_skew(y, dirichlet(y, n_clients=10, alpha=a, rng=np.random.default_rng(s)))
-             for s in range(10)]
+            [
+                label_skew(y, dirichlet(y, n_clients=10, alpha=a, rng=np.random.default_rng(s)))
+                for s in range(10)
+            ]
         )
         for a in (0.1, 1.0, 10.0, 1000.0)
-    }  # fmt: skip
+    }
     assert skew[0.1] > skew[1.0] > skew[10.0] > skew[1000.0]
     assert skew[1000.0] < 0.02  # effectively IID
     assert skew[0.1] > 0.4

@@ -63,9 +63,12 @@ def test_categorical_and_target_validation():
         Target(column="y", positive=("2",), labels=("0", "1"))
     with pytest.raises(SchemaError, match="type must be numeric"):
         Schema.from_dict(
-            {"name": "x", "target": {"column": "y", "positive": ["1"], "labels": ["0", "1"]},
-             "columns": [{"name": "a", "type": "text"}]}
-        )  # fmt: skip
+            {
+                "name": "x",
+                "target": {"column": "y", "positive": ["1"], "labels": ["0", "1"]},
+                "columns": [{"name": "a", "type": "text"}],
+            }
+        )
 
 
 def test_digest_is_stable_and_sensitive():
@@ -79,8 +82,10 @@ def test_digest_is_stable_and_sensitive():
 
 
 def _as_dict(s):
-    return {"name": s.name, "target": {"column": "readmitted", "positive": ["yes"],
-            "labels": ["yes", "no"]}}  # fmt: skip
+    return {
+        "name": s.name,
+        "target": {"column": "readmitted", "positive": ["yes"], "labels": ["yes", "no"]},
+    }
 
 
 def test_canonical_cell_text():

@@ -140,3 +140,14 @@ def test_rejects_non_events_and_coarse_discretisation():
         _ledger().spend("gaussian")
     with pytest.raises(ValueError, match=r"discretization must lie in \(0, 1e-2\]; got 0.1"):
         PrivacyLedger(budget=PrivacyBudget(epsilon=1.0, delta=1e-5), discretization=0.1)
+
+
+def test_progress_bound_is_an_upper_bound_on_the_certified_epsilon():
+    ledger = _ledger(eps=3.0)
+    event = dp_event.PoissonSampledDpEvent(0.05, dp_event.GaussianDpEvent(1.2))
+    assert ledger.epsilon_upper_bound() == 0.0
+    ledger.reserve(event, 40)
+    for _ in range(40):
+        ledger.spend(event)
+    certified = ledger.epsilon()
+    assert certified <= ledger.epsilon_upper_bound() <= certified * 1.05

@@ -1,0 +1,125 @@
+"""The Flower ClientApp: one hospital answering queries through the shim's client side.
+
+Each node loads its partition (``partition-id`` of ``num-partitions``) of the
+run's dataset, keeps its handler state and secure-aggregation key in the
+node's ``context.state`` (Flower may serve a node from a different process
+each round), samples with the generator the in-process runtime uses for the
+same (seed, client, round), and replies with its masked vector only.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+
+from clients.boosting import BoostingClient
+from fedpriv.data import load_dataset
+from fedpriv.federation.protocol import ClientData, poisson_sample
+from fedpriv.federation.secagg import FixedPointCodec, SecAggClient
+from fedpriv.federation.settings import RunSettings
+from fedpriv.federation.wire import query_from_wire, state_from_wire, state_to_wire
+from fedpriv.seeding import StreamFamily
+
+app = ClientApp()
+HANDLERS = {"boosting": BoostingClient()}
+
+
+@lru_cache(maxsize=4)
+def _client_data(dataset: str, split_seed: int, num_clients: int, pid: int) -> ClientData:
+    # Per process: a node served by this process again reuses its rows.
+    ds = load_dataset(dataset, split_seed=split_seed)
+    X, y = ds.xy("train")
+    rows = ds.client_partition(num_clients)[pid]
+    return ClientData(client_id=pid, X=X[rows], y=y[rows])
+
+
+def _settings_and_pid(context: Context) -> tuple[RunSettings, int]:
+    s = RunSettings.from_run_config(context.run_config)
+    pid = int(context.node_config["partition-id"])
+    if int(context.node_config["num-partitions"]) != s.num_clients:
+        raise ValueError(
+            f"num-partitions {context.node_config['num-partitions']} != num-clients {s.num_clients}"
+        )
+    return s, pid
+
+
+def _secagg(context: Context, pid: int, public_keys: list[bytes], participants: list[int]):
+    keys = context.state["secagg"]
+    return SecAggClient.restore(
+        client_id=pid,
+        private_key_bytes=bytes(keys["sk"]),
+        book=str(keys["book"]),
+        public_keys=dict(zip(participants, public_keys, strict=True)),
+    )
+
+
+def _save_secagg(context: Context, client: SecAggClient) -> None:
+    sk, book = client.export_state()
+    context.state["secagg"] = ConfigRecord({"sk": sk, "book": book})
+
+
+def _reply(msg: Message, pid: int, **records) -> Message:
+    content = RecordDict({"meta": ConfigRecord({"partition-id": pid}), **records})
+    return Message(content, reply_to=msg)
+
+
+@app.query("keys")
+def keys(msg: Message, context: Context) -> Message:
+    _, pid = _settings_and_pid(context)
+    client = SecAggClient(client_id=pid)
+    _save_secagg(context, client)
+    content = RecordDict(
+        {"meta": ConfigRecord({"partition-id": pid, "public-key": client.public_key})}
+    )
+    return Message(content, reply_to=msg)
+
+
+@app.query("fedpriv")
+def answer(msg: Message, context: Context) -> Message:
+    s, pid = _settings_and_pid(context)
+    cfg = msg.content["config"]
+    arrays = {k: msg.content["query"][k].numpy() for k in msg.content["query"].keys()}
+    query = query_from_wire(arrays, dict(cfg))
+    data = _client_data(s.dataset, s.split_seed, s.num_clients, pid)
+    rng = StreamFamily(int(cfg["seed"]), "client", pid).at(query.round)
+    sample = poisson_sample(data.n, query.sampling_rate, rng)
+
+    saved_arrays = context.state.get("handler-arrays")
+    saved_scalars = context.state.get("handler-scalars")
+    state = {}
+    if saved_arrays is not None and saved_scalars is not None:
+        state = state_from_wire(
+            {k: saved_arrays[k].numpy() for k in saved_arrays.keys()}, dict(saved_scalars)
+        )
+    vec = HANDLERS[query.method].answer(query, data, sample, state)
+    st_arrays, st_scalars = state_to_wire(state)
+    context.state["handler-arrays"] = ArrayRecord({k: Array(v) for k, v in st_arrays.items()})
+    context.state["handler-scalars"] = ConfigRecord(st_scalars)
+
+    participants = [int(p) for p in cfg["participants"]]
+    codec = FixedPointCodec(
+        scale=float(cfg["codec-scale"]),
+        max_abs=float(cfg["codec-max-abs"]),
+        max_summands=len(participants),
+    )
+    client = _secagg(context, pid, list(cfg["public-keys"]), participants)
+    masked = client.mask(vec, round_id=query.round, participants=participants, codec=codec)
+    _save_secagg(context, client)
+    return _reply(msg, pid, reply=ArrayRecord({"masked": Array(masked)}))
+
+
+@app.query("reveal")
+def reveal(msg: Message, context: Context) -> Message:
+    _, pid = _settings_and_pid(context)
+    cfg = msg.content["config"]
+    participants = [int(p) for p in cfg["participants"]]
+    client = _secagg(context, pid, list(cfg["public-keys"]), participants)
+    masks = client.reveal(
+        round_id=int(cfg["round"]), missing=[int(m) for m in cfg["missing"]], n=int(cfg["n"])
+    )
+    _save_secagg(context, client)
+    record = ArrayRecord({str(j): Array(np.asarray(m)) for j, m in masks.items()})
+    return _reply(msg, pid, reveal=record)

@@ -1,0 +1,203 @@
+"""Drive a strategy over a Flower ``Grid``: the same rounds as the in-process runtime.
+
+Message types (Flower 1.42 allows ``query.<action>``):
+
+* ``query.keys``    — once per run: each node answers its partition id and X25519 public key;
+* ``query.fedpriv`` — one per round to each asked client: the public query, the round's
+  participants and their public keys; the reply is the client's masked vector;
+* ``query.reveal``  — only if an asked client did not answer: survivors reveal that
+  round's pair masks with the missing ones (one extra exchange), after which the
+  round is closed and late replies are ignored.
+
+Clients are addressed by partition id (node ids are random); replies are read in
+partition order, so results do not depend on arrival order.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.serverapp import Grid
+
+from fedpriv.federation.protocol import Strategy
+from fedpriv.federation.runtime import (
+    DEFAULT_SCALE,
+    MIN_PARTIES,
+    Communication,
+    codec_for,
+    round_plan,
+)
+from fedpriv.federation.secagg import SecAggAbort, SecAggServer
+from fedpriv.federation.settings import RunSettings
+from fedpriv.federation.wire import query_to_wire
+from fedpriv.privacy.ledger import PrivacyLedger
+from fedpriv.seeding import StreamFamily, derive_generator
+
+
+@dataclass
+class GridReport:
+    """What happened on the wire."""
+
+    communication: Communication
+    client_errors: int = 0
+    round_seconds: list[float] = field(default_factory=list)
+
+
+def wait_for_nodes(grid: Grid, n: int, timeout: float) -> list[int]:
+    """Node ids once ``n`` nodes are connected (simulated nodes register late)."""
+    deadline = time.monotonic() + timeout
+    while len(ids := sorted(grid.get_node_ids())) < n:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(ids)} of {n} nodes connected after {timeout:.0f} s")
+        time.sleep(0.1)
+    return ids
+
+
+def _send(
+    grid: Grid, kind: str, content: dict[int, RecordDict], timeout: float
+) -> tuple[dict[int, Message], int]:
+    msgs = [
+        Message(c, dst_node_id=node, message_type=f"query.{kind}") for node, c in content.items()
+    ]
+    replies = grid.send_and_receive(msgs, timeout=timeout)
+    ok, errors = {}, 0
+    for rep in replies:
+        if rep.has_error():
+            errors += 1
+        else:
+            ok[rep.metadata.src_node_id] = rep
+    return ok, errors
+
+
+class GridRuntime:
+    """The in-process runtime's round logic, over Flower messages."""
+
+    def __init__(self, grid: Grid, settings: RunSettings, *, max_records: int) -> None:
+        self.grid = grid
+        self.settings = settings
+        self.max_records = max_records
+        self.report = GridReport(Communication(settings.num_clients))
+
+    def connect(self) -> None:
+        """Wait for the nodes and run the one key exchange of the run."""
+        s = self.settings
+        nodes = wait_for_nodes(self.grid, s.num_clients, s.node_wait_timeout)
+        print(f"[fedpriv] {len(nodes)} nodes connected", flush=True)
+        content = {n: RecordDict({"config": ConfigRecord({"seed": s.seed})}) for n in nodes}
+        replies, errors = _send(self.grid, "keys", content, s.round_timeout)
+        if errors or len(replies) != len(nodes):
+            raise RuntimeError(f"key exchange: {len(replies)} of {len(nodes)} nodes answered")
+        self.node_of: dict[int, int] = {}
+        self.public_keys: dict[int, bytes] = {}
+        for node, rep in replies.items():
+            meta = rep.content["meta"]
+            pid = int(meta["partition-id"])
+            self.node_of[pid] = node
+            self.public_keys[pid] = bytes(meta["public-key"])
+        if sorted(self.node_of) != list(range(s.num_clients)):
+            raise RuntimeError(f"partition ids {sorted(self.node_of)} != 0..{s.num_clients - 1}")
+        comm = self.report.communication
+        comm.round_trips += 1
+        comm.bytes_uploaded += 32
+
+    def run(self, strategy: Strategy, *, n_features: int, ledger: PrivacyLedger | None) -> Strategy:
+        s, comm = self.settings, self.report.communication
+        strategy.begin(n_features=n_features, ledger=ledger, rng=derive_generator(s.seed, "server"))
+        fates = StreamFamily(s.seed, "participation")
+        while (query := strategy.next_query()) is not None:
+            t0 = time.perf_counter()
+            r = query.round
+            asked, _ = round_plan(fates, r, s.num_clients, s.participation)
+            comm.rounds += 1
+            if len(asked) < MIN_PARTIES:
+                comm.aborted_rounds += 1
+                strategy.update(query, None)
+                continue
+            codec = codec_for(query.record_bound, self.max_records, len(asked), DEFAULT_SCALE)
+            arrays, config = query_to_wire(query)
+            config.update(
+                {
+                    "participants": asked,
+                    "public-keys": [self.public_keys[p] for p in asked],
+                    "codec-scale": codec.scale,
+                    "codec-max-abs": codec.max_abs,
+                    "seed": s.seed,
+                }
+            )
+            content = {
+                self.node_of[p]: RecordDict(
+                    {
+                        "query": ArrayRecord({k: _arr(v) for k, v in arrays.items()}),
+                        "config": ConfigRecord(config),
+                    }
+                )
+                for p in asked
+            }
+            replies, errors = _send(self.grid, "fedpriv", content, s.round_timeout)
+            self.report.client_errors += errors
+            comm.round_trips += 1
+            masked = {}
+            for rep in replies.values():
+                pid = int(rep.content["meta"]["partition-id"])
+                vec = rep.content["reply"]["masked"].numpy()
+                masked[pid] = vec
+                comm.floats_uploaded[pid] += query.reply_length
+                comm.bytes_uploaded[pid] += 8 * vec.size
+            aggregate = self._aggregate(r, asked, masked, codec, query.reply_length)
+            if aggregate is None:
+                comm.aborted_rounds += 1
+            strategy.update(query, aggregate)
+            self.report.round_seconds.append(time.perf_counter() - t0)
+            every = max(1, s.rounds // 10)
+            eps = ""
+            if ledger is not None and ((r + 1) % every == 0 or r + 1 == s.rounds):
+                eps = f", ε spent ≤ {ledger.epsilon_upper_bound():.3f}"
+            print(
+                f"[fedpriv] round {r + 1}/{s.rounds}: {len(masked)}/{len(asked)} replies{eps}",
+                flush=True,
+            )
+        return strategy
+
+    def _aggregate(
+        self, r: int, asked: list[int], masked: dict[int, np.ndarray], codec: Any, n: int
+    ) -> np.ndarray | None:
+        server = SecAggServer(codec=codec)
+        missing = server.missing(asked, masked)
+        reveals = None
+        if missing:
+            if len(masked) < MIN_PARTIES:
+                return None
+            cfg = ConfigRecord(
+                {
+                    "round": r,
+                    "missing": missing,
+                    "participants": asked,
+                    "n": n,
+                    "public-keys": [self.public_keys[p] for p in asked],
+                }
+            )
+            content = {self.node_of[p]: RecordDict({"config": cfg}) for p in masked}
+            replies, errors = _send(self.grid, "reveal", content, self.settings.round_timeout)
+            self.report.client_errors += errors
+            comm = self.report.communication
+            comm.round_trips += 1
+            comm.recoveries += 1
+            reveals = {}
+            for rep in replies.values():
+                pid = int(rep.content["meta"]["partition-id"])
+                rec = rep.content["reveal"]
+                reveals[pid] = {int(k): rec[k].numpy() for k in rec.keys()}
+        try:
+            return server.aggregate(round_id=r, participants=asked, masked=masked, reveals=reveals)
+        except SecAggAbort:
+            return None
+
+
+def _arr(v: np.ndarray):
+    from flwr.app import Array
+
+    return Array(np.ascontiguousarray(v))

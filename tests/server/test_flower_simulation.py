@@ -1,0 +1,55 @@
+"""`flwr run` simulation of K hospitals: same model as in process, real exit codes, no daemons.
+
+Each test starts a real Flower 1.42 SuperLink and simulation (≈ 30 s, mostly
+Ray start-up) through ``server.simulate``.
+"""
+
+import json
+import subprocess
+
+import numpy as np
+import pytest
+
+from fedpriv.data import load_heart
+from server.estimators import DPBoostingClassifier
+from server.simulate import simulate
+
+SMALL = {"dataset": "heart", "num-clients": 4, "rounds": 3, "depth": 3, "epsilon": 2.0, "seed": 5}
+
+
+def _flower_processes() -> list[str]:
+    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    keys = ("flower-superlink", "flower-superexec", "flwr-simulation", "raylet", "gcs_server")
+    return [line for line in ps.splitlines() if any(k in line for k in keys)]
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers():
+    before = _flower_processes()
+    yield
+    assert _flower_processes() == before
+
+
+def test_simulation_releases_the_in_process_model(tmp_path):
+    code, out = simulate({**SMALL, "out-dir": str(tmp_path)}, timeout=600, quiet=True)
+    assert code == 0
+    saved = np.load(out / "model.npz")
+    ref = DPBoostingClassifier(n_rounds=3, depth=3, epsilon=2.0, seed=5).fit(load_heart())
+    np.testing.assert_array_equal(saved["feature"], [t.feature for t in ref.model_.trees])
+    np.testing.assert_array_equal(saved["threshold"], [t.threshold for t in ref.model_.trees])
+    # Fixed-point sums are exact integers in both runtimes: leaf values agree bit for bit.
+    np.testing.assert_array_equal(saved["leaf_values"], np.array(ref.model_.leaf_values))
+    privacy = json.loads((out / "privacy.json").read_text())
+    assert privacy["epsilon"] == pytest.approx(ref.epsilon_spent_)
+    assert privacy["epsilon"] <= 2.0
+    comm = json.loads((out / "communication.json").read_text())
+    assert comm["floats_uploaded_per_client"] == [3 * 16] * 4
+    assert comm["round_trips"] == 1 + 3  # key exchange + one per round, no dropout
+    assert set(json.loads((out / "metrics.json").read_text())) >= {"auc", "auprc", "brier"}
+
+
+def test_a_failed_run_exits_non_zero(tmp_path):
+    code, _ = simulate(
+        {**SMALL, "dataset": "no-such-dataset", "out-dir": str(tmp_path)}, timeout=600, quiet=True
+    )
+    assert code == 1
