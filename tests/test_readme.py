@@ -16,12 +16,14 @@ def _blocks(lang):
 def test_readme_opens_with_the_two_setup_commands():
     first = README.split("```")[1]
     lines = [line for line in first.splitlines()[1:] if line.strip()]
+    install = "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]'"
     assert lines == [
-        "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]'",
+        f"{install} && .venv/bin/python -m server.simulate",
         ".venv/bin/python -m pytest -q",
     ]
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "README.md" in ci  # CI runs the README's own commands, not a copy
+    assert f'install="{install}"' in ci  # CI installs as the README does
+    assert "sed -n 2p" in ci  # and runs the README's own test line
 
 
 def test_readme_python_example_runs(tmp_path):
