@@ -27,7 +27,7 @@ app = ClientApp()
 HANDLERS = {"boosting": BoostingClient()}
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=64)
 def _client_data(dataset: str, split_seed: int, num_clients: int, pid: int) -> ClientData:
     # Per process: a node served by this process again reuses its rows.
     ds = load_dataset(dataset, split_seed=split_seed)

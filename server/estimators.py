@@ -28,11 +28,14 @@ def federated_training_data(
     y: np.ndarray | None,
     partition: list[np.ndarray] | None,
     n_clients: int,
+    part: str = "train",
 ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
     """Training rows and who holds them (see :meth:`TabularDataset.client_partition`)."""
     if isinstance(data, TabularDataset):
-        X, yy = data.xy("train")
-        return X, yy, partition if partition is not None else data.client_partition(n_clients)
+        X, yy = data.xy(part)
+        if partition is None:
+            partition = data.client_partition(n_clients, part)
+        return X, yy, partition
     if y is None:
         raise ValueError("fit(X, y): y is required with an array X")
     X, yy = np.asarray(data, dtype=np.float64), np.asarray(y, dtype=np.float64)
@@ -137,8 +140,10 @@ class DPBoostingClassifier:
         y: np.ndarray | None = None,
         *,
         partition: list[np.ndarray] | None = None,
+        part: str = "train",
     ) -> DPBoostingClassifier:
-        X, yy, partition = federated_training_data(data, y, partition, self.n_clients)
+        """Train on ``part`` of a dataset (``"train"``, or ``"train+val"`` once tuned)."""
+        X, yy, partition = federated_training_data(data, y, partition, self.n_clients, part)
         config = self._config()
         ledger = None
         if config.private:

@@ -61,8 +61,11 @@ class TabularDataset:
                 arr.flags.writeable = False
 
     def rows(self, part: str) -> np.ndarray:
+        """Row indices of ``"train"``, ``"val"``, ``"test"`` or ``"train+val"`` (the 80 %)."""
+        if part == "train+val":
+            return np.sort(np.concatenate([self.split.train, self.split.val]))
         if part not in _PARTS:
-            raise ValueError(f"part must be one of {_PARTS}; got {part!r}")
+            raise ValueError(f"part must be one of {(*_PARTS, 'train+val')}; got {part!r}")
         return getattr(self.split, part)
 
     def xy(self, part: str, *, ordinal: bool = False) -> tuple[np.ndarray, np.ndarray]:
