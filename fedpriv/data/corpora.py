@@ -91,6 +91,23 @@ def _drop(
     return frame.loc[keep].reset_index(drop=True), lines[keep]
 
 
+def _stacked(
+    name: str, sch: Schema, encs: list, split, report: LoadReport, **clients
+) -> TabularDataset:
+    """One dataset from tables encoded file by file (Adult's two files, Heart's centres)."""
+    return TabularDataset(
+        name=name,
+        schema=sch,
+        X=np.vstack([e.X for e in encs]),
+        X_ordinal=np.vstack([e.X_ordinal for e in encs]),
+        y=np.concatenate([e.y for e in encs]),
+        feature_names=sch.feature_names,
+        split=split,
+        report=report,
+        **clients,
+    )
+
+
 # --------------------------------------------------------------------------
 def load_adult(
     *, split_seed: int = 0, val_fraction: float = 0.2, use_cache: bool = True
@@ -120,16 +137,7 @@ def load_adult(
             val_fraction=val_fraction,
             test_rows=np.arange(frames[0], frames[0] + frames[1]),
         )
-        return TabularDataset(
-            name="adult",
-            schema=sch,
-            X=np.vstack([e.X for e in encs]),
-            X_ordinal=np.vstack([e.X_ordinal for e in encs]),
-            y=y,
-            feature_names=sch.feature_names,
-            split=split,
-            report=report,
-        )
+        return _stacked("adult", sch, encs, split, report)
 
     opts = {"split_seed": split_seed, "val_fraction": val_fraction}
     return cached("adult", files, sch, opts, build, use_cache=use_cache)
@@ -161,17 +169,8 @@ def load_heart(
         split = make_split(
             y, seed=split_seed, test_fraction=0.34, val_fraction=val_fraction, strata=clients
         )
-        return TabularDataset(
-            name="heart",
-            schema=sch,
-            X=np.vstack([e.X for e in encs]),
-            X_ordinal=np.vstack([e.X_ordinal for e in encs]),
-            y=y,
-            feature_names=sch.feature_names,
-            split=split,
-            report=report,
-            clients=clients,
-            client_names=HEART_CENTRES,
+        return _stacked(
+            "heart", sch, encs, split, report, clients=clients, client_names=HEART_CENTRES
         )
 
     opts = {"split_seed": split_seed, "val_fraction": val_fraction}

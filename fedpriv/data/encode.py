@@ -98,6 +98,22 @@ def _first_line(mask: np.ndarray, lines: np.ndarray) -> int:
     return int(lines[np.flatnonzero(mask)[0]])
 
 
+def _count_missing(
+    miss: np.ndarray, spec, report: LoadReport, source: str, lines: np.ndarray
+) -> None:
+    """Count missing cells, or refuse them where the schema allows none."""
+    if not miss.any():
+        return
+    if spec.missing is Missing.ERROR:
+        raise DataError(
+            "value is missing and the schema allows no missing values here",
+            source=source,
+            column=spec.name,
+            line=_first_line(miss, lines),
+        )
+    report.missing[spec.name] = int(miss.sum())
+
+
 def encode_target(
     frame: pd.DataFrame, schema: Schema, *, source: str, lines: np.ndarray
 ) -> np.ndarray:
@@ -141,16 +157,8 @@ def _numeric(
         raw = parsed
     x = raw.to_numpy(dtype=np.float64, copy=True)
     miss = np.isnan(x)
-    if miss.any():
-        if spec.missing is Missing.ERROR:
-            raise DataError(
-                "value is missing and the schema allows no missing values here",
-                source=source,
-                column=spec.name,
-                line=_first_line(miss, lines),
-            )
-        report.missing[spec.name] = int(miss.sum())
-        x[miss] = spec.lo
+    _count_missing(miss, spec, report, source, lines)
+    x[miss] = spec.lo
     low, high = x < spec.lo, x > spec.hi
     if low.any():
         report.clipped_low[spec.name] = int(low.sum())
@@ -176,15 +184,7 @@ def _levels(
     lut = np.array([index.get(u, -2) for u in uniques] + [-1], dtype=np.int64)
     levels = lut[codes]  # code -1 (missing) picks the trailing -1
     miss = levels == -1
-    if miss.any():
-        if spec.missing is Missing.ERROR:
-            raise DataError(
-                "value is missing and the schema allows no missing values here",
-                source=source,
-                column=spec.name,
-                line=_first_line(miss, lines),
-            )
-        report.missing[spec.name] = int(miss.sum())
+    _count_missing(miss, spec, report, source, lines)
     unseen = levels == -2
     if unseen.any():
         counts = pd.Series(np.asarray(uniques, dtype=object)[codes[unseen]]).value_counts()
