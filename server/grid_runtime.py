@@ -77,6 +77,10 @@ class GridRuntime:
     """The in-process runtime's round logic, over Flower messages."""
 
     def __init__(self, grid: Grid, settings: RunSettings, *, max_records: int) -> None:
+        if not settings.secure_aggregation:
+            # Plain sums exist for in-process benchmarks only: over a network
+            # the server must never see a single client's vector.
+            raise ValueError("secure-aggregation must be true for a Flower run")
         self.grid = grid
         self.settings = settings
         self.max_records = max_records
