@@ -33,14 +33,13 @@ class BoostingClient:
         margins, applied = state.get("margins"), state.get("applied", 0)
         if margins is None or state.get("base") != base or applied > t:
             margins, applied = np.full(data.n, base), 0
-        for k in range(applied, t):
-            margins += values[k][route_columns(RandomTree(feature[k], threshold[k]), data.XT)]
-        state.update(margins=margins, applied=t, base=base)
-
+        margins = _apply_released(state, margins, applied, t, feature, threshold, values, data.XT)
         tree = RandomTree(feature[t], threshold[t])
-        leaf = route_columns(tree, data.XT[:, sample])
+        # Route every row once: the sample's leaves now, everyone's margin next round.
+        leaf_all = route_columns(tree, data.XT)
+        state.update(margins=margins, applied=t, base=base, leaf_all=leaf_all, leaf_tree=t)
         g, h = logistic_grad_hess(margins[sample], data.y[sample])
-        return leaf_statistics(leaf, g, h, tree.n_leaves)
+        return leaf_statistics(leaf_all[sample], g, h, tree.n_leaves)
 
     def answer_many(
         self,
@@ -73,17 +72,31 @@ class BoostingClient:
         margins, applied = state.get("margins"), state.get("applied", 0)
         if margins is None or state.get("base") != base or applied > t:
             margins, applied = np.full(y.size, base), 0
-        for k in range(applied, t):
-            margins += values[k][route_columns(RandomTree(feature[k], threshold[k]), XT)]
-        state.update(margins=margins, applied=t, base=base)
-
+        margins = _apply_released(state, margins, applied, t, feature, threshold, values, XT)
         tree = RandomTree(feature[t], threshold[t])
+        leaf_all = route_columns(tree, XT)
+        state.update(margins=margins, applied=t, base=base, leaf_all=leaf_all, leaf_tree=t)
         rows = np.concatenate([s + o for s, o in zip(samples, state["offsets"], strict=True)])
         owner = np.repeat(np.arange(len(datas)), [s.size for s in samples])
-        leaf = route_columns(tree, XT[:, rows])
+        leaf = leaf_all[rows]
         g, h = logistic_grad_hess(margins[rows], y[rows])
         cell = owner * tree.n_leaves + leaf
         size = len(datas) * tree.n_leaves
         sum_g = np.bincount(cell, weights=g, minlength=size).reshape(len(datas), -1)
         sum_h = np.bincount(cell, weights=h, minlength=size).reshape(len(datas), -1)
         return np.hstack([sum_g, sum_h])
+
+
+def _apply_released(state, margins, applied, t, feature, threshold, values, XT) -> np.ndarray:
+    """Add the leaf values of trees ``applied..t-1`` to every row's logit.
+
+    The last tree's leaves were computed when its statistics were asked for
+    (``leaf_all``), so the common case re-routes nothing.
+    """
+    for k in range(applied, t):
+        if state.get("leaf_tree") == k and state.get("leaf_all") is not None:
+            leaf = state["leaf_all"]
+        else:
+            leaf = route_columns(RandomTree(feature[k], threshold[k]), XT)
+        margins += values[k][leaf]
+    return margins
