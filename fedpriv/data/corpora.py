@@ -91,23 +91,6 @@ def _drop(
     return frame.loc[keep].reset_index(drop=True), lines[keep]
 
 
-def _stacked(
-    name: str, sch: Schema, encs: list, split, report: LoadReport, **clients
-) -> TabularDataset:
-    """One dataset from tables encoded file by file (Adult's two files, Heart's centres)."""
-    return TabularDataset(
-        name=name,
-        schema=sch,
-        X=np.vstack([e.X for e in encs]),
-        X_ordinal=np.vstack([e.X_ordinal for e in encs]),
-        y=np.concatenate([e.y for e in encs]),
-        feature_names=sch.feature_names,
-        split=split,
-        report=report,
-        **clients,
-    )
-
-
 # --------------------------------------------------------------------------
 def load_adult(
     *, split_seed: int = 0, val_fraction: float = 0.2, use_cache: bool = True
@@ -137,7 +120,7 @@ def load_adult(
             val_fraction=val_fraction,
             test_rows=np.arange(frames[0], frames[0] + frames[1]),
         )
-        return _stacked("adult", sch, encs, split, report)
+        return TabularDataset.from_encoded("adult", sch, encs, split, report)
 
     opts = {"split_seed": split_seed, "val_fraction": val_fraction}
     return cached("adult", files, sch, opts, build, use_cache=use_cache)
@@ -169,7 +152,7 @@ def load_heart(
         split = make_split(
             y, seed=split_seed, test_fraction=0.34, val_fraction=val_fraction, strata=clients
         )
-        return _stacked(
+        return TabularDataset.from_encoded(
             "heart", sch, encs, split, report, clients=clients, client_names=HEART_CENTRES
         )
 
@@ -210,15 +193,12 @@ def load_diabetes130(
         index = {s: i for i, s in enumerate(largest[: k - 1])}
         clients = specialty.map(index).fillna(k - 1).to_numpy(dtype=np.int64)
         split = make_split(enc.y, seed=split_seed, val_fraction=val_fraction)
-        return TabularDataset(
-            name="diabetes130",
-            schema=sch,
-            X=enc.X,
-            X_ordinal=enc.X_ordinal,
-            y=enc.y,
-            feature_names=sch.feature_names,
-            split=split,
-            report=report,
+        return TabularDataset.from_encoded(
+            "diabetes130",
+            sch,
+            [enc],
+            split,
+            report,
             clients=clients,
             client_names=(*largest[: k - 1], "other/missing"),
         )

@@ -74,17 +74,8 @@ def load_csv(
             val_fraction=val_fraction,
             strata=strata,
         )
-        ds = TabularDataset(
-            name=sch.name,
-            schema=sch,
-            X=enc.X,
-            X_ordinal=enc.X_ordinal,
-            y=enc.y,
-            feature_names=sch.feature_names,
-            split=split,
-            report=report,
-            clients=clients,
-            client_names=names,
+        ds = TabularDataset.from_encoded(
+            sch.name, sch, [enc], split, report, clients=clients, client_names=names
         )
         if clients is not None:
             for part in ("train", "val", "test"):

@@ -12,14 +12,14 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fedpriv.data.encode import LoadReport
+from fedpriv.data.encode import Encoded, LoadReport
 from fedpriv.data.partition import Partition, dirichlet, iid, natural
 from fedpriv.data.schema import Schema
 from fedpriv.data.split import Split
@@ -53,6 +53,32 @@ class TabularDataset:
     report: LoadReport
     clients: np.ndarray | None = None
     client_names: tuple[str, ...] = ()
+
+    @classmethod
+    def from_encoded(
+        cls,
+        name: str,
+        schema: Schema,
+        parts: Sequence[Encoded],
+        split: Split,
+        report: LoadReport,
+        *,
+        clients: np.ndarray | None = None,
+        client_names: tuple[str, ...] = (),
+    ) -> TabularDataset:
+        """A dataset from tables encoded with ``schema`` (stacked in order)."""
+        return cls(
+            name=name,
+            schema=schema,
+            X=np.vstack([e.X for e in parts]),
+            X_ordinal=np.vstack([e.X_ordinal for e in parts]),
+            y=np.concatenate([e.y for e in parts]),
+            feature_names=schema.feature_names,
+            split=split,
+            report=report,
+            clients=clients,
+            client_names=client_names,
+        )
 
     def __post_init__(self) -> None:
         # A dataset is shared by every learner and run: freeze its arrays.
