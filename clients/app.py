@@ -77,6 +77,12 @@ def keys(msg: Message, context: Context) -> Message:
     return Message(content, reply_to=msg)
 
 
+@app.query("ping")
+def ping(msg: Message, context: Context) -> Message:
+    """An empty round trip: the server times Flower's own per-round cost."""
+    return _reply(msg, int(context.node_config["partition-id"]))
+
+
 @app.query("fedpriv")
 def answer(msg: Message, context: Context) -> Message:
     s, pid = _settings_and_pid(context)

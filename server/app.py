@@ -63,6 +63,7 @@ def main(grid: Grid, context: Context) -> None:
     X_train, _ = ds.xy("train")
     runtime = GridRuntime(grid, s, max_records=int(X_train.shape[0]))
     runtime.connect()
+    runtime.ping(s.ping_rounds)
     ledger = None
     if s.private:
         ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=s.epsilon, delta=s.delta))
@@ -75,6 +76,8 @@ def main(grid: Grid, context: Context) -> None:
     comm["client_errors"] = runtime.report.client_errors
     rounds = runtime.report.round_seconds
     comm["mean_round_seconds"] = float(np.mean(rounds)) if rounds else 0.0
+    empty = runtime.report.empty_round_seconds
+    comm["mean_empty_round_seconds"] = float(np.mean(empty)) if empty else None
     out = Path(s.out_dir) / str(context.run_id)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(s.to_run_config(), indent=1))

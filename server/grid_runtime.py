@@ -45,6 +45,7 @@ class GridReport:
     communication: Communication
     client_errors: int = 0
     round_seconds: list[float] = field(default_factory=list)
+    empty_round_seconds: list[float] = field(default_factory=list)
 
 
 def wait_for_nodes(grid: Grid, n: int, timeout: float) -> list[int]:
@@ -107,6 +108,18 @@ class GridRuntime:
         comm = self.report.communication
         comm.round_trips += 1
         comm.bytes_uploaded += 32
+
+    def ping(self, rounds: int) -> None:
+        """Time ``rounds`` empty round trips to every node: Flower's own cost per round."""
+        for i in range(rounds):
+            t0 = time.perf_counter()
+            content = {
+                n: RecordDict({"config": ConfigRecord({"i": i})}) for n in self.node_of.values()
+            }
+            replies, _ = _send(self.grid, "ping", content, self.settings.round_timeout)
+            if len(replies) != len(content):
+                raise RuntimeError(f"ping {i}: {len(replies)} of {len(content)} nodes answered")
+            self.report.empty_round_seconds.append(time.perf_counter() - t0)
 
     def run(self, strategy: Strategy, *, n_features: int, ledger: PrivacyLedger | None) -> Strategy:
         s, comm = self.settings, self.report.communication

@@ -34,11 +34,13 @@ class RunSettings:
     split_features: str = "columns"
     round_timeout: float = 300.0
     node_wait_timeout: float = 300.0
+    ping_rounds: int = 0  # empty rounds timed before training (a same-run baseline)
 
     def __post_init__(self) -> None:
         check_count("num_clients", self.num_clients)
         check_count("rounds", self.rounds)
         check_count("depth", self.depth)
+        check_count("ping_rounds", self.ping_rounds, minimum=0)
         check_positive("learning_rate", self.learning_rate)
         check_probability("sampling_rate", self.sampling_rate)
         check_probability("participation", self.participation)

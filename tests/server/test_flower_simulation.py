@@ -15,6 +15,7 @@ from server.estimators import DPBoostingClassifier
 from server.simulate import simulate
 
 SMALL = {"dataset": "heart", "num-clients": 4, "rounds": 3, "depth": 3, "epsilon": 2.0, "seed": 5}
+PINGS = 2  # empty rounds timed before training (the same-run Flower baseline)
 
 
 def _flower_processes() -> list[str]:
@@ -31,7 +32,9 @@ def _no_leftovers():
 
 
 def test_simulation_releases_the_in_process_model(tmp_path):
-    code, out = simulate({**SMALL, "out-dir": str(tmp_path)}, timeout=600, quiet=True)
+    code, out = simulate(
+        {**SMALL, "out-dir": str(tmp_path), "ping-rounds": PINGS}, timeout=600, quiet=True
+    )
     assert code == 0
     saved = np.load(out / "model.npz")
     ref = DPBoostingClassifier(n_rounds=3, depth=3, epsilon=2.0, seed=5).fit(load_heart())
@@ -45,6 +48,7 @@ def test_simulation_releases_the_in_process_model(tmp_path):
     comm = json.loads((out / "communication.json").read_text())
     assert comm["floats_uploaded_per_client"] == [3 * 16] * 4
     assert comm["round_trips"] == 1 + 3  # key exchange + one per round, no dropout
+    assert comm["mean_empty_round_seconds"] > 0  # the pings ran, outside the training rounds
     assert set(json.loads((out / "metrics.json").read_text())) >= {"auc", "auprc", "brier"}
 
 

@@ -1,0 +1,103 @@
+"""`flwr run` of the default job: wall time and per-round time against an empty Flower round.
+
+Runs the README's main job through ``server.simulate`` with ``ping-rounds``
+empty round trips timed by the same ServerApp before training (the same-run
+baseline), then times the clients' own work for the same rounds in process.
+Target: our round ≤ 1.2 × an empty Flower round + client compute.
+
+Usage::
+
+    python -m experiments.flower_benchmark [--set key=value ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+
+def client_compute_per_round(config: dict) -> float:
+    """Seconds all clients spend answering one round (sequential), measured in process."""
+    from clients.boosting import BoostingClient
+    from fedpriv.data import load_dataset
+    from fedpriv.federation.protocol import make_clients, poisson_sample
+    from fedpriv.federation.settings import RunSettings
+    from fedpriv.models.trees import column_balanced_weights
+    from strategies.boosting import BoostingConfig, DPBoostingStrategy
+
+    s = RunSettings.from_run_config(config)
+    ds = load_dataset(s.dataset, split_seed=s.split_seed)
+    X, y = ds.xy("train")
+    clients = make_clients(X, y, ds.client_partition(s.num_clients))
+    cfg = BoostingConfig(
+        n_rounds=s.rounds, depth=s.depth, epsilon=None, sampling_rate=s.sampling_rate
+    )
+    strategy = DPBoostingStrategy(
+        cfg, feature_weights=column_balanced_weights(ds.schema.column_widths)
+    )
+    strategy.begin(n_features=X.shape[1], ledger=None, rng=np.random.default_rng(0))
+    handler, states, rng, spent = (
+        BoostingClient(),
+        [{} for _ in clients],
+        np.random.default_rng(1),
+        0.0,
+    )
+    while (q := strategy.next_query()) is not None:
+        total = np.zeros(q.reply_length)
+        for c, st in zip(clients, states, strict=True):
+            sample = poisson_sample(c.n, q.sampling_rate, rng)
+            t0 = time.perf_counter()
+            total += handler.answer(q, c, sample, st)
+            spent += time.perf_counter() - t0
+        strategy.update(q, total)
+    return spent / s.rounds
+
+
+def main(argv: list[str] | None = None) -> int:
+    from server.simulate import _parse_set, default_config, simulate
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--ping-rounds", type=int, default=10)
+    args = ap.parse_args(argv)
+    overrides = {
+        **_parse_set(args.set),
+        "ping-rounds": args.ping_rounds,
+        "out-dir": tempfile.mkdtemp(prefix="fedpriv-flower-bench-"),
+    }
+    t0 = time.perf_counter()
+    code, out = simulate(overrides, quiet=True)
+    wall = time.perf_counter() - t0
+    if code != 0 or out is None:
+        print(f"simulation failed with exit code {code}")
+        return 1
+    comm = json.loads((out / "communication.json").read_text())
+    metrics = json.loads((out / "metrics.json").read_text())
+    config = {**default_config(), **overrides}
+    compute = client_compute_per_round(config)
+    ours, empty = comm["mean_round_seconds"], comm["mean_empty_round_seconds"]
+    budget = 1.2 * empty + compute
+    print(
+        f"job: {config['dataset']}, K={config['num-clients']}, T={config['rounds']}, "
+        f"ε={config['epsilon']}; AUC {metrics['auc']:.4f}"
+    )
+    print(f"wall time of the whole command      : {wall:6.1f} s")
+    print(f"mean fedpriv round                  : {ours * 1e3:6.1f} ms")
+    print(
+        f"mean empty Flower round (same run)  : {empty * 1e3:6.1f} ms  (ratio {ours / empty:.2f}x)"
+    )
+    print(f"client compute per round (in process): {compute * 1e3:6.1f} ms")
+    print(
+        f"target 1.2 x empty + compute        : {budget * 1e3:6.1f} ms -> "
+        f"{'met' if ours <= budget else 'NOT met'}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
