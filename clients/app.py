@@ -68,7 +68,8 @@ def _reply(msg: Message, pid: int, **records) -> Message:
 
 @app.query("keys")
 def keys(msg: Message, context: Context) -> Message:
-    _, pid = _settings_and_pid(context)
+    s, pid = _settings_and_pid(context)
+    _client_data(s.dataset, s.split_seed, s.num_clients, pid)  # load now, not in round 1
     client = SecAggClient(client_id=pid)
     _save_secagg(context, client)
     content = RecordDict(
@@ -100,7 +101,10 @@ def answer(msg: Message, context: Context) -> Message:
         state = state_from_wire(
             {k: saved_arrays[k].numpy() for k in saved_arrays.keys()}, dict(saved_scalars)
         )
-    vec = HANDLERS[query.method].answer(query, data, sample, state)
+    handler = HANDLERS[query.method]
+    vec = handler.answer(query, data, sample, state)
+    for key in getattr(handler, "cache_keys", ()):
+        state.pop(key, None)
     st_arrays, st_scalars = state_to_wire(state)
     context.state["handler-arrays"] = ArrayRecord({k: Array(v) for k, v in st_arrays.items()})
     context.state["handler-scalars"] = ConfigRecord(st_scalars)

@@ -23,6 +23,9 @@ class BoostingClient:
     """Client handler for :class:`strategies.boosting.DPBoostingStrategy`."""
 
     method = "boosting"
+    #: State entries that only save work; a runtime that serialises the state
+    #: every round (Flower) drops them, as shipping them costs more than recomputing.
+    cache_keys = ("leaf_all", "leaf_tree")
 
     def answer(
         self, query: Query, data: ClientData, sample: np.ndarray, state: dict[str, Any]
@@ -35,8 +38,9 @@ class BoostingClient:
             margins, applied = np.full(data.n, base), 0
         margins = _apply_released(state, margins, applied, t, feature, threshold, values, data.XT)
         tree = RandomTree(feature[t], threshold[t])
-        # Route every row once: the sample's leaves now, everyone's margin next round.
-        leaf_all = route_columns(tree, data.XT)
+        # Route every row once: the sample's leaves now, everyone's margin next round
+        # (kept in the smallest integer type: runtimes may serialise the state).
+        leaf_all = route_columns(tree, data.XT).astype(np.min_scalar_type(tree.n_leaves - 1))
         state.update(margins=margins, applied=t, base=base, leaf_all=leaf_all, leaf_tree=t)
         g, h = logistic_grad_hess(margins[sample], data.y[sample])
         return leaf_statistics(leaf_all[sample], g, h, tree.n_leaves)

@@ -87,7 +87,10 @@ def main(argv: list[str] | None = None) -> int:
         f"ε={config['epsilon']}; AUC {metrics['auc']:.4f}"
     )
     print(f"wall time of the whole command      : {wall:6.1f} s")
-    print(f"mean fedpriv round                  : {ours * 1e3:6.1f} ms")
+    print(
+        f"mean fedpriv round                  : {ours * 1e3:6.1f} ms "
+        f"(median {comm['median_round_seconds'] * 1e3:.1f} ms)"
+    )
     print(
         f"mean empty Flower round (same run)  : {empty * 1e3:6.1f} ms  (ratio {ours / empty:.2f}x)"
     )

@@ -76,6 +76,7 @@ def main(grid: Grid, context: Context) -> None:
     comm["client_errors"] = runtime.report.client_errors
     rounds = runtime.report.round_seconds
     comm["mean_round_seconds"] = float(np.mean(rounds)) if rounds else 0.0
+    comm["median_round_seconds"] = float(np.median(rounds)) if rounds else 0.0
     empty = runtime.report.empty_round_seconds
     comm["mean_empty_round_seconds"] = float(np.mean(empty)) if empty else None
     out = Path(s.out_dir) / str(context.run_id)
