@@ -38,9 +38,8 @@ class BoostingClient:
             margins, applied = np.full(data.n, base), 0
         margins = _apply_released(state, margins, applied, t, feature, threshold, values, data.XT)
         tree = RandomTree(feature[t], threshold[t])
-        # Route every row once: the sample's leaves now, everyone's margin next round
-        # (kept in the smallest integer type: runtimes may serialise the state).
-        leaf_all = route_columns(tree, data.XT).astype(np.min_scalar_type(tree.n_leaves - 1))
+        # Route every row once: the sample's leaves now, everyone's margin next round.
+        leaf_all = route_columns(tree, data.XT)
         state.update(margins=margins, applied=t, base=base, leaf_all=leaf_all, leaf_tree=t)
         g, h = logistic_grad_hess(margins[sample], data.y[sample])
         return leaf_statistics(leaf_all[sample], g, h, tree.n_leaves)
