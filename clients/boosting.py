@@ -30,17 +30,7 @@ class BoostingClient:
     def answer(
         self, query: Query, data: ClientData, sample: np.ndarray, state: dict[str, Any]
     ) -> np.ndarray:
-        feature, threshold = query.arrays["feature"], query.arrays["threshold"]
-        values, base = query.arrays["leaf_values"], float(query.arrays["base"][0])
-        t = values.shape[0]  # trees already released
-        margins, applied = state.get("margins"), state.get("applied", 0)
-        if margins is None or state.get("base") != base or applied > t:
-            margins, applied = np.full(data.n, base), 0
-        margins = _apply_released(state, margins, applied, t, feature, threshold, values, data.XT)
-        tree = RandomTree(feature[t], threshold[t])
-        # Route every row once: the sample's leaves now, everyone's margin next round.
-        leaf_all = route_columns(tree, data.XT)
-        state.update(margins=margins, applied=t, base=base, leaf_all=leaf_all, leaf_tree=t)
+        margins, leaf_all, tree = _advance(query, state, data.XT)
         g, h = logistic_grad_hess(margins[sample], data.y[sample])
         return leaf_statistics(leaf_all[sample], g, h, tree.n_leaves)
 
@@ -58,9 +48,6 @@ class BoostingClient:
         accumulated in the same order as in :meth:`answer`, so the floats agree
         exactly.
         """
-        feature, threshold = query.arrays["feature"], query.arrays["threshold"]
-        values, base = query.arrays["leaf_values"], float(query.arrays["base"][0])
-        t = values.shape[0]
         ids = tuple(d.client_id for d in datas)
         if state.get("ids") != ids:
             sizes = np.array([d.n for d in datas])
@@ -71,14 +58,8 @@ class BoostingClient:
                 y=np.concatenate([d.y for d in datas]),
                 offsets=np.concatenate([[0], np.cumsum(sizes)[:-1]]),
             )
-        XT, y = state["XT"], state["y"]
-        margins, applied = state.get("margins"), state.get("applied", 0)
-        if margins is None or state.get("base") != base or applied > t:
-            margins, applied = np.full(y.size, base), 0
-        margins = _apply_released(state, margins, applied, t, feature, threshold, values, XT)
-        tree = RandomTree(feature[t], threshold[t])
-        leaf_all = route_columns(tree, XT)
-        state.update(margins=margins, applied=t, base=base, leaf_all=leaf_all, leaf_tree=t)
+        y = state["y"]
+        margins, leaf_all, tree = _advance(query, state, state["XT"])
         rows = np.concatenate([s + o for s, o in zip(samples, state["offsets"], strict=True)])
         owner = np.repeat(np.arange(len(datas)), [s.size for s in samples])
         leaf = leaf_all[rows]
@@ -90,16 +71,30 @@ class BoostingClient:
         return np.hstack([sum_g, sum_h])
 
 
-def _apply_released(state, margins, applied, t, feature, threshold, values, XT) -> np.ndarray:
-    """Add the leaf values of trees ``applied..t-1`` to every row's logit.
+def _advance(
+    query: Query, state: dict[str, Any], XT: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, RandomTree]:
+    """Bring every row's logit up to the released trees, then route every row once.
 
-    The last tree's leaves were computed when its statistics were asked for
-    (``leaf_all``), so the common case re-routes nothing.
+    Returns the logits, each row's leaf in the query's new tree (the sample's
+    leaves now, everyone's margin update next round) and that tree. An empty
+    or stale ``state`` is rebuilt from the public query.
     """
+    feature, threshold = query.arrays["feature"], query.arrays["threshold"]
+    values, base = query.arrays["leaf_values"], float(query.arrays["base"][0])
+    t = values.shape[0]  # trees already released
+    margins, applied = state.get("margins"), state.get("applied", 0)
+    if margins is None or state.get("base") != base or applied > t:
+        margins, applied = np.full(XT.shape[1], base), 0
     for k in range(applied, t):
+        # The last tree's leaves were computed when its statistics were asked
+        # for, so the common case re-routes nothing.
         if state.get("leaf_tree") == k and state.get("leaf_all") is not None:
             leaf = state["leaf_all"]
         else:
             leaf = route_columns(RandomTree(feature[k], threshold[k]), XT)
         margins += values[k][leaf]
-    return margins
+    tree = RandomTree(feature[t], threshold[t])
+    leaf_all = route_columns(tree, XT)
+    state.update(margins=margins, applied=t, base=base, leaf_all=leaf_all, leaf_tree=t)
+    return margins, leaf_all, tree

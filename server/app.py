@@ -20,10 +20,9 @@ from flwr.serverapp import Grid, ServerApp
 from fedpriv.data import load_dataset
 from fedpriv.evaluation import binary_metrics
 from fedpriv.federation.settings import RunSettings
-from fedpriv.models.trees import column_balanced_weights
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
 from server.grid_runtime import GridRuntime
-from strategies.boosting import BoostingConfig, DPBoostingStrategy
+from strategies.boosting import BoostingConfig, DPBoostingStrategy, split_feature_weights
 
 app = ServerApp()
 
@@ -37,9 +36,7 @@ def build_strategy(s: RunSettings, schema) -> DPBoostingStrategy:
         epsilon=s.epsilon if s.private else None,
         delta=s.delta,
     )
-    weights = (
-        column_balanced_weights(schema.column_widths) if s.split_features == "columns" else None
-    )
+    weights = split_feature_weights(s.split_features, schema.column_widths)
     return DPBoostingStrategy(config, feature_weights=weights)
 
 

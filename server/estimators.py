@@ -8,6 +8,7 @@ the released model, the privacy report and the communication figures.
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any
 
@@ -17,10 +18,9 @@ from clients.boosting import BoostingClient
 from fedpriv.data import TabularDataset, iid
 from fedpriv.federation.protocol import make_clients
 from fedpriv.federation.runtime import InProcessRuntime
-from fedpriv.models.trees import column_balanced_weights
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
 from fedpriv.seeding import derive_generator
-from strategies.boosting import BoostingConfig, DPBoostingStrategy
+from strategies.boosting import BoostingConfig, DPBoostingStrategy, split_feature_weights
 
 
 def federated_training_data(
@@ -98,23 +98,9 @@ class DPBoostingClassifier:
         self.seed = seed
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
-        return {
-            k: getattr(self, k)
-            for k in (
-                "n_rounds",
-                "depth",
-                "learning_rate",
-                "sampling_rate",
-                "reg_lambda",
-                "epsilon",
-                "delta",
-                "participation",
-                "n_clients",
-                "secure_aggregation",
-                "split_features",
-                "seed",
-            )
-        }
+        # The constructor's keyword arguments are the parameters (scikit-learn rule).
+        names = inspect.signature(type(self).__init__).parameters
+        return {k: getattr(self, k) for k in names if k != "self"}
 
     def set_params(self, **params: Any) -> DPBoostingClassifier:
         for k, v in params.items():
@@ -155,13 +141,8 @@ class DPBoostingClassifier:
             participation=self.participation,
             secure_aggregation=self.secure_aggregation,
         )
-        weights = None
-        if self.split_features == "columns" and isinstance(data, TabularDataset):
-            weights = column_balanced_weights(data.schema.column_widths)
-        elif self.split_features not in ("columns", "uniform"):
-            raise ValueError(
-                f"split_features must be 'columns' or 'uniform'; got {self.split_features!r}"
-            )
+        widths = data.schema.column_widths if isinstance(data, TabularDataset) else None
+        weights = split_feature_weights(self.split_features, widths)
         strategy = runtime.run(DPBoostingStrategy(config, feature_weights=weights), ledger=ledger)
         self.model_ = strategy.model()
         self.noise_multiplier_ = strategy.noise_multiplier_

@@ -28,7 +28,13 @@ import numpy as np
 from dp_accounting import dp_event
 
 from fedpriv.federation.protocol import Query
-from fedpriv.models.trees import RandomTree, TreeEnsemble, newton_leaf_values, sample_tree
+from fedpriv.models.trees import (
+    RandomTree,
+    TreeEnsemble,
+    column_balanced_weights,
+    newton_leaf_values,
+    sample_tree,
+)
 from fedpriv.privacy import GaussianMechanism, calibrate_gaussian_noise_multiplier
 from fedpriv.privacy._validation import (
     check_count,
@@ -42,6 +48,23 @@ METHOD = "boosting"
 GRAD_BOUND = 1.0  # |g| = |p − y| ≤ 1
 HESS_BOUND = 0.25  # h = p(1 − p) ≤ 1/4
 L2_SENSITIVITY = math.sqrt(GRAD_BOUND**2 + HESS_BOUND**2)
+
+
+SPLIT_FEATURES = ("columns", "uniform")
+
+
+def split_feature_weights(mode: str, column_widths: tuple[int, ...] | None) -> np.ndarray | None:
+    """Public split-feature probabilities for ``mode``.
+
+    ``"columns"``: each schema column equally likely, shared by its one-hot
+    levels (needs the schema's column widths; without a schema, uniform).
+    ``"uniform"``: each encoded feature equally likely.
+    """
+    if mode not in SPLIT_FEATURES:
+        raise ValueError(f"split_features must be one of {list(SPLIT_FEATURES)}; got {mode!r}")
+    if mode == "columns" and column_widths is not None:
+        return column_balanced_weights(column_widths)
+    return None
 
 
 @dataclass(frozen=True, kw_only=True)

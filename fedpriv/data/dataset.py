@@ -24,6 +24,7 @@ from fedpriv.data.partition import Partition, dirichlet, iid, natural
 from fedpriv.data.schema import Schema
 from fedpriv.data.split import Split
 from fedpriv.privacy.cache import cache_dir
+from fedpriv.seeding import derive_generator
 
 _PARTS = ("train", "val", "test")
 
@@ -115,8 +116,6 @@ class TabularDataset:
         """
         if self.clients is not None:
             return self.natural_partition(part)
-        from fedpriv.seeding import derive_generator  # local: keeps the module light
-
         kind = "iid" if alpha is None else f"dirichlet-{alpha!r}"
         rng = derive_generator(self.split.seed or 0, "partition", kind, part)
         if alpha is None:

@@ -46,6 +46,10 @@ class RunSettings:
         check_probability("participation", self.participation)
         if self.epsilon < 0:
             raise ValueError(f"epsilon must lie in [0, inf) (0 = non-private); got {self.epsilon}")
+        if self.split_features not in ("columns", "uniform"):
+            raise ValueError(
+                f"split_features must be 'columns' or 'uniform'; got {self.split_features!r}"
+            )
         if self.method != "boosting":
             raise ValueError(f"method must be one of ['boosting']; got {self.method!r}")
 

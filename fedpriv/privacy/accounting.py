@@ -113,13 +113,15 @@ def _rdp_leaf(event: dp_event.DpEvent) -> dp_event.DpEvent:
     return event
 
 
-_RDP_CACHE = JsonCache("rdp_epsilon", version=_ACCOUNTING_VERSION)
+# RDP costs tens of milliseconds: worth remembering within a run (ledger checks
+# and reports repeat it), not worth a disk write per progress line.
+_RDP_CACHE = JsonCache("rdp_epsilon", version=_ACCOUNTING_VERSION, persist=False)
 
 
 def rdp_epsilon(groups: Sequence[Group], delta: float) -> float:
     """ε at ``delta`` from dp-accounting's RDP accountant (translated events).
 
-    Memoised in memory and on disk by the exact multiset and δ.
+    Memoised in memory by the exact multiset and δ.
     """
     if not groups:
         return 0.0

@@ -41,14 +41,16 @@ def cache_dir() -> Path | None:
 class JsonCache:
     """Memory + JSON-file cache for one namespace (e.g. ``"calibration"``)."""
 
-    def __init__(self, namespace: str, *, version: str) -> None:
+    def __init__(self, namespace: str, *, version: str, persist: bool = True) -> None:
+        """``persist=False`` keeps the namespace in memory only (cheap results)."""
         self._namespace = namespace
+        self._persist = persist
         self._prefix = f"{version}|dp-accounting={DP_ACCOUNTING_VERSION}|"
         self._memory: dict[str, Any] = {}
         self._loaded_from: Path | None = None
 
     def _path(self) -> Path | None:
-        d = cache_dir()
+        d = cache_dir() if self._persist else None
         return None if d is None else d / f"{self._namespace}.json"
 
     def _load(self, path: Path) -> dict[str, Any]:
