@@ -9,6 +9,7 @@ same (seed, client, round), and replies with its masked vector only.
 
 from __future__ import annotations
 
+import time
 from functools import lru_cache
 
 import numpy as np
@@ -21,6 +22,7 @@ from fedpriv.federation.protocol import ClientData, poisson_sample
 from fedpriv.federation.secagg import FixedPointCodec, SecAggClient
 from fedpriv.federation.settings import RunSettings
 from fedpriv.federation.wire import query_from_wire, state_from_wire, state_to_wire
+from fedpriv.models import _kernels
 from fedpriv.seeding import StreamFamily
 
 app = ClientApp()
@@ -61,15 +63,19 @@ def _save_secagg(context: Context, client: SecAggClient) -> None:
     context.state["secagg"] = ConfigRecord({"sk": sk, "book": book})
 
 
-def _reply(msg: Message, pid: int, **records) -> Message:
-    content = RecordDict({"meta": ConfigRecord({"partition-id": pid}), **records})
-    return Message(content, reply_to=msg)
+def _reply(msg: Message, pid: int, seconds: float = 0.0, **records) -> Message:
+    # ``seconds``: time spent in the handler, so the server can tell Flower's
+    # per-round overhead from the client's own work.
+    meta = ConfigRecord({"partition-id": pid, "seconds": float(seconds)})
+    return Message(RecordDict({"meta": meta, **records}), reply_to=msg)
 
 
 @app.query("keys")
 def keys(msg: Message, context: Context) -> Message:
     s, pid = _settings_and_pid(context)
-    _client_data(s.dataset, s.split_seed, s.num_clients, pid)  # load now, not in round 1
+    # Load the rows and the compiled kernels now, not in round 1.
+    _client_data(s.dataset, s.split_seed, s.num_clients, pid)
+    _kernels.warm_up()
     client = SecAggClient(client_id=pid)
     _save_secagg(context, client)
     content = RecordDict(
@@ -86,6 +92,7 @@ def ping(msg: Message, context: Context) -> Message:
 
 @app.query("fedpriv")
 def answer(msg: Message, context: Context) -> Message:
+    t0 = time.perf_counter()
     s, pid = _settings_and_pid(context)
     cfg = msg.content["config"]
     arrays = {k: msg.content["query"][k].numpy() for k in msg.content["query"].keys()}
@@ -118,7 +125,7 @@ def answer(msg: Message, context: Context) -> Message:
     client = _secagg(context, pid, list(cfg["public-keys"]), participants)
     masked = client.mask(vec, round_id=query.round, participants=participants, codec=codec)
     _save_secagg(context, client)
-    return _reply(msg, pid, reply=ArrayRecord({"masked": Array(masked)}))
+    return _reply(msg, pid, time.perf_counter() - t0, reply=ArrayRecord({"masked": Array(masked)}))
 
 
 @app.query("reveal")

@@ -6,6 +6,11 @@ and returns per-leaf (Σg, Σh) with g = p − y and h = p(1 − p) ∈ [0, 0.25
 (benchmark paper §3.4). It keeps its rows' current logits in the runtime's
 per-client state and updates them with the trees released since its last
 round; with an empty state it rebuilds them from the query.
+
+The work is one compiled pass over the rows per round
+(:mod:`fedpriv.models._kernels`): add the last tree's released leaf value to
+each row's logit, route the row through the new tree, then accumulate the
+sampled rows' gradients and hessians.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from fedpriv.federation.protocol import ClientData, Query
-from fedpriv.models.trees import RandomTree, leaf_statistics, logistic_grad_hess, route_columns
+from fedpriv.models import _kernels
+from fedpriv.models.trees import RandomTree, check_leaf_values, check_routable
 
 
 class BoostingClient:
@@ -25,14 +31,14 @@ class BoostingClient:
     method = "boosting"
     #: State entries that only save work; a runtime that serialises the state
     #: every round (Flower) drops them, as shipping them costs more than recomputing.
-    cache_keys = ("leaf_all", "leaf_tree")
+    cache_keys = ("leaf", "leaf_tree")
 
     def answer(
         self, query: Query, data: ClientData, sample: np.ndarray, state: dict[str, Any]
     ) -> np.ndarray:
-        margins, leaf_all, tree = _advance(query, state, data.XT)
-        g, h = logistic_grad_hess(margins[sample], data.y[sample])
-        return leaf_statistics(leaf_all[sample], g, h, tree.n_leaves)
+        margins, leaf, tree = _advance(query, state, data.X)
+        rows = np.asarray(sample, dtype=np.int64)
+        return _leaf_sums(margins, data.y, leaf, [rows], np.zeros(1, np.int64), [data.n], tree)[0]
 
     def answer_many(
         self,
@@ -43,9 +49,9 @@ class BoostingClient:
     ) -> np.ndarray:
         """All clients' replies at once (rows of the result), bit-identical to :meth:`answer`.
 
-        The in-process runtime's fast path: one routing pass over every
-        client's rows instead of one per client. Each client's sums are
-        accumulated in the same order as in :meth:`answer`, so the floats agree
+        The in-process runtime's fast path: one pass over every client's rows
+        instead of one per client. Each client's sums are accumulated over its
+        own sample in the same order as in :meth:`answer`, so the floats agree
         exactly.
         """
         ids = tuple(d.client_id for d in datas)
@@ -54,47 +60,76 @@ class BoostingClient:
             state.clear()
             state.update(
                 ids=ids,
-                XT=np.concatenate([d.XT for d in datas], axis=1),
+                X=np.concatenate([d.X for d in datas]),
                 y=np.concatenate([d.y for d in datas]),
                 offsets=np.concatenate([[0], np.cumsum(sizes)[:-1]]),
             )
-        y = state["y"]
-        margins, leaf_all, tree = _advance(query, state, state["XT"])
-        rows = np.concatenate([s + o for s, o in zip(samples, state["offsets"], strict=True)])
-        owner = np.repeat(np.arange(len(datas)), [s.size for s in samples])
-        leaf = leaf_all[rows]
-        g, h = logistic_grad_hess(margins[rows], y[rows])
-        cell = owner * tree.n_leaves + leaf
-        size = len(datas) * tree.n_leaves
-        sum_g = np.bincount(cell, weights=g, minlength=size).reshape(len(datas), -1)
-        sum_h = np.bincount(cell, weights=h, minlength=size).reshape(len(datas), -1)
-        return np.hstack([sum_g, sum_h])
+        margins, leaf, tree = _advance(query, state, state["X"])
+        sizes = [d.n for d in datas]
+        return _leaf_sums(margins, state["y"], leaf, samples, state["offsets"], sizes, tree)
+
+
+def _leaf_sums(
+    margins: np.ndarray,
+    y: np.ndarray,
+    leaf: np.ndarray,
+    samples: Sequence[np.ndarray],
+    offsets: np.ndarray,
+    sizes: Sequence[int],
+    tree: RandomTree,
+) -> np.ndarray:
+    """Each client's ``[Σg | Σh]`` row from its sample (local indices) of its block of rows."""
+    rows = np.concatenate(samples).astype(np.int64, copy=False)
+    if rows.ndim != 1:
+        raise ValueError(f"samples must be 1-D arrays of row indices; got shape {rows.shape}")
+    starts = np.cumsum([0, *(s.size for s in samples)])
+    out = np.zeros((len(samples), 2 * tree.n_leaves))
+    if not _kernels.logistic_leaf_sums(
+        margins, y, leaf, rows, starts, offsets, np.asarray(sizes, dtype=np.int64), out
+    ):
+        raise ValueError(f"sample holds a row index outside its client's rows (sizes {sizes})")
+    return out
 
 
 def _advance(
-    query: Query, state: dict[str, Any], XT: np.ndarray
+    query: Query, state: dict[str, Any], X: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, RandomTree]:
-    """Bring every row's logit up to the released trees, then route every row once.
+    """Bring every row's logit up to the released trees and route every row once.
 
     Returns the logits, each row's leaf in the query's new tree (the sample's
-    leaves now, everyone's margin update next round) and that tree. An empty
+    leaves now, everyone's logit update next round) and that tree. An empty
     or stale ``state`` is rebuilt from the public query.
     """
     feature, threshold = query.arrays["feature"], query.arrays["threshold"]
     values, base = query.arrays["leaf_values"], float(query.arrays["base"][0])
-    t = values.shape[0]  # trees already released
+    t = values.shape[0]  # trees already released; tree t is the one to fill
+    if feature.shape[0] != t + 1 or threshold.shape != feature.shape:
+        raise ValueError(
+            f"query holds {feature.shape[0]} tree structures for {t} released trees; "
+            f"expected {t + 1}"
+        )
+    tree = RandomTree(feature[t], threshold[t])
+    check_routable(tree, X.shape[1])
     margins, applied = state.get("margins"), state.get("applied", 0)
     if margins is None or state.get("base") != base or applied > t:
-        margins, applied = np.full(XT.shape[1], base), 0
+        margins, applied = np.full(X.shape[0], base), 0
+        state.pop("leaf_tree", None)
+    elif not margins.flags.writeable:  # deserialised state may be read-only
+        margins = margins.copy()
+    leaf = state.get("leaf") if state.get("leaf_tree") == t - 1 == applied else None
     for k in range(applied, t):
-        # The last tree's leaves were computed when its statistics were asked
-        # for, so the common case re-routes nothing.
-        if state.get("leaf_tree") == k and state.get("leaf_all") is not None:
-            leaf = state["leaf_all"]
-        else:
-            leaf = route_columns(RandomTree(feature[k], threshold[k]), XT)
-        margins += values[k][leaf]
-    tree = RandomTree(feature[t], threshold[t])
-    leaf_all = route_columns(tree, XT)
-    state.update(margins=margins, applied=t, base=base, leaf_all=leaf_all, leaf_tree=t)
-    return margins, leaf_all, tree
+        released = RandomTree(feature[k], threshold[k])
+        vals = check_leaf_values(values[k], released)
+        if leaf is not None:
+            # Common case: only the last tree is new and its leaves are known
+            # from last round, so one pass settles it and routes the new tree.
+            _kernels.settle_and_route(X, leaf, vals, *tree.kernel_args, margins)
+            break
+        check_routable(released, X.shape[1])
+        scratch = np.empty(X.shape[0], dtype=np.uint64)
+        _kernels.add_tree(X, *released.kernel_args, vals, margins, scratch)
+    else:
+        leaf = np.empty(X.shape[0], dtype=np.uint64)
+        _kernels.route_rows(X, *tree.kernel_args, leaf)
+    state.update(margins=margins, applied=t, base=base, leaf=leaf, leaf_tree=t)
+    return margins, leaf, tree

@@ -1,7 +1,8 @@
 """DP federated boosting: speed against scikit-learn, utility against the papers.
 
-``--speed``   in-process fit of T = 75, depth 5 on the synthetic task (4,800 rows,
-              80/20 split, K = 5 Dirichlet(0.5) clients), with and without the
+``--speed``   in-process fit of T = 75, depth 5 on the synthetic task (all 4,800
+              rows, K = 5 Dirichlet(0.5) clients), in ``--processes`` fresh
+              interpreters (default 5), with and without the
               secure-aggregation shim, client work per 1,000 records per round,
               and a same-run ratio against scikit-learn's
               ``HistGradientBoostingClassifier(max_iter=75, max_depth=5)``.
@@ -41,19 +42,24 @@ def _auc(clf, X, y) -> float:
     return float(roc_auc_score(y, clf.predict_proba(X)[:, 1]))
 
 
-def speed(repeats: int = 7) -> None:
+def speed_once(repeats: int = 7) -> dict[str, float]:
+    """One process's best-of-``repeats`` timings, in seconds (client work in ms/1k/round)."""
     from sklearn.ensemble import HistGradientBoostingClassifier
 
     from clients.boosting import BoostingClient
     from fedpriv.data import load_synthetic
+    from fedpriv.data.partition import dirichlet
     from fedpriv.federation.protocol import make_clients
     from fedpriv.federation.runtime import InProcessRuntime
     from fedpriv.privacy import PrivacyBudget, PrivacyLedger, calibrate_gaussian_noise_multiplier
+    from fedpriv.seeding import derive_generator
     from strategies.boosting import BoostingConfig, DPBoostingStrategy
 
     ds = load_synthetic()
-    X, y = ds.xy("train")
-    clients = make_clients(X, y, ds.client_partition(5, alpha=0.5))
+    X, y = ds.X, ds.y  # the TARGETS.md task: all 4,800 rows
+    clients = make_clients(
+        X, y, dirichlet(y, n_clients=5, alpha=0.5, rng=derive_generator(0, "speed-partition"))
+    )
     cfg = BoostingConfig(n_rounds=75, depth=5, epsilon=2.0, sampling_rate=0.05)
     calibrate_gaussian_noise_multiplier(  # warm the cache: calibration is reported separately
         target_epsilon=2.0, target_delta=1e-5, sampling_probability=0.05, steps=75
@@ -80,30 +86,70 @@ def speed(repeats: int = 7) -> None:
         )
     )
 
-    # Client work: the handler's answer_many for all clients, per 1,000 records per round.
-    handler, state, records, spent = BoostingClient(), {}, sum(c.n for c in clients), 0.0
-    strategy = DPBoostingStrategy(BoostingConfig(n_rounds=75, depth=5, epsilon=None))
-    strategy.begin(n_features=X.shape[1], ledger=None, rng=np.random.default_rng(0))
-    rng = np.random.default_rng(1)
-    while (q := strategy.next_query()) is not None:
-        samples = [np.flatnonzero(rng.random(c.n) < 0.05) for c in clients]
-        t0 = time.perf_counter()
-        replies = handler.answer_many(q, clients, samples, state)
-        spent += time.perf_counter() - t0
-        strategy.update(q, replies.sum(axis=0))
-    per_1000 = spent / 75 / records * 1000 * 1e3
-    print(f"synthetic {X.shape[0]} train rows, K=5, T=75, depth 5, ε=2 (best of {repeats})")
-    print(
-        f"  fedpriv in-process, secure aggregation : {t_secure * 1e3:7.1f} ms "
-        f"({t_sklearn / t_secure:4.1f}x faster than sklearn)"
-    )
-    print(
-        f"  fedpriv in-process, plain sums         : {t_plain * 1e3:7.1f} ms "
-        f"({t_sklearn / t_plain:4.1f}x faster than sklearn)"
-    )
-    print(f"  sklearn HistGradientBoosting, 75 iters : {t_sklearn * 1e3:7.1f} ms")
-    print(f"  client work: {per_1000:.4f} ms per 1,000 records per round (target <= 0.03)")
-    print("  targets: fit <= 25 ms; paper 0.24 s; simple vectorised numpy 52 ms")
+    # Client work: the handler's answer_many for all clients, per 1,000 records
+    # per round; the best of ``repeats`` whole 75-round passes (fresh state each).
+    records = sum(c.n for c in clients)
+
+    def client_pass() -> float:
+        handler, state, spent = BoostingClient(), {}, 0.0
+        strategy = DPBoostingStrategy(BoostingConfig(n_rounds=75, depth=5, epsilon=None))
+        strategy.begin(n_features=X.shape[1], ledger=None, rng=np.random.default_rng(0))
+        rng = np.random.default_rng(1)
+        while (q := strategy.next_query()) is not None:
+            samples = [np.flatnonzero(rng.random(c.n) < 0.05) for c in clients]
+            t0 = time.perf_counter()
+            replies = handler.answer_many(q, clients, samples, state)
+            spent += time.perf_counter() - t0
+            strategy.update(q, replies.sum(axis=0))
+        return spent
+
+    spent = best(client_pass)
+    return {
+        "secure": t_secure,
+        "plain": t_plain,
+        "sklearn": t_sklearn,
+        "client_ms_per_1000": spent / 75 / records * 1000 * 1e3,
+    }
+
+
+def speed(processes: int = 5) -> None:
+    """:func:`speed_once` in ``processes`` fresh interpreters, one after the other.
+
+    On the shared VMs this runs on, a whole process is sometimes ~1.8x slower
+    than the next one (every part alike, sklearn included), so one process's
+    best-of-N is not enough: each process's figures and ratios are printed,
+    then the best and the median over processes.
+    """
+    import json
+    import subprocess
+
+    rows = []
+    for _ in range(processes):
+        out = subprocess.run(
+            [sys.executable, "-m", "experiments.boosting_benchmark", "--speed-once"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        rows.append(json.loads(out.strip().splitlines()[-1]))
+    print("synthetic 4,800 rows, K=5 Dirichlet(0.5), T=75, depth 5, ε=2; best of 7 per process")
+    print("  process  secure-agg fit  plain-sums fit  sklearn HGB(75)  client ms/1k rec/round")
+    for k, r in enumerate(rows):
+        print(
+            f"  {k:>7}  {r['secure'] * 1e3:8.1f} ms {r['sklearn'] / r['secure']:4.1f}x"
+            f"  {r['plain'] * 1e3:7.1f} ms {r['sklearn'] / r['plain']:4.1f}x"
+            f"  {r['sklearn'] * 1e3:11.1f} ms  {r['client_ms_per_1000']:18.4f}"
+        )
+    for label, pick in (("best", min), ("median", statistics.median)):
+        print(
+            f"  {label:>7}  {pick(r['secure'] for r in rows) * 1e3:8.1f} ms"
+            f"        {pick(r['plain'] for r in rows) * 1e3:7.1f} ms"
+            f"       {pick(r['sklearn'] for r in rows) * 1e3:11.1f} ms"
+            f"  {pick(r['client_ms_per_1000'] for r in rows):18.4f}"
+        )
+    print("  (Nx = sklearn time / ours, same process)")
+    print("  targets: fit <= 25 ms (paper 0.24 s; simple vectorised numpy 52 ms);")
+    print("           client work <= 0.03 ms per 1,000 records per round")
 
 
 def _timed(f) -> float:
@@ -167,13 +213,20 @@ def utility(seeds: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--speed", action="store_true")
+    ap.add_argument("--speed-once", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--processes", type=int, default=5)
     ap.add_argument("--utility", action="store_true")
     ap.add_argument("--seeds", type=int, default=5)
     args = ap.parse_args(argv)
+    if args.speed_once:
+        import json
+
+        print(json.dumps(speed_once()))
+        return 0
     if not (args.speed or args.utility):
         args.speed = True
     if args.speed:
-        speed()
+        speed(args.processes)
     if args.utility:
         utility(args.seeds)
     return 0

@@ -60,11 +60,18 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    ap.add_argument("--ping-rounds", type=int, default=10)
+    ap.add_argument(
+        "--ping-rounds",
+        type=int,
+        default=None,
+        help="empty rounds timed first (default: as many as training rounds, since both "
+        "are quantised by Flower's 0.1 s reply polling)",
+    )
     args = ap.parse_args(argv)
+    job = {**default_config(), **_parse_set(args.set)}
     overrides = {
         **_parse_set(args.set),
-        "ping-rounds": args.ping_rounds,
+        "ping-rounds": args.ping_rounds if args.ping_rounds is not None else int(job["rounds"]),
         "out-dir": tempfile.mkdtemp(prefix="fedpriv-flower-bench-"),
     }
     t0 = time.perf_counter()
@@ -90,6 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"mean empty Flower round (same run)  : {empty * 1e3:6.1f} ms  (ratio {ours / empty:.2f}x)"
+    )
+    per_round = np.array(comm["round_seconds"])
+    slow = np.flatnonzero(per_round > 1.5 * empty)
+    print(
+        f"rounds over 1.5 x empty             : {slow.size} of {per_round.size} "
+        f"(rounds {', '.join(str(i + 1) for i in slow[:12])}{' ...' if slow.size > 12 else ''})"
     )
     print(f"client compute per round (in process): {compute * 1e3:6.1f} ms")
     print(

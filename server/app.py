@@ -2,7 +2,8 @@
 
 Reads the run config (``[tool.flwr.app.config]``), loads the public parts it
 needs (schema, test split for metrics, a public bound on records per client),
-runs the strategy through :class:`server.grid_runtime.GridRuntime`, and writes
+runs the strategy as a Flower strategy (:class:`server.flower_strategy.FlowerStrategy`,
+``strategy.start(grid=...)``), and writes
 the resolved config, the privacy report, the metrics, the communication
 figures and the released model under ``<out-dir>/<run id>/``.
 """
@@ -14,14 +15,14 @@ import time
 from pathlib import Path
 
 import numpy as np
-from flwr.app import Context
+from flwr.app import ArrayRecord, Context
 from flwr.serverapp import Grid, ServerApp
 
 from fedpriv.data import load_dataset
 from fedpriv.evaluation import binary_metrics
 from fedpriv.federation.settings import RunSettings
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
-from server.grid_runtime import GridRuntime
+from server.flower_strategy import FlowerStrategy
 from strategies.boosting import BoostingConfig, DPBoostingStrategy, split_feature_weights
 
 app = ServerApp()
@@ -41,13 +42,7 @@ def build_strategy(s: RunSettings, schema) -> DPBoostingStrategy:
 
 
 def save_model(path: Path, model) -> None:
-    np.savez(
-        path,
-        base=np.array([model.base]),
-        feature=np.array([t.feature for t in model.trees]),
-        threshold=np.array([t.threshold for t in model.trees]),
-        leaf_values=np.array(model.leaf_values),
-    )
+    np.savez(path, **model.to_arrays())
 
 
 @app.main()
@@ -58,14 +53,22 @@ def main(grid: Grid, context: Context) -> None:
         raise ValueError(f"run config out-dir must be an absolute path; got {s.out_dir!r}")
     ds = load_dataset(s.dataset, split_seed=s.split_seed)
     X_train, _ = ds.xy("train")
-    runtime = GridRuntime(grid, s, max_records=int(X_train.shape[0]))
-    runtime.connect()
-    runtime.ping(s.ping_rounds)
     ledger = None
     if s.private:
         ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=s.epsilon, delta=s.delta))
-    strategy = runtime.run(build_strategy(s, ds.schema), n_features=X_train.shape[1], ledger=ledger)
-    model = strategy.model()
+    strategy = FlowerStrategy(
+        build_strategy(s, ds.schema),
+        settings=s,
+        n_features=X_train.shape[1],
+        max_records=int(X_train.shape[0]),
+        ledger=ledger,
+    )
+    runtime = strategy.connect(grid)
+    runtime.ping(s.ping_rounds)
+    result = strategy.start(
+        grid=grid, initial_arrays=ArrayRecord(), num_rounds=s.rounds, timeout=s.round_timeout
+    )
+    model = strategy.core.model()
 
     X_test, y_test = ds.xy("test")
     metrics = binary_metrics(y_test, model.predict_proba(X_test))
@@ -76,6 +79,9 @@ def main(grid: Grid, context: Context) -> None:
     comm["median_round_seconds"] = float(np.median(rounds)) if rounds else 0.0
     empty = runtime.report.empty_round_seconds
     comm["mean_empty_round_seconds"] = float(np.mean(empty)) if empty else None
+    comm["round_seconds"] = [round(x, 4) for x in rounds]
+    comm["slowest_client_seconds"] = [round(x, 4) for x in runtime.report.client_seconds]
+    comm["empty_round_seconds"] = [round(x, 4) for x in empty]
     out = Path(s.out_dir) / str(context.run_id)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(s.to_run_config(), indent=1))
@@ -83,6 +89,8 @@ def main(grid: Grid, context: Context) -> None:
     (out / "privacy.json").write_text(json.dumps(report, indent=1))
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
     (out / "communication.json").write_text(json.dumps(comm, indent=1))
+    per_round = {str(r): dict(m) for r, m in result.train_metrics_clientapp.items()}
+    (out / "rounds.json").write_text(json.dumps(per_round, indent=1))
     save_model(out / "model.npz", model)
     eps_pld = report.get("epsilon_pld", "inf")
     eps_rdp = report.get("epsilon_rdp", "inf")

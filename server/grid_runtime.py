@@ -16,6 +16,7 @@ partition order, so results do not depend on arrival order.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +24,7 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
-from fedpriv.federation.protocol import Strategy
+from fedpriv.federation.protocol import Query, Strategy
 from fedpriv.federation.runtime import (
     DEFAULT_SCALE,
     MIN_PARTIES,
@@ -31,11 +32,23 @@ from fedpriv.federation.runtime import (
     codec_for,
     round_plan,
 )
-from fedpriv.federation.secagg import SecAggAbort, SecAggServer
+from fedpriv.federation.secagg import FixedPointCodec, SecAggAbort, SecAggServer
 from fedpriv.federation.settings import RunSettings
 from fedpriv.federation.wire import query_to_wire
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.seeding import StreamFamily, derive_generator
+
+
+@dataclass
+class PlannedRound:
+    """One round between :meth:`GridRuntime.plan_round` and :meth:`GridRuntime.finish_round`."""
+
+    query: Query
+    asked: list[int]
+    started: float
+    codec: FixedPointCodec | None = None  # None: aborted, nothing sent
+    replies: int = 0
+    client_seconds: float = 0.0  # slowest reply's own handler time
 
 
 @dataclass
@@ -45,6 +58,7 @@ class GridReport:
     communication: Communication
     client_errors: int = 0
     round_seconds: list[float] = field(default_factory=list)
+    client_seconds: list[float] = field(default_factory=list)  # slowest client, per round
     empty_round_seconds: list[float] = field(default_factory=list)
 
 
@@ -121,62 +135,108 @@ class GridRuntime:
                 raise RuntimeError(f"ping {i}: {len(replies)} of {len(content)} nodes answered")
             self.report.empty_round_seconds.append(time.perf_counter() - t0)
 
-    def run(self, strategy: Strategy, *, n_features: int, ledger: PrivacyLedger | None) -> Strategy:
-        s, comm = self.settings, self.report.communication
-        strategy.begin(n_features=n_features, ledger=ledger, rng=derive_generator(s.seed, "server"))
-        fates = StreamFamily(s.seed, "participation")
-        while (query := strategy.next_query()) is not None:
-            t0 = time.perf_counter()
-            r = query.round
-            asked, _ = round_plan(fates, r, s.num_clients, s.participation)
-            comm.rounds += 1
-            if len(asked) < MIN_PARTIES:
-                comm.aborted_rounds += 1
-                strategy.update(query, None)
-                continue
-            codec = codec_for(query.record_bound, self.max_records, len(asked), DEFAULT_SCALE)
-            arrays, config = query_to_wire(query)
-            config.update(
-                {
-                    "participants": asked,
-                    "public-keys": [self.public_keys[p] for p in asked],
-                    "codec-scale": codec.scale,
-                    "codec-max-abs": codec.max_abs,
-                    "seed": s.seed,
-                }
-            )
-            content = {
-                self.node_of[p]: RecordDict(
-                    {
-                        "query": ArrayRecord({k: _arr(v) for k, v in arrays.items()}),
-                        "config": ConfigRecord(config),
-                    }
-                )
-                for p in asked
+    def begin(self, strategy: Strategy, *, n_features: int, ledger: PrivacyLedger | None) -> None:
+        """Start ``strategy`` with the server generator every runtime derives from the seed."""
+        strategy.begin(
+            n_features=n_features, ledger=ledger, rng=derive_generator(self.settings.seed, "server")
+        )
+        self._fates = StreamFamily(self.settings.seed, "participation")
+
+    def plan_round(self, query: Query) -> tuple[PlannedRound, list[Message]]:
+        """Who is asked in ``query``'s round, and the messages that ask them.
+
+        No message at all if fewer than :data:`MIN_PARTIES` are asked: a
+        "sum" of one vector would be that client's vector, so the round is
+        aborted before anything is sent.
+        """
+        s = self.settings
+        r = query.round
+        asked, _ = round_plan(self._fates, r, s.num_clients, s.participation)
+        planned = PlannedRound(query=query, asked=asked, started=time.perf_counter())
+        if len(asked) < MIN_PARTIES:
+            return planned, []
+        planned.codec = codec_for(query.record_bound, self.max_records, len(asked), DEFAULT_SCALE)
+        arrays, config = query_to_wire(query)
+        config.update(
+            {
+                "participants": asked,
+                "public-keys": [self.public_keys[p] for p in asked],
+                "codec-scale": planned.codec.scale,
+                "codec-max-abs": planned.codec.max_abs,
+                "seed": s.seed,
             }
-            replies, errors = _send(self.grid, "fedpriv", content, s.round_timeout)
-            self.report.client_errors += errors
-            comm.round_trips += 1
-            masked = {}
-            for rep in replies.values():
-                pid = int(rep.content["meta"]["partition-id"])
-                vec = rep.content["reply"]["masked"].numpy()
-                masked[pid] = vec
-                comm.floats_uploaded[pid] += query.reply_length
-                comm.bytes_uploaded[pid] += 8 * vec.size
-            aggregate = self._aggregate(r, asked, masked, codec, query.reply_length)
-            if aggregate is None:
-                comm.aborted_rounds += 1
-            strategy.update(query, aggregate)
-            self.report.round_seconds.append(time.perf_counter() - t0)
-            every = max(1, s.rounds // 10)
-            eps = ""
-            if ledger is not None and ((r + 1) % every == 0 or r + 1 == s.rounds):
-                eps = f", ε spent ≤ {ledger.epsilon_upper_bound():.3f}"
-            print(
-                f"[fedpriv] round {r + 1}/{s.rounds}: {len(masked)}/{len(asked)} replies{eps}",
-                flush=True,
+        )
+        record = ArrayRecord({k: _arr(v) for k, v in arrays.items()})
+        msgs = [
+            Message(
+                RecordDict({"query": record, "config": ConfigRecord(config)}),
+                dst_node_id=self.node_of[p],
+                message_type="query.fedpriv",
             )
+            for p in asked
+        ]
+        return planned, msgs
+
+    def finish_round(self, planned: PlannedRound, replies: Iterable[Message]) -> np.ndarray | None:
+        """The unmasked sum of the round's replies (after a reveal exchange if someone
+        dropped out), or ``None`` if the round had to be aborted."""
+        comm, query = self.report.communication, planned.query
+        comm.rounds += 1
+        if planned.codec is None:
+            comm.aborted_rounds += 1
+            return None
+        comm.round_trips += 1
+        masked = {}
+        for rep in replies:
+            if rep.has_error():
+                self.report.client_errors += 1
+                continue
+            pid = int(rep.content["meta"]["partition-id"])
+            if pid not in planned.asked or pid in masked:
+                self.report.client_errors += 1  # never asked, or a duplicate: ignore it
+                continue
+            vec = rep.content["reply"]["masked"].numpy()
+            masked[pid] = vec
+            planned.client_seconds = max(
+                planned.client_seconds, float(rep.content["meta"].get("seconds", 0.0))
+            )
+            comm.floats_uploaded[pid] += query.reply_length
+            comm.bytes_uploaded[pid] += 8 * vec.size
+        aggregate = self._aggregate(
+            query.round, planned.asked, masked, planned.codec, query.reply_length
+        )
+        if aggregate is None:
+            comm.aborted_rounds += 1
+        planned.replies = len(masked)
+        return aggregate
+
+    def log_round(self, planned: PlannedRound, ledger: PrivacyLedger | None) -> float | None:
+        """Record the round's wall time and print one progress line.
+
+        About every tenth round (and the last) the line carries an upper bound
+        on ε spent, which is returned (``None`` on the other rounds).
+        """
+        self.report.round_seconds.append(time.perf_counter() - planned.started)
+        self.report.client_seconds.append(planned.client_seconds)
+        r, T = planned.query.round, self.settings.rounds
+        bound = None
+        if ledger is not None and ((r + 1) % max(1, T // 10) == 0 or r + 1 == T):
+            bound = float(ledger.epsilon_upper_bound())
+        eps = "" if bound is None else f", ε spent ≤ {bound:.3f}"
+        print(
+            f"[fedpriv] round {r + 1}/{T}: {planned.replies}/{len(planned.asked)} replies{eps}",
+            flush=True,
+        )
+        return bound
+
+    def run(self, strategy: Strategy, *, n_features: int, ledger: PrivacyLedger | None) -> Strategy:
+        """Train ``strategy`` to completion over the grid (after :meth:`connect`)."""
+        self.begin(strategy, n_features=n_features, ledger=ledger)
+        while (query := strategy.next_query()) is not None:
+            planned, msgs = self.plan_round(query)
+            replies = self.grid.send_and_receive(msgs, timeout=self.settings.round_timeout)
+            strategy.update(query, self.finish_round(planned, replies))
+            self.log_round(planned, ledger)
         return strategy
 
     def _aggregate(

@@ -177,6 +177,8 @@ class InProcessRuntime:
         streams = [StreamFamily(self.seed, "client", c.client_id) for c in self.clients]
         fates = StreamFamily(self.seed, "participation")
         comm = self.communication
+        codecs: dict[tuple[float, int], FixedPointCodec] = {}
+        empty = np.zeros(0, dtype=np.intp)
         while (query := strategy.next_query()) is not None:
             r = query.round
             asked, lost = round_plan(
@@ -188,28 +190,31 @@ class InProcessRuntime:
                 comm.aborted_rounds += 1
                 strategy.update(query, None)
                 continue
-            codec = codec_for(query.record_bound, self.max_records, len(asked) or 1, self.scale)
+            key = (query.record_bound, len(asked))
+            if (codec := codecs.get(key)) is None:
+                codec = codecs[key] = codec_for(
+                    query.record_bound, self.max_records, len(asked) or 1, self.scale
+                )
             samples = {
                 i: poisson_sample(self.clients[i].n, query.sampling_rate, streams[i].at(r))
                 for i in asked
             }
-            batch = None
             if self.vectorised and asked:
                 # One call for all clients (identical replies, see answer_many).
-                empty = np.zeros(0, dtype=np.intp)
                 every = [samples.get(i, empty) for i in range(len(self.clients))]
                 batch = self.handler.answer_many(query, self.clients, every, shared_state)
+                vectors = {i: batch[i] for i in asked}
+            else:
+                vectors = {
+                    i: self.handler.answer(query, self.clients[i], samples[i], states[i])
+                    for i in asked
+                }
             replies: dict[int, np.ndarray] = {}
-            for i in asked:
-                data = self.clients[i]
-                if batch is not None:
-                    vec = batch[i]
-                else:
-                    vec = self.handler.answer(query, data, samples[i], states[i])
+            for i, vec in vectors.items():
                 vec = np.asarray(vec, dtype=np.float64)
                 if vec.shape != (query.reply_length,):
                     raise ValueError(
-                        f"client {data.client_id} replied shape {vec.shape}; "
+                        f"client {ids[i]} replied shape {vec.shape}; "
                         f"expected ({query.reply_length},)"
                     )
                 if i in lost:
@@ -217,9 +222,9 @@ class InProcessRuntime:
                 comm.floats_uploaded[i] += vec.size
                 comm.bytes_uploaded[i] += 8 * vec.size
                 if parties is None:
-                    replies[data.client_id] = vec
+                    replies[ids[i]] = vec
                 else:
-                    replies[data.client_id] = parties[i].mask(
+                    replies[ids[i]] = parties[i].mask(
                         vec, round_id=r, participants=[ids[j] for j in asked], codec=codec
                     )
             comm.round_trips += 1

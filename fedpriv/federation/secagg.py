@@ -52,6 +52,8 @@ class SecAggAbort(RuntimeError):
 
 
 def _check_u64(name: str, value: object) -> int:
+    if type(value) is int and 0 <= value < 2**64:  # fast path; the full check names the problem
+        return value
     x = check_count(name, value, minimum=0)
     if x >= 2**64:
         raise ValueError(f"{name} must lie in [0, 2**64); got {value!r}")
@@ -124,17 +126,17 @@ class FixedPointCodec:
     def encode(self, x) -> np.ndarray:
         """Encode a finite float array with every |x_i| ≤ max_abs as uint64."""
         arr = np.asarray(x, dtype=np.float64)
-        mags = np.abs(arr)
-        i = int(np.argmax(mags)) if arr.size else 0
         # One reduction screens everything (NaN fails ``<=`` too); the slow path names it.
-        if arr.size == 0 or not mags.flat[i] <= self.max_abs:
+        if arr.size == 0 or not np.abs(arr).max() <= self.max_abs:
             check_finite_array("x", arr)
+            i = int(np.argmax(np.abs(arr)))
             # A bound violation means the caller's clipping is broken: fail, never saturate.
             raise ValueError(
                 f"|x| must be <= max_abs = {self.max_abs!r} (allowed range [-{self.max_abs!r}, "
                 f"{self.max_abs!r}]); found {float(arr.flat[i])!r} at flat index {i}"
             )
-        return np.rint(arr * self.scale).astype(np.int64).view(np.uint64)
+        scaled = arr * self.scale
+        return np.rint(scaled, out=scaled).astype(np.int64).view(np.uint64)
 
     def decode(self, s) -> np.ndarray:
         """Decode a uint64 sum of at most ``max_summands`` encodings to float64."""
@@ -152,17 +154,18 @@ def needs_reveal(participants: Iterable[int], replied: Iterable[int]) -> bool:
 def sum_plain(vectors: Iterable, codec: FixedPointCodec) -> np.ndarray:
     """Sum fixed-point encodings without masks (the ``secure_aggregation=False`` path).
 
-    Same ring as the secure path, so both give bit-identical sums.
+    ``vectors`` is a sequence of equal-length 1-D arrays (or a 2-D array, one
+    vector per row). Same ring as the secure path, so both give bit-identical
+    sums: addition mod 2^64 does not depend on the order.
     """
-    encoded = [codec.encode(check_finite_array("vector", v, ndim=1)) for v in vectors]
-    if not 1 <= len(encoded) <= codec.max_summands:
+    stacked = np.asarray(vectors if isinstance(vectors, np.ndarray) else list(vectors))
+    if stacked.ndim != 2 or not 1 <= stacked.shape[0] <= codec.max_summands:
         raise ValueError(
-            f"need 1 to max_summands = {codec.max_summands} vectors; got {len(encoded)}"
+            f"need 1 to max_summands = {codec.max_summands} vectors of one length; "
+            f"got shape {stacked.shape}"
         )
-    total = np.zeros(encoded[0].size, dtype=np.uint64)
-    for e in encoded:
-        np.add(total, _check_ring("encoded vector", e, total.size), out=total)
-    return codec.decode(total)
+    encoded = codec.encode(stacked)  # refuses NaN, inf and |x| > max_abs
+    return codec.decode(encoded.sum(axis=0, dtype=np.uint64))
 
 
 class SecAggClient:
@@ -237,15 +240,17 @@ class SecAggClient:
             prgs[j] = ChaCha20Poly1305(key)
         self._prgs = prgs
 
-    def _pair_mask(self, j: int, round_id: int, n: int) -> np.ndarray:
+    def _pair_masks(self, peers: Sequence[int], round_id: int, n: int) -> np.ndarray:
         # m_ij^r = ChaCha20 keystream, i.e. algorithms.ChaCha20(s_ij, nonce) encrypting zeros
         # with nonce = le32(block counter 1) ‖ tag ‖ le64(r). The AEAD yields exactly that
         # keystream (RFC 8439 §2.8; the test checks it) and reuses its OpenSSL context, 2× faster
-        # per call; its Poly1305 tag is dropped. The round id never enters the counter word,
-        # else round r+1's stream would be round r's shifted by one block.
+        # per call; its 16-byte Poly1305 tag is dropped. The round id never enters the counter
+        # word, else round r+1's stream would be round r's shifted by one block. One row per
+        # peer, from one buffer: per-peer numpy calls cost more than the cipher.
         nonce = _MASK_TAG + round_id.to_bytes(8, "little")
-        stream = self._prgs[j].encrypt(nonce, bytes(8 * n), None)
-        return np.frombuffer(stream, dtype="<u8", count=n)
+        zeros = bytes(8 * n)
+        raw = b"".join([self._prgs[j].encrypt(nonce, zeros, None) for j in peers])
+        return np.frombuffer(raw, dtype="<u8").reshape(len(peers), n + 2)[:, :n]
 
     def mask(
         self, vector, *, round_id: int, participants: Sequence[int], codec: FixedPointCodec
@@ -272,11 +277,12 @@ class SecAggClient:
         if x.ndim != 1:
             raise ValueError(f"vector must be 1-dimensional; got shape {x.shape}")
         out = codec.encode(x)
-        for j in peers:
-            if j > self.client_id:
-                np.add(out, self._pair_mask(j, r, out.size), out=out)
-            elif j < self.client_id:
-                np.subtract(out, self._pair_mask(j, r, out.size), out=out)
+        up = [j for j in peers if j > self.client_id]
+        down = [j for j in peers if j < self.client_id]
+        masks = self._pair_masks(up + down, r, out.size)
+        # uint64 sums wrap mod 2^64, which is the ring's addition.
+        out += masks[: len(up)].sum(axis=0, dtype=np.uint64)
+        out -= masks[len(up) :].sum(axis=0, dtype=np.uint64)
         self._rounds[r] = (frozenset(peers), out.size)
         return out
 
@@ -306,7 +312,7 @@ class SecAggClient:
             left = len(peers) - len(gone)
             raise ValueError(f"{left} survivors would remain; min_survivors = {self.min_survivors}")
         self._revealed.add(r)
-        masks = {j: self._pair_mask(j, r, size).astype(np.uint64) for j in gone}
+        masks = dict(zip(gone, self._pair_masks(gone, r, size).astype(np.uint64), strict=True))
         return {j: m if j > self.client_id else np.negative(m) for j, m in masks.items()}
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedpriv.models import _kernels
 from fedpriv.privacy._validation import check_count, check_generator
 
 
@@ -24,13 +25,32 @@ class RandomTree:
     feature: np.ndarray  # (2^D − 1,) int64
     threshold: np.ndarray  # (2^D − 1,) float64
 
+    def __post_init__(self) -> None:
+        # The compiled router does not bounds-check, so shapes are checked here
+        # and feature indices against X in :func:`check_routable`.
+        object.__setattr__(self, "feature", np.ascontiguousarray(self.feature, dtype=np.int64))
+        object.__setattr__(
+            self, "threshold", np.ascontiguousarray(self.threshold, dtype=np.float64)
+        )
+        m = self.feature.size
+        if self.feature.ndim != 1 or m == 0 or (m + 1) & m or self.threshold.shape != (m,):
+            raise ValueError(
+                "a complete tree needs 2^D − 1 features and as many thresholds; got "
+                f"{self.feature.shape} and {self.threshold.shape}"
+            )
+
     @property
     def depth(self) -> int:
-        return int(np.log2(self.feature.size + 1))
+        return self.feature.size.bit_length()
 
     @property
     def n_leaves(self) -> int:
         return self.feature.size + 1
+
+    @property
+    def kernel_args(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """(feature as uint64, threshold, depth): what the compiled router takes."""
+        return self.feature.view(np.uint64), self.threshold, self.depth
 
 
 def sample_tree(
@@ -74,27 +94,26 @@ def column_balanced_weights(widths: list[int] | tuple[int, ...]) -> np.ndarray:
     return np.concatenate([np.full(w, 1.0 / (len(widths) * w)) for w in widths])
 
 
+def check_routable(tree: RandomTree, n_features: int) -> None:
+    """Refuse a tree that splits on a feature the data does not have."""
+    if tree.feature.min() < 0 or tree.feature.max() >= n_features:
+        raise ValueError(
+            f"tree splits on features {tree.feature.min()}..{tree.feature.max()}; "
+            f"the data has features 0..{n_features - 1}"
+        )
+
+
 def route(tree: RandomTree, X: np.ndarray) -> np.ndarray:
-    """Leaf index in ``[0, 2^D)`` of every row of ``X`` (go right iff x > threshold)."""
-    return route_columns(tree, X.T)
+    """Leaf index in ``[0, 2^D)`` of every row of ``X`` (go right iff x > threshold).
 
-
-def route_columns(tree: RandomTree, XT: np.ndarray) -> np.ndarray:
-    """:func:`route` on a feature-major matrix ``XT`` (d × n); fastest if C-contiguous.
-
-    Level by level, every node of the level compares its feature row at once
-    (contiguous reads), then each record picks its own node's bit: about
-    half the cost of gathering one feature per record per level.
+    Heap order: node ``k``'s children are ``2k+1`` (x ≤ threshold) and
+    ``2k+2``; the leaf index is the final node minus ``2^D − 1``.
     """
-    n = XT.shape[1]
-    index = np.zeros(n, dtype=np.intp)  # position within the current level
-    offsets = np.arange(n, dtype=np.intp)
-    for level in range(tree.depth):
-        first = (1 << level) - 1
-        nodes = slice(first, first + (1 << level))
-        bits = (XT[tree.feature[nodes]] > tree.threshold[nodes, None]).ravel()
-        index = 2 * index + bits[index * n + offsets]
-    return index
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    check_routable(tree, X.shape[1])
+    out = np.empty(X.shape[0], dtype=np.uint64)
+    _kernels.route_rows(X, *tree.kernel_args, out)
+    return out.view(np.int64)
 
 
 @dataclass(frozen=True)
@@ -111,6 +130,28 @@ class TreeEnsemble:
                 f"{len(self.trees)} trees but {len(self.leaf_values)} leaf-value vectors"
             )
 
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """The ensemble as four arrays (for ``.npz`` files and Flower ``ArrayRecord``)."""
+        m = len(self.trees)
+        return {
+            "base": np.array([self.base]),
+            "feature": np.array([t.feature for t in self.trees]).reshape(m, -1),
+            "threshold": np.array([t.threshold for t in self.trees]).reshape(m, -1),
+            "leaf_values": np.array(self.leaf_values).reshape(m, -1),
+        }
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> TreeEnsemble:
+        """Inverse of :meth:`to_arrays`."""
+        trees = tuple(
+            RandomTree(f, t) for f, t in zip(arrays["feature"], arrays["threshold"], strict=True)
+        )
+        return cls(
+            base=float(np.asarray(arrays["base"])[0]),
+            trees=trees,
+            leaf_values=tuple(np.asarray(v, dtype=np.float64) for v in arrays["leaf_values"]),
+        )
+
     def append(self, tree: RandomTree, values: np.ndarray) -> TreeEnsemble:
         return TreeEnsemble(
             base=self.base, trees=(*self.trees, tree), leaf_values=(*self.leaf_values, values)
@@ -118,13 +159,25 @@ class TreeEnsemble:
 
     def decision_function(self, X: np.ndarray, *, start: int = 0) -> np.ndarray:
         """Logit of every row; with ``start`` only trees ``start:`` are summed (no base)."""
+        X = np.ascontiguousarray(X, dtype=np.float64)
         out = np.full(X.shape[0], self.base if start == 0 else 0.0)
+        scratch = np.empty(X.shape[0], dtype=np.uint64)
         for tree, values in zip(self.trees[start:], self.leaf_values[start:], strict=True):
-            out += values[route(tree, X)]
+            check_routable(tree, X.shape[1])
+            values = check_leaf_values(values, tree)
+            _kernels.add_tree(X, *tree.kernel_args, values, out, scratch)
         return out
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         return sigmoid(self.decision_function(X))
+
+
+def check_leaf_values(values: np.ndarray, tree: RandomTree) -> np.ndarray:
+    """``values`` as contiguous float64, refused unless it has one value per leaf."""
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    if values.shape != (tree.n_leaves,):
+        raise ValueError(f"need {tree.n_leaves} leaf values; got shape {values.shape}")
+    return values
 
 
 def sigmoid(z: np.ndarray) -> np.ndarray:

@@ -50,6 +50,13 @@ def test_simulation_releases_the_in_process_model(tmp_path):
     assert comm["round_trips"] == 1 + 3  # key exchange + one per round, no dropout
     assert comm["mean_empty_round_seconds"] > 0  # the pings ran, outside the training rounds
     assert set(json.loads((out / "metrics.json").read_text())) >= {"auc", "auprc", "brier"}
+    # The ServerApp ran the method as a Flower Strategy: Flower's own round loop
+    # (Strategy.start) collected one MetricRecord per round.
+    rounds = json.loads((out / "rounds.json").read_text())
+    assert sorted(rounds, key=int) == ["1", "2", "3"]
+    assert [rounds[r]["replies"] for r in ("1", "2", "3")] == [4, 4, 4]
+    bounds = [rounds[r]["epsilon_upper_bound"] for r in ("1", "2", "3")]
+    assert bounds == sorted(bounds) and bounds[-1] >= privacy["epsilon"] - 1e-9
 
 
 def test_a_failed_run_exits_non_zero(tmp_path):
