@@ -26,14 +26,24 @@ def test_readme_opens_with_the_two_setup_commands():
     assert "sed -n 2p" in ci  # and runs the README's own test line
 
 
-def test_readme_python_example_runs(tmp_path):
-    (example,) = _blocks("python")
-    proc = subprocess.run(
-        [sys.executable, "-c", example],
+def _run(code: str, tmp_path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code],
         capture_output=True,
         text=True,
         cwd=tmp_path,
         env={"FEDPRIV_CACHE_DIR": "off", "PATH": "/usr/bin:/bin"},
     )
+
+
+def test_readme_python_examples_run(tmp_path):
+    blocks = _blocks("python")
+    (server_app,) = [b for b in blocks if "ServerApp()" in b]
+    (ledger_example,) = [b for b in blocks if "ServerApp()" not in b]
+    proc = _run(ledger_example, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert '"n_releases": 1' in proc.stdout
+    # The ServerApp example must at least import and define (Flower calls main).
+    proc = _run(server_app + "\nprint(type(app).__name__, callable(main))", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["ServerApp", "True"]
