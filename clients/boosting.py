@@ -36,7 +36,7 @@ class BoostingClient:
     def answer(
         self, query: Query, data: ClientData, sample: np.ndarray, state: dict[str, Any]
     ) -> np.ndarray:
-        margins, leaf, tree = _advance(query, state, data.X)
+        margins, leaf, tree = _advance(query, state, data.XT)
         rows = np.asarray(sample, dtype=np.int64)
         return _leaf_sums(margins, data.y, leaf, [rows], np.zeros(1, np.int64), [data.n], tree)[0]
 
@@ -60,11 +60,11 @@ class BoostingClient:
             state.clear()
             state.update(
                 ids=ids,
-                X=np.concatenate([d.X for d in datas]),
+                XT=np.concatenate([d.XT for d in datas], axis=1),
                 y=np.concatenate([d.y for d in datas]),
                 offsets=np.concatenate([[0], np.cumsum(sizes)[:-1]]),
             )
-        margins, leaf, tree = _advance(query, state, state["X"])
+        margins, leaf, tree = _advance(query, state, state["XT"])
         sizes = [d.n for d in datas]
         return _leaf_sums(margins, state["y"], leaf, samples, state["offsets"], sizes, tree)
 
@@ -92,7 +92,7 @@ def _leaf_sums(
 
 
 def _advance(
-    query: Query, state: dict[str, Any], X: np.ndarray
+    query: Query, state: dict[str, Any], XT: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, RandomTree]:
     """Bring every row's logit up to the released trees and route every row once.
 
@@ -109,10 +109,10 @@ def _advance(
             f"expected {t + 1}"
         )
     tree = RandomTree(feature[t], threshold[t])
-    check_routable(tree, X.shape[1])
+    check_routable(tree, XT.shape[0])
     margins, applied = state.get("margins"), state.get("applied", 0)
     if margins is None or state.get("base") != base or applied > t:
-        margins, applied = np.full(X.shape[0], base), 0
+        margins, applied = np.full(XT.shape[1], base), 0
         state.pop("leaf_tree", None)
     elif not margins.flags.writeable:  # deserialised state may be read-only
         margins = margins.copy()
@@ -123,13 +123,13 @@ def _advance(
         if leaf is not None:
             # Common case: only the last tree is new and its leaves are known
             # from last round, so one pass settles it and routes the new tree.
-            _kernels.settle_and_route(X, leaf, vals, *tree.kernel_args, margins)
+            _kernels.settle_and_route(XT, leaf, vals, *tree.kernel_args, margins)
             break
-        check_routable(released, X.shape[1])
-        scratch = np.empty(X.shape[0], dtype=np.uint64)
-        _kernels.add_tree(X, *released.kernel_args, vals, margins, scratch)
+        check_routable(released, XT.shape[0])
+        scratch = np.empty(XT.shape[1], dtype=np.uint64)
+        _kernels.add_tree(XT, *released.kernel_args, vals, margins, scratch)
     else:
-        leaf = np.empty(X.shape[0], dtype=np.uint64)
-        _kernels.route_rows(X, *tree.kernel_args, leaf)
+        leaf = np.empty(XT.shape[1], dtype=np.uint64)
+        _kernels.route_rows(XT, *tree.kernel_args, leaf)
     state.update(margins=margins, applied=t, base=base, leaf=leaf, leaf_tree=t)
     return margins, leaf, tree

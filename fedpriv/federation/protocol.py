@@ -57,17 +57,20 @@ class Query:
 class ClientData:
     """One client's rows, as its handler sees them.
 
-    ``X`` is stored C-contiguous float64 (row-major: tree routing reads a few
-    features of one row at a time) and ``y`` as float64.
+    ``X`` and ``y`` are stored as float64; ``XT`` is the same matrix
+    feature-major (d × n, C-contiguous), built once, because tree routing
+    reads whole feature rows (:mod:`fedpriv.models._kernels`).
     """
 
     client_id: int
     X: np.ndarray
     y: np.ndarray
+    XT: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "X", np.ascontiguousarray(self.X, dtype=np.float64))
+        object.__setattr__(self, "X", np.asarray(self.X, dtype=np.float64))
         object.__setattr__(self, "y", np.ascontiguousarray(self.y, dtype=np.float64))
+        object.__setattr__(self, "XT", np.ascontiguousarray(self.X.T))
         if self.X.ndim != 2 or self.y.shape != (self.X.shape[0],):
             raise ValueError(
                 f"client {self.client_id}: X must be (n, d) and y (n,); got {self.X.shape} "

@@ -187,6 +187,7 @@ class SecAggClient:
         else:
             self._sk = X25519PrivateKey.from_private_bytes(bytes(private_key_bytes))
         self._prgs: dict[int, ChaCha20Poly1305] | None = None
+        self._pair_keys: dict[int, tuple[bytes, bytes]] = {}  # peer -> (its pk, s_ij)
         self._rounds: dict[int, tuple[frozenset[int], int]] = {}  # round -> (participants, n)
         self._revealed: set[int] = set()
 
@@ -200,9 +201,13 @@ class SecAggClient:
 
         A Flower client is rebuilt from its node state for every message; the
         once-per-round rules must survive that, so they travel with the key.
+        The derived pair keys travel too (with the peer public key each came
+        from), so a rebuilt client skips the X25519 exchanges; they are as
+        secret as the private key and live in the same node-local state.
         """
         rounds = {str(r): [sorted(p), n] for r, (p, n) in self._rounds.items()}
-        book = json.dumps({"rounds": rounds, "revealed": sorted(self._revealed)})
+        pairs = {str(j): [pk.hex(), key.hex()] for j, (pk, key) in self._pair_keys.items()}
+        book = json.dumps({"rounds": rounds, "revealed": sorted(self._revealed), "pairs": pairs})
         return self._sk.private_bytes_raw(), book
 
     @classmethod
@@ -214,31 +219,59 @@ class SecAggClient:
         book: str,
         public_keys: Mapping[int, bytes],
     ) -> SecAggClient:
-        """Rebuild a client from :meth:`export_state` and redo the (deterministic) key set-up."""
+        """Rebuild a client from :meth:`export_state` and redo the key set-up.
+
+        Pair keys saved for the same peer public key are reused; any other
+        peer's key is derived afresh.
+        """
         client = cls(client_id=client_id, private_key_bytes=private_key_bytes)
-        data = json.loads(book) if book else {"rounds": {}, "revealed": []}
-        client._rounds = {int(r): (frozenset(p), int(n)) for r, (p, n) in data["rounds"].items()}
-        client._revealed = set(data["revealed"])
-        client.setup(public_keys)
+        data = json.loads(book) if book else {}
+        client._rounds = {
+            int(r): (frozenset(p), int(n)) for r, (p, n) in data.get("rounds", {}).items()
+        }
+        client._revealed = set(data.get("revealed", []))
+        saved = {
+            int(j): (bytes.fromhex(pk), bytes.fromhex(key))
+            for j, (pk, key) in data.get("pairs", {}).items()
+        }
+        client.setup(public_keys, saved=saved)
         return client
 
-    def setup(self, public_keys: Mapping[int, bytes]) -> None:
-        """Derive s_ij = HKDF-SHA256(X25519(sk_i, pk_j)) for every other client j; once per run."""
+    def setup(
+        self,
+        public_keys: Mapping[int, bytes],
+        *,
+        saved: Mapping[int, tuple[bytes, bytes]] | None = None,
+    ) -> None:
+        """Derive s_ij = HKDF-SHA256(X25519(sk_i, pk_j)) for every other client j; once per run.
+
+        ``saved`` maps a peer to (its public key, the pair key derived from it)
+        from :meth:`export_state`; an entry is used only if the public key is
+        the one given now.
+        """
         if self._prgs is not None:
             raise RuntimeError("setup() already ran; key set-up happens once per run")
-        prgs = {}
+        saved = saved or {}
+        prgs, pair_keys = {}, {}
         for j, pk in public_keys.items():
             j = _check_u64("client id", j)
+            pk = bytes(pk)
             if j == self.client_id:
-                if bytes(pk) != self.public_key:
+                if pk != self.public_key:
                     raise ValueError(f"public key listed for client {j} is not this client's")
                 continue
-            shared = self._sk.exchange(X25519PublicKey.from_public_bytes(bytes(pk)))
-            lo, hi = sorted((self.client_id, j))
-            info = _HKDF_INFO + lo.to_bytes(8, "big") + hi.to_bytes(8, "big")
-            key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(shared)
+            if j in saved and saved[j][0] == pk:
+                key = saved[j][1]
+            else:
+                shared = self._sk.exchange(X25519PublicKey.from_public_bytes(pk))
+                lo, hi = sorted((self.client_id, j))
+                info = _HKDF_INFO + lo.to_bytes(8, "big") + hi.to_bytes(8, "big")
+                key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(
+                    shared
+                )
             prgs[j] = ChaCha20Poly1305(key)
-        self._prgs = prgs
+            pair_keys[j] = (pk, key)
+        self._prgs, self._pair_keys = prgs, pair_keys
 
     def _pair_masks(self, peers: Sequence[int], round_id: int, n: int) -> np.ndarray:
         # m_ij^r = ChaCha20 keystream, i.e. algorithms.ChaCha20(s_ij, nonce) encrypting zeros

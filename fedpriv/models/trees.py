@@ -109,11 +109,16 @@ def route(tree: RandomTree, X: np.ndarray) -> np.ndarray:
     Heap order: node ``k``'s children are ``2k+1`` (x ≤ threshold) and
     ``2k+2``; the leaf index is the final node minus ``2^D − 1``.
     """
-    X = np.ascontiguousarray(X, dtype=np.float64)
-    check_routable(tree, X.shape[1])
-    out = np.empty(X.shape[0], dtype=np.uint64)
-    _kernels.route_rows(X, *tree.kernel_args, out)
+    XT = feature_major(X)
+    check_routable(tree, XT.shape[0])
+    out = np.empty(XT.shape[1], dtype=np.uint64)
+    _kernels.route_rows(XT, *tree.kernel_args, out)
     return out.view(np.int64)
+
+
+def feature_major(X: np.ndarray) -> np.ndarray:
+    """``X`` (n × d) as the C-contiguous float64 d × n matrix the router reads."""
+    return np.ascontiguousarray(np.asarray(X, dtype=np.float64).T)
 
 
 @dataclass(frozen=True)
@@ -159,13 +164,13 @@ class TreeEnsemble:
 
     def decision_function(self, X: np.ndarray, *, start: int = 0) -> np.ndarray:
         """Logit of every row; with ``start`` only trees ``start:`` are summed (no base)."""
-        X = np.ascontiguousarray(X, dtype=np.float64)
-        out = np.full(X.shape[0], self.base if start == 0 else 0.0)
-        scratch = np.empty(X.shape[0], dtype=np.uint64)
+        XT = feature_major(X)
+        out = np.full(XT.shape[1], self.base if start == 0 else 0.0)
+        scratch = np.empty(XT.shape[1], dtype=np.uint64)
         for tree, values in zip(self.trees[start:], self.leaf_values[start:], strict=True):
-            check_routable(tree, X.shape[1])
+            check_routable(tree, XT.shape[0])
             values = check_leaf_values(values, tree)
-            _kernels.add_tree(X, *tree.kernel_args, values, out, scratch)
+            _kernels.add_tree(XT, *tree.kernel_args, values, out, scratch)
         return out
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:

@@ -337,3 +337,31 @@ def test_server_needs_only_masked_vectors_and_reveals():
         server.aggregate(round_id=1, participants=[1, 2], masked={1: np.zeros(3), 2: np.zeros(3)})
     with pytest.raises(ValueError, match="must come from participants"):
         server.aggregate(round_id=1, participants=[1, 2], masked={3: masked[3]})
+
+
+def test_a_restored_client_masks_exactly_as_the_original_and_rederives_changed_keys():
+    clients = _clients(3)
+    keys = {i: c.public_key for i, c in clients.items()}
+    xs = _vectors(clients, 6, seed=9)
+    sk, book = clients[1].export_state()
+    twin = SecAggClient.restore(client_id=1, private_key_bytes=sk, book=book, public_keys=keys)
+    np.testing.assert_array_equal(
+        twin.mask(xs[1], round_id=4, participants=[1, 2, 3], codec=CODEC),
+        clients[1].mask(xs[1], round_id=4, participants=[1, 2, 3], codec=CODEC),
+    )
+    # Round bookkeeping travels with the state: round 4 cannot be masked twice.
+    sk, book = twin.export_state()
+    again = SecAggClient.restore(client_id=1, private_key_bytes=sk, book=book, public_keys=keys)
+    with pytest.raises(ValueError, match="already masked for round 4"):
+        again.mask(xs[1], round_id=4, participants=[1, 2, 3], codec=CODEC)
+    # A peer with a new public key gets a freshly derived pair key, never the saved one.
+    new3 = SecAggClient(client_id=3, private_key_bytes=bytes(range(32)))
+    moved = {**keys, 3: new3.public_key}
+    peer = SecAggClient.restore(client_id=1, private_key_bytes=sk, book=book, public_keys=moved)
+    new3.setup(moved)
+    clients[2]._prgs = None
+    clients[2].setup(moved)
+    survivors = {1: peer, 2: clients[2], 3: new3}
+    masked = _masked(survivors, xs, round_id=5)
+    total = SecAggServer(codec=CODEC).aggregate(round_id=5, participants=[1, 2, 3], masked=masked)
+    np.testing.assert_allclose(total, sum(xs.values()), atol=_tolerance(3))

@@ -49,7 +49,7 @@ def test_settle_and_route_is_add_then_route():
     margins = rng.normal(size=500)
     expected = margins + values[route(old, X)]
     leaf = route(old, X).view(np.uint64).copy()
-    _kernels.settle_and_route(X, leaf, values, *new.kernel_args, margins)
+    _kernels.settle_and_route(np.ascontiguousarray(X.T), leaf, values, *new.kernel_args, margins)
     np.testing.assert_array_equal(margins, expected)
     np.testing.assert_array_equal(leaf.view(np.int64), route(new, X))
 
