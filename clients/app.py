@@ -29,10 +29,16 @@ app = ClientApp()
 HANDLERS = {"boosting": BoostingClient()}
 
 
+@lru_cache(maxsize=4)
+def _dataset(dataset: str, split_seed: int):
+    # Per process: the simulation engine serves any node from any worker, so a
+    # worker that loaded the corpus for one node reuses it for the next.
+    return load_dataset(dataset, split_seed=split_seed)
+
+
 @lru_cache(maxsize=64)
 def _client_data(dataset: str, split_seed: int, num_clients: int, pid: int) -> ClientData:
-    # Per process: a node served by this process again reuses its rows.
-    ds = load_dataset(dataset, split_seed=split_seed)
+    ds = _dataset(dataset, split_seed)
     X, y = ds.xy("train")
     rows = ds.client_partition(num_clients)[pid]
     return ClientData(client_id=pid, X=X[rows], y=y[rows])
