@@ -23,6 +23,7 @@ from fedpriv.evaluation import binary_metrics
 from fedpriv.federation.settings import RunSettings
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
 from server.flower_strategy import FlowerStrategy
+from server.grid_runtime import PollingGrid
 from strategies.boosting import BoostingConfig, DPBoostingStrategy, split_feature_weights
 
 app = ServerApp()
@@ -49,6 +50,7 @@ def save_model(path: Path, model) -> None:
 def main(grid: Grid, context: Context) -> None:
     t0 = time.perf_counter()
     s = RunSettings.from_run_config(context.run_config)
+    grid = PollingGrid(grid, interval=s.poll_interval)
     if not s.out_dir or not Path(s.out_dir).is_absolute():
         raise ValueError(f"run config out-dir must be an absolute path; got {s.out_dir!r}")
     ds = load_dataset(s.dataset, split_seed=s.split_seed)

@@ -72,6 +72,15 @@ def wait_for_nodes(grid: Grid, n: int, timeout: float) -> list[int]:
     return ids
 
 
+def report_error(rep: Message) -> None:
+    """Print a client's error reply (it is counted, and the client treated as dropped)."""
+    print(
+        f"[fedpriv] client error from node {rep.metadata.src_node_id}: "
+        f"{rep.error.code} {rep.error.reason}",
+        flush=True,
+    )
+
+
 def _send(
     grid: Grid, kind: str, content: dict[int, RecordDict], timeout: float
 ) -> tuple[dict[int, Message], int]:
@@ -82,10 +91,43 @@ def _send(
     ok, errors = {}, 0
     for rep in replies:
         if rep.has_error():
+            report_error(rep)
             errors += 1
         else:
             ok[rep.metadata.src_node_id] = rep
     return ok, errors
+
+
+class PollingGrid:
+    """A Flower ``Grid`` whose ``send_and_receive`` polls for replies every ``interval`` s.
+
+    Flower 1.42's deployment grid sleeps 3 s between pulls, which puts a 3 s
+    floor under every round; the simulation grid polls every 0.1 s. Pushing
+    and pulling through the grid's own ``push_messages``/``pull_messages``
+    with one interval makes both runtimes poll alike. Everything else is the
+    wrapped grid's.
+    """
+
+    def __init__(self, grid: Grid, *, interval: float = 0.1) -> None:
+        if not 0.0 < interval <= 10.0:
+            raise ValueError(f"interval must lie in (0, 10] seconds; got {interval!r}")
+        self._grid, self.interval = grid, interval
+
+    def __getattr__(self, name: str):
+        return getattr(self._grid, name)
+
+    def send_and_receive(self, messages, *, timeout: float | None = None) -> list[Message]:
+        pending = set(self._grid.push_messages(list(messages)))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        out: list[Message] = []
+        while pending:
+            got = list(self._grid.pull_messages(pending))
+            out.extend(got)
+            pending -= {m.metadata.reply_to_message_id for m in got}
+            if not pending or (deadline is not None and time.monotonic() >= deadline):
+                break
+            time.sleep(self.interval)
+        return out
 
 
 class GridRuntime:
@@ -109,7 +151,11 @@ class GridRuntime:
         content = {n: RecordDict({"config": ConfigRecord({"seed": s.seed})}) for n in nodes}
         replies, errors = _send(self.grid, "keys", content, s.round_timeout)
         if errors or len(replies) != len(nodes):
-            raise RuntimeError(f"key exchange: {len(replies)} of {len(nodes)} nodes answered")
+            # No keys, no secure aggregation: the run fails (client errors are printed above).
+            raise RuntimeError(
+                f"key exchange: {len(replies)} of {len(nodes)} nodes answered, "
+                f"{errors} client errors"
+            )
         self.node_of: dict[int, int] = {}
         self.public_keys: dict[int, bytes] = {}
         for node, rep in replies.items():
@@ -189,6 +235,7 @@ class GridRuntime:
         masked = {}
         for rep in replies:
             if rep.has_error():
+                report_error(rep)
                 self.report.client_errors += 1
                 continue
             pid = int(rep.content["meta"]["partition-id"])

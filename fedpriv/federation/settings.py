@@ -35,6 +35,7 @@ class RunSettings:
     round_timeout: float = 300.0
     node_wait_timeout: float = 300.0
     ping_rounds: int = 0  # empty rounds timed before training (a same-run baseline)
+    poll_interval: float = 0.1  # seconds between the server's pulls for replies
 
     def __post_init__(self) -> None:
         check_count("num_clients", self.num_clients)
@@ -42,6 +43,8 @@ class RunSettings:
         check_count("depth", self.depth)
         check_count("ping_rounds", self.ping_rounds, minimum=0)
         check_positive("learning_rate", self.learning_rate)
+        if not 0.0 < self.poll_interval <= 10.0:
+            raise ValueError(f"poll_interval must lie in (0, 10] seconds; got {self.poll_interval}")
         check_probability("sampling_rate", self.sampling_rate)
         check_probability("participation", self.participation)
         if self.epsilon < 0:

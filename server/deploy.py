@@ -1,0 +1,418 @@
+"""Run the fedpriv Flower App on a real federation: a SuperLink and K SuperNodes on loopback.
+
+``python -m server.deploy [--num-clients K] [--set key=value ...]`` starts
+Flower's deployment engine as separate processes, the same topology as
+``docker-compose.yml``:
+
+* **TLS** with a throwaway CA and server certificate (:mod:`server.tls`),
+  **SuperNode authentication** with one EC key per node, registered in the
+  SuperLink's allow-list with ``flwr supernode register``; ``--insecure``
+  (plain HTTP, no authentication) exists only for debugging;
+* one SuperNode per hospital with ``--node-config "partition-id=i
+  num-partitions=K"``, its own ClientAppIo port and its own ``FLWR_HOME``;
+* readiness by polling the SuperLink's ``/health`` and ``flwr supernode ls``
+  (never a fixed sleep); every wait has a timeout;
+* ``flwr run . <connection>``, the run's log followed (nodes connected, round
+  r of T, ε spent so far), its real status read with ``flwr ls``;
+* shutdown of every process started, by PID: SuperNodes first, then the
+  SuperLink (with their SuperExecs and ClientApps).
+
+Exit code 0 if the run finished ``completed``, 1 if it failed, 2 if the
+federation could not be started or the SuperLink was lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from fedpriv.federation.settings import RunSettings
+from server.launch import (
+    BIN,
+    ProcessTracker,
+    default_config,
+    flwr,
+    flwr_env,
+    follow,
+    free_port,
+    parse_set,
+    submit,
+    wait_healthy,
+    write_connection,
+)
+from server.tls import NodeKey, TlsFiles, write_node_key, write_tls
+
+CONNECTION = "fedpriv-deploy"
+#: The small DP-boosting job ``python -m server.deploy`` runs by default.
+SMALL_JOB = {"dataset": "brfss", "num-clients": 3, "rounds": 5, "depth": 4, "epsilon": 2.0}
+#: SuperExecs pick up ClientApp/ServerApp tasks this often (Flower's default is 1 s).
+SUPEREXEC_POLL = "0.1"
+
+
+def log(msg: str) -> None:
+    print(f"[deploy] {msg}", file=sys.stderr, flush=True)
+
+
+def superlink_command(*, host: str, port: int, tls: TlsFiles | None) -> list[str]:
+    """The SuperLink's command line (the loopback launcher's and ``docker-compose.yml``'s).
+
+    With ``tls`` it serves HTTPS and admits only registered SuperNodes;
+    without, plain HTTP and anyone (debugging only).
+    """
+    args = ["flower-superlink", "--host", host, "--port", str(port)]
+    if tls is None:
+        return [*args, "--insecure"]
+    return [
+        *args,
+        "--ssl-ca-certfile",
+        str(tls.ca_cert),
+        "--ssl-certfile",
+        str(tls.server_cert),
+        "--ssl-keyfile",
+        str(tls.server_key),
+        "--enable-supernode-auth",
+    ]
+
+
+def supernode_command(
+    *,
+    index: int,
+    num_clients: int,
+    superlink: str,
+    host: str,
+    port: int,
+    ca_cert: Path | None,
+    auth_key: Path | None,
+) -> list[str]:
+    """SuperNode ``index``'s command line (loopback launcher and ``docker-compose.yml``).
+
+    ``ca_cert=None`` and ``auth_key=None`` together mean ``--insecure``; one of
+    them alone is a misconfiguration the tests use on purpose.
+    """
+    args = [
+        "flower-supernode",
+        "--superlink",
+        superlink,
+        "--node-config",
+        f"partition-id={index} num-partitions={num_clients}",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        # A refused node gives up within seconds instead of retrying forever.
+        "--max-retries",
+        "3",
+        "--max-wait-time",
+        "20",
+    ]
+    if ca_cert is None and auth_key is None:
+        return [*args, "--insecure"]
+    if ca_cert is not None:
+        args += ["--root-certificates", str(ca_cert)]
+    if auth_key is not None:
+        args += ["--auth-supernode-private-key", str(auth_key)]
+    return args
+
+
+@dataclass
+class Node:
+    """One SuperNode process started by :class:`Federation`."""
+
+    index: int
+    proc: subprocess.Popen
+    tracker: ProcessTracker
+    port: int
+
+
+class Federation:
+    """A SuperLink and SuperNodes on 127.0.0.1, owned by this process.
+
+    Use as a context manager: leaving it stops every process it started, by
+    PID, SuperNodes first. Tests drive faults through :meth:`start_node`,
+    :meth:`stop_node` and :attr:`superlink`.
+    """
+
+    def __init__(self, *, workdir: Path, num_clients: int, insecure: bool = False) -> None:
+        self.workdir, self.num_clients, self.insecure = workdir, num_clients, insecure
+        self.home = workdir / "cli"
+        self.env = flwr_env(self.home)
+        self.port = free_port()
+        self.tls: TlsFiles | None = None if insecure else write_tls(workdir / "tls")
+        self.keys: list[NodeKey] = (
+            []
+            if insecure
+            else [write_node_key(workdir / "keys", f"node-{i}") for i in range(num_clients)]
+        )
+        write_connection(
+            self.home,
+            CONNECTION,
+            f"127.0.0.1:{self.port}",
+            ca_cert=None if self.tls is None else self.tls.ca_cert,
+        )
+        self.superlink: subprocess.Popen | None = None
+        self._link_tracker: ProcessTracker | None = None
+        self.nodes: dict[int, Node] = {}
+
+    # -- processes ------------------------------------------------------------
+    def _popen(
+        self, args: list[str], home: Path, name: str, extra_env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen:
+        home.mkdir(parents=True, exist_ok=True)
+        env = {
+            **flwr_env(home),
+            "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": SUPEREXEC_POLL,
+            **(extra_env or {}),
+        }
+        with open(self.workdir / f"{name}.log", "w") as logfile:  # the child keeps its copy
+            return subprocess.Popen(
+                args, env=env, stdout=logfile, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def start_superlink(self, *, timeout: float = 60.0) -> None:
+        """Start the SuperLink and wait until its API answers ``/health``."""
+        args = superlink_command(host="127.0.0.1", port=self.port, tls=self.tls)
+        args[0] = str(BIN / args[0])
+        self.superlink = self._popen(args, self.workdir / "superlink", "superlink")
+        self._link_tracker = ProcessTracker(self.superlink.pid)
+        wait_healthy(
+            self.port,
+            self.superlink,
+            timeout,
+            ca_cert=None if self.tls is None else self.tls.ca_cert,
+        )
+        log(f"SuperLink pid {self.superlink.pid} on 127.0.0.1:{self.port}")
+
+    def register(self, index: int) -> None:
+        """Add node ``index``'s public key to the SuperLink's allow-list."""
+        cp = flwr(
+            ["supernode", "register", str(self.keys[index].public), CONNECTION, "--format", "json"],
+            self.env,
+            capture_output=True,
+            timeout=60,
+        )
+        if cp.returncode != 0 or not json.loads(cp.stdout or "{}").get("success"):
+            raise RuntimeError(f"registering node {index}: {cp.stdout.strip()} {cp.stderr.strip()}")
+
+    def start_node(
+        self,
+        index: int,
+        *,
+        key: Path | None = None,
+        trust_ca: bool = True,
+        env: Mapping[str, str] | None = None,
+    ) -> Node:
+        """Start SuperNode ``index`` (partition ``index`` of K).
+
+        ``key`` overrides its authentication key (tests use an unregistered
+        one); ``trust_ca=False`` starts it without the CA (tests); ``env``
+        adds to its environment (e.g. its own ``FEDPRIV_DATA_DIR``).
+        """
+        port = free_port()
+        args = supernode_command(
+            index=index,
+            num_clients=self.num_clients,
+            superlink=f"127.0.0.1:{self.port}",
+            host="127.0.0.1",
+            port=port,
+            ca_cert=None if self.tls is None or not trust_ca else self.tls.ca_cert,
+            auth_key=None if self.tls is None else (key or self.keys[index].private),
+        )
+        args[0] = str(BIN / args[0])
+        proc = self._popen(args, self.workdir / f"node-{index}", f"node-{index}", env)
+        node = Node(index=index, proc=proc, tracker=ProcessTracker(proc.pid), port=port)
+        self.nodes[index] = node
+        return node
+
+    def online(self) -> int:
+        """How many SuperNodes the SuperLink reports online."""
+        cp = flwr(
+            ["supernode", "ls", CONNECTION, "--format", "json"],
+            self.env,
+            capture_output=True,
+            timeout=60,
+        )
+        try:
+            data = json.loads(cp.stdout)
+        except json.JSONDecodeError:
+            return 0
+        return _count_online(data)
+
+    def wait_online(self, n: int, *, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while (k := self.online()) < n:
+            if self.superlink is None or self.superlink.poll() is not None:
+                raise RuntimeError("the SuperLink stopped while nodes were connecting")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{k} of {n} SuperNodes online after {timeout:.0f} s")
+            time.sleep(0.5)
+        log(f"{n} SuperNodes online")
+
+    def stop_node(self, index: int, *, kill: bool = False) -> None:
+        """Stop one SuperNode and its ClientApps (``kill``: SIGKILL at once, a crash)."""
+        node = self.nodes.pop(index)
+        if kill:
+            node.tracker.snapshot()
+            node.proc.kill()
+        node.tracker.stop_all(node.proc)
+
+    def stop(self) -> list[int]:
+        """Stop every process started, SuperNodes first; returns PIDs still alive (none)."""
+        left: list[int] = []
+        for index in sorted(self.nodes):
+            node = self.nodes[index]
+            left += node.tracker.stop_all(node.proc)
+        self.nodes.clear()
+        if self.superlink is not None and self._link_tracker is not None:
+            left += self._link_tracker.stop_all(self.superlink)
+        return left
+
+    def __enter__(self) -> Federation:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        left = self.stop()
+        if left:
+            log(f"processes still alive after shutdown: {left}")
+
+
+def _count_online(data) -> int:
+    # ``flwr supernode ls --format json`` lists nodes with a "status" field.
+    if isinstance(data, dict):
+        own = 1 if data.get("status") == "online" else 0
+        return own + sum(_count_online(v) for v in data.values())
+    if isinstance(data, list):
+        return sum(_count_online(v) for v in data)
+    return 0
+
+
+def deploy(
+    overrides: dict,
+    *,
+    insecure: bool = False,
+    timeout: float = 1800.0,
+    quiet: bool = False,
+    workdir: Path | None = None,
+    late_nodes: int = 0,
+    late_delay: float = 5.0,
+    node_env: Mapping[int, Mapping[str, str]] | None = None,
+    hook: Callable[[Federation, str], None] | None = None,
+) -> tuple[int, Path | None]:
+    """Run one job on a fresh loopback federation; returns (exit code, result directory).
+
+    ``late_nodes``: the last that many SuperNodes start only ``late_delay`` s
+    after the run is submitted (the ServerApp waits up to ``node-wait-timeout``
+    for them). ``node_env``: extra environment per node index. ``hook`` sees
+    every line of the run's log with the federation (tests inject faults).
+    """
+    config = {**default_config(), **SMALL_JOB, **overrides}
+    if not config.get("out-dir"):
+        config["out-dir"] = str((Path.cwd() / "results" / "deploy").resolve())
+    settings = RunSettings.from_run_config(config)  # validates before anything starts
+    K = settings.num_clients
+    node_env = node_env or {}
+    if not 0 <= late_nodes < K:
+        raise ValueError(f"late_nodes must lie in [0, {K - 1}]; got {late_nodes}")
+    Path(settings.out_dir).mkdir(parents=True, exist_ok=True)
+    own = workdir is None
+    workdir = workdir or Path(tempfile.mkdtemp(prefix="fedpriv-deploy-"))
+    code, run_id = 2, None
+    previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    fed = Federation(workdir=workdir, num_clients=K, insecure=insecure)
+    late = threading.Timer(
+        late_delay,
+        lambda: [fed.start_node(i, env=node_env.get(i, {})) for i in range(K - late_nodes, K)],
+    )
+    try:
+        with fed:
+            fed.start_superlink()
+            for i in range(K):
+                if not insecure:
+                    fed.register(i)
+            for i in range(K - late_nodes):
+                fed.start_node(i, env=node_env.get(i, {}))
+            fed.wait_online(K - late_nodes)
+            run_id = submit(CONNECTION, fed.env, config)
+            log(
+                f"run {run_id} submitted: {settings.method} on {settings.dataset}, K={K}, "
+                f"T={settings.rounds}, TLS and node authentication {'off' if insecure else 'on'}"
+            )
+            if late_nodes:
+                late.start()
+
+            def on_line(line: str) -> None:
+                if not quiet and ("[fedpriv]" in line or "ERROR" in line):
+                    sys.stdout.write(line)
+                    sys.stdout.flush()
+                if hook is not None:
+                    hook(fed, line)
+
+            status, details = follow(
+                run_id,
+                CONNECTION,
+                fed.env,
+                timeout=timeout,
+                on_line=on_line,
+                healthy=lambda: fed.superlink is not None and fed.superlink.poll() is None,
+            )
+            log(f"run {run_id}: {status} {details}".rstrip())
+            code = {"finished:completed": 0, "lost": 2}.get(status, 1)
+            late.cancel()
+            if late_nodes:
+                late.join(timeout=60)  # a node still starting is stopped with the rest
+    except KeyboardInterrupt:
+        log("interrupted; stopping")
+        code = 1
+    except Exception as exc:  # a process could not be started or answered: report, clean up
+        log(f"error: {exc}")
+        code = 2
+    finally:
+        late.cancel()
+        signal.signal(signal.SIGTERM, previous)
+        if own and code == 0:
+            shutil.rmtree(workdir, ignore_errors=True)
+        elif code:
+            log(f"logs kept in {workdir}")
+    out = Path(settings.out_dir) / run_id if run_id else None
+    return code, out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--num-clients", type=int, default=None, help="K SuperNodes (default 3)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--out-dir", default=None, help="results directory (default ./results/deploy)")
+    ap.add_argument("--timeout", type=float, default=1800.0)
+    ap.add_argument(
+        "--insecure", action="store_true", help="debugging only: no TLS, no node authentication"
+    )
+    args = ap.parse_args(argv)
+    overrides = parse_set(args.set)
+    if args.num_clients is not None:
+        overrides["num-clients"] = args.num_clients
+    if args.out_dir:
+        overrides["out-dir"] = str(Path(args.out_dir).resolve())
+    code, out = deploy(overrides, insecure=args.insecure, timeout=args.timeout)
+    if code == 0 and out is not None:
+        metrics = json.loads((out / "metrics.json").read_text())
+        privacy = json.loads((out / "privacy.json").read_text())
+        comm = json.loads((out / "communication.json").read_text())
+        print(
+            f"AUC {metrics['auc']:.4f} | ε spent {privacy.get('epsilon_pld', 'inf')} (PLD), "
+            f"{privacy.get('epsilon_rdp', 'inf')} (RDP) | mean round "
+            f"{comm['mean_round_seconds']:.2f} s | {out}"
+        )
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,283 @@
+"""Process and CLI plumbing shared by the simulation and deployment launchers.
+
+Flower 1.42's CLI talks to a SuperLink through a *connection* written to
+``$FLWR_HOME/config.toml`` (never ``pyproject.toml``). Helpers here start
+processes in their own sessions and remember their trees so they can be
+stopped by PID, wait for health endpoints instead of sleeping, submit a run,
+follow its log and read its real status with ``flwr ls`` (``flwr run
+--stream`` exits 0 even when a run failed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import tomllib
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def log(msg: str, *, tag: str = "fedpriv") -> None:
+    print(f"[{tag}] {msg}", file=sys.stderr, flush=True)
+
+
+def _descendants(pid: int) -> list[int]:
+    out, stack = [], [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                kids = Path(f"/proc/{p}/task/{task}/children").read_text().split()
+                for k in map(int, kids):
+                    if k not in out:
+                        out.append(k)
+                        stack.append(k)
+        except OSError:
+            pass
+    return out
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+class ProcessTracker:
+    """Remembers (pid, start time) of a process tree so it can be stopped by PID later."""
+
+    def __init__(self, root: int) -> None:
+        self.root, self.known = root, {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def snapshot(self) -> None:
+        for p in [self.root, *_descendants(self.root)]:
+            st = _start_time(p)
+            if st is not None:
+                self.known.setdefault(p, st)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.snapshot()
+            self._stop.wait(0.5)
+
+    def alive(self) -> list[int]:
+        out = []
+        for p, st in self.known.items():
+            try:
+                fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[19] == st and fields[0] != "Z":
+                out.append(p)
+        return out
+
+    def stop_all(self, proc: subprocess.Popen) -> list[int]:
+        self.snapshot()
+        self._stop.set()
+        self._thread.join(timeout=2)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+        deadline = time.monotonic() + 10  # SuperExec follows its --parent-pid
+        while self.alive() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for p in self.alive():  # Ray agents can outlive a stopped run
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.3)
+        return self.alive()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(
+    port: int, proc: subprocess.Popen, timeout: float, *, ca_cert: Path | None = None
+) -> None:
+    """Poll the SuperLink's ``/health`` (HTTPS with ``ca_cert``) until it answers 200."""
+    scheme, context = "http", None
+    if ca_cert is not None:
+        scheme, context = "https", ssl.create_default_context(cafile=str(ca_cert))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"flower-superlink exited with code {proc.returncode}")
+        try:
+            url = f"{scheme}://127.0.0.1:{port}/health"
+            with urllib.request.urlopen(url, timeout=0.5, context=context) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"flower-superlink not healthy after {timeout:.0f} s")
+
+
+def default_config() -> dict:
+    with open(ROOT / "pyproject.toml", "rb") as fh:
+        return dict(tomllib.load(fh)["tool"]["flwr"]["app"]["config"])
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v)  # a TOML basic string
+    return repr(v)
+
+
+def flwr(args: list[str], env: dict, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "flwr"), *args], env=env, text=True, **kw)
+
+
+def run_status(run_id: str, connection: str, env: dict) -> tuple[str, str]:
+    """(status, details) of a run, e.g. ``("finished:completed", "")``, from ``flwr ls``."""
+    cp = flwr(
+        ["ls", connection, "--run-id", run_id, "--format", "json"],
+        env,
+        capture_output=True,
+        timeout=60,
+    )
+    data = json.loads(cp.stdout)
+    if not data.get("success"):
+        raise RuntimeError(f"flwr ls failed: {cp.stdout} {cp.stderr}")
+    run = data["runs"][0]
+    return run["status"], run.get("status-details", "")
+
+
+def flwr_env(home: Path) -> dict:
+    """The environment every Flower process and CLI call gets: private home, nothing phoned."""
+    from fedpriv.data import data_dir
+    from fedpriv.privacy.cache import cache_dir
+
+    env = dict(os.environ)
+    env.update(
+        FLWR_TELEMETRY_ENABLED="0",
+        FLWR_DISABLE_UPDATE_CHECK="1",
+        FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
+        FLWR_HOME=str(home),
+        PATH=f"{BIN}:{env.get('PATH', '')}",
+        # The app runs from an installed copy: point it at the data and cache.
+        FEDPRIV_DATA_DIR=str(data_dir()),
+        FEDPRIV_CACHE_DIR=str(cache_dir() or (home / "cache")),
+    )
+    return env
+
+
+def write_connection(home: Path, name: str, address: str, *, ca_cert: Path | None) -> None:
+    """``$FLWR_HOME/config.toml`` with one connection (TLS with ``ca_cert``, else insecure)."""
+    home.mkdir(parents=True, exist_ok=True)
+    auth = f'root-certificates = "{ca_cert.resolve()}"' if ca_cert else "insecure = true"
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "{name}"\n\n[superlink.{name}]\naddress = "{address}"\n{auth}\n'
+    )
+
+
+def submit(connection: str, env: dict, run_config: dict, *, extra: list[str] = ()) -> str:
+    """``flwr run . <connection>``; returns the run id or raises with Flower's output."""
+    rc = " ".join(f"{k}={_toml_value(v)}" for k, v in run_config.items())
+    cp = flwr(
+        ["run", str(ROOT), connection, "--format", "json", *extra, "--run-config", rc],
+        env,
+        capture_output=True,
+        timeout=300,
+    )
+    try:
+        submitted = json.loads(cp.stdout)
+    except json.JSONDecodeError:
+        submitted = {}
+    if cp.returncode != 0 or not submitted.get("success"):
+        raise RuntimeError(f"submission failed: {cp.stdout.strip()} {cp.stderr.strip()}")
+    return str(submitted["run-id"])
+
+
+def follow(
+    run_id: str,
+    connection: str,
+    env: dict,
+    *,
+    timeout: float,
+    on_line: Callable[[str], None],
+    healthy: Callable[[], bool] = lambda: True,
+) -> tuple[str, str]:
+    """Stream the run's log to ``on_line`` until it ends; return its final (status, details).
+
+    The run is stopped if it outlives ``timeout``; if ``healthy()`` turns false
+    (e.g. the SuperLink died) following stops within about a second and
+    ``("lost", ...)`` is returned.
+    """
+    stop = threading.Event()
+
+    def watchdog() -> None:
+        deadline = time.monotonic() + timeout
+        while not stop.wait(1.0):
+            if not healthy():
+                streamer.kill()
+                return
+            if time.monotonic() > deadline:
+                flwr(["stop", run_id, connection], env, capture_output=True, timeout=60)
+                return
+
+    streamer = subprocess.Popen(
+        [str(BIN / "flwr"), "log", run_id, connection, "--stream"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    guard = threading.Thread(target=watchdog, daemon=True)
+    guard.start()
+    try:
+        for line in streamer.stdout:
+            on_line(line)
+        streamer.wait(timeout=30)
+    finally:
+        stop.set()
+        if streamer.poll() is None:
+            streamer.kill()
+    if not healthy():
+        return "lost", "the SuperLink stopped"
+    status, details = run_status(run_id, connection, env)
+    deadline = time.monotonic() + 60
+    while not status.startswith("finished") and time.monotonic() < deadline:
+        time.sleep(1)
+        if not healthy():
+            return "lost", "the SuperLink stopped"
+        status, details = run_status(run_id, connection, env)
+    return status, details
+
+
+def parse_set(items: list[str]) -> dict:
+    overrides = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--set expects key=value; got {item!r}")
+        try:
+            overrides[key] = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            overrides[key] = raw  # a bare string
+    return overrides

@@ -1,0 +1,147 @@
+"""A real federation on loopback: SuperLink + SuperNodes over TLS with node authentication.
+
+Each test starts Flower 1.42's deployment engine through ``server.deploy``
+(one process per SuperLink, SuperNode, SuperExec and ClientApp); a round
+takes several seconds (SuperNodes poll every 3 s and start one ClientApp
+process per message), so configs are tiny. The whole file takes about five
+minutes.
+"""
+
+import gzip
+import json
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from fedpriv.data import data_dir, load_brfss
+from server.deploy import Federation, deploy
+from server.estimators import DPBoostingClassifier
+from server.tls import write_node_key
+
+SMALL = {"num-clients": 3, "depth": 3, "epsilon": 2.0, "seed": 3, "round-timeout": 30.0}
+
+
+def _flower_processes() -> list[str]:
+    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    keys = ("flower-superlink", "flower-supernode", "flower-superexec", "flwr-clientapp")
+    return [line for line in ps.splitlines() if any(k in line for k in keys)]
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers():
+    before = _flower_processes()
+    yield
+    assert _flower_processes() == before
+
+
+def _results(out):
+    return {
+        name: json.loads((out / f"{name}.json").read_text())
+        for name in ("privacy", "communication", "metrics", "rounds")
+    }
+
+
+def test_late_node_is_waited_for_and_the_tls_run_releases_the_in_process_model(tmp_path):
+    code, out = deploy(
+        {**SMALL, "rounds": 2, "out-dir": str(tmp_path)}, late_nodes=1, late_delay=8.0, quiet=True
+    )
+    assert code == 0
+    saved = np.load(out / "model.npz")
+    ref = DPBoostingClassifier(n_rounds=2, depth=3, epsilon=2.0, seed=3, n_clients=3).fit(
+        load_brfss()
+    )
+    np.testing.assert_array_equal(saved["feature"], [t.feature for t in ref.model_.trees])
+    np.testing.assert_array_equal(saved["threshold"], [t.threshold for t in ref.model_.trees])
+    np.testing.assert_array_equal(saved["leaf_values"], np.array(ref.model_.leaf_values))
+    r = _results(out)
+    assert r["privacy"]["epsilon"] == pytest.approx(ref.epsilon_spent_)
+    assert r["communication"]["round_trips"] == 1 + 2 and r["communication"]["client_errors"] == 0
+
+
+def test_unregistered_or_ca_less_supernodes_are_refused_and_never_get_a_message(tmp_path):
+    with Federation(workdir=tmp_path, num_clients=2) as fed:
+        fed.start_superlink()
+        fed.register(0)
+        stranger = write_node_key(tmp_path / "strangers", "stranger")
+        refused = [
+            fed.start_node(1, key=stranger.private),  # valid TLS, key not on the allow-list
+            fed.start_node(0, trust_ca=False),  # registered key, but does not trust our CA
+        ]
+        deadline = time.monotonic() + 60
+        while any(n.proc.poll() is None for n in refused) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert all(n.proc.poll() not in (None, 0) for n in refused)
+        assert fed.online() == 0
+        logs = {i: (tmp_path / f"node-{i}.log").read_text() for i in (0, 1)}
+        assert all("Exit Code: 305" in text for text in logs.values())  # could not connect
+        assert "2004" in logs[1]  # activation refused: no SuperNode with that public key
+        assert "CERTIFICATE_VERIFY_FAILED" in logs[0]
+        for text in logs.values():
+            assert "Received" not in text  # no message ever reached them
+
+
+def test_killed_supernode_mid_run_is_recovered_and_the_ledger_matches_the_releases(tmp_path):
+    killed = []
+
+    def kill_node_2_after_round_1(fed, line):
+        if "round 1/" in line and not killed:
+            fed.stop_node(2, kill=True)
+            killed.append(time.monotonic())
+
+    code, out = deploy(
+        {**SMALL, "rounds": 3, "out-dir": str(tmp_path)}, hook=kill_node_2_after_round_1
+    )
+    assert code == 0 and killed
+    r = _results(out)
+    comm = r["communication"]
+    assert comm["dropout_recoveries"] >= 1  # survivors revealed the dead node's masks
+    released = comm["rounds"] - comm["aborted_rounds"]
+    assert r["privacy"]["n_releases"] == released == 3
+    assert r["privacy"]["epsilon"] <= 2.0
+    assert r["rounds"]["1"]["replies"] == 3
+    assert all(r["rounds"][k]["replies"] == 2 for k in ("2", "3"))
+
+
+def test_killed_superlink_makes_the_launcher_exit_non_zero_quickly_without_orphans(tmp_path):
+    stopped = []
+
+    def kill_superlink_after_round_1(fed, line):
+        if "round 1/" in line and not stopped:
+            fed.superlink.kill()
+            stopped.append(time.monotonic())
+
+    code, _ = deploy(
+        {**SMALL, "rounds": 4, "out-dir": str(tmp_path)}, hook=kill_superlink_after_round_1
+    )
+    assert stopped and code == 2
+    assert time.monotonic() - stopped[0] < 60  # detected and cleaned up within a minute
+
+
+def test_clientapp_raising_on_bad_local_data_fails_the_run_with_its_error_logged(tmp_path):
+    # Hospital 1's local copy of the corpus has a non-numeric BMI on line 3.
+    bad = tmp_path / "data-node-1"
+    for entry in data_dir().iterdir():
+        if entry.name != "brfss2015_diabetes":
+            (bad / entry.name).parent.mkdir(parents=True, exist_ok=True)
+            (bad / entry.name).symlink_to(entry)
+    src = data_dir() / "brfss2015_diabetes" / "diabetes_012_health_indicators_BRFSS2015.csv.gz"
+    with gzip.open(src, "rt") as fh:
+        lines = [next(fh).rstrip("\n") for _ in range(50)]
+    cells = lines[2].split(",")
+    cells[4] = "forty"
+    lines[2] = ",".join(cells)
+    (bad / "brfss2015_diabetes").mkdir()
+    with gzip.open(bad / "brfss2015_diabetes" / src.name, "wt") as fh:
+        fh.write("\n".join(lines) + "\n")
+    seen = []
+    code, _ = deploy(
+        {**SMALL, "rounds": 2, "out-dir": str(tmp_path / "out")},
+        node_env={1: {"FEDPRIV_DATA_DIR": str(bad), "FEDPRIV_CACHE_DIR": str(tmp_path / "c1")}},
+        hook=lambda fed, line: seen.append(line),
+    )
+    assert code == 1
+    log = "".join(seen)
+    assert "client error from node" in log and "forty" in log  # the client's own error
+    assert "key exchange: 2 of 3 nodes answered, 1 client errors" in log
