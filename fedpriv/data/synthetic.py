@@ -32,9 +32,7 @@ from functools import lru_cache
 from numbers import Integral, Real
 
 import numpy as np
-from scipy.optimize import brentq
 from scipy.special import expit, logit, ndtr
-from scipy.stats import qmc
 
 from fedpriv.seeding import derive_generator
 
@@ -138,6 +136,11 @@ def _score(x_informative: np.ndarray) -> np.ndarray:
 @lru_cache(maxsize=32)
 def _intercept(n_informative: int, positive_rate: float) -> float:
     """b with E[σ(s(x) + b)] = positive_rate for x ~ U[0, 1]^d, a config-only constant."""
+    # Imported here: scipy.stats costs ~0.6 s, paid by every Flower ClientApp
+    # process (one per message in a deployment) that imports fedpriv.data.
+    from scipy.optimize import brentq
+    from scipy.stats import qmc
+
     # An unscrambled Sobol net is deterministic and integrates to ~1e-4 here;
     # only the informative columns matter, so d = n_informative.
     s = _score(qmc.Sobol(n_informative, scramble=False).random_base2(16))

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from fedpriv.privacy.ledger import PrivacyLedger
+if TYPE_CHECKING:  # clients never touch the ledger: keep dp-accounting (and scipy) out
+    from fedpriv.privacy.ledger import PrivacyLedger
 
 
 @dataclass(frozen=True)

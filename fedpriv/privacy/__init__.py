@@ -3,32 +3,91 @@
 Pure: imports no torch, no Flower and no models.
 """
 
-from fedpriv.privacy.accounting import Accounting, account, pld_epsilon, rdp_epsilon
-from fedpriv.privacy.audit import (
-    AuditResult,
-    audit_epsilon,
-    chi_square_selection_test,
-    clopper_pearson,
-    ks_noise_test,
-)
-from fedpriv.privacy.calibration import (
-    Calibration,
-    analytic_gaussian_noise_multiplier,
-    calibrate_gaussian_noise_multiplier,
-    calibrate_noise_multiplier,
-    gaussian_delta,
-    subsampled_gaussian_event,
-)
-from fedpriv.privacy.events import BoundedRangeDpEvent, PureDpEvent, event_from_dict, event_to_dict
-from fedpriv.privacy.ledger import (
-    LedgerEntry,
-    PrivacyBudget,
-    PrivacyBudgetExceededError,
-    PrivacyLedger,
-    PrivacyReport,
-)
-from fedpriv.privacy.mechanisms import GaussianMechanism, LaplaceMechanism, Mechanism
-from fedpriv.privacy.selection import ExponentialMechanism, GaussianReportNoisyMax, PermuteAndFlip
+import importlib
+from typing import TYPE_CHECKING
+
+# Names load on first use (PEP 562): a Flower client imports
+# ``fedpriv.privacy._validation`` and must not pay for dp-accounting and scipy
+# (about 2 s per ClientApp process in a deployment, one process per message).
+_SOURCES = {
+    "accounting": ("Accounting", "account", "pld_epsilon", "rdp_epsilon"),
+    "audit": (
+        "AuditResult",
+        "audit_epsilon",
+        "chi_square_selection_test",
+        "clopper_pearson",
+        "ks_noise_test",
+    ),
+    "calibration": (
+        "Calibration",
+        "analytic_gaussian_noise_multiplier",
+        "calibrate_gaussian_noise_multiplier",
+        "calibrate_noise_multiplier",
+        "gaussian_delta",
+        "subsampled_gaussian_event",
+    ),
+    "events": ("BoundedRangeDpEvent", "PureDpEvent", "event_from_dict", "event_to_dict"),
+    "ledger": (
+        "LedgerEntry",
+        "PrivacyBudget",
+        "PrivacyBudgetExceededError",
+        "PrivacyLedger",
+        "PrivacyReport",
+    ),
+    "mechanisms": ("GaussianMechanism", "LaplaceMechanism", "Mechanism"),
+    "selection": ("ExponentialMechanism", "GaussianReportNoisyMax", "PermuteAndFlip"),
+}
+_WHERE = {name: module for module, names in _SOURCES.items() for name in names}
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'fedpriv.privacy' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"fedpriv.privacy.{_WHERE[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_WHERE])
+
+
+if TYPE_CHECKING:
+    from fedpriv.privacy.accounting import Accounting, account, pld_epsilon, rdp_epsilon
+    from fedpriv.privacy.audit import (
+        AuditResult,
+        audit_epsilon,
+        chi_square_selection_test,
+        clopper_pearson,
+        ks_noise_test,
+    )
+    from fedpriv.privacy.calibration import (
+        Calibration,
+        analytic_gaussian_noise_multiplier,
+        calibrate_gaussian_noise_multiplier,
+        calibrate_noise_multiplier,
+        gaussian_delta,
+        subsampled_gaussian_event,
+    )
+    from fedpriv.privacy.events import (
+        BoundedRangeDpEvent,
+        PureDpEvent,
+        event_from_dict,
+        event_to_dict,
+    )
+    from fedpriv.privacy.ledger import (
+        LedgerEntry,
+        PrivacyBudget,
+        PrivacyBudgetExceededError,
+        PrivacyLedger,
+        PrivacyReport,
+    )
+    from fedpriv.privacy.mechanisms import GaussianMechanism, LaplaceMechanism, Mechanism
+    from fedpriv.privacy.selection import (
+        ExponentialMechanism,
+        GaussianReportNoisyMax,
+        PermuteAndFlip,
+    )
 
 __all__ = [
     "Accounting",
