@@ -9,7 +9,6 @@ minutes.
 
 import gzip
 import json
-import subprocess
 import time
 
 import numpy as np
@@ -21,19 +20,6 @@ from server.estimators import DPBoostingClassifier
 from server.tls import write_node_key
 
 SMALL = {"num-clients": 3, "depth": 3, "epsilon": 2.0, "seed": 3, "round-timeout": 30.0}
-
-
-def _flower_processes() -> list[str]:
-    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    keys = ("flower-superlink", "flower-supernode", "flower-superexec", "flwr-clientapp")
-    return [line for line in ps.splitlines() if any(k in line for k in keys)]
-
-
-@pytest.fixture(autouse=True)
-def _no_leftovers():
-    before = _flower_processes()
-    yield
-    assert _flower_processes() == before
 
 
 def _results(out):

@@ -5,7 +5,6 @@ Ray start-up) through ``server.simulate``.
 """
 
 import json
-import subprocess
 
 import numpy as np
 import pytest
@@ -16,19 +15,6 @@ from server.simulate import simulate
 
 SMALL = {"dataset": "heart", "num-clients": 4, "rounds": 3, "depth": 3, "epsilon": 2.0, "seed": 5}
 PINGS = 2  # empty rounds timed before training (the same-run Flower baseline)
-
-
-def _flower_processes() -> list[str]:
-    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    keys = ("flower-superlink", "flower-superexec", "flwr-simulation", "raylet", "gcs_server")
-    return [line for line in ps.splitlines() if any(k in line for k in keys)]
-
-
-@pytest.fixture(autouse=True)
-def _no_leftovers():
-    before = _flower_processes()
-    yield
-    assert _flower_processes() == before
 
 
 def test_simulation_releases_the_in_process_model(tmp_path):
