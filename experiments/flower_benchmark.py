@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=None,
         help="empty rounds timed first (default: as many as training rounds, since both "
-        "are quantised by Flower's 0.1 s reply polling)",
+        "are quantised by the simulation engine's 0.1 s message loop)",
     )
     args = ap.parse_args(argv)
     job = {**default_config(), **_parse_set(args.set)}

@@ -45,6 +45,11 @@ from server.launch import (
 )
 
 CONNECTION = "fedpriv-sim"
+#: In a simulation the server's pulls are in-process calls to the SuperLink's
+#: state, so it can poll every 10 ms; Flower's engine already adds its own
+#: 0.1 s fetch loop, and a second 0.1 s loop on our side quantised rounds into
+#: 0.1 s or 0.2 s depending on how the two phases drifted.
+SIMULATION_DEFAULTS = {"poll-interval": 0.01}
 _parse_set = parse_set  # the name experiments/flower_benchmark.py imports
 __all__ = ["ROOT", "default_config", "main", "simulate"]
 
@@ -57,7 +62,7 @@ def simulate(
     overrides: dict, *, timeout: float = 3600.0, quiet: bool = False
 ) -> tuple[int, Path | None]:
     """Run one simulation; returns (exit code, result directory)."""
-    config = {**default_config(), **overrides}
+    config = {**default_config(), **SIMULATION_DEFAULTS, **overrides}
     if not config.get("out-dir"):
         config["out-dir"] = str((Path.cwd() / "results" / "flower").resolve())
     settings = RunSettings.from_run_config(config)  # validates before anything starts
