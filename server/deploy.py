@@ -46,6 +46,7 @@ from server.launch import (
     follow,
     free_port,
     parse_set,
+    result_line,
     submit,
     wait_healthy,
     write_connection,
@@ -403,14 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         overrides["out-dir"] = str(Path(args.out_dir).resolve())
     code, out = deploy(overrides, insecure=args.insecure, timeout=args.timeout)
     if code == 0 and out is not None:
-        metrics = json.loads((out / "metrics.json").read_text())
-        privacy = json.loads((out / "privacy.json").read_text())
-        comm = json.loads((out / "communication.json").read_text())
-        print(
-            f"AUC {metrics['auc']:.4f} | ε spent {privacy.get('epsilon_pld', 'inf')} (PLD), "
-            f"{privacy.get('epsilon_rdp', 'inf')} (RDP) | mean round "
-            f"{comm['mean_round_seconds']:.2f} s | {out}"
-        )
+        print(result_line(out, "mean round {mean_round_seconds:.2f} s"))
     return code
 
 

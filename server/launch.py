@@ -281,3 +281,18 @@ def parse_set(items: list[str]) -> dict:
         except tomllib.TOMLDecodeError:
             overrides[key] = raw  # a bare string
     return overrides
+
+
+def result_line(out: Path, detail: str) -> str:
+    """The launchers' last line: AUC, ε by PLD and by RDP, ``detail``, the results folder.
+
+    ``detail`` is formatted with the run's ``communication.json`` fields, e.g.
+    ``"mean round {mean_round_seconds:.2f} s"``.
+    """
+    metrics = json.loads((out / "metrics.json").read_text())
+    privacy = json.loads((out / "privacy.json").read_text())
+    comm = json.loads((out / "communication.json").read_text())
+    return (
+        f"AUC {metrics['auc']:.4f} | ε spent {privacy.get('epsilon_pld', 'inf')} (PLD), "
+        f"{privacy.get('epsilon_rdp', 'inf')} (RDP) | {detail.format(**comm)} | {out}"
+    )

@@ -20,7 +20,6 @@ never touched.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import signal
 import subprocess
@@ -39,6 +38,7 @@ from server.launch import (
     follow,
     free_port,
     parse_set,
+    result_line,
     submit,
     wait_healthy,
     write_connection,
@@ -146,14 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         overrides["out-dir"] = str(Path(args.out_dir).resolve())
     code, out = simulate(overrides, timeout=args.timeout)
     if code == 0 and out is not None:
-        metrics = json.loads((out / "metrics.json").read_text())
-        privacy = json.loads((out / "privacy.json").read_text())
-        comm = json.loads((out / "communication.json").read_text())
-        print(
-            f"AUC {metrics['auc']:.4f} | ε spent {privacy.get('epsilon_pld', 'inf')} (PLD), "
-            f"{privacy.get('epsilon_rdp', 'inf')} (RDP) | floats uploaded per client "
-            f"{comm['mean_floats_uploaded_per_client']:.0f} | {out}"
-        )
+        print(result_line(out, "floats uploaded per client {mean_floats_uploaded_per_client:.0f}"))
     return code
 
 
