@@ -17,8 +17,14 @@ FLOWER_PROCESSES = (
 
 
 def flower_processes() -> list[str]:
-    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    return [line for line in ps.splitlines() if any(k in line for k in FLOWER_PROCESSES)]
+    """Running Flower processes. Zombies are left out: they run nothing and hold
+    nothing but a PID until whoever inherited them (here PID 1) reaps them."""
+    ps = subprocess.run(["ps", "-eo", "pid,stat,args"], capture_output=True, text=True).stdout
+    return [
+        line
+        for line in ps.splitlines()[1:]
+        if any(k in line for k in FLOWER_PROCESSES) and not line.split()[1].startswith("Z")
+    ]
 
 
 @pytest.fixture(autouse=True)
