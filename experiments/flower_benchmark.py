@@ -56,7 +56,8 @@ def client_compute_per_round(config: dict) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from server.simulate import _parse_set, default_config, simulate
+    from server.launch import default_config, parse_set
+    from server.simulate import simulate
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -68,9 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         "are quantised by the simulation engine's 0.1 s message loop)",
     )
     args = ap.parse_args(argv)
-    job = {**default_config(), **_parse_set(args.set)}
+    job = {**default_config(), **parse_set(args.set)}
     overrides = {
-        **_parse_set(args.set),
+        **parse_set(args.set),
         "ping-rounds": args.ping_rounds if args.ping_rounds is not None else int(job["rounds"]),
         "out-dir": tempfile.mkdtemp(prefix="fedpriv-flower-bench-"),
     }

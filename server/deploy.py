@@ -132,7 +132,6 @@ class Node:
     index: int
     proc: subprocess.Popen
     tracker: ProcessTracker
-    port: int
 
 
 class Federation:
@@ -230,7 +229,7 @@ class Federation:
         )
         args[0] = str(BIN / args[0])
         proc = self._popen(args, self.workdir / f"node-{index}", f"node-{index}", env)
-        node = Node(index=index, proc=proc, tracker=ProcessTracker(proc.pid), port=port)
+        node = Node(index=index, proc=proc, tracker=ProcessTracker(proc.pid))
         self.nodes[index] = node
         return node
 

@@ -1,4 +1,4 @@
-"""Drive a strategy over a Flower ``Grid``: the same rounds as the in-process runtime.
+"""The round logic of a Flower run, driven by :class:`server.flower_strategy.FlowerStrategy`.
 
 Message types (Flower 1.42 allows ``query.<action>``):
 
@@ -275,16 +275,6 @@ class GridRuntime:
             flush=True,
         )
         return bound
-
-    def run(self, strategy: Strategy, *, n_features: int, ledger: PrivacyLedger | None) -> Strategy:
-        """Train ``strategy`` to completion over the grid (after :meth:`connect`)."""
-        self.begin(strategy, n_features=n_features, ledger=ledger)
-        while (query := strategy.next_query()) is not None:
-            planned, msgs = self.plan_round(query)
-            replies = self.grid.send_and_receive(msgs, timeout=self.settings.round_timeout)
-            strategy.update(query, self.finish_round(planned, replies))
-            self.log_round(planned, ledger)
-        return strategy
 
     def _aggregate(
         self, r: int, asked: list[int], masked: dict[int, np.ndarray], codec: Any, n: int

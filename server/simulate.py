@@ -50,7 +50,6 @@ CONNECTION = "fedpriv-sim"
 #: 0.1 s fetch loop, and a second 0.1 s loop on our side quantised rounds into
 #: 0.1 s or 0.2 s depending on how the two phases drifted.
 SIMULATION_DEFAULTS = {"poll-interval": 0.01}
-_parse_set = parse_set  # the name experiments/flower_benchmark.py imports
 __all__ = ["ROOT", "default_config", "main", "simulate"]
 
 

@@ -58,9 +58,9 @@ class Query:
 class ClientData:
     """One client's rows, as its handler sees them.
 
-    ``X`` and ``y`` are stored as float64; ``XT`` is the same matrix
-    feature-major (d × n, C-contiguous), built once, because tree routing
-    reads whole feature rows (:mod:`fedpriv.models._kernels`).
+    The rows are stored once, feature-major: ``XT`` (d × n, C-contiguous
+    float64), because tree routing reads whole feature rows
+    (:mod:`fedpriv.models._kernels`); ``X`` is its transposed view.
     """
 
     client_id: int
@@ -69,9 +69,11 @@ class ClientData:
     XT: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "X", np.asarray(self.X, dtype=np.float64))
+        XT = np.ascontiguousarray(np.asarray(self.X, dtype=np.float64).T)
+        # One copy of the rows: X is a (transposed) view of XT.
+        object.__setattr__(self, "XT", XT)
+        object.__setattr__(self, "X", XT.T)
         object.__setattr__(self, "y", np.ascontiguousarray(self.y, dtype=np.float64))
-        object.__setattr__(self, "XT", np.ascontiguousarray(self.X.T))
         if self.X.ndim != 2 or self.y.shape != (self.X.shape[0],):
             raise ValueError(
                 f"client {self.client_id}: X must be (n, d) and y (n,); got {self.X.shape} "

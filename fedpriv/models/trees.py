@@ -195,22 +195,6 @@ def sigmoid(z: np.ndarray) -> np.ndarray:
     return out
 
 
-def logistic_grad_hess(margin: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """g = p − y ∈ [−1, 1] and h = p(1 − p) clipped to [0, 0.25] (benchmark paper §3.4)."""
-    p = sigmoid(margin)
-    return p - y, np.clip(p * (1.0 - p), 0.0, 0.25)
-
-
-def leaf_statistics(leaf: np.ndarray, g: np.ndarray, h: np.ndarray, n_leaves: int) -> np.ndarray:
-    """Per-leaf sums laid out as ``[Σg_0..Σg_{L−1}, Σh_0..Σh_{L−1}]``."""
-    return np.concatenate(
-        [
-            np.bincount(leaf, weights=g, minlength=n_leaves),
-            np.bincount(leaf, weights=h, minlength=n_leaves),
-        ]
-    )
-
-
 def newton_leaf_values(
     sum_g: np.ndarray, sum_h: np.ndarray, *, learning_rate: float, reg_lambda: float
 ) -> np.ndarray:

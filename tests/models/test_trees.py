@@ -5,11 +5,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fedpriv.models import _kernels
 from fedpriv.models.trees import (
     RandomTree,
     TreeEnsemble,
-    leaf_statistics,
-    logistic_grad_hess,
     newton_leaf_values,
     route,
     sample_tree,
@@ -51,10 +50,29 @@ def test_random_thresholds_are_uniform_on_the_box():
     assert stats.kstest(t, "uniform").pvalue > 1e-3
 
 
+def _leaf_sums(margins, y, leaf, n_leaves):
+    # The client's compiled step, one client whose sample is every row.
+    out = np.zeros((1, 2 * n_leaves))
+    rows = np.arange(y.size)
+    ok = _kernels.logistic_leaf_sums(
+        margins,
+        y,
+        leaf.astype(np.uint64),
+        rows,
+        np.array([0, y.size]),
+        np.zeros(1, np.int64),
+        np.array([y.size]),
+        out,
+    )
+    assert ok
+    return out[0]
+
+
 def test_grad_hess_bounds_and_values():
     margin = np.array([-50.0, -1.0, 0.0, 2.0, 50.0])
     y = np.array([1.0, 0.0, 1.0, 1.0, 0.0])
-    g, h = logistic_grad_hess(margin, y)
+    stats = _leaf_sums(margin, y, np.arange(5), 8)  # one row per leaf: the sums are g and h
+    g, h = stats[:5], stats[8:13]
     p = 1 / (1 + np.exp(-margin))
     np.testing.assert_allclose(g, p - y)
     np.testing.assert_allclose(h, p * (1 - p))
@@ -64,10 +82,12 @@ def test_grad_hess_bounds_and_values():
 
 def test_leaf_statistics_and_newton_values():
     leaf = np.array([0, 0, 3, 1])
-    g = np.array([0.5, -0.25, 1.0, -1.0])
-    h = np.array([0.25, 0.1, 0.2, 0.05])
-    stats = leaf_statistics(leaf, g, h, 4)
-    np.testing.assert_allclose(stats, [0.25, -1.0, 0.0, 1.0, 0.35, 0.05, 0.0, 0.2])
+    margin = np.array([0.0, np.log(3.0), -np.log(4.0), 0.0])  # p = 1/2, 3/4, 1/5, 1/2
+    y = np.array([0.0, 1.0, 0.0, 1.0])
+    stats = _leaf_sums(margin, y, leaf, 4)
+    # g = (.5, -.25, .2, -.5), h = (.25, .1875, .16, .25)
+    expected = [0.25, -0.5, 0.0, 0.2, 0.4375, 0.25, 0.0, 0.16]
+    np.testing.assert_allclose(stats, expected, atol=1e-15)
     v = newton_leaf_values(stats[:4], stats[4:], learning_rate=0.4, reg_lambda=1.0)
     np.testing.assert_allclose(v, -0.4 * stats[:4] / (stats[4:] + 1.0))
     # A noisy negative hessian sum is floored at 0, not allowed to flip the step.
