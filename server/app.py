@@ -18,18 +18,38 @@ import numpy as np
 from flwr.app import ArrayRecord, Context
 from flwr.serverapp import Grid, ServerApp
 
-from fedpriv.data import load_dataset
+from fedpriv.data import box_standardisation, load_dataset
 from fedpriv.evaluation import binary_metrics
+from fedpriv.federation.protocol import Strategy
 from fedpriv.federation.settings import RunSettings
+from fedpriv.models.networks import InputMap
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
 from server.flower_strategy import FlowerStrategy
 from server.grid_runtime import PollingGrid
 from strategies.boosting import BoostingConfig, DPBoostingStrategy, split_feature_weights
+from strategies.dpsgd import DPSGDConfig, DPSGDStrategy
 
 app = ServerApp()
 
 
-def build_strategy(s: RunSettings, schema) -> DPBoostingStrategy:
+def build_strategy(s: RunSettings, schema, *, n_records: int) -> Strategy:
+    """The run's method: boosting, or DP-SGD logistic regression / MLP."""
+    if s.method in ("logistic", "mlp"):
+        sgd = DPSGDConfig(
+            model=s.method,
+            hidden=s.hidden,
+            n_steps=s.rounds,
+            learning_rate=s.learning_rate,
+            clip_norm=s.clip_norm,
+            sampling_rate=s.sampling_rate,
+            epsilon=s.epsilon if s.private else None,
+            delta=s.delta,
+            backend=s.backend,
+        )
+        imap = InputMap(*box_standardisation(schema)) if s.standardise else None
+        return DPSGDStrategy(
+            sgd, n_records=n_records, participation=s.participation, input_map=imap
+        )
     config = BoostingConfig(
         n_rounds=s.rounds,
         depth=s.depth,
@@ -59,7 +79,9 @@ def main(grid: Grid, context: Context) -> None:
     if s.private:
         ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=s.epsilon, delta=s.delta))
     strategy = FlowerStrategy(
-        build_strategy(s, ds.schema),
+        # n (the training rows) is public under the trust model, as is the
+        # bound on records per client below.
+        build_strategy(s, ds.schema, n_records=int(X_train.shape[0])),
         settings=s,
         n_features=X_train.shape[1],
         max_records=int(X_train.shape[0]),

@@ -314,7 +314,9 @@ def deploy(
     for them). ``node_env``: extra environment per node index. ``hook`` sees
     every line of the run's log with the federation (tests inject faults).
     """
-    config = {**default_config(), **SMALL_JOB, **overrides}
+    config = RunSettings.with_method_defaults(
+        {**default_config(), **SMALL_JOB, **overrides}, {**SMALL_JOB, **overrides}
+    )
     if not config.get("out-dir"):
         config["out-dir"] = str((Path.cwd() / "results" / "deploy").resolve())
     settings = RunSettings.from_run_config(config)  # validates before anything starts

@@ -15,12 +15,15 @@ from typing import Any
 import numpy as np
 
 from clients.boosting import BoostingClient
-from fedpriv.data import TabularDataset, iid
+from clients.dpsgd import DPSGDClient
+from fedpriv.data import TabularDataset, box_standardisation, iid
 from fedpriv.federation.protocol import make_clients
 from fedpriv.federation.runtime import InProcessRuntime
+from fedpriv.models.networks import InputMap
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
 from fedpriv.seeding import derive_generator
 from strategies.boosting import BoostingConfig, DPBoostingStrategy, split_feature_weights
+from strategies.dpsgd import DPSGDConfig, DPSGDStrategy
 
 
 def federated_training_data(
@@ -44,7 +47,50 @@ def federated_training_data(
     return X, yy, partition
 
 
-class DPBoostingClassifier:
+class _Estimator:
+    """scikit-learn parameter handling, the in-process run, and prediction from ``model_``."""
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        # The constructor's keyword arguments are the parameters (scikit-learn rule).
+        names = inspect.signature(type(self).__init__).parameters
+        return {k: getattr(self, k) for k in names if k != "self"}
+
+    def set_params(self, **params: Any):
+        for k, v in params.items():
+            if k not in self.get_params():
+                raise ValueError(f"unknown parameter {k!r}")
+            setattr(self, k, v)
+        return self
+
+    def _run(self, runtime: InProcessRuntime, strategy: Any, epsilon: float | None, delta: float):
+        """Train ``strategy`` on ``runtime`` under a fresh ledger; keep the results."""
+        ledger = None
+        if epsilon is not None:
+            ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=epsilon, delta=delta))
+        strategy = runtime.run(strategy, ledger=ledger)
+        self.model_ = strategy.model()
+        self.noise_multiplier_ = strategy.noise_multiplier_
+        self.ledger_ = ledger
+        self.privacy_report_ = ledger.report() if ledger is not None else None
+        self.communication_ = runtime.communication
+        return strategy
+
+    def decision_function(self, X: np.ndarray) -> np.ndarray:
+        return self.model_.decision_function(np.asarray(X, dtype=np.float64))
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        p = self.model_.predict_proba(np.asarray(X, dtype=np.float64))
+        return np.column_stack([1.0 - p, p])
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return (self.decision_function(X) > 0).astype(np.int64)
+
+    @property
+    def epsilon_spent_(self) -> float:
+        return math.inf if self.privacy_report_ is None else self.privacy_report_.epsilon
+
+
+class DPBoostingClassifier(_Estimator):
     """DP federated gradient boosting with random trees (benchmark paper §3.4).
 
     Parameters
@@ -97,18 +143,6 @@ class DPBoostingClassifier:
         self.split_features = split_features
         self.seed = seed
 
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        # The constructor's keyword arguments are the parameters (scikit-learn rule).
-        names = inspect.signature(type(self).__init__).parameters
-        return {k: getattr(self, k) for k in names if k != "self"}
-
-    def set_params(self, **params: Any) -> DPBoostingClassifier:
-        for k, v in params.items():
-            if k not in self.get_params():
-                raise ValueError(f"unknown parameter {k!r}")
-            setattr(self, k, v)
-        return self
-
     def _config(self) -> BoostingConfig:
         return BoostingConfig(
             n_rounds=self.n_rounds,
@@ -130,10 +164,6 @@ class DPBoostingClassifier:
     ) -> DPBoostingClassifier:
         """Train on ``part`` of a dataset (``"train"``, or ``"train+val"`` once tuned)."""
         X, yy, partition = federated_training_data(data, y, partition, self.n_clients, part)
-        config = self._config()
-        ledger = None
-        if config.private:
-            ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=config.epsilon, delta=config.delta))
         runtime = InProcessRuntime(
             clients=make_clients(X, yy, partition),
             handler=BoostingClient(),
@@ -143,25 +173,130 @@ class DPBoostingClassifier:
         )
         widths = data.schema.column_widths if isinstance(data, TabularDataset) else None
         weights = split_feature_weights(self.split_features, widths)
-        strategy = runtime.run(DPBoostingStrategy(config, feature_weights=weights), ledger=ledger)
-        self.model_ = strategy.model()
-        self.noise_multiplier_ = strategy.noise_multiplier_
-        self.ledger_ = ledger
-        self.privacy_report_ = ledger.report() if ledger is not None else None
-        self.communication_ = runtime.communication
+        strategy = DPBoostingStrategy(self._config(), feature_weights=weights)
+        self._run(runtime, strategy, self.epsilon, self.delta)
         self.n_features_in_ = X.shape[1]
         return self
 
-    def decision_function(self, X: np.ndarray) -> np.ndarray:
-        return self.model_.decision_function(np.asarray(X, dtype=np.float64))
 
-    def predict_proba(self, X: np.ndarray) -> np.ndarray:
-        p = self.model_.predict_proba(np.asarray(X, dtype=np.float64))
-        return np.column_stack([1.0 - p, p])
+class DPSGDClassifier(_Estimator):
+    """DP-SGD logistic regression or one-hidden-layer MLP, federated (benchmark paper §3.5).
 
-    def predict(self, X: np.ndarray) -> np.ndarray:
-        return (self.decision_function(X) > 0).astype(np.int64)
+    Clients return clipped per-example gradient sums of their Poisson(q)
+    samples; the server adds Gaussian noise to the securely aggregated sum,
+    divides by the expected batch q·n (n public) and takes an SGD step.
 
-    @property
-    def epsilon_spent_(self) -> float:
-        return math.inf if self.privacy_report_ is None else self.privacy_report_.epsilon
+    Parameters
+    ----------
+    model : {"logistic", "mlp"}
+        Built-in model (ignored when ``module`` is given).
+    hidden : int
+        MLP width h.
+    n_steps, learning_rate, clip_norm, sampling_rate :
+        T, η, C and q (see :class:`strategies.dpsgd.DPSGDConfig`;
+        ``learning_rate=None`` is the paper's 2.0 / 3.0).
+    epsilon, delta : float
+        Privacy budget of the whole fit; ``epsilon=None`` is the non-private
+        reference (no noise, no ledger; still clipped).
+    participation : float
+        Per-step client participation ρ (never lowers the noise).
+    n_clients : int
+        Clients for an IID split when the data has no natural clients.
+    secure_aggregation : bool
+        Sum replies through the masking shim (default) or plain fixed point.
+    backend : {"fast", "opacus"}
+        Per-example gradients from compiled closed forms or from Opacus.
+    standardise : bool
+        Map numeric features x ∈ [0, 1] to √12 (x − ½) (uniform on the public
+        box; :func:`fedpriv.data.box_standardisation`) when ``fit`` gets a
+        dataset with a schema. Never uses data statistics.
+    module : torch.nn.Module, optional
+        Train this module instead of a built-in model (Opacus backend; its
+        initial parameters must be public, e.g. from a seeded generator).
+    seed : int
+        Run seed (initialisation, sampling, noise).
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str = "logistic",
+        hidden: int = 16,
+        n_steps: int = 800,
+        learning_rate: float | None = None,
+        clip_norm: float = 3.0,
+        sampling_rate: float = 0.02,
+        epsilon: float | None = 2.0,
+        delta: float = 1e-5,
+        participation: float = 1.0,
+        n_clients: int = 5,
+        secure_aggregation: bool = True,
+        backend: str = "fast",
+        standardise: bool = True,
+        module: Any = None,
+        seed: int = 0,
+    ) -> None:
+        self.model = model
+        self.hidden = hidden
+        self.n_steps = n_steps
+        self.learning_rate = learning_rate
+        self.clip_norm = clip_norm
+        self.sampling_rate = sampling_rate
+        self.epsilon = epsilon
+        self.delta = delta
+        self.participation = participation
+        self.n_clients = n_clients
+        self.secure_aggregation = secure_aggregation
+        self.backend = backend
+        self.standardise = standardise
+        self.module = module
+        self.seed = seed
+
+    def _config(self) -> DPSGDConfig:
+        return DPSGDConfig(
+            model=self.model,
+            hidden=self.hidden,
+            n_steps=self.n_steps,
+            learning_rate=self.learning_rate,
+            clip_norm=self.clip_norm,
+            sampling_rate=self.sampling_rate,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            backend=self.backend,
+        )
+
+    def fit(
+        self,
+        data: TabularDataset | np.ndarray,
+        y: np.ndarray | None = None,
+        *,
+        partition: list[np.ndarray] | None = None,
+        part: str = "train",
+    ) -> DPSGDClassifier:
+        """Train on ``part`` of a dataset (``"train"``, or ``"train+val"`` once tuned)."""
+        X, yy, partition = federated_training_data(data, y, partition, self.n_clients, part)
+        custom = None
+        if self.module is not None:
+            from fedpriv.models.opacus_backend import TorchSpec
+
+            custom = TorchSpec(self.module)
+        runtime = InProcessRuntime(
+            clients=make_clients(X, yy, partition),
+            handler=DPSGDClient(module=self.module),
+            seed=self.seed,
+            participation=self.participation,
+            secure_aggregation=self.secure_aggregation,
+        )
+        input_map = None
+        if self.standardise and isinstance(data, TabularDataset):
+            input_map = InputMap(*box_standardisation(data.schema))
+        strategy = DPSGDStrategy(
+            self._config(),
+            n_records=sum(len(p) for p in partition),
+            participation=self.participation,
+            input_map=input_map,
+            custom_spec=custom,
+        )
+        self._run(runtime, strategy, self.epsilon, self.delta)
+        self.n_features_in_ = X.shape[1]
+        return self

@@ -61,7 +61,9 @@ def simulate(
     overrides: dict, *, timeout: float = 3600.0, quiet: bool = False
 ) -> tuple[int, Path | None]:
     """Run one simulation; returns (exit code, result directory)."""
-    config = {**default_config(), **SIMULATION_DEFAULTS, **overrides}
+    config = RunSettings.with_method_defaults(
+        {**default_config(), **SIMULATION_DEFAULTS, **overrides}, overrides
+    )
     if not config.get("out-dir"):
         config["out-dir"] = str((Path.cwd() / "results" / "flower").resolve())
     settings = RunSettings.from_run_config(config)  # validates before anything starts

@@ -42,7 +42,7 @@ from fedpriv.privacy._validation import (
     check_positive,
     check_probability,
 )
-from fedpriv.privacy.ledger import PrivacyLedger
+from fedpriv.privacy.ledger import PrivacyLedger, release_event
 
 METHOD = "boosting"
 GRAD_BOUND = 1.0  # |g| = |p − y| ≤ 1
@@ -153,7 +153,7 @@ class DPBoostingStrategy:
         """The DpEvent one round releases (private runs only)."""
         if self._mechanism is None:
             raise ValueError("non-private run: no event")
-        return dp_event.PoissonSampledDpEvent(self.config.sampling_rate, self._mechanism.dp_event)
+        return release_event(self._mechanism, self.config.sampling_rate)
 
     def next_query(self) -> Query | None:
         cfg, t = self.config, self._t

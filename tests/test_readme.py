@@ -39,10 +39,15 @@ def _run(code: str, tmp_path) -> subprocess.CompletedProcess:
 def test_readme_python_examples_run(tmp_path):
     blocks = _blocks("python")
     (server_app,) = [b for b in blocks if "ServerApp()" in b]
-    (ledger_example,) = [b for b in blocks if "ServerApp()" not in b]
+    (dpsgd_example,) = [b for b in blocks if "DPSGDClassifier" in b]
+    (ledger_example,) = [b for b in blocks if b not in (server_app, dpsgd_example)]
     proc = _run(ledger_example, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert '"n_releases": 1' in proc.stdout
+    proc = _run(dpsgd_example, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    auc, eps = re.fullmatch(r"AUC (\S+), ε spent (\S+)\n", proc.stdout).groups()
+    assert 0.5 < float(auc) <= 1 and 0 < float(eps) <= 2.0
     # The ServerApp example must at least import and define (Flower calls main).
     proc = _run(server_app + "\nprint(type(app).__name__, callable(main))", tmp_path)
     assert proc.returncode == 0, proc.stderr

@@ -17,7 +17,7 @@ from fedpriv.data.corpora import (
 )
 from fedpriv.data.csv import load_csv
 from fedpriv.data.dataset import TabularDataset
-from fedpriv.data.encode import Encoded, LoadReport, encode
+from fedpriv.data.encode import Encoded, LoadReport, box_standardisation, encode
 from fedpriv.data.errors import DataError
 from fedpriv.data.partition import dirichlet, iid, label_skew, natural, zipf
 from fedpriv.data.schema import (
@@ -48,6 +48,7 @@ __all__ = [
     "TabularDataset",
     "Target",
     "Transform",
+    "box_standardisation",
     "data_dir",
     "dirichlet",
     "encode",

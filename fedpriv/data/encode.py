@@ -16,6 +16,7 @@ Two views come out of one pass:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -233,6 +234,26 @@ def encode_features(
             X_ord[:, k] = np.where(levels >= 0, levels, -1)
         j += spec.width
     return X, X_ord
+
+
+def box_standardisation(schema: Schema) -> tuple[np.ndarray, np.ndarray]:
+    """Public (shift, scale) per encoded feature: x ↦ (x − shift)·scale.
+
+    Numeric value features, min-max scaled into [0, 1] by the public bounds,
+    are standardised as if uniform on that box: mean ½ and sd 1/√12, so
+    x ↦ √12 (x − ½). Indicators, binary and one-hot features keep their 0/1
+    values. The map depends on the schema only (rule 2: no data statistics);
+    it is what gradient-based models see in place of the paper's
+    training-set standardisation (benchmark paper §4.1), which is not private.
+    """
+    shift = np.zeros(schema.n_features)
+    scale = np.ones(schema.n_features)
+    j = 0
+    for spec in schema.columns:
+        if isinstance(spec, NumericColumn):
+            shift[j], scale[j] = 0.5, math.sqrt(12.0)
+        j += spec.width
+    return shift, scale
 
 
 def encode(

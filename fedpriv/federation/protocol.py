@@ -13,6 +13,7 @@ same strategy and handler run unchanged in every runtime.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -118,9 +119,37 @@ class Strategy(Protocol):
         ...
 
 
+#: Where :func:`poisson_sample` switches to geometric gaps (measured crossover).
+GEOMETRIC_MAX_RATE, GEOMETRIC_MIN_RECORDS = 0.0625, 2048
+
+
 def poisson_sample(n: int, rate: float, rng: np.random.Generator) -> np.ndarray:
-    """Indices of a Poisson sample: each of ``n`` records kept independently w.p. ``rate``."""
-    return np.flatnonzero(rng.random(n) < rate)
+    """Sorted indices of a Poisson sample: each of ``n`` records kept independently w.p. ``rate``.
+
+    Small samples of large clients are drawn as geometric gaps: the gaps
+    between consecutive kept indices of independent Bernoulli(q) trials are
+    i.i.d. Geometric(q) (memorylessness), so ``cumsum(G) − 1`` below ``n`` is
+    exactly the Bernoulli sample, for ≈ q·n draws instead of n (about 3x
+    faster at q = 0.05, n = 10,000). Otherwise one uniform per record is
+    compared with q. Privacy amplification by Poisson subsampling needs
+    exactly this distribution; a test checks both paths (inclusion rates,
+    pairwise independence, size distribution).
+    """
+    if n <= 0:
+        return np.zeros(0, dtype=np.int64)
+    if not 0.0 < rate <= 1.0:
+        raise ValueError(f"rate must lie in (0, 1]; got {rate!r}")
+    if rate == 1.0:
+        return np.arange(n, dtype=np.int64)
+    if rate > GEOMETRIC_MAX_RATE or n < GEOMETRIC_MIN_RECORDS:
+        return (rng.random(n) < rate).nonzero()[0]
+    # Enough gaps to pass n with overwhelming probability; the loop tops up otherwise.
+    mean = n * rate
+    m = int(mean + 6.0 * math.sqrt(mean) + 16)
+    idx = np.cumsum(rng.geometric(rate, size=m)) - 1
+    while idx[-1] < n:
+        idx = np.concatenate([idx, idx[-1] + np.cumsum(rng.geometric(rate, size=m))])
+    return idx[: np.searchsorted(idx, n)]
 
 
 def make_clients(X: np.ndarray, y: np.ndarray, partition: list[np.ndarray]) -> list[ClientData]:

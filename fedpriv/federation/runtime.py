@@ -92,6 +92,9 @@ def round_plan(
     Every runtime draws this from the same substream, so the in-process and
     Flower runs ask the same clients.
     """
+    if participation >= 1.0 and not dropout_rate:
+        # Everyone, for sure: the draws below could only say so (u < 1 always).
+        return list(range(n_clients)), set()
     fate = fates.at(round_id)
     asked = [i for i in range(n_clients) if fate.random() < participation]
     lost = {i for i in asked if dropout_rate and fate.random() < dropout_rate}
@@ -179,6 +182,7 @@ class InProcessRuntime:
         comm = self.communication
         codecs: dict[tuple[float, int], FixedPointCodec] = {}
         empty = np.zeros(0, dtype=np.intp)
+        uploaded = np.zeros(len(self.clients), dtype=bool)
         while (query := strategy.next_query()) is not None:
             r = query.round
             asked, lost = round_plan(
@@ -210,27 +214,31 @@ class InProcessRuntime:
                     for i in asked
                 }
             replies: dict[int, np.ndarray] = {}
+            participants = [ids[j] for j in asked]
             for i, vec in vectors.items():
-                vec = np.asarray(vec, dtype=np.float64)
-                if vec.shape != (query.reply_length,):
-                    raise ValueError(
-                        f"client {ids[i]} replied shape {vec.shape}; "
-                        f"expected ({query.reply_length},)"
-                    )
+                if vec.shape != (query.reply_length,) or vec.dtype != np.float64:
+                    vec = np.asarray(vec, dtype=np.float64)
+                    if vec.shape != (query.reply_length,):
+                        raise ValueError(
+                            f"client {ids[i]} replied shape {vec.shape}; "
+                            f"expected ({query.reply_length},)"
+                        )
                 if i in lost:
                     continue
-                comm.floats_uploaded[i] += vec.size
-                comm.bytes_uploaded[i] += 8 * vec.size
+                uploaded[i] = True
                 if parties is None:
                     replies[ids[i]] = vec
                 else:
                     replies[ids[i]] = parties[i].mask(
-                        vec, round_id=r, participants=[ids[j] for j in asked], codec=codec
+                        vec, round_id=r, participants=participants, codec=codec
                     )
+            comm.floats_uploaded += uploaded * query.reply_length
+            comm.bytes_uploaded += uploaded * (8 * query.reply_length)
+            uploaded[:] = False
             comm.round_trips += 1
             comm.rounds += 1
             aggregate = self._aggregate(
-                query.reply_length, r, [ids[j] for j in asked], replies, parties, codec
+                query.reply_length, r, participants, replies, parties, codec
             )
             if aggregate is None:
                 comm.aborted_rounds += 1

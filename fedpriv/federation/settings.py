@@ -12,10 +12,27 @@ from typing import Any
 
 from fedpriv.privacy._validation import check_count, check_positive, check_probability
 
+METHODS = ("boosting", "logistic", "mlp")
+#: Settings each method's paper configuration changes from the boosting defaults
+#: of ``[tool.flwr.app.config]`` (benchmark paper, Table 5). The launchers
+#: (``server.simulate``, ``server.deploy``) apply them for ``--set method=...``
+#: unless the same keys are set too; a bare ``flwr run`` must pass them itself.
+METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
+    "boosting": {},
+    "logistic": {"rounds": 800, "learning-rate": 2.0, "sampling-rate": 0.02},
+    "mlp": {"rounds": 800, "learning-rate": 3.0, "sampling-rate": 0.02},
+}
+
 
 @dataclass(frozen=True, kw_only=True)
 class RunSettings:
-    """One federated run. ``epsilon = 0`` means the non-private reference."""
+    """One federated run. ``epsilon = 0`` means the non-private reference.
+
+    ``rounds``, ``learning_rate`` and ``sampling_rate`` are the method's own:
+    boosting rounds (trees) or DP-SGD steps. ``depth`` and ``split_features``
+    apply to boosting; ``clip_norm``, ``hidden``, ``backend`` and ``standardise``
+    to DP-SGD.
+    """
 
     method: str = "boosting"
     dataset: str = "diabetes130"
@@ -36,6 +53,10 @@ class RunSettings:
     node_wait_timeout: float = 300.0
     ping_rounds: int = 0  # empty rounds timed before training (a same-run baseline)
     poll_interval: float = 0.1  # seconds between the server's pulls for replies
+    clip_norm: float = 3.0  # DP-SGD: per-example L2 clipping bound C
+    hidden: int = 16  # DP-SGD MLP width
+    backend: str = "fast"  # DP-SGD per-example gradients: "fast" or "opacus"
+    standardise: bool = True  # DP-SGD: public box standardisation of numeric features
 
     def __post_init__(self) -> None:
         check_count("num_clients", self.num_clients)
@@ -53,8 +74,12 @@ class RunSettings:
             raise ValueError(
                 f"split_features must be 'columns' or 'uniform'; got {self.split_features!r}"
             )
-        if self.method != "boosting":
-            raise ValueError(f"method must be one of ['boosting']; got {self.method!r}")
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {list(METHODS)}; got {self.method!r}")
+        check_positive("clip_norm", self.clip_norm)
+        check_count("hidden", self.hidden)
+        if self.backend not in ("fast", "opacus"):
+            raise ValueError(f"backend must be 'fast' or 'opacus'; got {self.backend!r}")
 
     @property
     def private(self) -> bool:
@@ -74,6 +99,13 @@ class RunSettings:
         for name, value in kwargs.items():
             kwargs[name] = casts[str(known[name])](value)
         return cls(**kwargs)
+
+    @staticmethod
+    def with_method_defaults(config: Mapping[str, Any], explicit: Mapping[str, Any]) -> dict:
+        """``config`` with the method's :data:`METHOD_DEFAULTS` for keys not in ``explicit``."""
+        method = str(explicit.get("method", config.get("method", "boosting")))
+        extra = {k: v for k, v in METHOD_DEFAULTS.get(method, {}).items() if k not in explicit}
+        return {**config, **extra}
 
     def to_run_config(self) -> dict[str, Any]:
         return {f.name.replace("_", "-"): getattr(self, f.name) for f in fields(self)}

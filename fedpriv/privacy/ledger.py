@@ -34,6 +34,18 @@ from fedpriv.privacy.mechanisms import Mechanism
 from fedpriv.privacy.pld import flatten
 
 
+def release_event(mechanism: Mechanism, sampling_probability: float = 1.0) -> dp_event.DpEvent:
+    """The DpEvent :meth:`PrivacyLedger.release` records for ``mechanism`` at rate q.
+
+    Below q = 1 a ``PoissonSampledDpEvent`` (amplification by subsampling); at
+    q = 1 the mechanism's own event. Learners reserve their plan with this, so
+    reserved and released events match exactly.
+    """
+    q = check_probability("sampling_probability", sampling_probability)
+    event = mechanism.dp_event
+    return dp_event.PoissonSampledDpEvent(q, event) if q < 1.0 else event
+
+
 class PrivacyBudgetExceededError(RuntimeError):
     """A release would take the run past its (ε, δ) budget; nothing was released."""
 
@@ -128,8 +140,15 @@ class PrivacyLedger:
         self._budget = budget
         self._vdi = vdi
         self._entries: list[LedgerEntry] = []
-        self._spent: Counter[dp_event.DpEvent] = Counter()
-        self._reserved: Counter[dp_event.DpEvent] = Counter()
+        # Counts are kept per interned flat event id: dp-accounting's attrs
+        # events rehash their whole tree on every lookup (~2.5 µs each), which
+        # dominated a DP-SGD step's bookkeeping. ``_events[i]`` is event i.
+        self._events: list[dp_event.DpEvent] = []
+        self._ids: dict[dp_event.DpEvent, int] = {}
+        self._spent: Counter[int] = Counter()
+        self._reserved: Counter[int] = Counter()
+        # (mechanism, q) -> (event, its flat (id, count) groups), for repeated releases.
+        self._releases: dict[tuple[Mechanism, float], tuple[dp_event.DpEvent, Counter[int]]] = {}
 
     # -- accounting -----------------------------------------------------
     @property
@@ -140,11 +159,24 @@ class PrivacyLedger:
     def entries(self) -> tuple[LedgerEntry, ...]:
         return tuple(self._entries)
 
-    def _account(self, extra: Counter[dp_event.DpEvent]) -> accounting.Accounting:
-        total = self._spent + self._reserved + extra
-        return accounting.account(list(total.items()), self._budget.delta, discretization=self._vdi)
+    def _groups(self, event: dp_event.DpEvent, count: int = 1) -> Counter[int]:
+        """``event`` flattened into interned (id, count) groups."""
+        groups: Counter[int] = Counter()
+        for flat, n in flatten(event, count):
+            if (i := self._ids.get(flat)) is None:
+                i = self._ids[flat] = len(self._events)
+                self._events.append(flat)
+            groups[i] += n
+        return groups
 
-    def _check(self, extra: Counter[dp_event.DpEvent], what: str) -> None:
+    def _items(self, counts: Counter[int]) -> list[tuple[dp_event.DpEvent, int]]:
+        return [(self._events[i], n) for i, n in counts.items() if n > 0]
+
+    def _account(self, extra: Counter[int]) -> accounting.Accounting:
+        total = self._spent + self._reserved + extra
+        return accounting.account(self._items(total), self._budget.delta, discretization=self._vdi)
+
+    def _check(self, extra: Counter[int], what: str) -> None:
         if math.isinf(self._budget.epsilon):
             return
         acc = self._account(extra)
@@ -167,25 +199,23 @@ class PrivacyLedger:
         """
         if not self._spent:
             return 0.0
+        spent = self._items(self._spent)
         eps, _ = accounting.pld_epsilon(
-            list(self._spent.items()),
-            self._budget.delta,
-            discretization=discretization,
-            cache=False,
+            spent, self._budget.delta, discretization=discretization, cache=False
         )
-        return min(eps, accounting.rdp_epsilon(list(self._spent.items()), self._budget.delta))
+        return min(eps, accounting.rdp_epsilon(spent, self._budget.delta))
 
     def report(self) -> PrivacyReport:
         """Accounting of everything released so far (reservations excluded)."""
         acc = accounting.account(
-            list(self._spent.items()), self._budget.delta, discretization=self._vdi
+            self._items(self._spent), self._budget.delta, discretization=self._vdi
         )
         return PrivacyReport(
             budget=self._budget,
             accounting=acc,
             entries=tuple(self._entries),
             discretization=self._vdi,
-            reserved=tuple(self._reserved.items()),
+            reserved=tuple(self._items(self._reserved)),
         )
 
     # -- spending -------------------------------------------------------
@@ -194,28 +224,40 @@ class PrivacyLedger:
         if not isinstance(event, dp_event.DpEvent):
             raise TypeError(f"event must be a dp_accounting DpEvent, got {type(event).__name__}")
         check_count("count", count)
-        extra = Counter(dict(flatten(event, count)))
+        extra = self._groups(event, count)
         self._check(extra, f"reserving {count} × {event}")
-        self._reserved += extra
+        self._reserved.update(extra)
 
     def cancel_reservations(self) -> None:
         """Drop whatever is still reserved (e.g. a learner stopped early)."""
         self._reserved.clear()
 
-    def _admit(self, event: dp_event.DpEvent, label: str) -> tuple[Counter, bool]:
-        if not isinstance(event, dp_event.DpEvent):
-            raise TypeError(f"event must be a dp_accounting DpEvent, got {type(event).__name__}")
-        groups = Counter(dict(flatten(event)))
-        covered = all(self._reserved[e] >= n for e, n in groups.items())
+    def _admit(
+        self, event: dp_event.DpEvent, label: str, groups: Counter[int] | None = None
+    ) -> tuple[Counter[int], bool]:
+        if groups is None:
+            if not isinstance(event, dp_event.DpEvent):
+                raise TypeError(
+                    f"event must be a dp_accounting DpEvent, got {type(event).__name__}"
+                )
+            groups = self._groups(event)
+        covered = all(self._reserved[i] >= n for i, n in groups.items())
         if not covered:
             self._check(groups, f"release {label or event!s}")
         return groups, covered
 
-    def _commit(self, event: dp_event.DpEvent, label: str, admitted: tuple[Counter, bool]) -> None:
+    def _commit(
+        self, event: dp_event.DpEvent, label: str, admitted: tuple[Counter[int], bool]
+    ) -> None:
         groups, covered = admitted
-        if covered:
-            self._reserved -= groups
-        self._spent += groups
+        for i, n in groups.items():
+            if covered:
+                left = self._reserved[i] - n
+                if left > 0:
+                    self._reserved[i] = left
+                else:
+                    del self._reserved[i]
+            self._spent[i] += n
         self._entries.append(LedgerEntry(index=len(self._entries), label=label, event=event))
 
     def spend(self, event: dp_event.DpEvent, *, label: str = "") -> None:
@@ -237,11 +279,18 @@ class PrivacyLedger:
         ``value`` were sampled; below 1 the event is recorded as a
         ``PoissonSampledDpEvent`` (privacy amplification by subsampling).
         """
-        q = check_probability("sampling_probability", sampling_probability)
-        event = mechanism.dp_event
-        if q < 1.0:
-            event = dp_event.PoissonSampledDpEvent(q, event)
-        admitted = self._admit(event, label)
+        key = (mechanism, sampling_probability)
+        try:
+            known = self._releases.get(key)
+        except TypeError:  # an unhashable mechanism: no shortcut
+            key, known = None, None
+        if known is None:
+            event = release_event(mechanism, sampling_probability)
+            known = (event, self._groups(event))
+            if key is not None:
+                self._releases[key] = known
+        event, groups = known
+        admitted = self._admit(event, label, groups)
         # Noise is drawn only after the budget check; the event is recorded
         # only once the mechanism has actually produced an output.
         out = mechanism.apply(value, rng=rng)

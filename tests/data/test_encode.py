@@ -85,3 +85,23 @@ def test_row_independence_property(rows):
     frame2 = frame.copy()
     frame2.loc[1:, "age"] = 1e6
     np.testing.assert_array_equal(encode(frame2, s, source="t").X[0], whole.X[0])
+
+
+def test_box_standardisation_uses_only_column_types():
+    from fedpriv.data import box_standardisation, schema
+
+    s = schema("heart")
+    shift, scale = box_standardisation(s)
+    j = 0
+    for col in s.columns:
+        numeric = type(col).__name__ == "NumericColumn"
+        assert (shift[j], scale[j]) == ((0.5, np.sqrt(12.0)) if numeric else (0.0, 1.0))
+        assert np.all(shift[j + 1 : j + col.width] == 0) and np.all(
+            scale[j + 1 : j + col.width] == 1
+        )
+        j += col.width
+    assert j == shift.size == s.n_features
+    # Uniform on the box [0, 1] maps to mean 0 and variance 1.
+    u = np.linspace(0, 1, 100_001)
+    assert np.mean(np.sqrt(12) * (u - 0.5)) == pytest.approx(0, abs=1e-12)
+    assert np.var(np.sqrt(12) * (u - 0.5)) == pytest.approx(1, rel=1e-4)

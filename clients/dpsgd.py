@@ -1,0 +1,139 @@
+"""DP-SGD logistic regression and MLP: the client half.
+
+Given the public query (the current parameters θ, the model's shape, its
+public input map and the clipping norm C), a client returns
+Σ_i ∇ℓ(θ; x_i, y_i) · min(1, C/‖∇ℓ_i‖) over its Poisson sample (benchmark
+paper §3.5; Abadi et al. 2016, Alg. 1). Nothing else leaves the client: no
+count, no loss. The handler keeps no state between steps; everything it needs
+is in the query.
+
+Two backends answer the same query with the same floats up to rounding:
+
+* ``"fast"``: compiled closed forms for the built-in models
+  (:mod:`fedpriv.models._sgd_kernels`);
+* ``"opacus"``: per-sample gradients of a torch module through Opacus's
+  ``GradSampleModule`` (:mod:`fedpriv.models.opacus_backend`). It is the
+  path for a user's own ``torch.nn.Module`` (pass ``module=``); torch is
+  imported only when it is used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fedpriv.federation.protocol import ClientData, Query
+from fedpriv.models.networks import InputMap, NetworkSpec, RowBlocks, compiled_clipped_sums
+
+if TYPE_CHECKING:
+    from torch import nn
+
+#: Query ``config["model"]`` for a user-supplied torch module.
+CUSTOM = "module"
+
+
+class DPSGDClient:
+    """Client handler for :class:`strategies.dpsgd.DPSGDStrategy`.
+
+    Parameters
+    ----------
+    module : torch.nn.Module, optional
+        A user's model for queries with ``model="module"`` (Opacus backend
+        only): it maps (n, d) inputs to n logits, and its
+        ``parameters_to_vector`` layout is the query's parameter vector.
+    """
+
+    method = "dpsgd"
+
+    def __init__(self, *, module: nn.Module | None = None) -> None:
+        self.module = module
+        self._opacus: dict[tuple, Any] = {}  # one GradSampleModule per model shape
+        self._specs: dict[tuple, NetworkSpec] = {}
+        self._map: tuple[np.ndarray, np.ndarray, InputMap] | None = None
+
+    def _spec(self, query: Query, n_features: int) -> NetworkSpec | None:
+        kind = query.config["model"]
+        if kind == CUSTOM:
+            return None
+        key = (kind, n_features, int(query.config["hidden"]))
+        if (spec := self._specs.get(key)) is None:
+            spec = self._specs[key] = NetworkSpec(kind=kind, n_features=n_features, hidden=key[2])
+        return spec
+
+    def _input_map(self, query: Query) -> InputMap:
+        # In process every query carries the same (read-only) arrays: check them once.
+        shift, scale = query.arrays["input_shift"], query.arrays["input_scale"]
+        if self._map is None or self._map[0] is not shift or self._map[1] is not scale:
+            self._map = (shift, scale, InputMap(shift, scale))
+        return self._map[2]
+
+    def _opacus_backend(self, spec: NetworkSpec | None):
+        from fedpriv.models.opacus_backend import OpacusGradients, builtin_module
+
+        key = ("module",) if spec is None else (spec.kind, spec.n_features, spec.hidden)
+        if key not in self._opacus:
+            if spec is None:
+                if self.module is None:
+                    raise ValueError("query asks for a custom module, but this client has none")
+                self._opacus[key] = OpacusGradients(self.module)
+            else:
+                self._opacus[key] = OpacusGradients(builtin_module(spec))
+        return self._opacus[key]
+
+    def answer(
+        self, query: Query, data: ClientData, sample: np.ndarray, state: dict[str, Any]
+    ) -> np.ndarray:
+        return self._answer(query, [data], [sample], RowBlocks.of([data.XT], [data.y]))[0]
+
+    def answer_many(
+        self,
+        query: Query,
+        datas: Sequence[ClientData],
+        samples: Sequence[np.ndarray],
+        state: dict[str, Any],
+    ) -> np.ndarray:
+        """All clients' replies at once (rows of the result), bit-identical to :meth:`answer`.
+
+        The compiled backend serves every client in one call over their rows
+        side by side; each client's sum runs over its own sample in the same
+        order as when it is served alone (:mod:`fedpriv.models._sgd_kernels`).
+        """
+        ids = tuple(d.client_id for d in datas)
+        if state.get("ids") != ids:
+            state.clear()
+            state.update(ids=ids, blocks=RowBlocks.of([d.XT for d in datas], [d.y for d in datas]))
+        return self._answer(query, datas, samples, state["blocks"])
+
+    def _answer(
+        self,
+        query: Query,
+        datas: Sequence[ClientData],
+        samples: Sequence[np.ndarray],
+        blocks: RowBlocks,
+    ) -> np.ndarray:
+        params = query.arrays["params"]
+        clip = float(query.config["clip_norm"])
+        imap = self._input_map(query)
+        spec = self._spec(query, blocks.n_features)
+        backend = query.config.get("backend", "fast")
+        if backend == "fast" and spec is not None:
+            return compiled_clipped_sums(spec, params, blocks, clip, list(samples), imap)
+        if backend != "opacus":
+            raise ValueError(
+                f"backend must be 'fast' or 'opacus' (a custom module needs 'opacus'); "
+                f"got {backend!r}"
+            )
+        grads = self._opacus_backend(spec)
+        rows = [_check_rows(s, d.n) for d, s in zip(datas, samples, strict=True)]
+        X = imap.apply(np.concatenate([d.X[r] for d, r in zip(datas, rows, strict=True)]))
+        y = np.concatenate([d.y[r] for d, r in zip(datas, rows, strict=True)])
+        return grads.clipped_sums(params, X, y, clip, [r.size for r in rows])
+
+
+def _check_rows(sample: np.ndarray, n: int) -> np.ndarray:
+    rows = np.asarray(sample, dtype=np.int64)
+    if rows.ndim != 1 or (rows.size and (rows.min() < 0 or rows.max() >= n)):
+        raise ValueError(f"sample must be 1-D row indices in [0, {n}); got {sample!r}")
+    return rows

@@ -1,0 +1,341 @@
+"""The two built-in DP-SGD models: logistic regression and a one-hidden-layer ReLU MLP.
+
+Both are a flat parameter vector θ plus a :class:`NetworkSpec` that says how
+to read it. The layout is PyTorch's ``parameters_to_vector`` order for the
+equivalent module (``nn.Linear(d, 1)``, or ``nn.Sequential(nn.Linear(d, h),
+nn.ReLU(), nn.Linear(h, 1))``), so a vector moves between the fast backend and
+the Opacus backend (:mod:`fedpriv.models.opacus_backend`) unchanged:
+
+* logistic, P = d + 1:  ``[w (d) | b]``;
+* MLP, P = d·h + 2h + 1: ``[W1 (h × d, row-major) | b1 (h) | w2 (h) | b2]``.
+
+The loss is the logistic loss ℓ(θ; x, y) = log(1 + e^f) − y·f of the logit
+f = f_θ(x) (benchmark paper §3.5). :func:`clipped_gradient_sum` is the
+closed-form, vectorised per-example gradient with L2 clipping (Abadi et al.
+2016, Alg. 1, "clip gradient"); the compiled clients use
+:mod:`fedpriv.models._sgd_kernels`, which computes the same sums row by row.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+
+from fedpriv.privacy._validation import check_count, check_generator
+
+
+class ModelKind(StrEnum):
+    """Which built-in DP-SGD model."""
+
+    LOGISTIC = "logistic"
+    MLP = "mlp"
+
+
+_KINDS = list(ModelKind)
+
+
+@dataclass(frozen=True, eq=False)
+class InputMap:
+    """Public affine map x ↦ (x − shift)·scale applied to every row before the model.
+
+    Part of the model's definition, not of the data: the server sends it in
+    every query and the released model applies it when predicting. Built
+    from the schema alone (:func:`fedpriv.data.box_standardisation`).
+    """
+
+    shift: np.ndarray
+    scale: np.ndarray
+
+    def __post_init__(self) -> None:
+        shift = np.ascontiguousarray(self.shift, dtype=np.float64)
+        scale = np.ascontiguousarray(self.scale, dtype=np.float64)
+        if shift.ndim != 1 or shift.shape != scale.shape:
+            raise ValueError(f"shift and scale must be equal 1-D; got {shift.shape}, {scale.shape}")
+        if not (np.all(np.isfinite(shift)) and np.all(np.isfinite(scale)) and np.all(scale != 0)):
+            raise ValueError("shift must be finite and scale finite and non-zero")
+        for a in (shift, scale):
+            a.flags.writeable = False
+        object.__setattr__(self, "shift", shift)
+        object.__setattr__(self, "scale", scale)
+
+    @classmethod
+    def identity(cls, n_features: int) -> InputMap:
+        return cls(np.zeros(n_features), np.ones(n_features))
+
+    @property
+    def n_features(self) -> int:
+        return int(self.shift.size)
+
+    def apply(self, X: np.ndarray) -> np.ndarray:
+        return (np.asarray(X, dtype=np.float64) - self.shift) * self.scale
+
+
+@dataclass(frozen=True, kw_only=True)
+class NetworkSpec:
+    """Shape of a built-in model; ``hidden`` is the MLP width (0 for logistic)."""
+
+    kind: ModelKind
+    n_features: int
+    hidden: int = 16
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", ModelKind(self.kind))
+        check_count("n_features", self.n_features)
+        if self.kind is ModelKind.LOGISTIC:
+            object.__setattr__(self, "hidden", 0)
+            return
+        check_count("hidden", self.hidden)
+        if self.hidden > 4096:
+            raise ValueError(f"hidden must lie in [1, 4096]; got {self.hidden}")
+
+    @property
+    def n_params(self) -> int:
+        """P: d + 1 (logistic) or d·h + 2h + 1 (MLP)."""
+        d, h = self.n_features, self.hidden
+        return d + 1 if self.kind is ModelKind.LOGISTIC else d * h + 2 * h + 1
+
+    def unpack(self, params: np.ndarray) -> dict[str, np.ndarray]:
+        """Views of ``params`` by name (``w, b`` or ``W1, b1, w2, b2``)."""
+        params = check_params(self, params)
+        d, h = self.n_features, self.hidden
+        if self.kind is ModelKind.LOGISTIC:
+            return {"w": params[:d], "b": params[d:]}
+        return {
+            "W1": params[: h * d].reshape(h, d),
+            "b1": params[h * d : h * d + h],
+            "w2": params[h * d + h : h * d + 2 * h],
+            "b2": params[h * d + 2 * h :],
+        }
+
+    def init_params(self, rng: np.random.Generator) -> np.ndarray:
+        """Data-independent starting point (public: drawn from the server's generator).
+
+        Logistic regression starts at 0 (the loss is convex). The MLP uses
+        PyTorch's default ``nn.Linear`` init, U(−1/√fan_in, 1/√fan_in) for
+        every weight and bias, which a zero start would not break the symmetry of.
+        """
+        check_generator("rng", rng)
+        if self.kind is ModelKind.LOGISTIC:
+            return np.zeros(self.n_params)
+        d, h = self.n_features, self.hidden
+        first = rng.uniform(-1.0, 1.0, size=h * d + h) / math.sqrt(d)
+        second = rng.uniform(-1.0, 1.0, size=h + 1) / math.sqrt(h)
+        return np.concatenate([first, second])
+
+    def model(self, params: np.ndarray, input_map: InputMap | None = None) -> NetworkModel:
+        """The released model with parameters ``params`` (and its input map)."""
+        return NetworkModel(self, params, input_map)
+
+    def decision_function(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
+        """Logits f_θ(x) of the rows of ``X``."""
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2 or X.shape[1] != self.n_features:
+            raise ValueError(f"X must be (n, {self.n_features}); got {X.shape}")
+        p = self.unpack(params)
+        if self.kind is ModelKind.LOGISTIC:
+            return X @ p["w"] + p["b"][0]
+        hidden = np.maximum(X @ p["W1"].T + p["b1"], 0.0)
+        return hidden @ p["w2"] + p["b2"][0]
+
+
+def check_params(spec: NetworkSpec, params: np.ndarray) -> np.ndarray:
+    """``params`` as a finite float64 vector of length ``spec.n_params``."""
+    params = np.asarray(params, dtype=np.float64)
+    if params.shape != (spec.n_params,):
+        raise ValueError(
+            f"{spec.kind.value} with d={spec.n_features}, h={spec.hidden} has "
+            f"{spec.n_params} parameters; got shape {params.shape}"
+        )
+    # One reduction instead of isfinite + all (this runs every step): a NaN or
+    # an infinity makes the sum non-finite; so do values near 1e308, never valid.
+    if not math.isfinite(np.add.reduce(params)):
+        raise ValueError("parameters must be finite")
+    return params
+
+
+def sigmoid(z: np.ndarray) -> np.ndarray:
+    """Logistic function, without overflow for large |z|."""
+    e = np.exp(-np.abs(z))
+    return np.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def per_example_gradients(
+    spec: NetworkSpec, params: np.ndarray, X: np.ndarray, y: np.ndarray
+) -> np.ndarray:
+    """(n, P) gradients of ℓ(θ; x_i, y_i), in the parameter layout of ``spec``.
+
+    With r = σ(f) − y (∂ℓ/∂f): logistic ∇ = r·[x, 1]; MLP, with a = ReLU(W1 x +
+    b1) and u = r·w2 ⊙ 1[W1 x + b1 > 0] (ReLU's derivative is 0 at 0, as in
+    PyTorch): ∇W1 = u xᵀ, ∇b1 = u, ∇w2 = r·a, ∇b2 = r.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    p = spec.unpack(params)
+    n = X.shape[0]
+    if spec.kind is ModelKind.LOGISTIC:
+        r = sigmoid(X @ p["w"] + p["b"][0]) - y
+        return np.column_stack([r[:, None] * X, r])
+    pre = X @ p["W1"].T + p["b1"]
+    a = np.maximum(pre, 0.0)
+    r = sigmoid(a @ p["w2"] + p["b2"][0]) - y
+    u = r[:, None] * p["w2"][None, :] * (pre > 0)
+    dW1 = (u[:, :, None] * X[:, None, :]).reshape(n, spec.hidden * spec.n_features)
+    return np.column_stack([dW1, u, r[:, None] * a, r])
+
+
+def clip_factors(norms: np.ndarray, clip: float) -> np.ndarray:
+    """min(1, C/‖g‖) per example (1 for a zero gradient)."""
+    # C / max(‖g‖, C) = min(1, C/‖g‖), without dividing by a zero norm.
+    return clip / np.maximum(norms, clip)
+
+
+def clipped_gradient_sum(
+    spec: NetworkSpec, params: np.ndarray, X: np.ndarray, y: np.ndarray, clip: float
+) -> np.ndarray:
+    """Σ_i g_i · min(1, C/‖g_i‖₂): the DP-SGD sum whose L2 sensitivity is C.
+
+    A vectorised numpy reference (it materialises the n × P gradients); the
+    clients use the compiled kernels, which agree to rounding.
+    """
+    grads = per_example_gradients(spec, params, X, y)
+    return clip_factors(np.linalg.norm(grads, axis=1), clip) @ grads
+
+
+@dataclass(frozen=True)
+class NetworkModel:
+    """A released DP-SGD model: its spec, parameters and public input map."""
+
+    spec: NetworkSpec
+    params: np.ndarray
+    input_map: InputMap | None = None
+
+    def __post_init__(self) -> None:
+        params = check_params(self.spec, self.params).copy()
+        params.flags.writeable = False
+        object.__setattr__(self, "params", params)
+        imap = self.input_map or InputMap.identity(self.spec.n_features)
+        if imap.n_features != self.spec.n_features:
+            raise ValueError(f"input map has {imap.n_features} features; model {self.spec}")
+        object.__setattr__(self, "input_map", imap)
+
+    def decision_function(self, X: np.ndarray) -> np.ndarray:
+        return self.spec.decision_function(self.params, self.input_map.apply(X))
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        """P(y = 1 | x) per row."""
+        return sigmoid(self.decision_function(X))
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        s = self.spec
+        return {
+            "params": np.asarray(self.params),
+            # Numeric, so every transport (Flower's Array, np.savez) carries it.
+            "kind": np.array(_KINDS.index(s.kind), dtype=np.int64),
+            "shape": np.array([s.n_features, s.hidden], dtype=np.int64),
+            "input_shift": np.asarray(self.input_map.shift),
+            "input_scale": np.asarray(self.input_map.scale),
+        }
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> NetworkModel:
+        d, h = (int(v) for v in arrays["shape"])
+        spec = NetworkSpec(kind=_KINDS[int(arrays["kind"])], n_features=d, hidden=h)
+        imap = InputMap(arrays["input_shift"], arrays["input_scale"])
+        return cls(spec, np.asarray(arrays["params"], dtype=np.float64), imap)
+
+
+@dataclass(frozen=True, eq=False)
+class RowBlocks:
+    """K clients' rows side by side, feature-major, checked once for the compiled sums.
+
+    Client c owns columns ``offsets[c] .. offsets[c] + sizes[c]`` of ``XT``
+    (d × N, float64, C order) and the same entries of ``y``.
+    """
+
+    XT: np.ndarray
+    y: np.ndarray
+    offsets: np.ndarray
+    sizes: np.ndarray
+
+    def __post_init__(self) -> None:
+        XT = np.ascontiguousarray(self.XT, dtype=np.float64)
+        y = np.ascontiguousarray(self.y, dtype=np.float64)
+        offsets = np.ascontiguousarray(self.offsets, dtype=np.int64)
+        sizes = np.ascontiguousarray(self.sizes, dtype=np.int64)
+        if XT.ndim != 2 or y.shape != (XT.shape[1],):
+            raise ValueError(f"XT must be (d, N) and y (N,); got {XT.shape} and {y.shape}")
+        if (
+            offsets.ndim != 1
+            or sizes.shape != offsets.shape
+            or (sizes.size and (offsets.min() < 0 or sizes.min() < 0))
+            or (sizes.size and (offsets + sizes).max() > XT.shape[1])
+        ):
+            raise ValueError(f"client blocks (offsets {offsets}, sizes {sizes}) exceed N={y.size}")
+        for name, value in (("XT", XT), ("y", y), ("offsets", offsets), ("sizes", sizes)):
+            object.__setattr__(self, name, value)
+
+    @classmethod
+    def of(cls, XTs: list[np.ndarray], ys: list[np.ndarray]) -> RowBlocks:
+        """Blocks of the given clients (one client: its arrays, not a copy)."""
+        sizes = np.array([y.size for y in ys], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        if len(XTs) == 1:
+            return cls(XTs[0], ys[0], offsets, sizes)
+        return cls(np.concatenate(XTs, axis=1), np.concatenate(ys), offsets, sizes)
+
+    @property
+    def n_features(self) -> int:
+        return int(self.XT.shape[0])
+
+
+def compiled_clipped_sums(
+    spec: NetworkSpec,
+    params: np.ndarray,
+    blocks: RowBlocks,
+    clip: float,
+    samples: list[np.ndarray],
+    input_map: InputMap | None = None,
+) -> np.ndarray:
+    """Each client's clipped gradient sum (rows of the (K, P) result), compiled.
+
+    ``samples[c]`` indexes into client c's block. Rows are mapped by
+    ``input_map`` (default identity) on the fly; the result equals
+    :func:`clipped_gradient_sum` on the mapped rows up to rounding, and is
+    bit-identical for a client whether it is served alone or among others
+    (:mod:`fedpriv.models._sgd_kernels`).
+    """
+    from fedpriv.models import _sgd_kernels
+
+    params = check_params(spec, params)
+    if blocks.n_features != spec.n_features or len(samples) != blocks.sizes.size:
+        raise ValueError(
+            f"{len(samples)} samples for {blocks.sizes.size} clients of {blocks.n_features} "
+            f"features; the model has {spec.n_features}"
+        )
+    if not (clip > 0 and math.isfinite(clip)):
+        raise ValueError(f"clip must lie in (0, inf); got {clip!r}")
+    imap = input_map or InputMap.identity(spec.n_features)
+    if imap.n_features != spec.n_features:
+        raise ValueError(f"input map has {imap.n_features} features; the model {spec.n_features}")
+    rows = np.concatenate(samples) if samples else np.zeros(0, dtype=np.int64)
+    if rows.ndim != 1:
+        raise ValueError(f"samples must be 1-D arrays of row indices; got shape {rows.shape}")
+    if rows.dtype != np.int64:
+        if rows.size and not np.issubdtype(rows.dtype, np.integer):
+            raise ValueError(f"samples must hold integer row indices; got {rows.dtype}")
+        rows = rows.astype(np.int64)
+    starts = np.array([0, *itertools.accumulate(s.size for s in samples)], dtype=np.int64)
+    out = np.zeros((len(samples), spec.n_params))
+    head = (blocks.XT, imap.shift, imap.scale, blocks.y, params)
+    tail = (float(clip), rows, starts, blocks.offsets, blocks.sizes, out)
+    if spec.kind is ModelKind.LOGISTIC:
+        ok = _sgd_kernels.logistic_clipped_sums(*head, *tail)
+    else:
+        ok = _sgd_kernels.mlp_clipped_sums(*head, spec.hidden, *tail)
+    if not ok:
+        raise ValueError(f"a sample holds a row index outside its client's rows ({blocks.sizes})")
+    return out

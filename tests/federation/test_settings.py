@@ -1,0 +1,44 @@
+"""Run settings: validation, run-config round trip, per-method paper defaults."""
+
+import pytest
+
+from fedpriv.federation.settings import METHOD_DEFAULTS, RunSettings
+
+
+def test_round_trip_through_a_run_config():
+    s = RunSettings(method="mlp", hidden=8, clip_norm=1.5, backend="opacus", standardise=False)
+    again = RunSettings.from_run_config(s.to_run_config())
+    assert again == s
+    assert s.to_run_config()["clip-norm"] == 1.5
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("method", "forest", r"method must be one of \['boosting', 'logistic', 'mlp'\]"),
+        ("clip_norm", 0.0, r"clip_norm must lie in \(0, inf\); got 0.0"),
+        ("hidden", 0, "hidden must be an integer >= 1; got 0"),
+        ("backend", "jax", "backend must be 'fast' or 'opacus'; got 'jax'"),
+        ("epsilon", -1.0, r"epsilon must lie in \[0, inf\)"),
+    ],
+)
+def test_out_of_range_values_are_refused_with_the_allowed_range(key, value, message):
+    with pytest.raises(ValueError, match=message):
+        RunSettings(**{key: value})
+
+
+def test_unknown_keys_are_refused():
+    with pytest.raises(ValueError, match="unknown run-config key 'clip'"):
+        RunSettings.from_run_config({"clip": 1.0})
+
+
+def test_method_defaults_fill_only_what_the_user_did_not_set():
+    base = RunSettings().to_run_config()
+    mlp = RunSettings.with_method_defaults({**base, "method": "mlp"}, {"method": "mlp"})
+    assert (mlp["rounds"], mlp["learning-rate"], mlp["sampling-rate"]) == (800, 3.0, 0.02)
+    own = RunSettings.with_method_defaults(
+        {**base, "method": "logistic", "rounds": 50}, {"method": "logistic", "rounds": 50}
+    )
+    assert (own["rounds"], own["learning-rate"]) == (50, 2.0)
+    assert RunSettings.with_method_defaults(base, {}) == base  # boosting: pyproject's values
+    assert set(METHOD_DEFAULTS) == {"boosting", "logistic", "mlp"}
