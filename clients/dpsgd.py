@@ -85,7 +85,7 @@ class DPSGDClient:
     def answer(
         self, query: Query, data: ClientData, sample: np.ndarray, state: dict[str, Any]
     ) -> np.ndarray:
-        return self._answer(query, [data], [sample], RowBlocks.of([data.XT], [data.y]))[0]
+        return self._answer(query, [data], [sample], RowBlocks.of([data.X_rows], [data.y]))[0]
 
     def answer_many(
         self,
@@ -103,7 +103,9 @@ class DPSGDClient:
         ids = tuple(d.client_id for d in datas)
         if state.get("ids") != ids:
             state.clear()
-            state.update(ids=ids, blocks=RowBlocks.of([d.XT for d in datas], [d.y for d in datas]))
+            state.update(
+                ids=ids, blocks=RowBlocks.of([d.X_rows for d in datas], [d.y for d in datas])
+            )
         return self._answer(query, datas, samples, state["blocks"])
 
     def _answer(

@@ -13,6 +13,7 @@ same strategy and handler run unchanged in every runtime.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -84,6 +85,16 @@ class ClientData:
     @property
     def n(self) -> int:
         return int(self.y.size)
+
+    @functools.cached_property
+    def X_rows(self) -> np.ndarray:
+        """A row-major (n × d, C order) copy of the rows, made on first use and kept.
+
+        Learners that read whole sampled rows (DP-SGD) need it: in ``XT`` one
+        row's features lie n·8 bytes apart, a cache miss each, which made a
+        130-US step 10x slower than its arithmetic.
+        """
+        return np.ascontiguousarray(self.X)
 
 
 class ClientHandler(Protocol):

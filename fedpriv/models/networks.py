@@ -250,46 +250,47 @@ class NetworkModel:
 
 @dataclass(frozen=True, eq=False)
 class RowBlocks:
-    """K clients' rows side by side, feature-major, checked once for the compiled sums.
+    """K clients' rows stacked, row-major, checked once for the compiled sums.
 
-    Client c owns columns ``offsets[c] .. offsets[c] + sizes[c]`` of ``XT``
-    (d × N, float64, C order) and the same entries of ``y``.
+    Client c owns rows ``offsets[c] .. offsets[c] + sizes[c]`` of ``X``
+    (N × d, float64, C order: a sampled row is read front to back) and the
+    same entries of ``y``.
     """
 
-    XT: np.ndarray
+    X: np.ndarray
     y: np.ndarray
     offsets: np.ndarray
     sizes: np.ndarray
 
     def __post_init__(self) -> None:
-        XT = np.ascontiguousarray(self.XT, dtype=np.float64)
+        X = np.ascontiguousarray(self.X, dtype=np.float64)
         y = np.ascontiguousarray(self.y, dtype=np.float64)
         offsets = np.ascontiguousarray(self.offsets, dtype=np.int64)
         sizes = np.ascontiguousarray(self.sizes, dtype=np.int64)
-        if XT.ndim != 2 or y.shape != (XT.shape[1],):
-            raise ValueError(f"XT must be (d, N) and y (N,); got {XT.shape} and {y.shape}")
+        if X.ndim != 2 or y.shape != (X.shape[0],):
+            raise ValueError(f"X must be (N, d) and y (N,); got {X.shape} and {y.shape}")
         if (
             offsets.ndim != 1
             or sizes.shape != offsets.shape
             or (sizes.size and (offsets.min() < 0 or sizes.min() < 0))
-            or (sizes.size and (offsets + sizes).max() > XT.shape[1])
+            or (sizes.size and (offsets + sizes).max() > X.shape[0])
         ):
             raise ValueError(f"client blocks (offsets {offsets}, sizes {sizes}) exceed N={y.size}")
-        for name, value in (("XT", XT), ("y", y), ("offsets", offsets), ("sizes", sizes)):
+        for name, value in (("X", X), ("y", y), ("offsets", offsets), ("sizes", sizes)):
             object.__setattr__(self, name, value)
 
     @classmethod
-    def of(cls, XTs: list[np.ndarray], ys: list[np.ndarray]) -> RowBlocks:
-        """Blocks of the given clients (one client: its arrays, not a copy)."""
+    def of(cls, Xs: list[np.ndarray], ys: list[np.ndarray]) -> RowBlocks:
+        """Blocks of the given clients' row-major matrices (one client: not a copy)."""
         sizes = np.array([y.size for y in ys], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-        if len(XTs) == 1:
-            return cls(XTs[0], ys[0], offsets, sizes)
-        return cls(np.concatenate(XTs, axis=1), np.concatenate(ys), offsets, sizes)
+        if len(Xs) == 1:
+            return cls(Xs[0], ys[0], offsets, sizes)
+        return cls(np.concatenate(Xs, axis=0), np.concatenate(ys), offsets, sizes)
 
     @property
     def n_features(self) -> int:
-        return int(self.XT.shape[0])
+        return int(self.X.shape[1])
 
 
 def compiled_clipped_sums(
@@ -330,7 +331,7 @@ def compiled_clipped_sums(
         rows = rows.astype(np.int64)
     starts = np.array([0, *itertools.accumulate(s.size for s in samples)], dtype=np.int64)
     out = np.zeros((len(samples), spec.n_params))
-    head = (blocks.XT, imap.shift, imap.scale, blocks.y, params)
+    head = (blocks.X, imap.shift, imap.scale, blocks.y, params)
     tail = (float(clip), rows, starts, blocks.offsets, blocks.sizes, out)
     if spec.kind is ModelKind.LOGISTIC:
         ok = _sgd_kernels.logistic_clipped_sums(*head, *tail)

@@ -119,12 +119,10 @@ def test_compiled_sums_match_numpy_and_are_bit_identical_per_client(kind, seed, 
     Xs = [rng.random((n, d)) for n in sizes]
     ys = [(rng.random(n) < 0.5).astype(np.float64) for n in sizes]
     samples = [np.sort(rng.choice(n, size=rng.integers(0, n + 1), replace=False)) for n in sizes]
-    blocks = RowBlocks.of([np.ascontiguousarray(X.T) for X in Xs], ys)
+    blocks = RowBlocks.of(Xs, ys)
     together = compiled_clipped_sums(spec, params, blocks, clip, samples, imap)
     for c, (X, y, s) in enumerate(zip(Xs, ys, samples, strict=True)):
-        alone = compiled_clipped_sums(
-            spec, params, RowBlocks.of([np.ascontiguousarray(X.T)], [y]), clip, [s], imap
-        )[0]
+        alone = compiled_clipped_sums(spec, params, RowBlocks.of([X], [y]), clip, [s], imap)[0]
         np.testing.assert_array_equal(together[c], alone)
         ref = clipped_gradient_sum(spec, params, imap.apply(X[s]), y[s], clip)
         np.testing.assert_allclose(alone, ref, rtol=1e-11, atol=1e-11)
@@ -132,7 +130,7 @@ def test_compiled_sums_match_numpy_and_are_bit_identical_per_client(kind, seed, 
 
 def test_compiled_sums_refuse_bad_inputs():
     spec, params, X, y = _problem(ModelKind.MLP)
-    blocks = RowBlocks.of([np.ascontiguousarray(X.T)], [y])
+    blocks = RowBlocks.of([X], [y])
     with pytest.raises(ValueError, match="outside its client's rows"):
         compiled_clipped_sums(spec, params, blocks, 1.0, [np.array([0, 40])])
     with pytest.raises(ValueError, match="outside its client's rows"):
@@ -146,7 +144,7 @@ def test_compiled_sums_refuse_bad_inputs():
     with pytest.raises(ValueError, match="1-D arrays of row indices"):
         compiled_clipped_sums(spec, params, blocks, 1.0, [np.zeros((2, 1), dtype=np.int64)])
     with pytest.raises(ValueError, match="exceed"):
-        RowBlocks(X.T, y, np.array([0]), np.array([41]))
+        RowBlocks(X, y, np.array([0]), np.array([41]))
 
 
 def test_input_map_and_model_round_trip():
