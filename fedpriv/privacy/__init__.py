@@ -23,10 +23,17 @@ _SOURCES = {
         "analytic_gaussian_noise_multiplier",
         "calibrate_gaussian_noise_multiplier",
         "calibrate_noise_multiplier",
+        "calibrate_sparse_threshold",
         "gaussian_delta",
         "subsampled_gaussian_event",
     ),
-    "events": ("BoundedRangeDpEvent", "PureDpEvent", "event_from_dict", "event_to_dict"),
+    "events": (
+        "ApproxDpEvent",
+        "BoundedRangeDpEvent",
+        "PureDpEvent",
+        "event_from_dict",
+        "event_to_dict",
+    ),
     "ledger": (
         "LedgerEntry",
         "PrivacyBudget",
@@ -36,6 +43,17 @@ _SOURCES = {
     ),
     "mechanisms": ("GaussianMechanism", "LaplaceMechanism", "Mechanism"),
     "selection": ("ExponentialMechanism", "GaussianReportNoisyMax", "PermuteAndFlip"),
+    "sparse_threshold": (
+        "SparseThreshold",
+        "SparseThresholdCalibration",
+        "calibrate_sparse_threshold",
+        "largest_rho",
+        "lemma7_parameters",
+        "queries_per_record",
+        "theorem6_delta",
+        "two_sided_delta",
+        "zcdp_delta",
+    ),
 }
 _WHERE = {name: module for module, names in _SOURCES.items() for name in names}
 
@@ -70,6 +88,7 @@ if TYPE_CHECKING:
         subsampled_gaussian_event,
     )
     from fedpriv.privacy.events import (
+        ApproxDpEvent,
         BoundedRangeDpEvent,
         PureDpEvent,
         event_from_dict,
@@ -88,9 +107,21 @@ if TYPE_CHECKING:
         GaussianReportNoisyMax,
         PermuteAndFlip,
     )
+    from fedpriv.privacy.sparse_threshold import (
+        SparseThreshold,
+        SparseThresholdCalibration,
+        calibrate_sparse_threshold,
+        largest_rho,
+        lemma7_parameters,
+        queries_per_record,
+        theorem6_delta,
+        two_sided_delta,
+        zcdp_delta,
+    )
 
 __all__ = [
     "Accounting",
+    "ApproxDpEvent",
     "AuditResult",
     "BoundedRangeDpEvent",
     "Calibration",
@@ -106,18 +137,27 @@ __all__ = [
     "PrivacyLedger",
     "PrivacyReport",
     "PureDpEvent",
+    "SparseThreshold",
+    "SparseThresholdCalibration",
     "account",
     "analytic_gaussian_noise_multiplier",
     "audit_epsilon",
     "calibrate_gaussian_noise_multiplier",
     "calibrate_noise_multiplier",
+    "calibrate_sparse_threshold",
     "chi_square_selection_test",
     "clopper_pearson",
     "event_from_dict",
     "event_to_dict",
     "gaussian_delta",
     "ks_noise_test",
+    "largest_rho",
+    "lemma7_parameters",
     "pld_epsilon",
+    "queries_per_record",
     "rdp_epsilon",
     "subsampled_gaussian_event",
+    "theorem6_delta",
+    "two_sided_delta",
+    "zcdp_delta",
 ]

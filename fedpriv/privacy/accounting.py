@@ -12,7 +12,13 @@ event                          PLD (primary)                            RDP (cro
 ``PureDpEvent(ε)``             ε-DP dominating pair [KOV15]              ε²/2-zCDP [BS16, P1.4]
 Poisson(q) of either           ε' = log(1+q(e^ε−1)) pure [BBG18, T8]     (ε')²/2-zCDP
 ``ZCDpEvent(ρ, ξ)``            *RDP-only*: no sound PLD exists           native
+``ApproxDpEvent(ε, δ)``        basic composition: ε and δ add            basic composition
 =============================  =======================================  ==========================
+
+An ``ApproxDpEvent`` carries a pair certified by its own exact analysis (e.g.
+Lumberjack's Theorem 6): both accountants compose everything else at
+δ − Σδᵢ and add Σεᵢ (Dwork & Roth 2014, Thm. 3.16); the method label gains
+``"+basic"``.
 
 When a run holds RDP-only events, the PLD figure is the basic composition of
 the PLD part at δ₁ and the RDP part at δ − δ₁ (Dwork & Roth 2014, Thm. 3.16),
@@ -39,7 +45,7 @@ from dp_accounting.rdp import rdp_privacy_accountant as rdp_lib
 
 from fedpriv.privacy import pld as pld_mod
 from fedpriv.privacy.cache import JsonCache
-from fedpriv.privacy.events import BoundedRangeDpEvent, PureDpEvent
+from fedpriv.privacy.events import ApproxDpEvent, BoundedRangeDpEvent, PureDpEvent
 
 Group = pld_mod.Group
 
@@ -118,11 +124,28 @@ def _rdp_leaf(event: dp_event.DpEvent) -> dp_event.DpEvent:
 _RDP_CACHE = JsonCache("rdp_epsilon", version=_ACCOUNTING_VERSION, persist=False)
 
 
+def _split_fixed(groups: Sequence[Group]) -> tuple[list[Group], float, float]:
+    """(other groups, Σ count·ε, Σ count·δ) of the ApproxDpEvents in ``groups``."""
+    rest, eps, dlt = [], 0.0, 0.0
+    for leaf, count in groups:
+        if isinstance(leaf, ApproxDpEvent):
+            eps += count * float(leaf.epsilon)
+            dlt += count * float(leaf.delta)
+        else:
+            rest.append((leaf, count))
+    return rest, eps, dlt
+
+
 def rdp_epsilon(groups: Sequence[Group], delta: float) -> float:
     """ε at ``delta`` from dp-accounting's RDP accountant (translated events).
 
     Memoised in memory by the exact multiset and δ.
     """
+    rest, eps_fixed, delta_fixed = _split_fixed(groups)
+    if delta_fixed or eps_fixed:
+        if delta_fixed >= delta:
+            return math.inf
+        return eps_fixed + rdp_epsilon(rest, delta - delta_fixed)
     if not groups:
         return 0.0
     key = f"{groups_key(groups)}|delta={delta!r}"
@@ -157,6 +180,14 @@ def pld_epsilon(
     With ``cache`` the result is memoised in memory and on disk by the exact
     multiset, δ and discretisation (searches pass ``cache=False``).
     """
+    rest, eps_fixed, delta_fixed = _split_fixed(groups)
+    if delta_fixed or eps_fixed:
+        if delta_fixed >= delta:
+            return math.inf, "pld+basic"
+        eps, method = pld_epsilon(
+            rest, delta - delta_fixed, discretization=discretization, cache=cache
+        )
+        return eps_fixed + eps, f"{method}+basic"
     if not groups:
         return 0.0, "pld"
     key = f"{groups_key(groups)}|delta={delta!r}|vdi={discretization!r}"

@@ -44,6 +44,21 @@ class PureDpEvent(dp_event.DpEvent):
     epsilon: float
 
 
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class ApproxDpEvent(dp_event.DpEvent):
+    """A mechanism certified (``epsilon``, ``delta``)-DP by its own exact analysis.
+
+    For mechanisms no standard event describes, such as Lumberjack's Gaussian
+    sparse threshold over a whole forest (Theorem 6). It is composed with the
+    rest of a run by basic composition (Dwork & Roth 2014, Thm. 3.16): ε and δ
+    add. ``mechanism`` names the analysis, for the report.
+    """
+
+    epsilon: float
+    delta: float
+    mechanism: str = ""
+
+
 def event_to_dict(event: dp_event.DpEvent) -> dict[str, Any]:
     """Serialise a DpEvent tree into JSON-ready nested dicts.
 

@@ -30,7 +30,7 @@ from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.pld import privacy_loss_mechanism as plm
 
-from fedpriv.privacy.events import BoundedRangeDpEvent, PureDpEvent
+from fedpriv.privacy.events import ApproxDpEvent, BoundedRangeDpEvent, PureDpEvent
 
 PLD = pld_lib.PrivacyLossDistribution
 Group = tuple[dp_event.DpEvent, int]
@@ -216,6 +216,8 @@ def leaf_pld(event: dp_event.DpEvent, vdi: float) -> PLD | None:
         return _pure_pld(eps, vdi)
     if is_rdp_only(event):
         raise ValueError(f"{event} has no PLD translation; account it through RDP")
+    if isinstance(inner, ApproxDpEvent):
+        raise ValueError(f"{event} composes by basic composition only (accounting.py)")
     accountant = pld_privacy_accountant.PLDAccountant(value_discretization_interval=vdi)
     if not accountant.supports(event):
         raise ValueError(f"neither fedpriv nor the dp-accounting PLD accountant supports {event}")
