@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -236,22 +237,31 @@ def mark_heavy_hitters(
     return heavy, queried
 
 
+class Counter(Protocol):
+    """Where a tree's counts come from: one party's rows, or the sum over parties."""
+
+    def root_counts(self) -> np.ndarray: ...
+
+    def child_counts(self, layer: Layer) -> np.ndarray: ...
+
+    def advance(self, index: np.ndarray) -> None: ...
+
+
 def grow_tree(
-    *,
-    depth: int,
-    space: FeatureSpace,
-    key: int,
-    salt: int,
-    root_counts: np.ndarray,
-    child_counts: Callable[[int, Layer], np.ndarray],
+    *, depth: int, space: FeatureSpace, key: int, salt: int, counter: Counter
 ) -> list[Layer]:
-    """Layers 0..depth of one tree; ``child_counts(t, layer)`` returns the summed
-    (2·N_t, C) candidate-child class counts of layer t (over all clients)."""
-    layers = [root_layer(key, space, root_counts)]
-    for t in range(depth):
+    """Layers 0..depth of one tree (fewer if every node empties earlier).
+
+    ``counter.child_counts(layer)`` gives the (2·N_t, C) candidate-child class
+    counts under the layer's splits; ``counter.advance(index)`` then moves the
+    rows on (``index`` maps candidates to next-layer nodes).
+    """
+    layers = [root_layer(key, space, counter.root_counts())]
+    for _ in range(depth):
         layer = layers[-1]
         propose_splits(layer, space, salt)
-        child, _ = next_layer(layer, np.asarray(child_counts(t, layer)), space)
+        child, index = next_layer(layer, np.asarray(counter.child_counts(layer)), space)
+        counter.advance(index)
         layers.append(child)
         if child.size == 0:
             break
