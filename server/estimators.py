@@ -16,7 +16,8 @@ import numpy as np
 
 from clients.boosting import BoostingClient
 from clients.dpsgd import DPSGDClient
-from fedpriv.data import TabularDataset, box_standardisation, iid
+from clients.lumberjack import LumberjackClient
+from fedpriv.data import TabularDataset, box_standardisation, feature_space_numeric, iid
 from fedpriv.federation.protocol import make_clients
 from fedpriv.federation.runtime import InProcessRuntime
 from fedpriv.models.networks import InputMap
@@ -300,3 +301,87 @@ class DPSGDClassifier(_Estimator):
         self._run(runtime, strategy, self.epsilon, self.delta)
         self.n_features_in_ = X.shape[1]
         return self
+
+
+class LumberjackClassifier(_Estimator):
+    """Lumberjack DP random forest, federated (Lebeda et al.; ``strategies/lumberjack.py``).
+
+    Parameters
+    ----------
+    n_trees, max_depth : int
+        k trees grown with random splits to depth d (paper: 30, 100).
+    epsilon, delta : float
+        Budget of the whole forest (paper δ = 1e-6); ``epsilon=None`` is the
+        non-private reference (every non-empty node splits, majority leaves).
+    structure_fraction : float
+        Share ε₁/ε (and δ₁/δ) of the sparse-threshold structure (paper 0.75).
+    leaf_mechanism : {"exponential", "gaussian"}
+        Majority vote by the exponential mechanism, or noisy class proportions.
+    two_sided : bool
+        Algorithm 3 instead of Algorithm 2.
+    n_clients, secure_aggregation, seed :
+        As for the other estimators.
+    """
+
+    def __init__(
+        self,
+        *,
+        n_trees: int = 30,
+        max_depth: int = 100,
+        epsilon: float | None = 1.0,
+        delta: float = 1e-6,
+        structure_fraction: float = 0.75,
+        leaf_mechanism: str = "exponential",
+        two_sided: bool = False,
+        n_clients: int = 5,
+        secure_aggregation: bool = False,
+        seed: int = 0,
+    ) -> None:
+        self.n_trees = n_trees
+        self.max_depth = max_depth
+        self.epsilon = epsilon
+        self.delta = delta
+        self.structure_fraction = structure_fraction
+        self.leaf_mechanism = leaf_mechanism
+        self.two_sided = two_sided
+        self.n_clients = n_clients
+        self.secure_aggregation = secure_aggregation
+        self.seed = seed
+
+    def fit(
+        self,
+        data: TabularDataset,
+        y: np.ndarray | None = None,
+        *,
+        partition: list[np.ndarray] | None = None,
+        part: str = "train",
+    ) -> LumberjackClassifier:
+        """Train on ``part`` of a dataset with a schema (it says which features are numeric)."""
+        from fedpriv.models.lumberjack import FeatureSpace
+        from strategies.lumberjack import LumberjackConfig, LumberjackStrategy
+
+        if not isinstance(data, TabularDataset):
+            raise TypeError("Lumberjack needs a TabularDataset: its schema is the feature space")
+        X, yy, partition = federated_training_data(data, y, partition, self.n_clients, part)
+        config = LumberjackConfig(
+            n_trees=self.n_trees,
+            max_depth=self.max_depth,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            structure_fraction=self.structure_fraction,
+            two_sided=self.two_sided,
+            leaf_mechanism=self.leaf_mechanism,
+        )
+        runtime = InProcessRuntime(
+            clients=make_clients(X, yy, partition),
+            handler=LumberjackClient(),
+            seed=self.seed,
+            secure_aggregation=self.secure_aggregation,
+        )
+        space = FeatureSpace(feature_space_numeric(data.schema))
+        self._run(runtime, LumberjackStrategy(config, space=space), self.epsilon, self.delta)
+        self.n_features_in_ = X.shape[1]
+        return self
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return (self.predict_proba(X)[:, 1] > 0.5).astype(np.int64)

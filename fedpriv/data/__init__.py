@@ -17,7 +17,13 @@ from fedpriv.data.corpora import (
 )
 from fedpriv.data.csv import load_csv
 from fedpriv.data.dataset import TabularDataset
-from fedpriv.data.encode import Encoded, LoadReport, box_standardisation, encode
+from fedpriv.data.encode import (
+    Encoded,
+    LoadReport,
+    box_standardisation,
+    encode,
+    feature_space_numeric,
+)
 from fedpriv.data.errors import DataError
 from fedpriv.data.partition import dirichlet, iid, label_skew, natural, zipf
 from fedpriv.data.schema import (
@@ -52,6 +58,7 @@ __all__ = [
     "data_dir",
     "dirichlet",
     "encode",
+    "feature_space_numeric",
     "iid",
     "label_skew",
     "load_adult",

@@ -256,6 +256,22 @@ def box_standardisation(schema: Schema) -> tuple[np.ndarray, np.ndarray]:
     return shift, scale
 
 
+def feature_space_numeric(schema: Schema) -> np.ndarray:
+    """Per encoded feature: True for a numeric column's value, False for 0/1 features.
+
+    One-hot levels, binary columns and missing indicators are 0/1; random
+    forests split the former at a threshold in their public range and the
+    latter once per path (Lumberjack §5).
+    """
+    out = np.zeros(schema.n_features, dtype=bool)
+    j = 0
+    for spec in schema.columns:
+        if isinstance(spec, NumericColumn):
+            out[j] = True
+        j += spec.width
+    return out
+
+
 def encode(
     frame: pd.DataFrame,
     schema: Schema,

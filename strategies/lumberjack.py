@@ -1,0 +1,329 @@
+"""Lumberjack DP random forest: the server half (federated growth, DP pruning, DP leaves).
+
+Lebeda, Erb, Cebere & Bellet, "Lumberjack", with the paper's defaults: k = 30
+trees of depth d = 100, ε₁ = 0.75ε for the structure, δ = 1e-6.
+
+Federated design
+----------------
+The server owns the trees; clients only count. Round t (t = 0 .. d − 1) asks,
+for *all k trees at once*, for the class counts of the candidate children of
+every layer-t node: the query carries each node's split (drawn by the server
+from the node's path key, :mod:`fedpriv.models.lumberjack`) and the map from
+last round's candidates to this round's nodes. Each client keeps, per tree,
+the node each of its rows sits in, routes its rows one level down and returns
+the (2·N_t·C)-long concatenation of its candidate counts; the shim reveals
+only the sum. So:
+
+* d round trips, every tree batched into each;
+* every reply's length, 2·C·Σ_trees N_t, is fixed by the *aggregate* of the
+  previous round (N_t = non-empty nodes), never by one client's rows;
+* the server never sees a client's own counts, only sums.
+
+What the aggregate reveals before any noise — which candidate children are
+non-empty — steers the next query, and the next query is seen by the
+clients: like the exact sums the server sees, this sits inside the curator
+of the trust model (README), not in the released output. The release is the
+pruned forest alone: after the last round the server runs MarkHeavyHitters
+with the Gaussian sparse threshold on the aggregated counts of every tree
+(one (ε₁, δ₁) by Theorem 6 with m = k(1 + ⌊log₂ d⌋), recorded as an
+``ApproxDpEvent``), keeps Heavy nodes as splits and their other children as
+leaves, and labels every leaf with the exponential mechanism
+(Pr ∝ exp(η n_c), η = √(8ρ/k), one η-bounded-range event per tree) or with
+Gaussian class counts (std √(k/(2ρ)), one Gaussian event per tree), where ρ
+is the largest with (ε₂, δ₂) by Lemma 9.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from dp_accounting import dp_event
+
+from fedpriv.federation.protocol import Query
+from fedpriv.models.lumberjack import (
+    FeatureSpace,
+    Layer,
+    PrunedTree,
+    exponential_labels,
+    mark_heavy_hitters,
+    next_layer,
+    propose_splits,
+    prune,
+    root_layer,
+)
+from fedpriv.privacy import calibrate_sparse_threshold, largest_rho, queries_per_record
+from fedpriv.privacy._validation import check_count, check_open_unit, check_positive
+from fedpriv.privacy.events import ApproxDpEvent, BoundedRangeDpEvent
+from fedpriv.privacy.ledger import PrivacyLedger
+
+METHOD = "lumberjack"
+LEAF_MECHANISMS = ("exponential", "gaussian")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LumberjackConfig:
+    """Lumberjack's settings (paper §6: 30 trees, depth 100, ε₁ = 0.75ε, δ = 1e-6)."""
+
+    n_trees: int = 30
+    max_depth: int = 100
+    epsilon: float | None = 1.0
+    delta: float = 1e-6
+    structure_fraction: float = 0.75
+    two_sided: bool = False
+    leaf_mechanism: str = "exponential"
+    n_classes: int = 2
+
+    def __post_init__(self) -> None:
+        check_count("n_trees", self.n_trees)
+        check_count("max_depth", self.max_depth)
+        if self.max_depth > 200:
+            raise ValueError(f"max_depth must lie in [1, 200]; got {self.max_depth}")
+        check_open_unit("structure_fraction", self.structure_fraction)
+        check_count("n_classes", self.n_classes, minimum=2)
+        if self.leaf_mechanism not in LEAF_MECHANISMS:
+            raise ValueError(
+                f"leaf_mechanism must be one of {list(LEAF_MECHANISMS)}; "
+                f"got {self.leaf_mechanism!r}"
+            )
+        if self.epsilon is not None:
+            check_positive("epsilon", self.epsilon)
+            check_open_unit("delta", self.delta)
+
+    @property
+    def m(self) -> int:
+        """Queries one record can enter: k(1 + ⌊log₂ d⌋) (Lemma 3, h = d)."""
+        return queries_per_record(self.n_trees, self.max_depth)
+
+
+@dataclass(frozen=True)
+class ForestModel:
+    """Pruned trees and each leaf's released class scores; predicts by averaging votes."""
+
+    trees: tuple[PrunedTree, ...]
+    leaf_scores: tuple[np.ndarray, ...]  # (M, C) per tree: one-hot labels or noisy proportions
+
+    def class_scores(self, X: np.ndarray) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float64)
+        total = np.zeros((X.shape[0], self.leaf_scores[0].shape[1]))
+        for tree, scores in zip(self.trees, self.leaf_scores, strict=True):
+            total += scores[tree.apply(X)]
+        return total / len(self.trees)
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        """P(y = 1): the fraction of trees voting 1 (binary tasks)."""
+        return self.class_scores(X)[:, 1]
+
+    def decision_function(self, X: np.ndarray) -> np.ndarray:
+        return self.predict_proba(X) - 0.5
+
+    def n_nodes(self) -> int:
+        return int(sum(t.left.size for t in self.trees))
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        sizes = np.array([t.left.size for t in self.trees], dtype=np.int64)
+        cat = lambda f: np.concatenate([getattr(t, f) for t in self.trees])  # noqa: E731
+        return {
+            "tree_sizes": sizes,
+            "feature": cat("feature"),
+            "threshold": cat("threshold"),
+            "left": cat("left"),
+            "right": cat("right"),
+            "leaf_scores": np.concatenate(self.leaf_scores),
+        }
+
+
+class LumberjackStrategy:
+    """Server half of Lumberjack; speaks only :class:`Query` and aggregates."""
+
+    method = METHOD
+
+    def __init__(self, config: LumberjackConfig, *, space: FeatureSpace) -> None:
+        self.config = config
+        self.space = space
+        self.noise_multiplier_ = None  # DP-SGD/boosting API compatibility: not one z here
+        self.calibration_ = None
+        self._model: ForestModel | None = None
+
+    # -- Strategy protocol ----------------------------------------------------
+    def begin(
+        self, *, n_features: int, ledger: PrivacyLedger | None, rng: np.random.Generator
+    ) -> None:
+        cfg = self.config
+        if n_features != self.space.n_features:
+            raise ValueError(
+                f"data has {n_features} features; the feature space {self.space.n_features}"
+            )
+        self._ledger, self._rng, self._t = ledger, rng, 0
+        # Public per-tree keys and split salts, from the server's generator.
+        self._keys = rng.integers(0, 2**63, size=cfg.n_trees, dtype=np.int64).astype(np.uint64)
+        self._salts = rng.integers(0, 2**62, size=cfg.n_trees, dtype=np.int64)
+        self._layers: list[list[Layer]] = [
+            [root_layer(int(k), self.space, np.zeros(cfg.n_classes))] for k in self._keys
+        ]
+        self._index: list[np.ndarray] | None = None
+        self._model = None
+        if cfg.epsilon is None:
+            self._events = []
+            return
+        if ledger is None:
+            raise ValueError("a private run needs a PrivacyLedger")
+        eps1, eps2 = (
+            cfg.structure_fraction * cfg.epsilon,
+            (1 - cfg.structure_fraction) * cfg.epsilon,
+        )
+        d1, d2 = cfg.structure_fraction * cfg.delta, (1 - cfg.structure_fraction) * cfg.delta
+        self.calibration_ = calibrate_sparse_threshold(
+            epsilon=eps1, delta=d1, m=cfg.m, two_sided=cfg.two_sided
+        )
+        self.rho_ = largest_rho(epsilon=eps2, delta=d2)
+        structure = ApproxDpEvent(
+            eps1, self.calibration_.delta_certified, f"lumberjack-theorem-6(m={cfg.m})"
+        )
+        # The paper's leaf parameter: the largest ρ with (ε₂, δ₂) by Lemma 9,
+        # ρ/k per tree. The run's ledger certifies with its own accountants,
+        # whose zCDP conversion can be a hair looser than Lemma 9, so the
+        # parameter is shrunk until the ledger certifies the whole plan.
+        scale = _fit_leaf_scale(
+            lambda x: self._leaf_event(self.rho_ * x),
+            structure,
+            cfg.n_trees,
+            cfg.epsilon,
+            cfg.delta,
+        )
+        self.rho_ *= scale
+        leaf = self._leaf_event(self.rho_)
+        self._events = [(structure, "structure (sparse threshold)"), (leaf, "leaf labels")]
+        ledger.reserve(structure, 1)
+        ledger.reserve(leaf, cfg.n_trees)
+
+    def _leaf_event(self, rho: float) -> dp_event.DpEvent:
+        """One tree's leaf release at ρ/k-zCDP: η = √(8ρ/k) EM, or std √(k/(2ρ)) counts."""
+        k = self.config.n_trees
+        if self.config.leaf_mechanism == "exponential":
+            self.eta_ = math.sqrt(8.0 * rho / k)
+            return BoundedRangeDpEvent(self.eta_)
+        self.leaf_std_ = math.sqrt(k / (2.0 * rho))
+        return dp_event.GaussianDpEvent(self.leaf_std_)  # sensitivity 1 per tree
+
+    def next_query(self) -> Query | None:
+        cfg, t = self.config, self._t
+        # Always d rounds: stopping early would be control flow on the data.
+        if t >= cfg.max_depth:
+            if self._model is None:
+                self._finish()
+            return None
+        current = [ly[-1] for ly in self._layers]
+        for layer, salt in zip(current, self._salts, strict=True):
+            propose_splits(layer, self.space, int(salt))
+        arrays = {
+            "sizes": np.array([ly.size for ly in current], dtype=np.int64),
+            "feature": np.concatenate([ly.feature for ly in current]),
+            "threshold": np.concatenate([ly.threshold for ly in current]),
+        }
+        if self._index is not None:
+            arrays["index"] = np.concatenate(self._index)
+            arrays["index_sizes"] = np.array([i.size for i in self._index], dtype=np.int64)
+        total = int(arrays["sizes"].sum())
+        return Query(
+            round=t,
+            method=METHOD,
+            sampling_rate=1.0,  # every row, every round: no subsampling to account
+            reply_length=2 * total * cfg.n_classes,
+            record_bound=1.0,  # one record adds 1 to one count per tree
+            arrays=arrays,
+            config={"n_classes": cfg.n_classes, "n_trees": cfg.n_trees},
+        )
+
+    def update(self, query: Query, aggregate: np.ndarray | None) -> None:
+        cfg = self.config
+        if query.round != self._t:
+            raise ValueError(f"update for round {query.round}, expected round {self._t}")
+        if aggregate is None:
+            raise RuntimeError("a Lumberjack growth round cannot be skipped (it was aborted)")
+        counts = np.rint(aggregate).astype(np.int64).reshape(-1, cfg.n_classes)
+        offsets = np.concatenate([[0], np.cumsum(2 * query.arrays["sizes"])])
+        self._index = []
+        for k, layers in enumerate(self._layers):
+            mine = counts[offsets[k] : offsets[k + 1]]
+            if self._t == 0:
+                layers[0].counts = mine.sum(axis=0, keepdims=True)
+            child, index = next_layer(layers[-1], mine, self.space)
+            # The parent's public ranges are not needed any more: keep memory O(nodes).
+            last = layers[-1]
+            last.lo = last.hi = last.used = None
+            layers.append(child)
+            self._index.append(index)
+        self._t += 1
+
+    # -- release --------------------------------------------------------------
+    def _finish(self) -> None:
+        cfg = self.config
+        trees, scores = [], []
+        private = cfg.epsilon is not None
+        mech = self.calibration_.mechanism() if private else None
+        for layers in self._layers:
+            depth = cfg.max_depth
+            # Noise streams from the server's generator, one per tree, in tree order.
+            tree_rng = np.random.Generator(np.random.PCG64(self._rng.integers(0, 2**63)))
+            sizes = [ly.counts.sum(axis=1) for ly in layers[:depth]]
+            parents = [ly.parent for ly in layers[:depth]]
+            if private:
+                check = lambda c, r=tree_rng: mech.check(c, rng=r)  # noqa: E731
+            else:
+                check = lambda c: c > 0  # noqa: E731 - non-private: every non-empty node splits
+            heavy, _ = mark_heavy_hitters(sizes, parents, check)
+            tree = prune(layers, heavy)
+            leaf = tree.is_leaf
+            out = np.zeros((tree.left.size, cfg.n_classes))
+            if not private:
+                lab = np.argmax(tree.leaf_counts[leaf], axis=1)
+                out[np.flatnonzero(leaf), lab] = 1.0
+            elif cfg.leaf_mechanism == "exponential":
+                lab = exponential_labels(tree.leaf_counts[leaf], self.eta_, tree_rng)
+                out[np.flatnonzero(leaf), lab] = 1.0
+            else:
+                noisy = tree.leaf_counts[leaf] + tree_rng.normal(
+                    0.0, self.leaf_std_, size=tree.leaf_counts[leaf].shape
+                )
+                noisy = np.maximum(noisy, 0.0)
+                tot = noisy.sum(axis=1, keepdims=True)
+                out[leaf] = np.where(
+                    tot > 0, noisy / np.where(tot > 0, tot, 1), 1.0 / cfg.n_classes
+                )
+            trees.append(tree)
+            scores.append(out)
+        if private:
+            structure, leaf_event = self._events[0][0], self._events[1][0]
+            self._ledger.spend(structure, label=self._events[0][1])
+            for k in range(cfg.n_trees):
+                self._ledger.spend(leaf_event, label=f"tree {k}: leaf labels")
+        self._layers = []  # the unpruned trees hold exact counts: drop them
+        self._model = ForestModel(tuple(trees), tuple(scores))
+
+    def model(self) -> ForestModel:
+        if self._model is None:
+            raise ValueError("the forest is released only after the last growth round")
+        return self._model
+
+
+def _fit_leaf_scale(event_at, structure, n_trees: int, epsilon: float, delta: float) -> float:
+    """Largest x ∈ (0, 1] with the ledger's ε(structure + n_trees × event_at(x)) ≤ ε."""
+    from fedpriv.privacy.accounting import account
+
+    def eps(x: float) -> float:
+        return account([(structure, 1), (event_at(x), n_trees)], delta).epsilon
+
+    if eps(1.0) <= epsilon:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(30):
+        mid = 0.5 * (lo + hi)
+        if mid > 0 and eps(mid) <= epsilon:
+            lo = mid
+        else:
+            hi = mid
+    if lo <= 0.0:
+        raise ValueError("no leaf budget is left after the structure")
+    return lo
