@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from fedpriv.federation.protocol import ClientData, Query
+from fedpriv.models import _forest_kernels
 
 
 class LumberjackClient:
@@ -41,32 +42,39 @@ class LumberjackClient:
         y = data.y.astype(np.int64)
         if y.size and (y.min() < 0 or y.max() >= n_classes):
             raise ValueError(f"labels must lie in [0, {n_classes}); got {y.min()}..{y.max()}")
-        if query.round == 0:
-            node = np.zeros((k, data.n), dtype=np.int64)
+        first = query.round == 0
+        if first:
+            cand = np.zeros((k, data.n), dtype=np.int64)
+            index = np.full(1, -1, dtype=np.int64)
+            index_starts = np.zeros(k, dtype=np.int64)
         else:
             cand = state.get("candidate")
             if cand is None or state.get("round") != query.round - 1:
                 raise ValueError(f"round {query.round}: the client's walk state is missing")
-            index = np.asarray(a["index"], dtype=np.int64)
-            starts = np.concatenate([[0], np.cumsum(a["index_sizes"])])
-            node = np.empty_like(cand)
-            for t in range(k):
-                node[t] = index[starts[t] + cand[t]]
-        if node.size and node.min() < 0:
-            raise ValueError("a row maps to an empty node: the query's index map is inconsistent")
-        offsets = np.concatenate([[0], np.cumsum(sizes)])
-        X = data.X_rows
-        rows = np.arange(data.n)
-        cand = np.empty_like(node)
+            cand = np.array(cand, dtype=np.int64)  # writable, C order
+            index = np.ascontiguousarray(a["index"], dtype=np.int64)
+            index_starts = np.concatenate([[0], np.cumsum(a["index_sizes"])[:-1]]).astype(np.int64)
+            if cand.size and np.any(cand.max(axis=1) >= np.asarray(a["index_sizes"])):
+                raise ValueError("the query's index map is shorter than the client's candidates")
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        feature = np.ascontiguousarray(a["feature"], dtype=np.int64)
+        if feature.size and (feature.min() < 0 or feature.max() >= data.X.shape[1]):
+            raise ValueError(f"split features must lie in [0, {data.X.shape[1]})")
         out = np.zeros(2 * int(offsets[-1]) * n_classes)
-        for t in range(k):
-            if node[t].size and node[t].max() >= sizes[t]:
-                raise ValueError(f"tree {t}: node index outside the layer's {sizes[t]} nodes")
-            f = a["feature"][offsets[t] + node[t]]
-            thr = a["threshold"][offsets[t] + node[t]]
-            cand[t] = 2 * node[t] + (X[rows, f] > thr)
-            base = 2 * int(offsets[t]) * n_classes
-            counts = np.bincount(cand[t] * n_classes + y, minlength=2 * int(sizes[t]) * n_classes)
-            out[base : base + counts.size] = counts
+        ok = _forest_kernels.route_and_count(
+            data.X_rows,
+            y,
+            cand,
+            index,
+            index_starts,
+            first,
+            feature,
+            np.ascontiguousarray(a["threshold"], dtype=np.float64),
+            offsets,
+            n_classes,
+            out,
+        )
+        if not ok:
+            raise ValueError("a row maps to no node of this layer: inconsistent index map")
         state.update(candidate=cand, round=query.round)
         return out

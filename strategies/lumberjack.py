@@ -250,9 +250,15 @@ class LumberjackStrategy:
             if self._t == 0:
                 layers[0].counts = mine.sum(axis=0, keepdims=True)
             child, index = next_layer(layers[-1], mine, self.space)
-            # The parent's public ranges are not needed any more: keep memory O(nodes).
+            # Only the frontier needs ranges, used features and path keys (the
+            # pruned tree recomputes its keys): the rest keeps ~25 bytes a node.
             last = layers[-1]
-            last.lo = last.hi = last.used = None
+            last.lo = last.hi = last.used = last.n_used = None
+            if len(layers) > 1:
+                last.key = None
+            last.parent = last.parent.astype(np.int32)
+            last.counts = last.counts.astype(np.int32)
+            last.feature = last.threshold = None  # recomputed for Heavy nodes by prune
             layers.append(child)
             self._index.append(index)
         self._t += 1
@@ -263,7 +269,7 @@ class LumberjackStrategy:
         trees, scores = [], []
         private = cfg.epsilon is not None
         mech = self.calibration_.mechanism() if private else None
-        for layers in self._layers:
+        for layers, salt in zip(self._layers, self._salts, strict=True):
             depth = cfg.max_depth
             # Noise streams from the server's generator, one per tree, in tree order.
             tree_rng = np.random.Generator(np.random.PCG64(self._rng.integers(0, 2**63)))
@@ -274,7 +280,7 @@ class LumberjackStrategy:
             else:
                 check = lambda c: c > 0  # noqa: E731 - non-private: every non-empty node splits
             heavy, _ = mark_heavy_hitters(sizes, parents, check)
-            tree = prune(layers, heavy)
+            tree = prune(layers, heavy, space=self.space, salt=int(salt))
             leaf = tree.is_leaf
             out = np.zeros((tree.left.size, cfg.n_classes))
             if not private:

@@ -87,37 +87,36 @@ class Layer:
     lo: np.ndarray  # (N, n_numeric) public range of each numeric feature
     hi: np.ndarray
     used: np.ndarray  # (N, n_binary) bool: binary features used by an ancestor
+    n_used: np.ndarray  # (N,) int64: how many
     feature: np.ndarray | None = None  # (N,) the split proposed at each node
     threshold: np.ndarray | None = None
 
     @property
     def size(self) -> int:
-        return int(self.key.size)
+        return int(self.parent.size)
 
 
 def propose_splits(layer: Layer, space: FeatureSpace, salt: int) -> None:
     """Draw each node's split from its key: uniform feature, uniform threshold."""
+    from fedpriv.models import _forest_kernels
+
     num_idx = np.flatnonzero(space.numeric)
     bin_idx = np.flatnonzero(~space.numeric)
-    available = num_idx.size + (~layer.used).sum(axis=1)  # ≥ n_numeric
-    if np.any(available == 0):
+    n = layer.key.size
+    if layer.n_used.shape != (n,) or layer.used.shape != (n, bin_idx.size) or layer.size != n:
+        raise ValueError(f"layer arrays disagree on its {n} nodes")  # the kernel is unchecked
+    feature = np.empty(n, dtype=np.int64)
+    ok = _forest_kernels.pick_features(
+        uniform_from(layer.key, salt), layer.n_used, layer.used, num_idx, bin_idx, feature
+    )
+    if not ok:
         raise ValueError("a node has no feature left to split on (no numeric feature?)")
-    r = np.minimum((uniform_from(layer.key, salt) * available).astype(np.int64), available - 1)
-    feature = np.empty(layer.size, dtype=np.int64)
     threshold = np.full(layer.size, 0.5)
-    is_num = r < num_idx.size
-    feature[is_num] = num_idx[r[is_num]]
-    u = uniform_from(layer.key, salt + 1)
-    col = r[is_num]
-    rows = np.flatnonzero(is_num)
-    lo, hi = layer.lo[rows, col], layer.hi[rows, col]
-    threshold[is_num] = lo + u[is_num] * (hi - lo)
-    if np.any(~is_num):
-        # The (r − n_numeric)-th binary feature no ancestor used.
-        b = np.flatnonzero(~is_num)
-        free = np.cumsum(~layer.used[b], axis=1)
-        pick = np.argmax(free > (r[b] - num_idx.size)[:, None], axis=1)
-        feature[b] = bin_idx[pick]
+    rows = np.flatnonzero(space.numeric[feature])
+    if rows.size:
+        col = (np.cumsum(space.numeric) - 1)[feature[rows]]
+        lo, hi = layer.lo[rows, col], layer.hi[rows, col]
+        threshold[rows] = lo + uniform_from(layer.key[rows], salt + 1) * (hi - lo)
     layer.feature, layer.threshold = feature, threshold
 
 
@@ -131,6 +130,7 @@ def root_layer(key: int, space: FeatureSpace, counts: np.ndarray) -> Layer:
         lo=np.zeros((1, n_num)),
         hi=np.ones((1, n_num)),
         used=np.zeros((1, int((~space.numeric).sum())), dtype=bool),
+        n_used=np.zeros(1, dtype=np.int64),
     )
 
 
@@ -154,6 +154,7 @@ def next_layer(layer: Layer, counts: np.ndarray, space: FeatureSpace) -> tuple[L
     parent, side = cand // 2, (cand % 2).astype(np.int8)
     lo, hi = layer.lo[parent].copy(), layer.hi[parent].copy()
     used = layer.used[parent].copy()
+    n_used = layer.n_used[parent].copy()
     f, t = layer.feature[parent], layer.threshold[parent]
     numeric_col = np.cumsum(space.numeric) - 1
     binary_col = np.cumsum(~space.numeric) - 1
@@ -165,6 +166,7 @@ def next_layer(layer: Layer, counts: np.ndarray, space: FeatureSpace) -> tuple[L
     hi[r[~right], c[~right]] = t[r[~right]]
     b = np.flatnonzero(~is_num)
     used[b, binary_col[f[b]]] = True
+    n_used[b] += 1
     index = np.full(counts.shape[0], -1, dtype=np.int64)
     index[cand] = np.arange(cand.size)
     child = Layer(
@@ -175,6 +177,7 @@ def next_layer(layer: Layer, counts: np.ndarray, space: FeatureSpace) -> tuple[L
         lo=lo,
         hi=hi,
         used=used,
+        n_used=n_used,
     )
     return child, index
 
@@ -318,51 +321,96 @@ class PrunedTree:
             node[inner] = np.where(go_right, self.right[n], self.left[n])
 
 
-def prune(layers: list[Layer], heavy: list[np.ndarray]) -> PrunedTree:
-    """Keep Heavy nodes (splits) and their children (leaves unless Heavy themselves)."""
+def prune(
+    layers: list[Layer], heavy: list[np.ndarray], *, space: FeatureSpace, salt: int
+) -> PrunedTree:
+    """Keep Heavy nodes (splits) and their children (leaves unless Heavy themselves).
+
+    Splits are recomputed from the path keys for the Heavy nodes only (they
+    form a rooted subtree, so their public ranges follow from their Heavy
+    ancestors): the grown layers need not keep a split per node, which
+    halves the forest's memory at depth 100. Nodes come out breadth first,
+    each depth in label order.
+    """
     n_classes = layers[0].counts.shape[1]
+    root = root_layer(int(layers[0].key[0]), space, layers[0].counts[0])
     feature, threshold, left, right, counts, keys = [], [], [], [], [], []
-    # BFS over kept nodes: (layer t, index in layer or −1 for an empty child, key)
-    frontier = [(0, 0, int(layers[0].key[0]))]
-    while frontier:
-        nxt = []
-        for t, i, key in frontier:
-            me = len(feature)
-            keys.append(key)
-            is_heavy = i >= 0 and t < len(heavy) and heavy[t][i]
-            if not is_heavy:
-                feature.append(-1)
-                threshold.append(0.0)
-                left.append(-1)
-                right.append(-1)
-                counts.append(layers[t].counts[i] if i >= 0 else np.zeros(n_classes, np.int64))
-                continue
-            feature.append(int(layers[t].feature[i]))
-            threshold.append(float(layers[t].threshold[i]))
-            left.append(-2)
-            right.append(-2)
-            counts.append(np.zeros(n_classes, np.int64))
-            kids = layers[t + 1] if t + 1 < len(layers) else None
-            first = int(np.searchsorted(kids.parent, i)) if kids is not None else 0
-            for side in (0, 1):
-                j = -1
-                # Children are sorted by (parent, side): at most two entries.
-                for cand in (first, first + 1):
-                    if kids is not None and cand < kids.size and kids.parent[cand] == i:
-                        j = cand if kids.side[cand] == side else j
-                ckey = int(child_keys(np.array([key], np.uint64), np.array([side]))[0])
-                nxt.append((me, side, (t + 1, j, ckey)))
-        frontier = []
-        for me, side, node in nxt:
-            (left if side == 0 else right)[me] = len(feature) + len(frontier)
-            frontier.append(node)
+    # Depth t: ``idx`` = each kept node's index in layers[t] (−1: an empty child),
+    # ``sub`` = the public state of the kept Heavy nodes (a mini layer).
+    idx = np.zeros(1, dtype=np.int64)
+    node_keys = root.key.copy()
+    sub = root if heavy and heavy[0][0] else None
+    n_out = 0
+    for t in range(len(layers)):
+        is_heavy = np.zeros(idx.size, dtype=bool)
+        if t < len(heavy):
+            ok = idx >= 0
+            is_heavy[ok] = heavy[t][idx[ok]]
+        c = np.zeros((idx.size, n_classes), dtype=np.int64)
+        ok = idx >= 0
+        c[ok] = layers[t].counts[idx[ok]]
+        c[is_heavy] = 0  # only leaves carry counts
+        f = np.full(idx.size, -1, dtype=np.int64)
+        thr = np.zeros(idx.size)
+        lft = np.full(idx.size, -1, dtype=np.int64)
+        rgt = np.full(idx.size, -1, dtype=np.int64)
+        n_heavy = int(is_heavy.sum())
+        first_child = n_out + idx.size
+        if n_heavy:
+            propose_splits(sub, space, salt)
+            f[is_heavy], thr[is_heavy] = sub.feature, sub.threshold
+            lft[is_heavy] = first_child + 2 * np.arange(n_heavy)
+            rgt[is_heavy] = lft[is_heavy] + 1
+        feature.append(f)
+        threshold.append(thr)
+        left.append(lft)
+        right.append(rgt)
+        counts.append(c)
+        keys.append(node_keys)
+        n_out += idx.size
+        if not n_heavy:
+            break
+        # Both children of every Heavy node, in (parent, side) order = label order.
+        kids, _ = next_layer(sub, np.ones((2 * n_heavy, n_classes), dtype=np.int64), space)
+        parents_here = idx[is_heavy]
+        child_idx = np.full(2 * n_heavy, -1, dtype=np.int64)
+        if t + 1 < len(layers):
+            nxt = layers[t + 1]
+            first = np.searchsorted(nxt.parent, parents_here)
+            for off in (0, 1):
+                pos = np.minimum(first + off, max(nxt.size - 1, 0))
+                hit = (first + off < nxt.size) & (nxt.parent[pos] == parents_here)
+                sides = nxt.side[pos]
+                for side in (0, 1):
+                    take = hit & (sides == side)
+                    child_idx[2 * np.flatnonzero(take) + side] = pos[take]
+        idx, node_keys = child_idx, kids.key
+        heavy_next = np.zeros(idx.size, dtype=bool)
+        if t + 1 < len(heavy):
+            ok = idx >= 0
+            heavy_next[ok] = heavy[t + 1][idx[ok]]
+        sub = _take(kids, np.flatnonzero(heavy_next))
     return PrunedTree(
-        feature=np.array(feature, dtype=np.int64),
-        threshold=np.array(threshold),
-        left=np.array(left, dtype=np.int64),
-        right=np.array(right, dtype=np.int64),
-        leaf_counts=np.array(counts, dtype=np.int64).reshape(-1, n_classes),
-        key=np.array(keys, dtype=np.uint64),
+        feature=np.concatenate(feature),
+        threshold=np.concatenate(threshold),
+        left=np.concatenate(left),
+        right=np.concatenate(right),
+        leaf_counts=np.concatenate(counts),
+        key=np.concatenate(keys),
+    )
+
+
+def _take(layer: Layer, rows: np.ndarray) -> Layer:
+    """The sub-layer of ``rows`` (public state only)."""
+    return Layer(
+        parent=layer.parent[rows],
+        side=layer.side[rows],
+        key=layer.key[rows],
+        counts=layer.counts[rows],
+        lo=layer.lo[rows],
+        hi=layer.hi[rows],
+        used=layer.used[rows],
+        n_used=layer.n_used[rows],
     )
 
 

@@ -137,10 +137,12 @@ def test_root_features_are_uniform_over_the_available_ones():
     keys = np.arange(20_000, dtype=np.uint64)
     layer = root_layer(0, SPACE, np.array([1, 1]))
     layer.key = keys
+    layer.parent = np.zeros(keys.size, dtype=np.int64)
     layer.lo = np.zeros((keys.size, 2))
     layer.hi = np.ones((keys.size, 2))
     layer.used = np.zeros((keys.size, 3), dtype=bool)
     layer.used[:, 0] = True  # feature 2 is used: four left
+    layer.n_used = np.ones(keys.size, dtype=np.int64)
     propose_splits(layer, SPACE, 5)
     assert not np.any(layer.feature == 2)
     picked = np.searchsorted([0, 1, 3, 4], layer.feature)  # the four available features
@@ -186,7 +188,7 @@ def test_pruned_tree_keeps_heavy_splits_and_their_children_as_leaves():
     layers, _ = _grow(X, y, 20)
     counts = [ly.counts.sum(axis=1) for ly in layers[:20]]
     heavy, _ = mark_heavy_hitters(counts, [ly.parent for ly in layers[:20]], lambda c: c > 100)
-    tree = prune(layers, heavy)
+    tree = prune(layers, heavy, space=SPACE, salt=11)
     n_heavy = sum(int(hv.sum()) for hv in heavy)
     assert (~tree.is_leaf).sum() == n_heavy
     assert tree.is_leaf.sum() == n_heavy + 1  # a full binary tree
