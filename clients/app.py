@@ -18,16 +18,21 @@ from flwr.clientapp import ClientApp
 
 from clients.boosting import BoostingClient
 from clients.dpsgd import DPSGDClient
+from clients.lumberjack import LumberjackClient
 from fedpriv.data import load_dataset
 from fedpriv.federation.protocol import ClientData, poisson_sample
 from fedpriv.federation.secagg import FixedPointCodec, SecAggClient
 from fedpriv.federation.settings import RunSettings
 from fedpriv.federation.wire import query_from_wire, state_from_wire, state_to_wire
-from fedpriv.models import _kernels, _sgd_kernels
+from fedpriv.models import _forest_kernels, _kernels, _sgd_kernels
 from fedpriv.seeding import StreamFamily
 
 app = ClientApp()
-HANDLERS = {"boosting": BoostingClient(), "dpsgd": DPSGDClient()}
+HANDLERS = {
+    "boosting": BoostingClient(),
+    "dpsgd": DPSGDClient(),
+    "lumberjack": LumberjackClient(),
+}
 
 
 @lru_cache(maxsize=4)
@@ -82,7 +87,8 @@ def keys(msg: Message, context: Context) -> Message:
     s, pid = _settings_and_pid(context)
     # Load the rows and the compiled kernels now, not in round 1.
     _client_data(s.dataset, s.split_seed, s.num_clients, pid)
-    (_kernels if s.method == "boosting" else _sgd_kernels).warm_up()
+    kernels = {"boosting": _kernels, "lumberjack": _forest_kernels}
+    kernels.get(s.method, _sgd_kernels).warm_up()
     client = SecAggClient(client_id=pid)
     _save_secagg(context, client)
     content = RecordDict(

@@ -18,22 +18,34 @@ import numpy as np
 from flwr.app import ArrayRecord, Context
 from flwr.serverapp import Grid, ServerApp
 
-from fedpriv.data import box_standardisation, load_dataset
+from fedpriv.data import box_standardisation, feature_space_numeric, load_dataset
 from fedpriv.evaluation import binary_metrics
 from fedpriv.federation.protocol import Strategy
 from fedpriv.federation.settings import RunSettings
+from fedpriv.models.lumberjack import FeatureSpace
 from fedpriv.models.networks import InputMap
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
 from server.flower_strategy import FlowerStrategy
 from server.grid_runtime import PollingGrid
 from strategies.boosting import BoostingConfig, DPBoostingStrategy, split_feature_weights
 from strategies.dpsgd import DPSGDConfig, DPSGDStrategy
+from strategies.lumberjack import LumberjackConfig, LumberjackStrategy
 
 app = ServerApp()
 
 
 def build_strategy(s: RunSettings, schema, *, n_records: int) -> Strategy:
-    """The run's method: boosting, or DP-SGD logistic regression / MLP."""
+    """The run's method: boosting, DP-SGD logistic regression / MLP, or Lumberjack."""
+    if s.method == "lumberjack":
+        forest = LumberjackConfig(
+            n_trees=s.trees,
+            max_depth=s.depth,
+            epsilon=s.epsilon if s.private else None,
+            delta=s.delta,
+            structure_fraction=s.structure_fraction,
+            leaf_mechanism=s.leaf_mechanism,
+        )
+        return LumberjackStrategy(forest, space=FeatureSpace(feature_space_numeric(schema)))
     if s.method in ("logistic", "mlp"):
         sgd = DPSGDConfig(
             model=s.method,

@@ -150,5 +150,8 @@ class FlowerStrategy(_FlowerStrategy):
     # -- result ---------------------------------------------------------------
     def model_arrays(self) -> ArrayRecord:
         """The released model so far as an ``ArrayRecord``."""
-        arrays = self.core.model().to_arrays()
+        model = self.core.model()
+        if model is None:  # nothing released yet (e.g. a forest still growing)
+            return ArrayRecord()
+        arrays = model.to_arrays()
         return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})

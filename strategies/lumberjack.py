@@ -211,8 +211,6 @@ class LumberjackStrategy:
         cfg, t = self.config, self._t
         # Always d rounds: stopping early would be control flow on the data.
         if t >= cfg.max_depth:
-            if self._model is None:
-                self._finish()
             return None
         current = [ly[-1] for ly in self._layers]
         for layer, salt in zip(current, self._salts, strict=True):
@@ -262,6 +260,8 @@ class LumberjackStrategy:
             layers.append(child)
             self._index.append(index)
         self._t += 1
+        if self._t == cfg.max_depth:
+            self._finish()  # the last level is in: prune, label, release
 
     # -- release --------------------------------------------------------------
     def _finish(self) -> None:
@@ -308,9 +308,8 @@ class LumberjackStrategy:
         self._layers = []  # the unpruned trees hold exact counts: drop them
         self._model = ForestModel(tuple(trees), tuple(scores))
 
-    def model(self) -> ForestModel:
-        if self._model is None:
-            raise ValueError("the forest is released only after the last growth round")
+    def model(self) -> ForestModel | None:
+        """The released forest; ``None`` until the last growth round is in."""
         return self._model
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from fedpriv.privacy._validation import check_count, check_positive, check_probability
 
-METHODS = ("boosting", "logistic", "mlp")
+METHODS = ("boosting", "logistic", "mlp", "lumberjack")
 #: Settings each method's paper configuration changes from the boosting defaults
 #: of ``[tool.flwr.app.config]`` (benchmark paper, Table 5). The launchers
 #: (``server.simulate``, ``server.deploy``) apply them for ``--set method=...``
@@ -21,6 +21,8 @@ METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
     "boosting": {},
     "logistic": {"rounds": 800, "learning-rate": 2.0, "sampling-rate": 0.02},
     "mlp": {"rounds": 800, "learning-rate": 3.0, "sampling-rate": 0.02},
+    # Lumberjack §6: 30 trees of depth 100 (one round per level), δ = 1e-6.
+    "lumberjack": {"rounds": 100, "depth": 100, "delta": 1e-6},
 }
 
 
@@ -31,7 +33,8 @@ class RunSettings:
     ``rounds``, ``learning_rate`` and ``sampling_rate`` are the method's own:
     boosting rounds (trees) or DP-SGD steps. ``depth`` and ``split_features``
     apply to boosting; ``clip_norm``, ``hidden``, ``backend`` and ``standardise``
-    to DP-SGD.
+    to DP-SGD; ``trees``, ``depth`` (= ``rounds``), ``structure_fraction`` and
+    ``leaf_mechanism`` to Lumberjack.
     """
 
     method: str = "boosting"
@@ -57,6 +60,9 @@ class RunSettings:
     hidden: int = 16  # DP-SGD MLP width
     backend: str = "fast"  # DP-SGD per-example gradients: "fast" or "opacus"
     standardise: bool = True  # DP-SGD: public box standardisation of numeric features
+    trees: int = 30  # Lumberjack: number of trees k
+    structure_fraction: float = 0.75  # Lumberjack: ε₁/ε for the structure
+    leaf_mechanism: str = "exponential"  # Lumberjack: "exponential" or "gaussian"
 
     def __post_init__(self) -> None:
         check_count("num_clients", self.num_clients)
@@ -77,6 +83,16 @@ class RunSettings:
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {list(METHODS)}; got {self.method!r}")
         check_positive("clip_norm", self.clip_norm)
+        check_count("trees", self.trees)
+        if not 0.0 < self.structure_fraction < 1.0:
+            raise ValueError(
+                f"structure_fraction must lie in (0, 1); got {self.structure_fraction}"
+            )
+        if self.method == "lumberjack" and self.rounds != self.depth:
+            raise ValueError(
+                f"lumberjack grows one level per round: rounds must equal depth; "
+                f"got rounds={self.rounds}, depth={self.depth}"
+            )
         check_count("hidden", self.hidden)
         if self.backend not in ("fast", "opacus"):
             raise ValueError(f"backend must be 'fast' or 'opacus'; got {self.backend!r}")

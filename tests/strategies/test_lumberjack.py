@@ -1,0 +1,122 @@
+"""Lumberjack learner: accounting, release, runtime paths, structure independence."""
+
+import numpy as np
+import pytest
+
+from clients.lumberjack import LumberjackClient
+from fedpriv.data import load_heart
+from fedpriv.federation.protocol import ClientData
+from fedpriv.models.lumberjack import FeatureSpace
+from fedpriv.privacy import ApproxDpEvent, BoundedRangeDpEvent
+from server.estimators import LumberjackClassifier
+from strategies.lumberjack import LumberjackConfig, LumberjackStrategy
+
+
+@pytest.fixture(scope="module")
+def heart():
+    return load_heart()
+
+
+def _fit(data, **kw):
+    args = {"n_trees": 4, "max_depth": 12, "epsilon": 2.0, "seed": 1, **kw}
+    return LumberjackClassifier(**args).fit(data)
+
+
+def test_ledger_holds_the_structure_pair_and_one_leaf_event_per_tree(heart):
+    clf = _fit(heart)
+    entries = clf.ledger_.entries
+    assert isinstance(entries[0].event, ApproxDpEvent)
+    assert entries[0].event.epsilon == pytest.approx(0.75 * 2.0)
+    assert entries[0].event.delta <= 0.75 * 1e-6
+    assert [type(e.event) for e in entries[1:]] == [BoundedRangeDpEvent] * 4
+    assert clf.epsilon_spent_ <= 2.0
+    assert clf.privacy_report_.accounting.pld_method.endswith("+basic")
+    assert not clf.privacy_report_.reserved  # everything planned was released
+
+
+def test_secure_and_plain_sums_release_the_same_forest(heart):
+    a = _fit(heart, secure_aggregation=True).model_.to_arrays()
+    b = _fit(heart, secure_aggregation=False).model_.to_arrays()
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])
+
+
+def _release(X, y, *, seed=0, epsilon=2.0):
+    """One client holding (X, y); the whole server loop by hand."""
+    from fedpriv.data import feature_space_numeric
+    from fedpriv.privacy import PrivacyBudget, PrivacyLedger
+
+    space = FeatureSpace(feature_space_numeric(load_heart().schema))
+    cfg = LumberjackConfig(n_trees=4, max_depth=12, epsilon=epsilon)
+    strategy = LumberjackStrategy(cfg, space=space)
+    ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=epsilon, delta=1e-6))
+    strategy.begin(n_features=X.shape[1], ledger=ledger, rng=np.random.default_rng(seed))
+    client, state = LumberjackClient(), {}
+    data = ClientData(client_id=0, X=X, y=y)
+    while (q := strategy.next_query()) is not None:
+        strategy.update(q, client.answer(q, data, np.arange(data.n), state))
+    return strategy.model()
+
+
+def test_a_neighbouring_dataset_changes_only_what_the_mechanisms_decide(heart):
+    # Same seed, one record fewer: every node both forests keep has the same split.
+    X, y = heart.xy("train")
+    full, fewer = _release(X, y), _release(X[1:], y[1:])
+    shared = 0
+    for ta, tb in zip(full.trees, fewer.trees, strict=True):
+        _, ia, ib = np.intersect1d(ta.key, tb.key, return_indices=True)
+        inner = ~ta.is_leaf[ia] & ~tb.is_leaf[ib]
+        shared += int(inner.sum())
+        np.testing.assert_array_equal(ta.feature[ia][inner], tb.feature[ib][inner])
+        np.testing.assert_array_equal(ta.threshold[ia][inner], tb.threshold[ib][inner])
+    assert shared > 0
+
+
+def test_non_private_forest_fits_the_training_data(heart):
+    clf = _fit(heart, epsilon=None, n_trees=10, max_depth=15)
+    X, y = heart.xy("train")
+    assert clf.privacy_report_ is None
+    assert np.mean(clf.predict(X) == y) > 0.9  # every non-empty node splits
+
+
+def test_gaussian_leaves_give_proportions(heart):
+    clf = _fit(heart, leaf_mechanism="gaussian")
+    scores = clf.model_.leaf_scores[0]
+    leaves = clf.model_.trees[0].is_leaf
+    np.testing.assert_allclose(scores[leaves].sum(axis=1), 1.0)
+    assert clf.epsilon_spent_ <= 2.0
+
+
+def test_the_forest_is_released_only_after_the_last_level(heart):
+    X, y = heart.xy("train")
+    space = FeatureSpace(np.zeros(X.shape[1], dtype=bool) | True)
+    strategy = LumberjackStrategy(
+        LumberjackConfig(n_trees=2, max_depth=3, epsilon=None), space=space
+    )
+    strategy.begin(n_features=X.shape[1], ledger=None, rng=np.random.default_rng(0))
+    client, state = LumberjackClient(), {}
+    data = ClientData(client_id=0, X=X, y=y)
+    while (q := strategy.next_query()) is not None:
+        assert strategy.model() is None
+        strategy.update(q, client.answer(q, data, np.arange(data.n), state))
+    assert strategy.model() is not None and len(strategy.model().trees) == 2
+
+
+def test_config_and_client_refusals(heart):
+    with pytest.raises(ValueError, match=r"structure_fraction must lie in \(0, 1\)"):
+        LumberjackConfig(structure_fraction=1.0)
+    with pytest.raises(ValueError, match="leaf_mechanism must be one of"):
+        LumberjackConfig(leaf_mechanism="laplace")
+    X, y = heart.xy("train")
+    space = FeatureSpace(np.ones(X.shape[1], dtype=bool))
+    strategy = LumberjackStrategy(
+        LumberjackConfig(n_trees=2, max_depth=3, epsilon=None), space=space
+    )
+    strategy.begin(n_features=X.shape[1], ledger=None, rng=np.random.default_rng(0))
+    data = ClientData(client_id=0, X=X, y=y)
+    q0 = strategy.next_query()
+    with pytest.raises(ValueError, match="must be all rows"):
+        LumberjackClient().answer(q0, data, np.arange(3), {})
+    strategy.update(q0, LumberjackClient().answer(q0, data, np.arange(data.n), {}))
+    with pytest.raises(ValueError, match="walk state is missing"):
+        LumberjackClient().answer(strategy.next_query(), data, np.arange(data.n), {})
