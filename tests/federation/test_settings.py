@@ -15,7 +15,13 @@ def test_round_trip_through_a_run_config():
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
-        ("method", "forest", r"method must be one of \['boosting', 'logistic', 'mlp'\]"),
+        (
+            "method",
+            "forest",
+            r"method must be one of \['boosting', 'logistic', 'mlp', 'lumberjack'\]",
+        ),
+        ("trees", 0, "trees must be an integer >= 1; got 0"),
+        ("structure_fraction", 1.0, r"structure_fraction must lie in \(0, 1\); got 1.0"),
         ("clip_norm", 0.0, r"clip_norm must lie in \(0, inf\); got 0.0"),
         ("hidden", 0, "hidden must be an integer >= 1; got 0"),
         ("backend", "jax", "backend must be 'fast' or 'opacus'; got 'jax'"),
@@ -41,4 +47,10 @@ def test_method_defaults_fill_only_what_the_user_did_not_set():
     )
     assert (own["rounds"], own["learning-rate"]) == (50, 2.0)
     assert RunSettings.with_method_defaults(base, {}) == base  # boosting: pyproject's values
-    assert set(METHOD_DEFAULTS) == {"boosting", "logistic", "mlp"}
+    assert set(METHOD_DEFAULTS) == {"boosting", "logistic", "mlp", "lumberjack"}
+    forest = RunSettings.with_method_defaults(
+        {**base, "method": "lumberjack"}, {"method": "lumberjack", "depth": 20, "rounds": 20}
+    )
+    assert (forest["rounds"], forest["depth"], forest["delta"]) == (20, 20, 1e-6)
+    with pytest.raises(ValueError, match="rounds must equal depth; got rounds=75, depth=100"):
+        RunSettings(method="lumberjack", rounds=75, depth=100)
