@@ -48,9 +48,8 @@ def test_method_defaults_fill_only_what_the_user_did_not_set():
     assert (own["rounds"], own["learning-rate"]) == (50, 2.0)
     assert RunSettings.with_method_defaults(base, {}) == base  # boosting: pyproject's values
     assert set(METHOD_DEFAULTS) == {"boosting", "logistic", "mlp", "lumberjack"}
-    forest = RunSettings.with_method_defaults(
-        {**base, "method": "lumberjack"}, {"method": "lumberjack", "depth": 20, "rounds": 20}
-    )
+    mine = {"method": "lumberjack", "depth": 20, "rounds": 20}
+    forest = RunSettings.with_method_defaults({**base, **mine}, mine)
     assert (forest["rounds"], forest["depth"], forest["delta"]) == (20, 20, 1e-6)
     with pytest.raises(ValueError, match="rounds must equal depth; got rounds=75, depth=100"):
         RunSettings(method="lumberjack", rounds=75, depth=100)
