@@ -385,3 +385,81 @@ class LumberjackClassifier(_Estimator):
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         return (self.predict_proba(X)[:, 1] > 0.5).astype(np.int64)
+
+
+class DPRandomForestClassifier(_Estimator):
+    """Fully random DP forest with federated leaf aggregation (``strategies/random_forest.py``).
+
+    Parameters
+    ----------
+    n_trees, depth : int
+        k complete random trees of depth D.
+    epsilon, delta : float
+        Budget (``epsilon=None``: non-private majority leaves).
+    mode : {"all", "disjoint"}
+        Every tree sees all data (composition) or disjoint data (parallel).
+    leaf_mechanism : {"exponential", "gaussian"}
+    n_clients, secure_aggregation, seed :
+        As for the other estimators.
+    """
+
+    def __init__(
+        self,
+        *,
+        n_trees: int = 10,
+        depth: int = 8,
+        epsilon: float | None = 1.0,
+        delta: float = 1e-6,
+        mode: str = "all",
+        leaf_mechanism: str = "exponential",
+        n_clients: int = 5,
+        secure_aggregation: bool = False,
+        seed: int = 0,
+    ) -> None:
+        self.n_trees = n_trees
+        self.depth = depth
+        self.epsilon = epsilon
+        self.delta = delta
+        self.mode = mode
+        self.leaf_mechanism = leaf_mechanism
+        self.n_clients = n_clients
+        self.secure_aggregation = secure_aggregation
+        self.seed = seed
+
+    def fit(
+        self,
+        data: TabularDataset,
+        y: np.ndarray | None = None,
+        *,
+        partition: list[np.ndarray] | None = None,
+        part: str = "train",
+    ) -> DPRandomForestClassifier:
+        """Train on ``part`` of a dataset with a schema."""
+        from clients.random_forest import RandomForestClient
+        from fedpriv.models.lumberjack import FeatureSpace
+        from strategies.random_forest import RandomForestConfig, RandomForestStrategy
+
+        if not isinstance(data, TabularDataset):
+            raise TypeError("the random forest needs a TabularDataset: its schema is the space")
+        X, yy, partition = federated_training_data(data, y, partition, self.n_clients, part)
+        config = RandomForestConfig(
+            n_trees=self.n_trees,
+            depth=self.depth,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            mode=self.mode,
+            leaf_mechanism=self.leaf_mechanism,
+        )
+        runtime = InProcessRuntime(
+            clients=make_clients(X, yy, partition),
+            handler=RandomForestClient(),
+            seed=self.seed,
+            secure_aggregation=self.secure_aggregation,
+        )
+        space = FeatureSpace(feature_space_numeric(data.schema))
+        self._run(runtime, RandomForestStrategy(config, space=space), self.epsilon, self.delta)
+        self.n_features_in_ = X.shape[1]
+        return self
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return (self.predict_proba(X)[:, 1] > 0.5).astype(np.int64)
