@@ -19,6 +19,7 @@ from flwr.clientapp import ClientApp
 from clients.boosting import BoostingClient
 from clients.dpsgd import DPSGDClient
 from clients.lumberjack import LumberjackClient
+from clients.random_forest import RandomForestClient
 from fedpriv.data import load_dataset
 from fedpriv.federation.protocol import ClientData, poisson_sample
 from fedpriv.federation.secagg import FixedPointCodec, SecAggClient
@@ -32,6 +33,7 @@ HANDLERS = {
     "boosting": BoostingClient(),
     "dpsgd": DPSGDClient(),
     "lumberjack": LumberjackClient(),
+    "random_forest": RandomForestClient(),
 }
 
 
@@ -87,7 +89,7 @@ def keys(msg: Message, context: Context) -> Message:
     s, pid = _settings_and_pid(context)
     # Load the rows and the compiled kernels now, not in round 1.
     _client_data(s.dataset, s.split_seed, s.num_clients, pid)
-    kernels = {"boosting": _kernels, "lumberjack": _forest_kernels}
+    kernels = {"boosting": _kernels, "random_forest": _kernels, "lumberjack": _forest_kernels}
     kernels.get(s.method, _sgd_kernels).warm_up()
     client = SecAggClient(client_id=pid)
     _save_secagg(context, client)

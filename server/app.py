@@ -30,12 +30,23 @@ from server.grid_runtime import PollingGrid
 from strategies.boosting import BoostingConfig, DPBoostingStrategy, split_feature_weights
 from strategies.dpsgd import DPSGDConfig, DPSGDStrategy
 from strategies.lumberjack import LumberjackConfig, LumberjackStrategy
+from strategies.random_forest import RandomForestConfig, RandomForestStrategy
 
 app = ServerApp()
 
 
 def build_strategy(s: RunSettings, schema, *, n_records: int) -> Strategy:
     """The run's method: boosting, DP-SGD logistic regression / MLP, or Lumberjack."""
+    if s.method == "random_forest":
+        rf = RandomForestConfig(
+            n_trees=s.trees,
+            depth=s.depth,
+            epsilon=s.epsilon if s.private else None,
+            delta=s.delta,
+            mode=s.forest_mode,
+            leaf_mechanism=s.leaf_mechanism,
+        )
+        return RandomForestStrategy(rf, space=FeatureSpace(feature_space_numeric(schema)))
     if s.method == "lumberjack":
         forest = LumberjackConfig(
             n_trees=s.trees,

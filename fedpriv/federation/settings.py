@@ -12,7 +12,7 @@ from typing import Any
 
 from fedpriv.privacy._validation import check_count, check_positive, check_probability
 
-METHODS = ("boosting", "logistic", "mlp", "lumberjack")
+METHODS = ("boosting", "logistic", "mlp", "lumberjack", "random_forest")
 #: Settings each method's paper configuration changes from the boosting defaults
 #: of ``[tool.flwr.app.config]`` (benchmark paper, Table 5). The launchers
 #: (``server.simulate``, ``server.deploy``) apply them for ``--set method=...``
@@ -23,6 +23,8 @@ METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
     "mlp": {"rounds": 800, "learning-rate": 3.0, "sampling-rate": 0.02},
     # Lumberjack §6: 30 trees of depth 100 (one round per level), δ = 1e-6.
     "lumberjack": {"rounds": 100, "depth": 100, "delta": 1e-6},
+    # The fully random forest: one round of leaf counts.
+    "random_forest": {"rounds": 1, "depth": 8, "delta": 1e-6, "trees": 10},
 }
 
 
@@ -62,7 +64,8 @@ class RunSettings:
     standardise: bool = True  # DP-SGD: public box standardisation of numeric features
     trees: int = 30  # Lumberjack: number of trees k
     structure_fraction: float = 0.75  # Lumberjack: ε₁/ε for the structure
-    leaf_mechanism: str = "exponential"  # Lumberjack: "exponential" or "gaussian"
+    leaf_mechanism: str = "exponential"  # forests: "exponential" or "gaussian"
+    forest_mode: str = "all"  # random forest: "all" (composition) or "disjoint" (parallel)
 
     def __post_init__(self) -> None:
         check_count("num_clients", self.num_clients)
@@ -88,6 +91,10 @@ class RunSettings:
             raise ValueError(
                 f"structure_fraction must lie in (0, 1); got {self.structure_fraction}"
             )
+        if self.forest_mode not in ("all", "disjoint"):
+            raise ValueError(f"forest_mode must be 'all' or 'disjoint'; got {self.forest_mode!r}")
+        if self.method == "random_forest" and self.rounds != 1:
+            raise ValueError(f"random_forest takes one round; got rounds={self.rounds}")
         if self.method == "lumberjack" and self.rounds != self.depth:
             raise ValueError(
                 f"lumberjack grows one level per round: rounds must equal depth; "

@@ -18,7 +18,8 @@ def test_round_trip_through_a_run_config():
         (
             "method",
             "forest",
-            r"method must be one of \['boosting', 'logistic', 'mlp', 'lumberjack'\]",
+            r"method must be one of \['boosting', 'logistic', 'mlp', 'lumberjack', "
+            r"'random_forest'\]",
         ),
         ("trees", 0, "trees must be an integer >= 1; got 0"),
         ("structure_fraction", 1.0, r"structure_fraction must lie in \(0, 1\); got 1.0"),
@@ -47,7 +48,7 @@ def test_method_defaults_fill_only_what_the_user_did_not_set():
     )
     assert (own["rounds"], own["learning-rate"]) == (50, 2.0)
     assert RunSettings.with_method_defaults(base, {}) == base  # boosting: pyproject's values
-    assert set(METHOD_DEFAULTS) == {"boosting", "logistic", "mlp", "lumberjack"}
+    assert set(METHOD_DEFAULTS) == {"boosting", "logistic", "mlp", "lumberjack", "random_forest"}
     mine = {"method": "lumberjack", "depth": 20, "rounds": 20}
     forest = RunSettings.with_method_defaults({**base, **mine}, mine)
     assert (forest["rounds"], forest["depth"], forest["delta"]) == (20, 20, 1e-6)

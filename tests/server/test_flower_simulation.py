@@ -11,7 +11,12 @@ import pytest
 
 from fedpriv.data import load_heart
 from fedpriv.models.networks import NetworkModel
-from server.estimators import DPBoostingClassifier, DPSGDClassifier, LumberjackClassifier
+from server.estimators import (
+    DPBoostingClassifier,
+    DPRandomForestClassifier,
+    DPSGDClassifier,
+    LumberjackClassifier,
+)
 from server.simulate import simulate
 
 SMALL = {"dataset": "heart", "num-clients": 4, "rounds": 3, "depth": 3, "epsilon": 2.0, "seed": 5}
@@ -108,3 +113,24 @@ def test_lumberjack_simulation_releases_the_in_process_forest(tmp_path):
     assert privacy["delta"] == 1e-6  # the paper's δ, the launcher's default for the method
     comm = json.loads((out / "communication.json").read_text())
     assert comm["round_trips"] == 1 + 8  # key exchange + one per level, all trees batched
+
+
+def test_random_forest_simulation_releases_the_in_process_forest(tmp_path):
+    job = {
+        "dataset": "heart",
+        "num-clients": 4,
+        "method": "random_forest",
+        "depth": 4,
+        "trees": 3,
+        "forest-mode": "disjoint",
+        "epsilon": 2.0,
+        "seed": 5,
+    }
+    code, out = simulate({**job, "out-dir": str(tmp_path)}, timeout=600, quiet=True)
+    assert code == 0
+    saved = np.load(out / "model.npz")
+    ref = DPRandomForestClassifier(
+        n_trees=3, depth=4, epsilon=2.0, seed=5, mode="disjoint", secure_aggregation=True
+    ).fit(load_heart())
+    for key, value in ref.model_.to_arrays().items():
+        np.testing.assert_array_equal(saved[key], value, err_msg=key)
