@@ -42,15 +42,17 @@ import numpy as np
 from dp_accounting import dp_event
 
 from fedpriv.federation.protocol import Query
-from fedpriv.models.lumberjack import (
-    FeatureSpace,
-    Layer,
+from fedpriv.models.heavy_hitters import (
     PrunedTree,
     exponential_labels,
     mark_heavy_hitters,
+    prune,
+)
+from fedpriv.models.lumberjack import (
+    FeatureSpace,
+    Layer,
     next_layer,
     propose_splits,
-    prune,
     root_layer,
 )
 from fedpriv.privacy import calibrate_sparse_threshold, largest_rho, queries_per_record

@@ -31,9 +31,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedpriv.federation.protocol import Query
+from fedpriv.models.heavy_hitters import (
+    exponential_labels,
+)
 from fedpriv.models.lumberjack import (
     FeatureSpace,
-    exponential_labels,
     next_layer,
     propose_splits,
     root_layer,

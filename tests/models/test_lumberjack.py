@@ -5,15 +5,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
+from fedpriv.models.heavy_hitters import (
+    exponential_labels,
+    mark_heavy_hitters,
+    prune,
+)
 from fedpriv.models.lumberjack import (
     FeatureSpace,
     RowRouter,
-    exponential_labels,
     grow_tree,
-    mark_heavy_hitters,
     next_layer,
     propose_splits,
-    prune,
     root_layer,
     uniform_from,
 )

@@ -1,0 +1,78 @@
+"""What every in-process estimator shares: training data, parameters, the run, prediction."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Any
+
+import numpy as np
+
+from fedpriv.data import TabularDataset, iid
+from fedpriv.federation.runtime import InProcessRuntime
+from fedpriv.privacy import PrivacyBudget, PrivacyLedger
+from fedpriv.seeding import derive_generator
+
+
+def federated_training_data(
+    data: TabularDataset | np.ndarray,
+    y: np.ndarray | None,
+    partition: list[np.ndarray] | None,
+    n_clients: int,
+    part: str = "train",
+) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """Training rows and who holds them (see :meth:`TabularDataset.client_partition`)."""
+    if isinstance(data, TabularDataset):
+        X, yy = data.xy(part)
+        if partition is None:
+            partition = data.client_partition(n_clients, part)
+        return X, yy, partition
+    if y is None:
+        raise ValueError("fit(X, y): y is required with an array X")
+    X, yy = np.asarray(data, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if partition is None:
+        partition = iid(yy.size, n_clients=n_clients, rng=derive_generator(0, "partition", "iid"))
+    return X, yy, partition
+
+
+class Estimator:
+    """scikit-learn parameter handling, the in-process run, and prediction from ``model_``."""
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        # The constructor's keyword arguments are the parameters (scikit-learn rule).
+        names = inspect.signature(type(self).__init__).parameters
+        return {k: getattr(self, k) for k in names if k != "self"}
+
+    def set_params(self, **params: Any):
+        for k, v in params.items():
+            if k not in self.get_params():
+                raise ValueError(f"unknown parameter {k!r}")
+            setattr(self, k, v)
+        return self
+
+    def _run(self, runtime: InProcessRuntime, strategy: Any, epsilon: float | None, delta: float):
+        """Train ``strategy`` on ``runtime`` under a fresh ledger; keep the results."""
+        ledger = None
+        if epsilon is not None:
+            ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=epsilon, delta=delta))
+        strategy = runtime.run(strategy, ledger=ledger)
+        self.model_ = strategy.model()
+        self.noise_multiplier_ = strategy.noise_multiplier_
+        self.ledger_ = ledger
+        self.privacy_report_ = ledger.report() if ledger is not None else None
+        self.communication_ = runtime.communication
+        return strategy
+
+    def decision_function(self, X: np.ndarray) -> np.ndarray:
+        return self.model_.decision_function(np.asarray(X, dtype=np.float64))
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        p = self.model_.predict_proba(np.asarray(X, dtype=np.float64))
+        return np.column_stack([1.0 - p, p])
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return (self.decision_function(X) > 0).astype(np.int64)
+
+    @property
+    def epsilon_spent_(self) -> float:
+        return math.inf if self.privacy_report_ is None else self.privacy_report_.epsilon

@@ -1,0 +1,170 @@
+"""scikit-learn style DP forests in process: Lumberjack and the fully random forest."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from clients.lumberjack import LumberjackClient
+from clients.random_forest import RandomForestClient
+from fedpriv.data import TabularDataset, feature_space_numeric
+from fedpriv.federation.protocol import make_clients
+from fedpriv.federation.runtime import InProcessRuntime
+from fedpriv.models.lumberjack import FeatureSpace
+from server.estimator_base import Estimator, federated_training_data
+from strategies.lumberjack import LumberjackConfig, LumberjackStrategy
+from strategies.random_forest import RandomForestConfig, RandomForestStrategy
+
+
+class LumberjackClassifier(Estimator):
+    """Lumberjack DP random forest, federated (Lebeda et al.; ``strategies/lumberjack.py``).
+
+    Parameters
+    ----------
+    n_trees, max_depth : int
+        k trees grown with random splits to depth d (paper: 30, 100).
+    epsilon, delta : float
+        Budget of the whole forest (paper δ = 1e-6); ``epsilon=None`` is the
+        non-private reference (every non-empty node splits, majority leaves).
+    structure_fraction : float
+        Share ε₁/ε (and δ₁/δ) of the sparse-threshold structure (paper 0.75).
+    leaf_mechanism : {"exponential", "gaussian"}
+        Majority vote by the exponential mechanism, or noisy class proportions.
+    two_sided : bool
+        Algorithm 3 instead of Algorithm 2.
+    n_clients, secure_aggregation, seed :
+        As for the other estimators.
+    """
+
+    def __init__(
+        self,
+        *,
+        n_trees: int = 30,
+        max_depth: int = 100,
+        epsilon: float | None = 1.0,
+        delta: float = 1e-6,
+        structure_fraction: float = 0.75,
+        leaf_mechanism: str = "exponential",
+        two_sided: bool = False,
+        n_clients: int = 5,
+        secure_aggregation: bool = False,
+        seed: int = 0,
+    ) -> None:
+        self.n_trees = n_trees
+        self.max_depth = max_depth
+        self.epsilon = epsilon
+        self.delta = delta
+        self.structure_fraction = structure_fraction
+        self.leaf_mechanism = leaf_mechanism
+        self.two_sided = two_sided
+        self.n_clients = n_clients
+        self.secure_aggregation = secure_aggregation
+        self.seed = seed
+
+    def fit(
+        self,
+        data: TabularDataset,
+        y: np.ndarray | None = None,
+        *,
+        partition: list[np.ndarray] | None = None,
+        part: str = "train",
+    ) -> LumberjackClassifier:
+        """Train on ``part`` of a dataset with a schema (it says which features are numeric)."""
+        if not isinstance(data, TabularDataset):
+            raise TypeError("Lumberjack needs a TabularDataset: its schema is the feature space")
+        X, yy, partition = federated_training_data(data, y, partition, self.n_clients, part)
+        config = LumberjackConfig(
+            n_trees=self.n_trees,
+            max_depth=self.max_depth,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            structure_fraction=self.structure_fraction,
+            two_sided=self.two_sided,
+            leaf_mechanism=self.leaf_mechanism,
+        )
+        runtime = InProcessRuntime(
+            clients=make_clients(X, yy, partition),
+            handler=LumberjackClient(),
+            seed=self.seed,
+            secure_aggregation=self.secure_aggregation,
+        )
+        space = FeatureSpace(feature_space_numeric(data.schema))
+        self._run(runtime, LumberjackStrategy(config, space=space), self.epsilon, self.delta)
+        self.n_features_in_ = X.shape[1]
+        return self
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return (self.predict_proba(X)[:, 1] > 0.5).astype(np.int64)
+
+
+class DPRandomForestClassifier(Estimator):
+    """Fully random DP forest with federated leaf aggregation (``strategies/random_forest.py``).
+
+    Parameters
+    ----------
+    n_trees, depth : int
+        k complete random trees of depth D.
+    epsilon, delta : float
+        Budget (``epsilon=None``: non-private majority leaves).
+    mode : {"all", "disjoint"}
+        Every tree sees all data (composition) or disjoint data (parallel).
+    leaf_mechanism : {"exponential", "gaussian"}
+    n_clients, secure_aggregation, seed :
+        As for the other estimators.
+    """
+
+    def __init__(
+        self,
+        *,
+        n_trees: int = 10,
+        depth: int = 8,
+        epsilon: float | None = 1.0,
+        delta: float = 1e-6,
+        mode: str = "all",
+        leaf_mechanism: str = "exponential",
+        n_clients: int = 5,
+        secure_aggregation: bool = False,
+        seed: int = 0,
+    ) -> None:
+        self.n_trees = n_trees
+        self.depth = depth
+        self.epsilon = epsilon
+        self.delta = delta
+        self.mode = mode
+        self.leaf_mechanism = leaf_mechanism
+        self.n_clients = n_clients
+        self.secure_aggregation = secure_aggregation
+        self.seed = seed
+
+    def fit(
+        self,
+        data: TabularDataset,
+        y: np.ndarray | None = None,
+        *,
+        partition: list[np.ndarray] | None = None,
+        part: str = "train",
+    ) -> DPRandomForestClassifier:
+        """Train on ``part`` of a dataset with a schema."""
+        if not isinstance(data, TabularDataset):
+            raise TypeError("the random forest needs a TabularDataset: its schema is the space")
+        X, yy, partition = federated_training_data(data, y, partition, self.n_clients, part)
+        config = RandomForestConfig(
+            n_trees=self.n_trees,
+            depth=self.depth,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            mode=self.mode,
+            leaf_mechanism=self.leaf_mechanism,
+        )
+        runtime = InProcessRuntime(
+            clients=make_clients(X, yy, partition),
+            handler=RandomForestClient(),
+            seed=self.seed,
+            secure_aggregation=self.secure_aggregation,
+        )
+        space = FeatureSpace(feature_space_numeric(data.schema))
+        self._run(runtime, RandomForestStrategy(config, space=space), self.epsilon, self.delta)
+        self.n_features_in_ = X.shape[1]
+        return self
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return (self.predict_proba(X)[:, 1] > 0.5).astype(np.int64)
