@@ -40,7 +40,8 @@ def test_readme_python_examples_run(tmp_path):
     blocks = _blocks("python")
     (server_app,) = [b for b in blocks if "ServerApp()" in b]
     (dpsgd_example,) = [b for b in blocks if "DPSGDClassifier" in b]
-    (ledger_example,) = [b for b in blocks if b not in (server_app, dpsgd_example)]
+    (forest_example,) = [b for b in blocks if "LumberjackClassifier" in b]
+    (ledger_example,) = [b for b in blocks if b not in (server_app, dpsgd_example, forest_example)]
     proc = _run(ledger_example, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert '"n_releases": 1' in proc.stdout
@@ -48,6 +49,10 @@ def test_readme_python_examples_run(tmp_path):
     assert proc.returncode == 0, proc.stderr
     auc, eps = re.fullmatch(r"AUC (\S+), ε spent (\S+)\n", proc.stdout).groups()
     assert 0.5 < float(auc) <= 1 and 0 < float(eps) <= 2.0
+    proc = _run(forest_example, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    acc, eps = re.fullmatch(r"accuracy (\S+), ε spent (\S+)\n", proc.stdout).groups()
+    assert 0.4 < float(acc) <= 1 and 0 < float(eps) <= 2.0
     # The ServerApp example must at least import and define (Flower calls main).
     proc = _run(server_app + "\nprint(type(app).__name__, callable(main))", tmp_path)
     assert proc.returncode == 0, proc.stderr
