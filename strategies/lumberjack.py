@@ -180,8 +180,12 @@ class LumberjackStrategy:
             epsilon=eps1, delta=d1, m=cfg.m, two_sided=cfg.two_sided
         )
         self.rho_ = largest_rho(epsilon=eps2, delta=d2)
+        cal = self.calibration_
         structure = ApproxDpEvent(
-            eps1, self.calibration_.delta_certified, f"lumberjack-theorem-6(m={cfg.m})"
+            eps1,
+            cal.delta_certified,
+            f"lumberjack-theorem-6(m={cfg.m}, sigma={cal.sigma:.6g}, gap={cal.gap:.6g}, "
+            f"tau={cal.tau:.6g}{', two-sided' if cfg.two_sided else ''})",
         )
         # The paper's leaf parameter: the largest ρ with (ε₂, δ₂) by Lemma 9,
         # ρ/k per tree. The run's ledger certifies with its own accountants,
