@@ -24,16 +24,18 @@ def _fit(data, **kw):
 
 @pytest.mark.parametrize("mode", ["all", "disjoint"])
 @pytest.mark.parametrize("leaves", ["exponential", "gaussian"])
-def test_every_mode_spends_at_most_its_budget(heart, mode, leaves):
-    clf = _fit(heart, mode=mode, leaf_mechanism=leaves, epsilon=1.0)
-    assert clf.epsilon_spent_ <= 1.0
-    assert clf.epsilon_spent_ > 0.99  # and uses it
+@pytest.mark.parametrize("eps", [0.5, 1.0])
+def test_every_mode_spends_at_most_its_budget(heart, mode, leaves, eps):
+    # ε = 0.5 with Gaussian leaves once sat a hair above the budget (analytic vs PLD).
+    clf = _fit(heart, mode=mode, leaf_mechanism=leaves, epsilon=eps)
+    assert clf.epsilon_spent_ <= eps
+    assert clf.epsilon_spent_ > 0.99 * eps  # and uses it
     events = [e.event for e in clf.ledger_.entries]
     if leaves == "exponential":
         n = 1 if mode == "disjoint" else 6  # parallel vs sequential composition
         assert len(events) == n and all(isinstance(e, BoundedRangeDpEvent) for e in events)
         if mode == "disjoint":
-            assert events[0].epsilon == pytest.approx(1.0)
+            assert events[0].epsilon == pytest.approx(eps)
     else:
         assert len(events) == 1  # one Gaussian on all leaf counts (sensitivity 1 or √k)
 
