@@ -18,7 +18,7 @@ import numpy as np
 from flwr.app import ArrayRecord, Context
 from flwr.serverapp import Grid, ServerApp
 
-from fedpriv.data import box_standardisation, feature_space_numeric, load_dataset
+from fedpriv.data import box_standardisation, load_dataset
 from fedpriv.evaluation import binary_metrics
 from fedpriv.federation.protocol import Strategy
 from fedpriv.federation.settings import RunSettings
@@ -46,7 +46,7 @@ def build_strategy(s: RunSettings, schema, *, n_records: int) -> Strategy:
             mode=s.forest_mode,
             leaf_mechanism=s.leaf_mechanism,
         )
-        return RandomForestStrategy(rf, space=FeatureSpace(feature_space_numeric(schema)))
+        return RandomForestStrategy(rf, space=FeatureSpace.from_schema(schema, s.split_features))
     if s.method == "lumberjack":
         forest = LumberjackConfig(
             n_trees=s.trees,
@@ -56,7 +56,7 @@ def build_strategy(s: RunSettings, schema, *, n_records: int) -> Strategy:
             structure_fraction=s.structure_fraction,
             leaf_mechanism=s.leaf_mechanism,
         )
-        return LumberjackStrategy(forest, space=FeatureSpace(feature_space_numeric(schema)))
+        return LumberjackStrategy(forest, space=FeatureSpace.from_schema(schema, s.split_features))
     if s.method in ("logistic", "mlp"):
         sgd = DPSGDConfig(
             model=s.method,

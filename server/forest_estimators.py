@@ -6,7 +6,7 @@ import numpy as np
 
 from clients.lumberjack import LumberjackClient
 from clients.random_forest import RandomForestClient
-from fedpriv.data import TabularDataset, feature_space_numeric
+from fedpriv.data import TabularDataset
 from fedpriv.federation.protocol import make_clients
 from fedpriv.federation.runtime import InProcessRuntime
 from fedpriv.models.lumberjack import FeatureSpace
@@ -31,6 +31,10 @@ class LumberjackClassifier(Estimator):
         Majority vote by the exponential mechanism, or noisy class proportions.
     two_sided : bool
         Algorithm 3 instead of Algorithm 2.
+    split_features : {"columns", "uniform"}
+        A split picks a schema column uniformly, then (categorical) an unused
+        level — the paper's "random feature" over the original columns — or
+        every encoded feature equally likely.
     n_clients, secure_aggregation, seed :
         As for the other estimators.
     """
@@ -45,6 +49,7 @@ class LumberjackClassifier(Estimator):
         structure_fraction: float = 0.75,
         leaf_mechanism: str = "exponential",
         two_sided: bool = False,
+        split_features: str = "columns",
         n_clients: int = 5,
         secure_aggregation: bool = False,
         seed: int = 0,
@@ -56,6 +61,7 @@ class LumberjackClassifier(Estimator):
         self.structure_fraction = structure_fraction
         self.leaf_mechanism = leaf_mechanism
         self.two_sided = two_sided
+        self.split_features = split_features
         self.n_clients = n_clients
         self.secure_aggregation = secure_aggregation
         self.seed = seed
@@ -87,7 +93,7 @@ class LumberjackClassifier(Estimator):
             seed=self.seed,
             secure_aggregation=self.secure_aggregation,
         )
-        space = FeatureSpace(feature_space_numeric(data.schema))
+        space = FeatureSpace.from_schema(data.schema, self.split_features)
         self._run(runtime, LumberjackStrategy(config, space=space), self.epsilon, self.delta)
         self.n_features_in_ = X.shape[1]
         return self
@@ -108,6 +114,8 @@ class DPRandomForestClassifier(Estimator):
     mode : {"all", "disjoint"}
         Every tree sees all data (composition) or disjoint data (parallel).
     leaf_mechanism : {"exponential", "gaussian"}
+    split_features : {"columns", "uniform"}
+        As for :class:`LumberjackClassifier`.
     n_clients, secure_aggregation, seed :
         As for the other estimators.
     """
@@ -121,10 +129,12 @@ class DPRandomForestClassifier(Estimator):
         delta: float = 1e-6,
         mode: str = "all",
         leaf_mechanism: str = "exponential",
+        split_features: str = "columns",
         n_clients: int = 5,
         secure_aggregation: bool = False,
         seed: int = 0,
     ) -> None:
+        self.split_features = split_features
         self.n_trees = n_trees
         self.depth = depth
         self.epsilon = epsilon
@@ -161,7 +171,7 @@ class DPRandomForestClassifier(Estimator):
             seed=self.seed,
             secure_aggregation=self.secure_aggregation,
         )
-        space = FeatureSpace(feature_space_numeric(data.schema))
+        space = FeatureSpace.from_schema(data.schema, self.split_features)
         self._run(runtime, RandomForestStrategy(config, space=space), self.epsilon, self.delta)
         self.n_features_in_ = X.shape[1]
         return self

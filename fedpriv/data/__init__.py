@@ -22,6 +22,7 @@ from fedpriv.data.encode import (
     LoadReport,
     box_standardisation,
     encode,
+    feature_columns,
     feature_space_numeric,
 )
 from fedpriv.data.errors import DataError
@@ -58,6 +59,7 @@ __all__ = [
     "data_dir",
     "dirichlet",
     "encode",
+    "feature_columns",
     "feature_space_numeric",
     "iid",
     "label_skew",

@@ -272,6 +272,21 @@ def feature_space_numeric(schema: Schema) -> np.ndarray:
     return out
 
 
+def feature_columns(schema: Schema) -> np.ndarray:
+    """Per encoded feature: the index of its schema column, except that a numeric
+    column's missing indicator gets a column id of its own (after all columns)."""
+    out = np.zeros(schema.n_features, dtype=np.int64)
+    extra = len(schema.columns)
+    j = 0
+    for k, spec in enumerate(schema.columns):
+        out[j : j + spec.width] = k
+        if isinstance(spec, NumericColumn) and spec.width == 2:
+            out[j + 1] = extra
+            extra += 1
+        j += spec.width
+    return out
+
+
 def encode(
     frame: pd.DataFrame,
     schema: Schema,

@@ -45,6 +45,50 @@ def pick_features(u, n_used, used, num_idx, bin_idx, out):  # pragma: no cover -
 
 
 @numba.njit(**_JIT)
+def pick_by_column(u, v, used, num_idx, bin_idx, bin_group, n_groups, out):  # pragma: no cover
+    """``out[i]``: a schema column uniformly among the numeric ones and the
+    categorical ones with a level no ancestor used (draw ``u[i]``), then for a
+    categorical column a uniformly chosen unused level (draw ``v[i]``).
+
+    ``bin_group[b]`` is the column of binary feature b (levels contiguous).
+    Returns False if some node has nothing left to split on.
+    """
+    n_num, n_bin = num_idx.size, bin_idx.size
+    free = np.zeros(n_groups, dtype=np.int64)
+    for i in range(u.size):
+        free[:] = 0
+        for b in range(n_bin):
+            if not used[i, b]:
+                free[bin_group[b]] += 1
+        avail = n_num
+        for g in range(n_groups):
+            if free[g] > 0:
+                avail += 1
+        if avail <= 0:
+            return False
+        r = min(int(u[i] * avail), avail - 1)
+        if r < n_num:
+            out[i] = num_idx[r]
+            continue
+        r -= n_num
+        group = -1
+        for g in range(n_groups):
+            if free[g] > 0:
+                if r == 0:
+                    group = g
+                    break
+                r -= 1
+        s = min(int(v[i] * free[group]), free[group] - 1)
+        for b in range(n_bin):
+            if bin_group[b] == group and not used[i, b]:
+                if s == 0:
+                    out[i] = bin_idx[b]
+                    break
+                s -= 1
+    return True
+
+
+@numba.njit(**_JIT)
 def route_and_count(
     X, y, cand, index, index_starts, first_round, feature, threshold, offsets, n_classes, out
 ):  # pragma: no cover - compiled

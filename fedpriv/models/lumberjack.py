@@ -70,10 +70,26 @@ class FeatureSpace:
     """
 
     numeric: np.ndarray  # (d,) bool
+    #: Schema column of each encoded feature; with it, splits pick a column
+    #: uniformly first (then, for a categorical one, an unused level); without
+    #: it, every encoded feature is equally likely.
+    column: np.ndarray | None = None
 
     @property
     def n_features(self) -> int:
         return int(self.numeric.size)
+
+    @classmethod
+    def from_schema(cls, schema, split_features: str = "columns") -> FeatureSpace:
+        """The space of ``schema``'s encoded features; ``"columns"`` or ``"uniform"`` choice."""
+        from fedpriv.data.encode import feature_columns, feature_space_numeric
+
+        if split_features not in ("columns", "uniform"):
+            raise ValueError(
+                f"split_features must be 'columns' or 'uniform'; got {split_features!r}"
+            )
+        columns = feature_columns(schema) if split_features == "columns" else None
+        return cls(feature_space_numeric(schema), columns)
 
 
 @dataclass
@@ -97,7 +113,8 @@ class Layer:
 
 
 def propose_splits(layer: Layer, space: FeatureSpace, salt: int) -> None:
-    """Draw each node's split from its key: uniform feature, uniform threshold."""
+    """Draw each node's split from its key: a uniform feature (or column, then level),
+    a uniform threshold in the node's public range."""
     from fedpriv.models import _forest_kernels
 
     num_idx = np.flatnonzero(space.numeric)
@@ -106,9 +123,22 @@ def propose_splits(layer: Layer, space: FeatureSpace, salt: int) -> None:
     if layer.n_used.shape != (n,) or layer.used.shape != (n, bin_idx.size) or layer.size != n:
         raise ValueError(f"layer arrays disagree on its {n} nodes")  # the kernel is unchecked
     feature = np.empty(n, dtype=np.int64)
-    ok = _forest_kernels.pick_features(
-        uniform_from(layer.key, salt), layer.n_used, layer.used, num_idx, bin_idx, feature
-    )
+    if space.column is None:
+        ok = _forest_kernels.pick_features(
+            uniform_from(layer.key, salt), layer.n_used, layer.used, num_idx, bin_idx, feature
+        )
+    else:
+        groups, bin_group = np.unique(space.column[bin_idx], return_inverse=True)
+        ok = _forest_kernels.pick_by_column(
+            uniform_from(layer.key, salt),
+            uniform_from(layer.key, salt + 2),
+            layer.used,
+            num_idx,
+            bin_idx,
+            bin_group.astype(np.int64),
+            groups.size,
+            feature,
+        )
     if not ok:
         raise ValueError("a node has no feature left to split on (no numeric feature?)")
     threshold = np.full(layer.size, 0.5)

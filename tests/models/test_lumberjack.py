@@ -208,3 +208,25 @@ def test_exponential_labels_follow_exp_eta_counts():
     labels = exponential_labels(counts, eta, np.random.default_rng(0))
     w = np.exp(eta * counts[0])
     assert chi_square_selection_test(labels, w / w.sum()) > 1e-3
+
+
+def test_column_first_choice_is_uniform_over_columns_then_unused_levels():
+    # Columns: two numeric features, and one categorical column of three levels.
+    space = FeatureSpace(np.array([True, True, False, False, False]), np.array([0, 1, 2, 2, 2]))
+    n = 30_000
+    layer = root_layer(0, space, np.array([1, 1]))
+    layer.key = np.arange(n, dtype=np.uint64)
+    layer.parent = np.zeros(n, dtype=np.int64)
+    layer.lo, layer.hi = np.zeros((n, 2)), np.ones((n, 2))
+    layer.used = np.zeros((n, 3), dtype=bool)
+    layer.used[:, 1] = True  # level 3 taken by an ancestor
+    layer.n_used = np.ones(n, dtype=np.int64)
+    propose_splits(layer, space, 5)
+    assert not np.any(layer.feature == 3)
+    column = np.array([0, 1, 2, 2, 2])[layer.feature]
+    assert chi_square_selection_test(column, np.full(3, 1 / 3)) > 1e-3
+    level = layer.feature[column == 2]
+    assert chi_square_selection_test((level == 4).astype(int), np.array([0.5, 0.5])) > 1e-3
+    layer.used[:] = True  # no level left: only the numeric columns remain
+    propose_splits(layer, space, 5)
+    assert set(np.unique(layer.feature)) == {0, 1}
