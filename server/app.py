@@ -46,7 +46,9 @@ def build_strategy(s: RunSettings, schema, *, n_records: int) -> Strategy:
             mode=s.forest_mode,
             leaf_mechanism=s.leaf_mechanism,
         )
-        return RandomForestStrategy(rf, space=FeatureSpace.from_schema(schema, s.split_features))
+        return RandomForestStrategy(
+            rf, space=FeatureSpace.from_schema(schema, s.forest_split_features)
+        )
     if s.method == "lumberjack":
         forest = LumberjackConfig(
             n_trees=s.trees,
@@ -56,7 +58,9 @@ def build_strategy(s: RunSettings, schema, *, n_records: int) -> Strategy:
             structure_fraction=s.structure_fraction,
             leaf_mechanism=s.leaf_mechanism,
         )
-        return LumberjackStrategy(forest, space=FeatureSpace.from_schema(schema, s.split_features))
+        return LumberjackStrategy(
+            forest, space=FeatureSpace.from_schema(schema, s.forest_split_features)
+        )
     if s.method in ("logistic", "mlp"):
         sgd = DPSGDConfig(
             model=s.method,

@@ -31,10 +31,12 @@ class LumberjackClassifier(Estimator):
         Majority vote by the exponential mechanism, or noisy class proportions.
     two_sided : bool
         Algorithm 3 instead of Algorithm 2.
-    split_features : {"columns", "uniform"}
-        A split picks a schema column uniformly, then (categorical) an unused
-        level — the paper's "random feature" over the original columns — or
-        every encoded feature equally likely.
+    split_features : {"uniform", "columns"}
+        Every encoded feature equally likely (default), or a schema column
+        uniformly, then (categorical) an unused level. "columns" lifts Adult's
+        validation accuracy (.825 → .838 at ε = 1) but splits numeric
+        features far more often, which isolates rows and grows ~4x the
+        non-empty nodes (Adult 30 × 100: 58 s, 1.7 GB instead of 20 s, 1 GB).
     n_clients, secure_aggregation, seed :
         As for the other estimators.
     """
@@ -49,7 +51,7 @@ class LumberjackClassifier(Estimator):
         structure_fraction: float = 0.75,
         leaf_mechanism: str = "exponential",
         two_sided: bool = False,
-        split_features: str = "columns",
+        split_features: str = "uniform",
         n_clients: int = 5,
         secure_aggregation: bool = False,
         seed: int = 0,
@@ -129,7 +131,7 @@ class DPRandomForestClassifier(Estimator):
         delta: float = 1e-6,
         mode: str = "all",
         leaf_mechanism: str = "exponential",
-        split_features: str = "columns",
+        split_features: str = "uniform",
         n_clients: int = 5,
         secure_aggregation: bool = False,
         seed: int = 0,

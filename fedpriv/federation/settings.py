@@ -66,6 +66,7 @@ class RunSettings:
     structure_fraction: float = 0.75  # Lumberjack: ε₁/ε for the structure
     leaf_mechanism: str = "exponential"  # forests: "exponential" or "gaussian"
     forest_mode: str = "all"  # random forest: "all" (composition) or "disjoint" (parallel)
+    forest_split_features: str = "uniform"  # forests: "uniform" features or "columns" first
 
     def __post_init__(self) -> None:
         check_count("num_clients", self.num_clients)
@@ -90,6 +91,11 @@ class RunSettings:
         if not 0.0 < self.structure_fraction < 1.0:
             raise ValueError(
                 f"structure_fraction must lie in (0, 1); got {self.structure_fraction}"
+            )
+        if self.forest_split_features not in ("uniform", "columns"):
+            raise ValueError(
+                f"forest_split_features must be 'uniform' or 'columns'; "
+                f"got {self.forest_split_features!r}"
             )
         if self.forest_mode not in ("all", "disjoint"):
             raise ValueError(f"forest_mode must be 'all' or 'disjoint'; got {self.forest_mode!r}")

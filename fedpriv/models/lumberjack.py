@@ -80,7 +80,7 @@ class FeatureSpace:
         return int(self.numeric.size)
 
     @classmethod
-    def from_schema(cls, schema, split_features: str = "columns") -> FeatureSpace:
+    def from_schema(cls, schema, split_features: str = "uniform") -> FeatureSpace:
         """The space of ``schema``'s encoded features; ``"columns"`` or ``"uniform"`` choice."""
         from fedpriv.data.encode import feature_columns, feature_space_numeric
 
