@@ -50,17 +50,40 @@ class Estimator:
             setattr(self, k, v)
         return self
 
-    def _run(self, runtime: InProcessRuntime, strategy: Any, epsilon: float | None, delta: float):
-        """Train ``strategy`` on ``runtime`` under a fresh ledger; keep the results."""
+    def _fit_on(
+        self,
+        X: np.ndarray,
+        y: np.ndarray,
+        partition: list[np.ndarray],
+        *,
+        handler: Any,
+        strategy: Any,
+        participation: float = 1.0,
+    ):
+        """Train ``strategy`` against ``handler`` clients under a fresh ledger; keep the results.
+
+        The runtime takes the estimator's ``seed`` and ``secure_aggregation``,
+        the ledger its ``epsilon`` and ``delta`` (``epsilon=None``: no ledger).
+        """
+        from fedpriv.federation.protocol import make_clients
+
+        runtime = InProcessRuntime(
+            clients=make_clients(X, y, partition),
+            handler=handler,
+            seed=self.seed,
+            participation=participation,
+            secure_aggregation=self.secure_aggregation,
+        )
         ledger = None
-        if epsilon is not None:
-            ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=epsilon, delta=delta))
+        if self.epsilon is not None:
+            ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=self.epsilon, delta=self.delta))
         strategy = runtime.run(strategy, ledger=ledger)
         self.model_ = strategy.model()
         self.noise_multiplier_ = strategy.noise_multiplier_
         self.ledger_ = ledger
         self.privacy_report_ = ledger.report() if ledger is not None else None
         self.communication_ = runtime.communication
+        self.n_features_in_ = X.shape[1]
         return strategy
 
     def decision_function(self, X: np.ndarray) -> np.ndarray:

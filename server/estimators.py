@@ -15,8 +15,6 @@ import numpy as np
 from clients.boosting import BoostingClient
 from clients.dpsgd import DPSGDClient
 from fedpriv.data import TabularDataset, box_standardisation
-from fedpriv.federation.protocol import make_clients
-from fedpriv.federation.runtime import InProcessRuntime
 from fedpriv.models.networks import InputMap
 from server.estimator_base import Estimator, federated_training_data
 from server.forest_estimators import DPRandomForestClassifier, LumberjackClassifier
@@ -98,18 +96,17 @@ class DPBoostingClassifier(Estimator):
     ) -> DPBoostingClassifier:
         """Train on ``part`` of a dataset (``"train"``, or ``"train+val"`` once tuned)."""
         X, yy, partition = federated_training_data(data, y, partition, self.n_clients, part)
-        runtime = InProcessRuntime(
-            clients=make_clients(X, yy, partition),
-            handler=BoostingClient(),
-            seed=self.seed,
-            participation=self.participation,
-            secure_aggregation=self.secure_aggregation,
-        )
         widths = data.schema.column_widths if isinstance(data, TabularDataset) else None
         weights = split_feature_weights(self.split_features, widths)
         strategy = DPBoostingStrategy(self._config(), feature_weights=weights)
-        self._run(runtime, strategy, self.epsilon, self.delta)
-        self.n_features_in_ = X.shape[1]
+        self._fit_on(
+            X,
+            yy,
+            partition,
+            handler=BoostingClient(),
+            strategy=strategy,
+            participation=self.participation,
+        )
         return self
 
 
@@ -214,13 +211,6 @@ class DPSGDClassifier(Estimator):
             from fedpriv.models.opacus_backend import TorchSpec
 
             custom = TorchSpec(self.module)
-        runtime = InProcessRuntime(
-            clients=make_clients(X, yy, partition),
-            handler=DPSGDClient(module=self.module),
-            seed=self.seed,
-            participation=self.participation,
-            secure_aggregation=self.secure_aggregation,
-        )
         input_map = None
         if self.standardise and isinstance(data, TabularDataset):
             input_map = InputMap(*box_standardisation(data.schema))
@@ -231,8 +221,14 @@ class DPSGDClassifier(Estimator):
             input_map=input_map,
             custom_spec=custom,
         )
-        self._run(runtime, strategy, self.epsilon, self.delta)
-        self.n_features_in_ = X.shape[1]
+        self._fit_on(
+            X,
+            yy,
+            partition,
+            handler=DPSGDClient(module=self.module),
+            strategy=strategy,
+            participation=self.participation,
+        )
         return self
 
 

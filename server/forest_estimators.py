@@ -7,8 +7,6 @@ import numpy as np
 from clients.lumberjack import LumberjackClient
 from clients.random_forest import RandomForestClient
 from fedpriv.data import TabularDataset
-from fedpriv.federation.protocol import make_clients
-from fedpriv.federation.runtime import InProcessRuntime
 from fedpriv.models.lumberjack import FeatureSpace
 from server.estimator_base import Estimator, federated_training_data
 from strategies.lumberjack import LumberjackConfig, LumberjackStrategy
@@ -89,19 +87,10 @@ class LumberjackClassifier(Estimator):
             two_sided=self.two_sided,
             leaf_mechanism=self.leaf_mechanism,
         )
-        runtime = InProcessRuntime(
-            clients=make_clients(X, yy, partition),
-            handler=LumberjackClient(),
-            seed=self.seed,
-            secure_aggregation=self.secure_aggregation,
-        )
         space = FeatureSpace.from_schema(data.schema, self.split_features)
-        self._run(runtime, LumberjackStrategy(config, space=space), self.epsilon, self.delta)
-        self.n_features_in_ = X.shape[1]
+        strategy = LumberjackStrategy(config, space=space)
+        self._fit_on(X, yy, partition, handler=LumberjackClient(), strategy=strategy)
         return self
-
-    def predict(self, X: np.ndarray) -> np.ndarray:
-        return (self.predict_proba(X)[:, 1] > 0.5).astype(np.int64)
 
 
 class DPRandomForestClassifier(Estimator):
@@ -167,16 +156,7 @@ class DPRandomForestClassifier(Estimator):
             mode=self.mode,
             leaf_mechanism=self.leaf_mechanism,
         )
-        runtime = InProcessRuntime(
-            clients=make_clients(X, yy, partition),
-            handler=RandomForestClient(),
-            seed=self.seed,
-            secure_aggregation=self.secure_aggregation,
-        )
         space = FeatureSpace.from_schema(data.schema, self.split_features)
-        self._run(runtime, RandomForestStrategy(config, space=space), self.epsilon, self.delta)
-        self.n_features_in_ = X.shape[1]
+        strategy = RandomForestStrategy(config, space=space)
+        self._fit_on(X, yy, partition, handler=RandomForestClient(), strategy=strategy)
         return self
-
-    def predict(self, X: np.ndarray) -> np.ndarray:
-        return (self.predict_proba(X)[:, 1] > 0.5).astype(np.int64)
