@@ -57,6 +57,7 @@ from fedpriv.models.lumberjack import (
 )
 from fedpriv.privacy import calibrate_sparse_threshold, largest_rho, queries_per_record
 from fedpriv.privacy._validation import check_count, check_open_unit, check_positive
+from fedpriv.privacy.calibration import largest_certified
 from fedpriv.privacy.events import ApproxDpEvent, BoundedRangeDpEvent
 from fedpriv.privacy.ledger import PrivacyLedger
 
@@ -191,12 +192,11 @@ class LumberjackStrategy:
         # ρ/k per tree. The run's ledger certifies with its own accountants,
         # whose zCDP conversion can be a hair looser than Lemma 9, so the
         # parameter is shrunk until the ledger certifies the whole plan.
-        scale = _fit_leaf_scale(
-            lambda x: self._leaf_event(self.rho_ * x),
-            structure,
-            cfg.n_trees,
-            cfg.epsilon,
-            cfg.delta,
+        scale = largest_certified(
+            lambda x: [(structure, 1), (self._leaf_event(self.rho_ * x), cfg.n_trees)],
+            epsilon=cfg.epsilon,
+            delta=cfg.delta,
+            upper=1.0,
         )
         self.rho_ *= scale
         leaf = self._leaf_event(self.rho_)
@@ -317,24 +317,3 @@ class LumberjackStrategy:
     def model(self) -> ForestModel | None:
         """The released forest; ``None`` until the last growth round is in."""
         return self._model
-
-
-def _fit_leaf_scale(event_at, structure, n_trees: int, epsilon: float, delta: float) -> float:
-    """Largest x ∈ (0, 1] with the ledger's ε(structure + n_trees × event_at(x)) ≤ ε."""
-    from fedpriv.privacy.accounting import account
-
-    def eps(x: float) -> float:
-        return account([(structure, 1), (event_at(x), n_trees)], delta).epsilon
-
-    if eps(1.0) <= epsilon:
-        return 1.0
-    lo, hi = 0.0, 1.0
-    for _ in range(30):
-        mid = 0.5 * (lo + hi)
-        if mid > 0 and eps(mid) <= epsilon:
-            lo = mid
-        else:
-            hi = mid
-    if lo <= 0.0:
-        raise ValueError("no leaf budget is left after the structure")
-    return lo

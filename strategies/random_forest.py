@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from dp_accounting import dp_event
 
 from fedpriv.federation.protocol import Query
 from fedpriv.models.heavy_hitters import (
@@ -43,6 +44,7 @@ from fedpriv.models.lumberjack import (
 from fedpriv.models.trees import RandomTree, route
 from fedpriv.privacy import GaussianMechanism
 from fedpriv.privacy._validation import check_count, check_open_unit, check_positive
+from fedpriv.privacy.calibration import largest_certified
 from fedpriv.privacy.events import BoundedRangeDpEvent
 from fedpriv.privacy.ledger import PrivacyLedger
 
@@ -156,14 +158,31 @@ class RandomForestStrategy:
         k = cfg.n_trees
         if cfg.leaf_mechanism == "gaussian":
             sens = 1.0 if cfg.mode == "disjoint" else float(np.sqrt(k))
-            self._mechanism = _gaussian_for_ledger(cfg.epsilon, cfg.delta, sens)
+            # The analytic Gaussian (Balle & Wang 2018), widened if the ledger's
+            # pessimistic PLD puts it a hair above ε: fitted on 1/z.
+            z0 = GaussianMechanism.for_budget(
+                epsilon=cfg.epsilon, delta=cfg.delta, l2_sensitivity=sens
+            ).noise_multiplier
+            inv_z = largest_certified(
+                lambda x: [(dp_event.GaussianDpEvent(1.0 / x), 1)],
+                epsilon=cfg.epsilon,
+                delta=cfg.delta,
+                upper=1.0 / z0,
+            )
+            self._mechanism = GaussianMechanism(l2_sensitivity=sens, noise_multiplier=1.0 / inv_z)
             self.noise_multiplier_ = self._mechanism.noise_multiplier
             self._events = [(self._mechanism.dp_event, 1)]
         elif cfg.mode == "disjoint":
             self.eta_ = cfg.epsilon  # parallel composition: one ε-BR release
             self._events = [(BoundedRangeDpEvent(self.eta_), 1)]
         else:
-            self.eta_ = _fit_eta(k, cfg.epsilon, cfg.delta)
+            # k η-BR events; η as large as the ledger certifies.
+            self.eta_ = largest_certified(
+                lambda x: [(BoundedRangeDpEvent(x), k)],
+                epsilon=cfg.epsilon,
+                delta=cfg.delta,
+                upper=cfg.epsilon,
+            )
             self._events = [(BoundedRangeDpEvent(self.eta_), k)]
         for event, count in self._events:
             ledger.reserve(event, count)
@@ -218,34 +237,3 @@ class RandomForestStrategy:
 
     def model(self) -> RandomForestModel | None:
         return self._model
-
-
-def _fit_eta(n_trees: int, epsilon: float, delta: float) -> float:
-    """Largest η with the ledger's ε(n_trees × η-BR) ≤ ε (bisection)."""
-    from fedpriv.privacy.accounting import account
-
-    lo, hi = 0.0, epsilon
-    for _ in range(40):
-        mid = 0.5 * (lo + hi)
-        if account([(BoundedRangeDpEvent(mid), n_trees)], delta).epsilon <= epsilon:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-def _gaussian_for_ledger(epsilon: float, delta: float, sensitivity: float) -> GaussianMechanism:
-    """The analytic Gaussian (Balle & Wang 2018) for (ε, δ), widened until the ledger agrees.
-
-    The ledger certifies with a pessimistic PLD (discretisation 1e-4), which
-    can put the exact calibration a hair above ε; 0.1 % more noise per step
-    until it does not (never overshoot).
-    """
-    from fedpriv.privacy.accounting import account
-
-    mech = GaussianMechanism.for_budget(epsilon=epsilon, delta=delta, l2_sensitivity=sensitivity)
-    z = mech.noise_multiplier
-    while account([(mech.dp_event, 1)], delta).epsilon > epsilon:
-        z *= 1.001
-        mech = GaussianMechanism(l2_sensitivity=sensitivity, noise_multiplier=z)
-    return mech

@@ -114,3 +114,24 @@ def test_composed_gaussian_calibration_matches_closed_form():
     exact = 4.0 * analytic_gaussian_noise_multiplier(epsilon=1.0, delta=1e-5)
     assert exact <= cal.noise_multiplier <= exact * (1 + 2e-3)
     assert math.isfinite(cal.epsilon)
+
+
+def test_largest_certified_returns_the_upper_end_or_the_largest_certified_value():
+    from dp_accounting import dp_event
+
+    from fedpriv.privacy import account
+    from fedpriv.privacy.calibration import largest_certified
+    from fedpriv.privacy.events import BoundedRangeDpEvent
+
+    def groups(x):
+        return [(BoundedRangeDpEvent(x), 10)]
+
+    eta = largest_certified(groups, epsilon=1.0, delta=1e-6, upper=1.0)
+    assert account(groups(eta), 1e-6).epsilon <= 1.0  # never above the target
+    assert account(groups(eta * 1.01), 1e-6).epsilon > 1.0  # and tight
+    # An already certified upper end comes back unchanged.
+    assert largest_certified(groups, epsilon=1.0, delta=1e-6, upper=0.01) == 0.01
+    with pytest.raises(ValueError, match="no parameter in"):
+        largest_certified(
+            lambda x: [(dp_event.GaussianDpEvent(0.01), 1)], epsilon=0.1, delta=1e-6, upper=1.0
+        )
