@@ -25,16 +25,21 @@ class LumberjackClassifier(Estimator):
         non-private reference (every non-empty node splits, majority leaves).
     structure_fraction : float
         Share ε₁/ε (and δ₁/δ) of the sparse-threshold structure (paper 0.75).
-    leaf_mechanism : {"exponential", "gaussian"}
-        Majority vote by the exponential mechanism, or noisy class proportions.
+    leaf_mechanism : {"gaussian", "exponential"}
+        Gaussian class counts pooled over the trees (default), or the
+        paper's majority vote by the exponential mechanism. Same accuracy on
+        Adult (5 seeds, ε = 4: .843 vs .842); the pooled counts rank far
+        better (AUC .891 vs .869).
     two_sided : bool
         Algorithm 3 instead of Algorithm 2.
-    split_features : {"uniform", "columns"}
-        Every encoded feature equally likely (default), or a schema column
-        uniformly, then (categorical) an unused level. "columns" lifts Adult's
-        validation accuracy (.825 → .838 at ε = 1) but splits numeric
-        features far more often, which isolates rows and grows ~4x the
-        non-empty nodes (Adult 30 × 100: 58 s, 1.7 GB instead of 20 s, 1 GB).
+    split_features : {"columns", "uniform"}
+        A schema column uniformly, then (categorical) an unused level
+        (default), or every encoded feature equally likely. "columns" lifts
+        Adult's accuracy (5 seeds, ε = 1: .835 vs .827), since one-hot levels
+        no longer outnumber the numeric columns.
+    gate : int or None
+        Nodes with at most ``gate`` rows are not split (τ = gate + 1 + Δ);
+        ``None``: ⌊σ/4⌋. See ``strategies/lumberjack.py``.
     n_clients, secure_aggregation, seed :
         As for the other estimators.
     """
@@ -47,9 +52,10 @@ class LumberjackClassifier(Estimator):
         epsilon: float | None = 1.0,
         delta: float = 1e-6,
         structure_fraction: float = 0.75,
-        leaf_mechanism: str = "exponential",
+        leaf_mechanism: str = "gaussian",
         two_sided: bool = False,
-        split_features: str = "uniform",
+        split_features: str = "columns",
+        gate: int | None = None,
         n_clients: int = 5,
         secure_aggregation: bool = False,
         seed: int = 0,
@@ -62,6 +68,7 @@ class LumberjackClassifier(Estimator):
         self.leaf_mechanism = leaf_mechanism
         self.two_sided = two_sided
         self.split_features = split_features
+        self.gate = gate
         self.n_clients = n_clients
         self.secure_aggregation = secure_aggregation
         self.seed = seed
@@ -86,10 +93,13 @@ class LumberjackClassifier(Estimator):
             structure_fraction=self.structure_fraction,
             two_sided=self.two_sided,
             leaf_mechanism=self.leaf_mechanism,
+            gate=self.gate,
         )
         space = FeatureSpace.from_schema(data.schema, self.split_features)
         strategy = LumberjackStrategy(config, space=space)
         self._fit_on(X, yy, partition, handler=LumberjackClient(), strategy=strategy)
+        self.calibration_ = strategy.calibration_  # σ, Δ of the structure (None if non-private)
+        self.gate_ = strategy.gate_
         return self
 
 
@@ -119,8 +129,8 @@ class DPRandomForestClassifier(Estimator):
         epsilon: float | None = 1.0,
         delta: float = 1e-6,
         mode: str = "all",
-        leaf_mechanism: str = "exponential",
-        split_features: str = "uniform",
+        leaf_mechanism: str = "gaussian",
+        split_features: str = "columns",
         n_clients: int = 5,
         secure_aggregation: bool = False,
         seed: int = 0,

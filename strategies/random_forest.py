@@ -61,7 +61,7 @@ class RandomForestConfig:
     epsilon: float | None = 1.0
     delta: float = 1e-6
     mode: str = "all"
-    leaf_mechanism: str = "exponential"
+    leaf_mechanism: str = "gaussian"
     n_classes: int = 2
 
     def __post_init__(self) -> None:

@@ -64,9 +64,9 @@ class RunSettings:
     standardise: bool = True  # DP-SGD: public box standardisation of numeric features
     trees: int = 30  # Lumberjack: number of trees k
     structure_fraction: float = 0.75  # Lumberjack: ε₁/ε for the structure
-    leaf_mechanism: str = "exponential"  # forests: "exponential" or "gaussian"
+    leaf_mechanism: str = "gaussian"  # forests: "gaussian" (pooled counts) or "exponential"
     forest_mode: str = "all"  # random forest: "all" (composition) or "disjoint" (parallel)
-    forest_split_features: str = "uniform"  # forests: "uniform" features or "columns" first
+    forest_split_features: str = "columns"  # forests: "columns" first, or "uniform" features
 
     def __post_init__(self) -> None:
         check_count("num_clients", self.num_clients)

@@ -99,8 +99,12 @@ def route_and_count(
     map at ``index[index_starts[t]:]``). The row then goes left or right by
     its node's split (``feature``/``threshold`` at ``offsets[t] + node``), its
     new candidate 2·node + side is written back to ``cand``, and
-    ``out[2·C·offsets[t] + C·candidate + y]`` is incremented. Returns False
-    on an inconsistent index (a row mapped to no node or past the layer).
+    ``out[2·C·offsets[t] + C·candidate + y]`` is incremented.
+
+    The map's −1 marks a node that is not split further (at or under the
+    sparse threshold's gate): its rows stop (``cand`` −1) and are skipped from
+    then on. Returns False on an inconsistent index (a row mapped to an empty
+    node, −2, or past the layer).
     """
     k, n = cand.shape
     for t in range(k):
@@ -109,7 +113,13 @@ def route_and_count(
         for i in range(n):
             node = 0
             if not first_round:
-                node = index[index_starts[t] + cand[t, i]]
+                prev = cand[t, i]
+                if prev < 0:
+                    continue
+                node = index[index_starts[t] + prev]
+                if node == -1:
+                    cand[t, i] = -1
+                    continue
             if node < 0 or node >= width:
                 return False
             j = offsets[t] + node

@@ -18,6 +18,7 @@ from fedpriv.models.lumberjack import (
     next_layer,
     propose_splits,
     root_layer,
+    take,
 )
 
 
@@ -168,14 +169,14 @@ def prune(
                 hit = (first + off < nxt.size) & (nxt.parent[pos] == parents_here)
                 sides = nxt.side[pos]
                 for side in (0, 1):
-                    take = hit & (sides == side)
-                    child_idx[2 * np.flatnonzero(take) + side] = pos[take]
+                    here = hit & (sides == side)
+                    child_idx[2 * np.flatnonzero(here) + side] = pos[here]
         idx, node_keys = child_idx, kids.key
         heavy_next = np.zeros(idx.size, dtype=bool)
         if t + 1 < len(heavy):
             ok = idx >= 0
             heavy_next[ok] = heavy[t + 1][idx[ok]]
-        sub = _take(kids, np.flatnonzero(heavy_next))
+        sub = take(kids, np.flatnonzero(heavy_next))
     return PrunedTree(
         feature=np.concatenate(feature),
         threshold=np.concatenate(threshold),
@@ -183,20 +184,6 @@ def prune(
         right=np.concatenate(right),
         leaf_counts=np.concatenate(counts),
         key=np.concatenate(keys),
-    )
-
-
-def _take(layer: Layer, rows: np.ndarray) -> Layer:
-    """The sub-layer of ``rows`` (public state only)."""
-    return Layer(
-        parent=layer.parent[rows],
-        side=layer.side[rows],
-        key=layer.key[rows],
-        counts=layer.counts[rows],
-        lo=layer.lo[rows],
-        hi=layer.hi[rows],
-        used=layer.used[rows],
-        n_used=layer.n_used[rows],
     )
 
 

@@ -150,6 +150,20 @@ def propose_splits(layer: Layer, space: FeatureSpace, salt: int) -> None:
     layer.feature, layer.threshold = feature, threshold
 
 
+def take(layer: Layer, rows: np.ndarray) -> Layer:
+    """The sub-layer of ``rows`` (public state and counts; no splits)."""
+    return Layer(
+        parent=layer.parent[rows],
+        side=layer.side[rows],
+        key=layer.key[rows],
+        counts=layer.counts[rows],
+        lo=layer.lo[rows],
+        hi=layer.hi[rows],
+        used=layer.used[rows],
+        n_used=layer.n_used[rows],
+    )
+
+
 def root_layer(key: int, space: FeatureSpace, counts: np.ndarray) -> Layer:
     n_num = int(space.numeric.sum())
     return Layer(

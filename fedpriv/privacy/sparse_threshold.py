@@ -152,8 +152,15 @@ class SparseThresholdCalibration:
     delta_certified: float
     two_sided: bool = False
 
-    def mechanism(self) -> SparseThreshold:
-        return SparseThreshold(sigma=self.sigma, gap=self.gap, gate=0.0, two_sided=self.two_sided)
+    def mechanism(self, gate: float = 0.0) -> SparseThreshold:
+        """The calibrated mechanism with deterministic gate ``gate`` (τ = gate + 1 + Δ).
+
+        Theorem 6's δ depends on Δ/σ and on the gate being exactly τ − Δ − 1,
+        not on where the gate sits, so any gate ≥ 0 keeps the calibration.
+        """
+        if not (math.isfinite(gate) and gate >= 0):
+            raise ValueError(f"gate must be a finite count >= 0; got {gate!r}")
+        return SparseThreshold(sigma=self.sigma, gap=self.gap, gate=gate, two_sided=self.two_sided)
 
 
 def _delta_of(two_sided: bool):

@@ -22,13 +22,17 @@ def _fit(data, **kw):
     return LumberjackClassifier(**args).fit(data)
 
 
-def test_ledger_holds_the_structure_pair_and_one_leaf_event_per_tree(heart):
-    clf = _fit(heart)
+@pytest.mark.parametrize("leaves", ["exponential", "gaussian"])
+def test_ledger_holds_the_structure_pair_and_one_leaf_event_per_tree(heart, leaves):
+    from dp_accounting import dp_event
+
+    clf = _fit(heart, leaf_mechanism=leaves)
     entries = clf.ledger_.entries
     assert isinstance(entries[0].event, ApproxDpEvent)
     assert entries[0].event.epsilon == pytest.approx(0.75 * 2.0)
     assert entries[0].event.delta <= 0.75 * 1e-6
-    assert [type(e.event) for e in entries[1:]] == [BoundedRangeDpEvent] * 4
+    kind = BoundedRangeDpEvent if leaves == "exponential" else dp_event.GaussianDpEvent
+    assert [type(e.event) for e in entries[1:]] == [kind] * 4
     assert clf.epsilon_spent_ <= 2.0
     assert clf.privacy_report_.accounting.pld_method.endswith("+basic")
     assert not clf.privacy_report_.reserved  # everything planned was released
@@ -79,12 +83,23 @@ def test_non_private_forest_fits_the_training_data(heart):
     assert np.mean(clf.predict(X) == y) > 0.9  # every non-empty node splits
 
 
-def test_gaussian_leaves_give_proportions(heart):
+def test_gaussian_leaves_release_counts_that_the_forest_pools(heart):
     clf = _fit(heart, leaf_mechanism="gaussian")
-    scores = clf.model_.leaf_scores[0]
-    leaves = clf.model_.trees[0].is_leaf
-    np.testing.assert_allclose(scores[leaves].sum(axis=1), 1.0)
-    assert clf.epsilon_spent_ <= 2.0
+    model = clf.model_
+    assert model.pooled and clf.epsilon_spent_ <= 2.0
+    assert all((s >= 0).all() for s in model.leaf_scores)
+    X, _ = heart.xy("test")
+    # P(y = 1) = Σ_trees noisy positives / Σ_trees noisy totals (independent recomputation).
+    pos, tot = np.zeros(len(X)), np.zeros(len(X))
+    for tree, scores in zip(model.trees, model.leaf_scores, strict=True):
+        leaf = tree.apply(X)
+        pos += scores[leaf, 1]
+        tot += scores[leaf].sum(axis=1)
+    want = np.where(tot > 0, pos / np.where(tot > 0, tot, 1), 0.5)
+    np.testing.assert_allclose(clf.predict_proba(X)[:, 1], want)
+    em = _fit(heart, leaf_mechanism="exponential").model_
+    assert not em.pooled
+    assert all(np.isin(s, (0.0, 1.0)).all() for s in em.leaf_scores)
 
 
 def test_the_forest_is_released_only_after_the_last_level(heart):
@@ -120,3 +135,60 @@ def test_config_and_client_refusals(heart):
     strategy.update(q0, LumberjackClient().answer(q0, data, np.arange(data.n), {}))
     with pytest.raises(ValueError, match="walk state is missing"):
         LumberjackClient().answer(strategy.next_query(), data, np.arange(data.n), {})
+
+
+def test_only_nodes_above_the_gate_are_split_and_their_rows_stop(heart):
+    # Run the loop by hand; each round's query must split exactly the nodes of
+    # the last layer holding more than ``gate`` rows, and the client must stop
+    # routing the rows of the others (their candidate becomes −1).
+    from fedpriv.data import feature_space_numeric
+    from fedpriv.privacy import PrivacyBudget, PrivacyLedger
+
+    X, y = heart.xy("train")
+    gate = 9
+    space = FeatureSpace(feature_space_numeric(heart.schema))
+    strategy = LumberjackStrategy(
+        LumberjackConfig(n_trees=3, max_depth=10, epsilon=2.0, gate=gate), space=space
+    )
+    ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=2.0, delta=1e-6))
+    strategy.begin(n_features=X.shape[1], ledger=ledger, rng=np.random.default_rng(3))
+    client, state = LumberjackClient(), {}
+    data = ClientData(client_id=0, X=X, y=y)
+    stopped = 0
+    while (q := strategy.next_query()) is not None:
+        if q.round > 0:
+            for k, layers in enumerate(strategy._layers):
+                sizes = layers[-1].counts.sum(axis=1)
+                assert q.arrays["sizes"][k] == int(np.sum(sizes > gate))
+        reply = client.answer(q, data, np.arange(data.n), state)
+        live = state["candidate"] >= 0
+        # Rows still walking are exactly those in split nodes: the reply counts them.
+        assert reply.sum() == live.sum()
+        stopped = max(stopped, int((~live).sum()))
+        strategy.update(q, reply)
+    assert stopped > 0
+    cal = strategy.calibration_
+    assert f"gate={gate}" in ledger.entries[0].event.mechanism
+    assert strategy.calibration_.mechanism(gate=gate).tau == pytest.approx(gate + 1 + cal.gap)
+
+
+def test_the_default_gate_is_a_quarter_sigma_and_non_private_runs_split_every_node(heart):
+    clf = _fit(heart)
+    assert clf.gate_ == int(clf.calibration_.sigma // 4) > 0
+    assert _fit(heart, epsilon=None).gate_ == 0
+
+
+def test_an_index_map_sending_rows_to_an_empty_node_is_refused(heart):
+    X, y = heart.xy("train")
+    space = FeatureSpace(np.ones(X.shape[1], dtype=bool))
+    strategy = LumberjackStrategy(
+        LumberjackConfig(n_trees=1, max_depth=3, epsilon=None), space=space
+    )
+    strategy.begin(n_features=X.shape[1], ledger=None, rng=np.random.default_rng(0))
+    data, state = ClientData(client_id=0, X=X, y=y), {}
+    q0 = strategy.next_query()
+    strategy.update(q0, LumberjackClient().answer(q0, data, np.arange(data.n), state))
+    q1 = strategy.next_query()
+    q1.arrays["index"] = np.full_like(q1.arrays["index"], -2)  # "empty" for every candidate
+    with pytest.raises(ValueError, match="inconsistent index map"):
+        LumberjackClient().answer(q1, data, np.arange(data.n), state)
