@@ -72,6 +72,7 @@ def build_strategy(s: RunSettings, schema, *, n_records: int) -> Strategy:
             epsilon=s.epsilon if s.private else None,
             delta=s.delta,
             backend=s.backend,
+            participation_accounting=s.participation_accounting,
         )
         imap = InputMap(*box_standardisation(schema)) if s.standardise else None
         return DPSGDStrategy(
@@ -84,9 +85,10 @@ def build_strategy(s: RunSettings, schema, *, n_records: int) -> Strategy:
         sampling_rate=s.sampling_rate,
         epsilon=s.epsilon if s.private else None,
         delta=s.delta,
+        participation_accounting=s.participation_accounting,
     )
     weights = split_feature_weights(s.split_features, schema.column_widths)
-    return DPBoostingStrategy(config, feature_weights=weights)
+    return DPBoostingStrategy(config, feature_weights=weights, participation=s.participation)
 
 
 def save_model(path: Path, model) -> None:

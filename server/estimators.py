@@ -33,7 +33,13 @@ class DPBoostingClassifier(Estimator):
         Privacy budget of the whole fit; ``epsilon=None`` is the non-private
         reference (no noise, no ledger).
     participation : float
-        Per-round client participation ρ (never lowers the noise).
+        Per-round client participation ρ (lowers the noise only under
+        ``participation_accounting="tight"`` or ``"paper"``).
+    participation_accounting : {"valid", "tight", "paper"}
+        How ρ is accounted (:mod:`fedpriv.privacy.participation`): ``valid``
+        (default) at the record rate q; ``tight``, the mixture PLD; ``paper``,
+        the rate ρ·q: *not a valid guarantee (comparison only)*, the privacy
+        report then has ``certified=False``.
     n_clients : int
         Clients for an IID split when the data has no natural clients.
     secure_aggregation : bool
@@ -57,6 +63,7 @@ class DPBoostingClassifier(Estimator):
         epsilon: float | None = 2.0,
         delta: float = 1e-5,
         participation: float = 1.0,
+        participation_accounting: str = "valid",
         n_clients: int = 5,
         secure_aggregation: bool = True,
         split_features: str = "columns",
@@ -70,6 +77,7 @@ class DPBoostingClassifier(Estimator):
         self.epsilon = epsilon
         self.delta = delta
         self.participation = participation
+        self.participation_accounting = participation_accounting
         self.n_clients = n_clients
         self.secure_aggregation = secure_aggregation
         self.split_features = split_features
@@ -84,6 +92,7 @@ class DPBoostingClassifier(Estimator):
             reg_lambda=self.reg_lambda,
             epsilon=self.epsilon,
             delta=self.delta,
+            participation_accounting=self.participation_accounting,
         )
 
     def fit(
@@ -98,7 +107,9 @@ class DPBoostingClassifier(Estimator):
         X, yy, partition = federated_training_data(data, y, partition, self.n_clients, part)
         widths = data.schema.column_widths if isinstance(data, TabularDataset) else None
         weights = split_feature_weights(self.split_features, widths)
-        strategy = DPBoostingStrategy(self._config(), feature_weights=weights)
+        strategy = DPBoostingStrategy(
+            self._config(), feature_weights=weights, participation=self.participation
+        )
         self._fit_on(
             X,
             yy,
@@ -115,7 +126,7 @@ class DPSGDClassifier(Estimator):
 
     Clients return clipped per-example gradient sums of their Poisson(q)
     samples; the server adds Gaussian noise to the securely aggregated sum,
-    divides by the expected batch q·n (n public) and takes an SGD step.
+    divides by the expected batch ρ·q·n (n public) and takes an SGD step.
 
     Parameters
     ----------
@@ -130,7 +141,9 @@ class DPSGDClassifier(Estimator):
         Privacy budget of the whole fit; ``epsilon=None`` is the non-private
         reference (no noise, no ledger; still clipped).
     participation : float
-        Per-step client participation ρ (never lowers the noise).
+        Per-step client participation ρ (expected batch ρ·q·n).
+    participation_accounting : {"valid", "tight", "paper"}
+        As for :class:`DPBoostingClassifier`; ``paper`` is not a valid guarantee.
     n_clients : int
         Clients for an IID split when the data has no natural clients.
     secure_aggregation : bool
@@ -160,6 +173,7 @@ class DPSGDClassifier(Estimator):
         epsilon: float | None = 2.0,
         delta: float = 1e-5,
         participation: float = 1.0,
+        participation_accounting: str = "valid",
         n_clients: int = 5,
         secure_aggregation: bool = True,
         backend: str = "fast",
@@ -176,6 +190,7 @@ class DPSGDClassifier(Estimator):
         self.epsilon = epsilon
         self.delta = delta
         self.participation = participation
+        self.participation_accounting = participation_accounting
         self.n_clients = n_clients
         self.secure_aggregation = secure_aggregation
         self.backend = backend
@@ -194,6 +209,7 @@ class DPSGDClassifier(Estimator):
             epsilon=self.epsilon,
             delta=self.delta,
             backend=self.backend,
+            participation_accounting=self.participation_accounting,
         )
 
     def fit(

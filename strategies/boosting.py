@@ -10,13 +10,16 @@ L2 sensitivity of the whole reply is √(1 + 0.25²). A round is a Gaussian
 mechanism on a Poisson(q) sample; T rounds are recorded as T such events and
 the noise multiplier is calibrated for exactly that plan.
 
-Participation. Each client may also answer only with probability ρ. The
-accounting stays at the record rate q, never ρ·q: a client's records are all
-in or all out together, and its presence is visible in the aggregate (its
-other records move the sums far more than the noise), so a record's inclusion
-is not an independent Poisson(ρ·q) event. The per-round privacy profile is
-ρ·δ_q(ε) ≤ δ_q(ε), which calibrating at q covers; ρ therefore never lowers the
-noise (ARCHITECTURE.md §1).
+Participation. Each client may also answer only with probability ρ. A
+client's records are all in or all out together, and its presence is visible
+in the aggregate (its other records move the sums far more than the noise), so
+a record's inclusion is not an independent Poisson(ρ·q) event. The per-round
+privacy profile is ρ·δ_q(ε). ``participation_accounting`` chooses
+(:mod:`fedpriv.privacy.participation`): ``valid`` (default) calibrates at q,
+which covers ρ·δ_q(ε) ≤ δ_q(ε), so ρ never lowers the noise (ARCHITECTURE.md
+§1); ``tight`` accounts the mixture PLD whose profile is exactly ρ·δ_q(ε);
+``paper`` calibrates at ρ·q as the benchmark paper does (§5.6), which is *not
+a valid guarantee (comparison only)*: the ledger reports ε as not certified.
 """
 
 from __future__ import annotations
@@ -35,14 +38,20 @@ from fedpriv.models.trees import (
     newton_leaf_values,
     sample_tree,
 )
-from fedpriv.privacy import GaussianMechanism, calibrate_gaussian_noise_multiplier
+from fedpriv.privacy import GaussianMechanism
 from fedpriv.privacy._validation import (
     check_count,
     check_open_unit,
     check_positive,
     check_probability,
 )
-from fedpriv.privacy.ledger import PrivacyLedger, release_event
+from fedpriv.privacy.ledger import PrivacyLedger
+from fedpriv.privacy.participation import (
+    ParticipationAccounting,
+    calibrate_participation_noise_multiplier,
+    parse_accounting,
+    participation_event,
+)
 
 METHOD = "boosting"
 GRAD_BOUND = 1.0  # |g| = |p − y| ≤ 1
@@ -72,6 +81,8 @@ class BoostingConfig:
     """Hyper-parameters of DP boosting (paper defaults: depth 5, lr 0.4, q 0.05).
 
     ``epsilon=None`` trains without noise and without a ledger (a reference).
+    ``participation_accounting`` is ``valid`` (default), ``tight`` or
+    ``paper`` (not a valid guarantee; module docstring).
     """
 
     n_rounds: int = 50
@@ -81,8 +92,12 @@ class BoostingConfig:
     reg_lambda: float = 1.0
     epsilon: float | None = 2.0
     delta: float = 1e-5
+    participation_accounting: ParticipationAccounting = ParticipationAccounting.VALID
 
     def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "participation_accounting", parse_accounting(self.participation_accounting)
+        )
         check_count("n_rounds", self.n_rounds)
         check_count("depth", self.depth)
         if self.depth > 12:
@@ -109,11 +124,18 @@ class DPBoostingStrategy:
     method = METHOD
 
     def __init__(
-        self, config: BoostingConfig, *, feature_weights: np.ndarray | None = None
+        self,
+        config: BoostingConfig,
+        *,
+        feature_weights: np.ndarray | None = None,
+        participation: float = 1.0,
     ) -> None:
-        """``feature_weights``: public split-feature probabilities (default uniform)."""
+        """``feature_weights``: public split-feature probabilities (default uniform);
+        ``participation``: the runtime's client participation ρ (for the accounting).
+        """
         self.config = config
         self.feature_weights = feature_weights
+        self.participation = check_probability("participation", participation)
         self.noise_multiplier_: float | None = None
         self._t = 0
 
@@ -136,24 +158,32 @@ class DPBoostingStrategy:
             return
         if ledger is None:
             raise ValueError("a private run needs a PrivacyLedger")
-        cal = calibrate_gaussian_noise_multiplier(
+        cal = calibrate_participation_noise_multiplier(
             target_epsilon=cfg.epsilon,
             target_delta=cfg.delta,
             sampling_probability=cfg.sampling_rate,
+            participation=self.participation,
             steps=cfg.n_rounds,
+            accounting=cfg.participation_accounting,
         )
         self.noise_multiplier_ = cal.noise_multiplier
         self._mechanism = GaussianMechanism(
             l2_sensitivity=L2_SENSITIVITY, noise_multiplier=cal.noise_multiplier
         )
-        ledger.reserve(self.round_event, cfg.n_rounds)
+        self._event = self.round_event
+        ledger.reserve(self._event, cfg.n_rounds)
 
     @property
     def round_event(self) -> dp_event.DpEvent:
         """The DpEvent one round releases (private runs only)."""
         if self._mechanism is None:
             raise ValueError("non-private run: no event")
-        return release_event(self._mechanism, self.config.sampling_rate)
+        return participation_event(
+            self._mechanism.dp_event,
+            sampling_probability=self.config.sampling_rate,
+            participation=self.participation,
+            accounting=self.config.participation_accounting,
+        )
 
     def next_query(self) -> Query | None:
         cfg, t = self.config, self._t
@@ -198,6 +228,7 @@ class DPBoostingStrategy:
                     aggregate,
                     rng=self._rng,
                     sampling_probability=cfg.sampling_rate,
+                    event=self._event,
                     label=f"round {t}: leaf (Σg, Σh)",
                 )
             L = cfg.n_leaves

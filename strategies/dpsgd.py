@@ -22,9 +22,12 @@ Dividing by the expected rather than the realised batch size keeps the
 realised size, which depends on the private data, out of the release
 (the "fixed denominator" estimator). Per-client counts are never sent.
 
-Participation ρ < 1 scales the expected batch to ρ·q·n. As in boosting, the
-accounting stays at the record rate q (a client's records are in or out
-together), so ρ never lowers the noise.
+Participation ρ < 1 scales the expected batch to ρ·q·n. As in boosting,
+``participation_accounting`` chooses how ρ is accounted
+(:mod:`fedpriv.privacy.participation`): ``valid`` (default) stays at the record
+rate q (a client's records are in or out together), so ρ never lowers the
+noise; ``tight`` accounts the mixture PLD (1 − ρ)·(loss 0) + ρ·PLD_q;
+``paper`` calibrates at ρ·q, *not a valid guarantee (comparison only)*.
 """
 
 from __future__ import annotations
@@ -37,14 +40,20 @@ from dp_accounting import dp_event
 
 from fedpriv.federation.protocol import Query
 from fedpriv.models.networks import InputMap, ModelKind, NetworkSpec
-from fedpriv.privacy import GaussianMechanism, calibrate_gaussian_noise_multiplier
+from fedpriv.privacy import GaussianMechanism
 from fedpriv.privacy._validation import (
     check_count,
     check_open_unit,
     check_positive,
     check_probability,
 )
-from fedpriv.privacy.ledger import PrivacyLedger, release_event
+from fedpriv.privacy.ledger import PrivacyLedger
+from fedpriv.privacy.participation import (
+    ParticipationAccounting,
+    calibrate_participation_noise_multiplier,
+    parse_accounting,
+    participation_event,
+)
 
 METHOD = "dpsgd"
 BACKENDS = ("fast", "opacus")
@@ -61,7 +70,8 @@ class DPSGDConfig:
     non-private reference; gradients are still clipped to C, which bounds
     every step). ``backend`` picks how clients compute per-example gradients:
     ``"fast"`` (compiled closed forms) or ``"opacus"`` (torch + Opacus);
-    both give the same sums.
+    both give the same sums. ``participation_accounting`` is ``valid``
+    (default), ``tight`` or ``paper`` (not a valid guarantee; module docstring).
     """
 
     model: ModelKind = ModelKind.LOGISTIC
@@ -73,9 +83,13 @@ class DPSGDConfig:
     epsilon: float | None = 2.0
     delta: float = 1e-5
     backend: str = "fast"
+    participation_accounting: ParticipationAccounting = ParticipationAccounting.VALID
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model", ModelKind(self.model))
+        object.__setattr__(
+            self, "participation_accounting", parse_accounting(self.participation_accounting)
+        )
         check_count("hidden", self.hidden)
         check_count("n_steps", self.n_steps)
         if self.learning_rate is None:
@@ -173,24 +187,32 @@ class DPSGDStrategy:
             return
         if ledger is None:
             raise ValueError("a private run needs a PrivacyLedger")
-        cal = calibrate_gaussian_noise_multiplier(
+        cal = calibrate_participation_noise_multiplier(
             target_epsilon=cfg.epsilon,
             target_delta=cfg.delta,
             sampling_probability=cfg.sampling_rate,
+            participation=self.participation,
             steps=cfg.n_steps,
+            accounting=cfg.participation_accounting,
         )
         self.noise_multiplier_ = cal.noise_multiplier
         self._mechanism = GaussianMechanism(
             l2_sensitivity=cfg.clip_norm, noise_multiplier=cal.noise_multiplier
         )
-        ledger.reserve(self.round_event, cfg.n_steps)
+        self._event = self.round_event
+        ledger.reserve(self._event, cfg.n_steps)
 
     @property
     def round_event(self) -> dp_event.DpEvent:
         """The DpEvent one step releases (private runs only)."""
         if self._mechanism is None:
             raise ValueError("non-private run: no event")
-        return release_event(self._mechanism, self.config.sampling_rate)
+        return participation_event(
+            self._mechanism.dp_event,
+            sampling_probability=self.config.sampling_rate,
+            participation=self.participation,
+            accounting=self.config.participation_accounting,
+        )
 
     @property
     def _model_name(self) -> str:
@@ -233,6 +255,7 @@ class DPSGDStrategy:
                     aggregate,
                     rng=self._rng,
                     sampling_probability=cfg.sampling_rate,
+                    event=self._event,
                     label=f"step {t}: clipped gradient sum",
                 )
             with np.errstate(over="ignore", invalid="ignore"):  # reported just below

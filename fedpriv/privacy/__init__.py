@@ -30,6 +30,8 @@ _SOURCES = {
     "events": (
         "ApproxDpEvent",
         "BoundedRangeDpEvent",
+        "EffectiveRateDpEvent",
+        "ParticipationDpEvent",
         "PureDpEvent",
         "event_from_dict",
         "event_to_dict",
@@ -42,6 +44,10 @@ _SOURCES = {
         "PrivacyReport",
     ),
     "mechanisms": ("GaussianMechanism", "LaplaceMechanism", "Mechanism"),
+    "participation": (
+        "ParticipationAccounting",
+        "calibrate_participation_noise_multiplier",
+    ),
     "selection": ("ExponentialMechanism", "GaussianReportNoisyMax", "PermuteAndFlip"),
     "sparse_threshold": (
         "SparseThreshold",
@@ -90,6 +96,8 @@ if TYPE_CHECKING:
     from fedpriv.privacy.events import (
         ApproxDpEvent,
         BoundedRangeDpEvent,
+        EffectiveRateDpEvent,
+        ParticipationDpEvent,
         PureDpEvent,
         event_from_dict,
         event_to_dict,
@@ -102,6 +110,10 @@ if TYPE_CHECKING:
         PrivacyReport,
     )
     from fedpriv.privacy.mechanisms import GaussianMechanism, LaplaceMechanism, Mechanism
+    from fedpriv.privacy.participation import (
+        ParticipationAccounting,
+        calibrate_participation_noise_multiplier,
+    )
     from fedpriv.privacy.selection import (
         ExponentialMechanism,
         GaussianReportNoisyMax,
@@ -125,12 +137,15 @@ __all__ = [
     "AuditResult",
     "BoundedRangeDpEvent",
     "Calibration",
+    "EffectiveRateDpEvent",
     "ExponentialMechanism",
     "GaussianMechanism",
     "GaussianReportNoisyMax",
     "LaplaceMechanism",
     "LedgerEntry",
     "Mechanism",
+    "ParticipationAccounting",
+    "ParticipationDpEvent",
     "PermuteAndFlip",
     "PrivacyBudget",
     "PrivacyBudgetExceededError",
@@ -144,6 +159,7 @@ __all__ = [
     "audit_epsilon",
     "calibrate_gaussian_noise_multiplier",
     "calibrate_noise_multiplier",
+    "calibrate_participation_noise_multiplier",
     "calibrate_sparse_threshold",
     "chi_square_selection_test",
     "clopper_pearson",

@@ -5,15 +5,25 @@ The ledger and calibration are thin layers on top.
 
 Translation rules for events dp-accounting's accountants reject
 ---------------------------------------------------------------------
-=============================  =======================================  ==========================
-event                          PLD (primary)                            RDP (cross-check)
-=============================  =======================================  ==========================
-``BoundedRangeDpEvent(ε)``     ε-DP dominating pair (ε-BR ⇒ ε-DP)       ε²/8-zCDP [CR21, L3.2]
-``PureDpEvent(ε)``             ε-DP dominating pair [KOV15]              ε²/2-zCDP [BS16, P1.4]
-Poisson(q) of either           ε' = log(1+q(e^ε−1)) pure [BBG18, T8]     (ε')²/2-zCDP
-``ZCDpEvent(ρ, ξ)``            *RDP-only*: no sound PLD exists           native
-``ApproxDpEvent(ε, δ)``        basic composition: ε and δ add            basic composition
-=============================  =======================================  ==========================
+==============================  =====================================  ==========================
+event                           PLD (primary)                          RDP (cross-check)
+==============================  =====================================  ==========================
+``BoundedRangeDpEvent(ε)``      ε-DP dominating pair (ε-BR ⇒ ε-DP)     ε²/8-zCDP [CR21, L3.2]
+``PureDpEvent(ε)``              ε-DP dominating pair [KOV15]           ε²/2-zCDP [BS16, P1.4]
+Poisson(q) of either            ε' = log(1+q(e^ε−1)) pure [BBG18, T8]  (ε')²/2-zCDP
+``ZCDpEvent(ρ, ξ)``             *RDP-only*: no sound PLD exists        native
+``ApproxDpEvent(ε, δ)``         basic composition: ε and δ add         basic composition
+``ParticipationDpEvent(ρ, e)``  (1−ρ)·(loss 0) + ρ·PLD(e)              log(1−ρ+ρe^{(α−1)R})/(α−1)
+``EffectiveRateDpEvent(ρ, e)``  e at rate ρ·q: **not certified**       the same, at rate ρ·q
+==============================  =====================================  ==========================
+
+``ParticipationDpEvent``: both pairs reveal whether ``e`` ran; the Rényi
+divergence of such a pair is ``E_Q[(P/Q)^α] = (1 − ρ) + ρ·e^{(α−1)R(α)}`` for
+each direction, increasing in ``R(α)``, so dp-accounting's per-order RDP of
+``e`` (already the maximum over add and remove, Mironov, Talwar & Zhang 2019,
+Thm. 5) gives a sound curve (proof: :mod:`fedpriv.privacy.participation`).
+``EffectiveRateDpEvent`` is the benchmark paper's ρ·q accounting, kept for
+comparison: :class:`Accounting` then has ``certified=False``.
 
 An ``ApproxDpEvent`` carries a pair certified by its own exact analysis (e.g.
 Lumberjack's Theorem 6): both accountants compose everything else at
@@ -40,12 +50,21 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from dp_accounting import dp_event
 from dp_accounting.rdp import rdp_privacy_accountant as rdp_lib
 
 from fedpriv.privacy import pld as pld_mod
 from fedpriv.privacy.cache import JsonCache
-from fedpriv.privacy.events import ApproxDpEvent, BoundedRangeDpEvent, PureDpEvent
+from fedpriv.privacy.events import (
+    ApproxDpEvent,
+    BoundedRangeDpEvent,
+    EffectiveRateDpEvent,
+    ParticipationDpEvent,
+    PureDpEvent,
+    effective_rate_event,
+    is_certified,
+)
 
 Group = pld_mod.Group
 
@@ -76,6 +95,10 @@ class Accounting:
         ``min(epsilon_pld, epsilon_rdp)``: both are sound upper bounds.
     binding : str
         ``"pld"`` or ``"rdp"``: the accountant giving ``epsilon``.
+    certified : bool
+        False when an :class:`~fedpriv.privacy.events.EffectiveRateDpEvent`
+        (the paper's ρ·q participation accounting) is among the events:
+        ``epsilon`` is then the paper's figure, *not a valid guarantee*.
     """
 
     delta: float
@@ -84,6 +107,7 @@ class Accounting:
     epsilon_rdp: float
     epsilon: float
     binding: str
+    certified: bool = True
 
 
 def groups_key(groups: Sequence[Group]) -> str:
@@ -105,6 +129,8 @@ def _quiet_absl() -> Iterator[None]:
 
 
 def _rdp_leaf(event: dp_event.DpEvent) -> dp_event.DpEvent:
+    if isinstance(event, EffectiveRateDpEvent):
+        return _rdp_leaf(effective_rate_event(event))  # not sound: comparison only
     q = 1.0
     inner = event
     if isinstance(event, dp_event.PoissonSampledDpEvent):
@@ -157,15 +183,43 @@ def rdp_epsilon(groups: Sequence[Group], delta: float) -> float:
     return eps
 
 
+def _rdp_curve(event: dp_event.DpEvent, orders: np.ndarray) -> np.ndarray:
+    """Per-order RDP of one leaf event (``inf`` where RDP has no rule)."""
+    if isinstance(event, ParticipationDpEvent):
+        inner = _rdp_curve(event.event, orders)
+        rho = float(event.participation)
+        if rho == 1.0:
+            return inner
+        # log(1 − ρ + ρ e^{(α−1)R}) / (α−1), without overflow at large (α−1)R.
+        x = (orders - 1.0) * inner
+        return np.logaddexp(math.log1p(-rho), math.log(rho) + x) / (orders - 1.0)
+    accountant = rdp_lib.RdpAccountant(orders=orders)
+    translated = _rdp_leaf(event)
+    if not accountant.supports(translated):
+        return np.full(orders.shape, math.inf)
+    accountant.compose(translated)
+    return np.array(accountant._rdp)  # private: the accountant has no per-order getter
+
+
 def _rdp_epsilon(groups: Sequence[Group], delta: float) -> float:
     accountant = rdp_lib.RdpAccountant()
+    orders = np.asarray(accountant._orders, dtype=np.float64)
+    extra = np.zeros_like(orders)
     with _quiet_absl():  # composing evaluates the RDP curve and may warn per order
         for leaf, count in groups:
+            if isinstance(leaf, ParticipationDpEvent):
+                extra += count * _rdp_curve(leaf, orders)
+                continue
             translated = _rdp_leaf(leaf)
             if not accountant.supports(translated):
                 return math.inf  # e.g. a Poisson-sampled Laplace: RDP has no rule, PLD does
             accountant.compose(translated, count)
-        return float(accountant.get_epsilon(delta))
+        if not extra.any():
+            return float(accountant.get_epsilon(delta))
+        curve = np.asarray(accountant._rdp, dtype=np.float64) + extra
+        if not np.isfinite(curve).any():
+            return math.inf
+        return float(rdp_lib.compute_epsilon(orders, curve, delta)[0])
 
 
 def pld_epsilon(
@@ -226,4 +280,5 @@ def account(
         epsilon_rdp=eps_rdp,
         epsilon=min(eps_pld, eps_rdp),
         binding=binding,
+        certified=all(is_certified(leaf) for leaf, _ in groups),
     )

@@ -1,10 +1,12 @@
 """DpEvents that ``dp_accounting`` lacks, and (de)serialisation of any DpEvent.
 
-``dp_accounting`` 0.6 has no event for the exponential mechanism or for
-permute-and-flip. fedpriv describes them with the two events below, which are
-proper ``dp_accounting.DpEvent`` subclasses (attrs, frozen, hashable), so they
-sit in the same ledger as the Gaussian and Laplace events. The accountants in
-:mod:`fedpriv.privacy.accounting` translate them by documented, sound rules.
+``dp_accounting`` 0.6 has no event for the exponential mechanism, for
+permute-and-flip or for client participation. fedpriv describes them with the
+events below, which are proper ``dp_accounting.DpEvent`` subclasses (attrs,
+frozen, hashable), so they sit in the same ledger as the Gaussian and Laplace
+events. The accountants in :mod:`fedpriv.privacy.accounting` translate them by
+documented, sound rules; :class:`EffectiveRateDpEvent` alone is *not* sound and
+marks the run's ε as not certified.
 """
 
 from __future__ import annotations
@@ -57,6 +59,70 @@ class ApproxDpEvent(dp_event.DpEvent):
     epsilon: float
     delta: float
     mechanism: str = ""
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class ParticipationDpEvent(dp_event.DpEvent):
+    """``event`` runs with probability ``participation``; whether it ran may be public.
+
+    One federated round as seen by one record: its client answers with
+    probability ρ, independently of the data, and the round then releases
+    ``event`` (typically a ``PoissonSampledDpEvent(q, GaussianDpEvent(z))``);
+    otherwise the record's data is not touched. The dominating pair reveals the
+    participation bit, so its privacy-loss distribution is the mixture
+    ``(1 − ρ)·(point mass at 0) + ρ·PLD(event)`` and its hockey-stick profile is
+    ``ρ·δ_event(ε)`` (proof: :mod:`fedpriv.privacy.participation`).
+    """
+
+    participation: float
+    event: dp_event.DpEvent
+
+
+#: What a report says when its ε rests on an :class:`EffectiveRateDpEvent`.
+PAPER_CAVEAT = (
+    "participation accounted at the effective rate rho*q (benchmark paper §5.6): "
+    "NOT a valid guarantee (comparison only)"
+)
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class EffectiveRateDpEvent(dp_event.DpEvent):
+    """NOT A VALID GUARANTEE (comparison only): ``event`` accounted at rate ρ·q.
+
+    The benchmark paper's §5.6 accounting of partial participation: a round
+    that Poisson-samples records at rate q inside clients that each answer with
+    probability ρ is accounted as ``PoissonSampledDpEvent(ρ·q, inner)``. That
+    treats a record's inclusion as an independent Poisson(ρ·q) draw, but a
+    client's records are in or out together and its participation shows in the
+    aggregate, so the bound does not hold (``tests/privacy/test_participation.py``
+    audits a counter-example). The accountants compute the paper's figure and
+    report the run's ε as *not certified*.
+
+    ``event`` is what actually runs when the client answers:
+    ``PoissonSampledDpEvent(q, inner)``, or ``inner`` itself at q = 1.
+    """
+
+    participation: float
+    event: dp_event.DpEvent
+
+
+def effective_rate_event(event: EffectiveRateDpEvent) -> dp_event.DpEvent:
+    """The paper's stand-in for ``event``: ``PoissonSampledDpEvent(ρ·q, inner)``."""
+    inner, q = event.event, 1.0
+    if isinstance(inner, dp_event.PoissonSampledDpEvent):
+        q, inner = float(inner.sampling_probability), inner.event
+    rate = float(event.participation) * q
+    return dp_event.PoissonSampledDpEvent(rate, inner) if rate < 1.0 else inner
+
+
+def is_certified(event: dp_event.DpEvent) -> bool:
+    """False if ``event`` holds an :class:`EffectiveRateDpEvent` anywhere in its tree."""
+    if isinstance(event, EffectiveRateDpEvent):
+        return False
+    if isinstance(event, dp_event.ComposedDpEvent):
+        return all(is_certified(e) for e in event.events)
+    inner = getattr(event, "event", None)
+    return not isinstance(inner, dp_event.DpEvent) or is_certified(inner)
 
 
 def event_to_dict(event: dp_event.DpEvent) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from fedpriv import __version__
 from fedpriv.privacy import accounting
 from fedpriv.privacy._validation import check_count, check_delta, check_positive, check_probability
 from fedpriv.privacy.cache import DP_ACCOUNTING_VERSION
-from fedpriv.privacy.events import event_to_dict
+from fedpriv.privacy.events import PAPER_CAVEAT, event_to_dict
 from fedpriv.privacy.mechanisms import Mechanism
 from fedpriv.privacy.pld import flatten
 
@@ -44,6 +44,12 @@ def release_event(mechanism: Mechanism, sampling_probability: float = 1.0) -> dp
     q = check_probability("sampling_probability", sampling_probability)
     event = mechanism.dp_event
     return dp_event.PoissonSampledDpEvent(q, event) if q < 1.0 else event
+
+
+def _innermost(event: dp_event.DpEvent) -> dp_event.DpEvent:
+    while isinstance(getattr(event, "event", None), dp_event.DpEvent):
+        event = event.event
+    return event
 
 
 class PrivacyBudgetExceededError(RuntimeError):
@@ -85,12 +91,19 @@ class PrivacyReport:
     def epsilon(self) -> float:
         return self.accounting.epsilon
 
+    @property
+    def certified(self) -> bool:
+        """False when ``epsilon`` rests on the paper's ρ·q participation accounting."""
+        return self.accounting.certified
+
     def to_dict(self) -> dict[str, Any]:
         acc = self.accounting
         return {
             "budget": {"epsilon": _json_float(self.budget.epsilon), "delta": self.budget.delta},
             "delta": acc.delta,
             "epsilon": _json_float(acc.epsilon),
+            "certified": acc.certified,
+            "caveat": "" if acc.certified else PAPER_CAVEAT,
             "epsilon_pld": _json_float(acc.epsilon_pld),
             "pld_method": acc.pld_method,
             "epsilon_rdp": _json_float(acc.epsilon_rdp),
@@ -271,6 +284,7 @@ class PrivacyLedger:
         *,
         rng: np.random.Generator,
         sampling_probability: float = 1.0,
+        event: dp_event.DpEvent | None = None,
         label: str = "",
     ):
         """Check, record, then run ``mechanism`` on ``value``.
@@ -278,14 +292,23 @@ class PrivacyLedger:
         ``sampling_probability`` is the Poisson rate at which the records behind
         ``value`` were sampled; below 1 the event is recorded as a
         ``PoissonSampledDpEvent`` (privacy amplification by subsampling).
+        ``event`` replaces that default with a wrapper of the mechanism's own
+        event, e.g. a participation event from
+        :func:`fedpriv.privacy.participation.participation_event`; its innermost event
+        must be ``mechanism.dp_event``, so the recorded noise is the noise drawn.
         """
-        key = (mechanism, sampling_probability)
+        key = (mechanism, sampling_probability, event)
         try:
             known = self._releases.get(key)
         except TypeError:  # an unhashable mechanism: no shortcut
             key, known = None, None
         if known is None:
-            event = release_event(mechanism, sampling_probability)
+            if event is None:
+                event = release_event(mechanism, sampling_probability)
+            elif _innermost(event) != mechanism.dp_event:
+                raise ValueError(
+                    f"event {event} does not wrap the mechanism's own {mechanism.dp_event}"
+                )
             known = (event, self._groups(event))
             if key is not None:
                 self._releases[key] = known

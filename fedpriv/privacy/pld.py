@@ -30,7 +30,14 @@ from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.pld import privacy_loss_mechanism as plm
 
-from fedpriv.privacy.events import ApproxDpEvent, BoundedRangeDpEvent, PureDpEvent
+from fedpriv.privacy.events import (
+    ApproxDpEvent,
+    BoundedRangeDpEvent,
+    EffectiveRateDpEvent,
+    ParticipationDpEvent,
+    PureDpEvent,
+    effective_rate_event,
+)
 
 PLD = pld_lib.PrivacyLossDistribution
 Group = tuple[dp_event.DpEvent, int]
@@ -172,7 +179,24 @@ def flatten(event: dp_event.DpEvent, count: int = 1) -> list[Group]:
 
 def is_rdp_only(event: dp_event.DpEvent) -> bool:
     """Whether the leaf event has no sound PLD translation here (zCDP)."""
+    if isinstance(event, (ParticipationDpEvent, EffectiveRateDpEvent)):
+        return is_rdp_only(event.event)
     return isinstance(event, dp_event.ZCDpEvent)
+
+
+def participation_pld(participation: float, inner: PLD, vdi: float) -> PLD:
+    """``(1 − ρ)·(point mass at loss 0) + ρ·inner``, both adjacency directions.
+
+    The PLD of a pair that reveals whether the inner mechanism ran (proof and
+    both directions: :mod:`fedpriv.privacy.participation`). Mixing is linear in
+    the hockey-stick divergence, so a pessimistic ``inner`` stays pessimistic.
+    """
+    rho = float(participation)
+    if not 0.0 < rho <= 1.0:
+        raise ValueError(f"participation must lie in (0, 1]; got {participation!r}")
+    if rho == 1.0:
+        return inner
+    return inner.compute_mixture(pld_lib.identity(value_discretization_interval=vdi), rho)
 
 
 def _pure_pld(epsilon: float, vdi: float) -> PLD:
@@ -195,6 +219,12 @@ def leaf_pld(event: dp_event.DpEvent, vdi: float) -> PLD | None:
     """
     if isinstance(event, dp_event.NonPrivateDpEvent):
         return None
+    if isinstance(event, ParticipationDpEvent):
+        inner_pld = leaf_pld(event.event, vdi)
+        return None if inner_pld is None else participation_pld(event.participation, inner_pld, vdi)
+    if isinstance(event, EffectiveRateDpEvent):
+        # NOT sound (comparison only): the accountant marks the run uncertified.
+        return leaf_pld(effective_rate_event(event), vdi)
     q = 1.0
     inner = event
     if isinstance(event, dp_event.PoissonSampledDpEvent):

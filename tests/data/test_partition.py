@@ -25,6 +25,36 @@ def test_iid_and_zipf_cover_every_row_once(n, k, seed):
 
 
 @settings(max_examples=40, deadline=None)
+@given(n=st.integers(5, 3000), k=st.integers(1, 20), seed=st.integers(0, 2**32 - 1))
+def test_zipf_1_5_covers_every_row_once_with_zipf_sizes(n, k, seed):
+    # The ablation's size imbalance (benchmark paper §5.6): Zipf(1.5) over K clients.
+    if n < k:
+        with pytest.raises(DataError, match=f"{n} rows cannot give {k} clients a row each"):
+            zipf(n, n_clients=k, s=1.5, rng=np.random.default_rng(seed))
+        return
+    parts = zipf(n, n_clients=k, s=1.5, rng=np.random.default_rng(seed))
+    assert len(parts) == k and _is_exact_cover(parts, n)
+    sizes = np.array([p.size for p in parts])
+    assert sizes.min() >= 1
+    # Sizes are 1 + ⌊(n−K)·w_i⌋ (+ the remainder, < K, to client 0), w_i ∝ i^-1.5.
+    w = np.arange(1, k + 1) ** -1.5
+    target = 1 + (n - k) * w / w.sum()
+    assert np.all(np.abs(sizes - target) <= np.r_[k, np.ones(k - 1)])
+
+
+def test_zipf_partition_is_frozen_by_the_injected_generator():
+    a = zipf(500, n_clients=10, s=1.5, rng=np.random.default_rng(3))
+    b = zipf(500, n_clients=10, s=1.5, rng=np.random.default_rng(3))
+    c = zipf(500, n_clients=10, s=1.5, rng=np.random.default_rng(4))
+    assert all(np.array_equal(p, q) for p, q in zip(a, b, strict=True))
+    assert not all(np.array_equal(p, q) for p, q in zip(a, c, strict=True))
+    with pytest.raises(TypeError, match=r"injected numpy\.random\.Generator"):
+        zipf(500, n_clients=10, s=1.5, rng=3)
+    with pytest.raises(ValueError, match=r"s must lie in \[0, inf\); got -1.5"):
+        zipf(500, n_clients=10, s=-1.5, rng=np.random.default_rng(3))
+
+
+@settings(max_examples=40, deadline=None)
 @given(
     n=st.integers(50, 2000),
     k=st.integers(2, 6),

@@ -6,10 +6,29 @@ from fedpriv.federation.settings import METHOD_DEFAULTS, RunSettings
 
 
 def test_round_trip_through_a_run_config():
-    s = RunSettings(method="mlp", hidden=8, clip_norm=1.5, backend="opacus", standardise=False)
+    s = RunSettings(
+        method="mlp",
+        hidden=8,
+        clip_norm=1.5,
+        backend="opacus",
+        standardise=False,
+        participation=0.5,
+        participation_accounting="tight",
+    )
     again = RunSettings.from_run_config(s.to_run_config())
     assert again == s
     assert s.to_run_config()["clip-norm"] == 1.5
+    assert s.to_run_config()["participation-accounting"] == "tight"
+    assert RunSettings().participation_accounting == "valid"
+
+
+def test_participation_accounting_values_are_the_library_enum():
+    from fedpriv.federation.settings import PARTICIPATION_ACCOUNTINGS
+    from fedpriv.privacy.participation import ParticipationAccounting
+
+    assert PARTICIPATION_ACCOUNTINGS == tuple(m.value for m in ParticipationAccounting)
+    cfg = RunSettings.from_run_config({"participation-accounting": "paper"})
+    assert cfg.participation_accounting == "paper"
 
 
 @pytest.mark.parametrize(
@@ -27,6 +46,12 @@ def test_round_trip_through_a_run_config():
         ("hidden", 0, "hidden must be an integer >= 1; got 0"),
         ("backend", "jax", "backend must be 'fast' or 'opacus'; got 'jax'"),
         ("epsilon", -1.0, r"epsilon must lie in \[0, inf\)"),
+        (
+            "participation_accounting",
+            "effective",
+            r"participation_accounting must be one of \['valid', 'tight', 'paper'\]; "
+            r"got 'effective'",
+        ),
     ],
 )
 def test_out_of_range_values_are_refused_with_the_allowed_range(key, value, message):
