@@ -162,9 +162,7 @@ def execute(cell: Cell) -> dict[str, Any]:
 
 
 def _worker_init() -> None:
-    # Two workers share two cores: one thread each for every numeric library.
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ[var] = "1"
+    # Thread limits come from the parent's environment (experiments/benchmark.py).
     import logging
 
     logging.getLogger("absl").setLevel(logging.ERROR)

@@ -135,7 +135,7 @@ def findings(summary: pd.DataFrame, pairs: pd.DataFrame, ablations: pd.DataFrame
         "**Differences from the paper larger than 1 SD** (pooled SD of ours and the paper's):",
         "",
     ]
-    if far.empty and (ablations is None or ablations["diff_sd"].abs().le(1).all()):
+    if far.empty and (ablations is None or not ablations["diff_sd"].abs().gt(1).any()):
         lines.append("- none.")
     for _, r in far.iterrows():
         lines.append(
