@@ -124,10 +124,11 @@ class ForestModel:
 
     ``pooled=False``: each tree votes its leaf's scores (one-hot EM labels)
     and the forest averages the votes. ``pooled=True`` (Gaussian leaves): the
-    scores are noisy class counts, clipped at 0, and the forest predicts
-    Σ_trees count_c / Σ_trees Σ_c count_c, so a leaf's say grows with its
-    (noisy) size — small leaves, whose proportions are mostly noise, barely
-    move the prediction. Post-processing of the released counts either way.
+    scores are the noisy class counts and the forest predicts from their sums
+    over the trees, clipped at 0 and normalised: a leaf's say grows with its
+    size (small leaves, whose proportions are mostly noise, barely move the
+    prediction) and the sums stay unbiased (clipping each leaf first would
+    push small leaves towards ½). Post-processing of the released counts.
     """
 
     trees: tuple[PrunedTree, ...]
@@ -142,6 +143,7 @@ class ForestModel:
             total += scores[tree.apply(X)]
         if not self.pooled:
             return total / len(self.trees)
+        total = np.maximum(total, 0.0)
         mass = total.sum(axis=1, keepdims=True)
         return np.where(mass > 0, total / np.where(mass > 0, mass, 1.0), 1.0 / n_classes)
 
@@ -351,7 +353,7 @@ class LumberjackStrategy:
                 noisy = tree.leaf_counts[leaf] + tree_rng.normal(
                     0.0, self.leaf_std_, size=tree.leaf_counts[leaf].shape
                 )
-                out[leaf] = np.maximum(noisy, 0.0)
+                out[leaf] = noisy
             trees.append(tree)
             scores.append(out)
         if private:
