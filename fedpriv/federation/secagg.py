@@ -126,8 +126,12 @@ class FixedPointCodec:
     def encode(self, x) -> np.ndarray:
         """Encode a finite float array with every |x_i| ≤ max_abs as uint64."""
         arr = np.asarray(x, dtype=np.float64)
+        if arr.size == 0:
+            # A round may ask for nothing (Lumberjack once every node is at
+            # or under the gate): the empty sum, not an error.
+            return np.zeros(arr.shape, dtype=np.uint64)
         # One reduction screens everything (NaN fails ``<=`` too); the slow path names it.
-        if arr.size == 0 or not np.abs(arr).max() <= self.max_abs:
+        if not np.abs(arr).max() <= self.max_abs:
             check_finite_array("x", arr)
             i = int(np.argmax(np.abs(arr)))
             # A bound violation means the caller's clipping is broken: fail, never saturate.

@@ -365,3 +365,10 @@ def test_a_restored_client_masks_exactly_as_the_original_and_rederives_changed_k
     masked = _masked(survivors, xs, round_id=5)
     total = SecAggServer(codec=CODEC).aggregate(round_id=5, participants=[1, 2, 3], masked=masked)
     np.testing.assert_allclose(total, sum(xs.values()), atol=_tolerance(3))
+
+
+def test_an_empty_vector_encodes_to_the_empty_sum():
+    codec = FixedPointCodec(max_abs=1.0, max_summands=4, scale=2.0**20)
+    enc = codec.encode(np.zeros(0))
+    assert enc.dtype == np.uint64 and enc.shape == (0,)
+    assert codec.decode(enc).shape == (0,)

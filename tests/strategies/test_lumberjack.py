@@ -194,3 +194,14 @@ def test_an_index_map_sending_rows_to_an_empty_node_is_refused(heart):
     q1.arrays["index"] = np.full_like(q1.arrays["index"], -2)  # "empty" for every candidate
     with pytest.raises(ValueError, match="inconsistent index map"):
         LumberjackClient().answer(q1, data, np.arange(data.n), state)
+
+
+@pytest.mark.parametrize("secure", [False, True])
+def test_rounds_after_every_node_stops_ask_for_nothing_and_the_forest_is_released(heart, secure):
+    # A gate above the root's count stops every row after the first split: the
+    # remaining rounds carry zero-length replies (plain and masked sums alike).
+    X, _ = heart.xy("train")
+    clf = _fit(heart, gate=X.shape[0], secure_aggregation=secure)
+    assert clf.communication_.floats_uploaded.max() == 2 * 4 * 2  # round 0 only: 4 roots
+    assert all(t.left.size in (1, 3) for t in clf.model_.trees)  # a leaf, or a root split
+    assert clf.epsilon_spent_ <= 2.0
