@@ -65,12 +65,24 @@ class GaussianMechanism:
     ) -> GaussianMechanism:
         """Smallest-noise Gaussian mechanism that is (ε, δ)-DP for one release.
 
-        Uses the analytic Gaussian mechanism (Balle & Wang 2018, Thm. 8 / Alg. 1).
+        Uses the analytic Gaussian mechanism (Balle & Wang 2018, Thm. 8 / Alg. 1),
+        then raises z by the hair the ledger's pessimistic PLD discretisation
+        needs to certify (ε, δ) itself (at ε ≥ 4 the exact z read 4.0000…1 and
+        the release was refused).
         """
-        from fedpriv.privacy.calibration import analytic_gaussian_noise_multiplier
+        from fedpriv.privacy.calibration import (
+            analytic_gaussian_noise_multiplier,
+            largest_certified,
+        )
 
         z = analytic_gaussian_noise_multiplier(epsilon=epsilon, delta=delta)
-        return cls(l2_sensitivity=l2_sensitivity, noise_multiplier=z)
+        x = largest_certified(
+            lambda x: [(dp_event.GaussianDpEvent(z / x), 1)],
+            epsilon=epsilon,
+            delta=delta,
+            upper=1.0,
+        )
+        return cls(l2_sensitivity=l2_sensitivity, noise_multiplier=z / x)
 
     @property
     def std(self) -> float:

@@ -155,3 +155,16 @@ def test_gaussian_for_budget_is_the_analytic_calibration():
     # Balle & Wang (2018), §5: σ ≈ 3.73 at ε = 1, δ = 1e-5 (classical bound: 4.84).
     assert mech.noise_multiplier == pytest.approx(3.7306, abs=1e-4)
     assert mech.std == pytest.approx(2 * mech.noise_multiplier)
+
+
+@pytest.mark.parametrize("epsilon", [0.5, 1.0, 2.0, 4.0, 8.0])
+def test_gaussian_for_budget_is_certified_by_the_ledger_and_only_a_hair_above_analytic(epsilon):
+    from fedpriv.privacy import PrivacyBudget, PrivacyLedger
+    from fedpriv.privacy.calibration import analytic_gaussian_noise_multiplier
+
+    mech = GaussianMechanism.for_budget(epsilon=epsilon, delta=1e-5, l2_sensitivity=1.0)
+    exact = analytic_gaussian_noise_multiplier(epsilon=epsilon, delta=1e-5)
+    assert exact <= mech.noise_multiplier <= exact * (1 + 1e-6)
+    ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=epsilon, delta=1e-5))
+    ledger.release(mech, np.zeros(3), rng=np.random.default_rng(0), label="one release")
+    assert ledger.epsilon() <= epsilon
