@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
-import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from scipy.stats import rankdata
 
 from experiments.ablation.config import ACCOUNTINGS, PARTITIONS
+from experiments.bench.cells import content_key
 
 #: Bump when a change alters what a cell computes: every key changes with it.
 CELL_VERSION = "ablate-1"
@@ -101,10 +100,7 @@ class AblationCell:
     @property
     def key(self) -> str:
         """Stable content hash: same cell, same key, in every process and session."""
-        content = {"version": CELL_VERSION, **asdict(self)}
-        content["params"] = [list(p) for p in self.params]
-        blob = json.dumps(content, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()
+        return content_key(CELL_VERSION, self)
 
     @property
     def condition(self) -> dict[str, Any]:

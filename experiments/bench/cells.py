@@ -27,6 +27,14 @@ PARTS = ("train", "train+val")
 EVAL_PARTS = ("val", "test")
 
 
+def content_key(version: str, cell: Any) -> str:
+    """SHA-256 of a frozen cell dataclass's fields (``params`` pairs as lists) and ``version``."""
+    content = {"version": version, **asdict(cell)}
+    content["params"] = [list(p) for p in cell.params]
+    blob = json.dumps(content, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
 @dataclass(frozen=True)
 class Cell:
     """One fit of one learner configuration at one (ε, δ) and seed, and what it is scored on.
@@ -75,10 +83,7 @@ class Cell:
     @property
     def key(self) -> str:
         """Stable content hash: same cell, same key, in every process and session."""
-        content = {"version": CELL_VERSION, **asdict(self)}
-        content["params"] = [list(p) for p in self.params]
-        blob = json.dumps(content, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()
+        return content_key(CELL_VERSION, self)
 
 
 class CellCache:

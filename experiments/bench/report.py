@@ -289,8 +289,9 @@ def _tstar_section(tables, figures) -> list[str]:
     return [
         "## Appendix A.4: the optimal round count T*\n",
         f"L(T) = L₀ + A·e^(−T/τ) + c·T·(z(T)/q)² fitted to L = {f['loss']} of the boosting round "
-        f"sweep ({int(f['n_points'])} points, z from RDP bisection over orders 2–512, q = "
-        f"{f['q']:g}): L₀ = {f['floor']:.4f}, A = {f['amplitude']:.4f}, τ = {f['tau']:.1f}, "
+        f"sweep at ε = {f['epsilon']:g} ({int(f['n_points'])} points, z from RDP bisection "
+        f"over orders 2–512, q = {f['q']:g}): L₀ = {f['floor']:.4f}, "
+        f"A = {f['amplitude']:.4f}, τ = {f['tau']:.1f}, "
         f"c = {f['c']:.3g}; RMSE {f['rmse']:.4f}, R² = {f['r2']:.3f}. T*(exact) minimises the "
         "fitted L with the exact z(T); T*(W₀) is the closed form τ·W₀(Aε²/(2cκ²τ²log(1/δ))) "
         "with κ fitted per ε (derivation: `experiments/bench/tstar.py`).\n",

@@ -337,31 +337,60 @@ def calibrate_gaussian_noise_multiplier(
     q = check_probability("sampling_probability", sampling_probability)
     t = check_count("steps", steps)
     vdi = check_positive("discretization", discretization)
-    key = f"eps={eps!r}|delta={dlt!r}|q={q!r}|T={t}|vdi={vdi!r}"
-    hit = _CACHE.get(key)
+    return cached_calibration(
+        _CACHE,
+        f"eps={eps!r}|delta={dlt!r}|q={q!r}|T={t}|vdi={vdi!r}",
+        lambda z: subsampled_gaussian_event(z, sampling_probability=q, steps=t),
+        target_epsilon=eps,
+        target_delta=dlt,
+        steps=t,
+        initial_guess=_clt_guess(eps, dlt, q, t),
+        discretization=vdi,
+        started=t0,
+    )
+
+
+def cached_calibration(
+    cache: JsonCache,
+    key: str,
+    event_at: Callable[[float], dp_event.DpEvent],
+    *,
+    target_epsilon: float,
+    target_delta: float,
+    steps: int,
+    initial_guess: float,
+    discretization: float,
+    started: float,
+) -> Calibration:
+    """``key`` from ``cache``, else :func:`calibrate_noise_multiplier` on ``event_at`` (stored).
+
+    The T-step search rule shared by every Gaussian calibration: the
+    pessimistic rounding error of T compositions grows like vdi·√T
+    (measured: ≈1.3·vdi·√T), so the coarse search keeps it near a tenth of
+    the target and its root lands close to the fine one.
+    """
+    hit = cache.get(key)
     if hit is not None:
         return Calibration(
             noise_multiplier=float(hit["noise_multiplier"]),
             epsilon=float(hit["epsilon"]),
-            target_epsilon=eps,
-            target_delta=dlt,
-            discretization=vdi,
+            target_epsilon=target_epsilon,
+            target_delta=target_delta,
+            discretization=discretization,
             evaluations=0,
-            seconds=time.perf_counter() - t0,
+            seconds=time.perf_counter() - started,
             from_cache=True,
         )
+    coarse = min(1e-2, max(SEARCH_DISCRETIZATION, target_epsilon / (10.0 * math.sqrt(steps))))
     result = calibrate_noise_multiplier(
-        lambda z: subsampled_gaussian_event(z, sampling_probability=q, steps=t),
-        target_epsilon=eps,
-        target_delta=dlt,
-        initial_guess=_clt_guess(eps, dlt, q, t),
-        # The pessimistic rounding error of T compositions grows like
-        # vdi·√T (measured: ≈1.3·vdi·√T); keep it near a tenth of the target
-        # so the coarse root lands close to the fine one.
-        coarse_discretization=min(1e-2, max(SEARCH_DISCRETIZATION, eps / (10.0 * math.sqrt(t)))),
-        discretization=vdi,
+        event_at,
+        target_epsilon=target_epsilon,
+        target_delta=target_delta,
+        initial_guess=initial_guess,
+        coarse_discretization=coarse,
+        discretization=discretization,
     )
-    _CACHE.set(key, {"noise_multiplier": result.noise_multiplier, "epsilon": result.epsilon})
+    cache.set(key, {"noise_multiplier": result.noise_multiplier, "epsilon": result.epsilon})
     return result
 
 

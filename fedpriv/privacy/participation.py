@@ -216,31 +216,17 @@ def calibrate_participation_noise_multiplier(
             steps=t,
             discretization=vdi,
         )
-    key = f"tight|eps={eps!r}|delta={dlt!r}|q={q!r}|rho={rho!r}|T={t}|vdi={vdi!r}"
-    hit = _CACHE.get(key)
-    if hit is not None:
-        return calibration.Calibration(
-            noise_multiplier=float(hit["noise_multiplier"]),
-            epsilon=float(hit["epsilon"]),
-            target_epsilon=eps,
-            target_delta=dlt,
-            discretization=vdi,
-            evaluations=0,
-            seconds=time.perf_counter() - t0,
-            from_cache=True,
-        )
-    result = calibration.calibrate_noise_multiplier(
+    return calibration.cached_calibration(
+        _CACHE,
+        f"tight|eps={eps!r}|delta={dlt!r}|q={q!r}|rho={rho!r}|T={t}|vdi={vdi!r}",
         lambda z: plan_event(
             z, sampling_probability=q, participation=rho, steps=t, accounting=mode
         ),
         target_epsilon=eps,
         target_delta=dlt,
+        steps=t,
         # CLT: the mixture's loss variance is ≈ ρ times that of PLD_q, as at rate q·√ρ.
         initial_guess=calibration._clt_guess(eps, dlt, q * math.sqrt(rho), t),
-        coarse_discretization=min(
-            1e-2, max(calibration.SEARCH_DISCRETIZATION, eps / (10.0 * math.sqrt(t)))
-        ),
         discretization=vdi,
+        started=t0,
     )
-    _CACHE.set(key, {"noise_multiplier": result.noise_multiplier, "epsilon": result.epsilon})
-    return result
