@@ -82,9 +82,6 @@ class LumberjackClassifier(Estimator):
         part: str = "train",
     ) -> LumberjackClassifier:
         """Train on ``part`` of a dataset with a schema (it says which features are numeric)."""
-        if not isinstance(data, TabularDataset):
-            raise TypeError("Lumberjack needs a TabularDataset: its schema is the feature space")
-        X, yy, partition = federated_training_data(data, y, partition, self.n_clients, part)
         config = LumberjackConfig(
             n_trees=self.n_trees,
             max_depth=self.max_depth,
@@ -95,9 +92,15 @@ class LumberjackClassifier(Estimator):
             leaf_mechanism=self.leaf_mechanism,
             gate=self.gate,
         )
-        space = FeatureSpace.from_schema(data.schema, self.split_features)
-        strategy = LumberjackStrategy(config, space=space)
-        self._fit_on(X, yy, partition, handler=LumberjackClient(), strategy=strategy)
+        strategy = _fit_forest(
+            self,
+            data,
+            y,
+            partition,
+            part,
+            LumberjackStrategy(config, space=_space(data, self)),
+            LumberjackClient(),
+        )
         self.calibration_ = strategy.calibration_  # σ, Δ of the structure (None if non-private)
         self.gate_ = strategy.gate_
         return self
@@ -155,9 +158,6 @@ class DPRandomForestClassifier(Estimator):
         part: str = "train",
     ) -> DPRandomForestClassifier:
         """Train on ``part`` of a dataset with a schema."""
-        if not isinstance(data, TabularDataset):
-            raise TypeError("the random forest needs a TabularDataset: its schema is the space")
-        X, yy, partition = federated_training_data(data, y, partition, self.n_clients, part)
         config = RandomForestConfig(
             n_trees=self.n_trees,
             depth=self.depth,
@@ -166,7 +166,26 @@ class DPRandomForestClassifier(Estimator):
             mode=self.mode,
             leaf_mechanism=self.leaf_mechanism,
         )
-        space = FeatureSpace.from_schema(data.schema, self.split_features)
-        strategy = RandomForestStrategy(config, space=space)
-        self._fit_on(X, yy, partition, handler=RandomForestClient(), strategy=strategy)
+        _fit_forest(
+            self,
+            data,
+            y,
+            partition,
+            part,
+            RandomForestStrategy(config, space=_space(data, self)),
+            RandomForestClient(),
+        )
         return self
+
+
+def _space(data: TabularDataset, est: Estimator) -> FeatureSpace:
+    """The forest's feature space, from the dataset's public schema (never its rows)."""
+    if not isinstance(data, TabularDataset):
+        raise TypeError(f"{type(est).__name__} needs a TabularDataset: its schema is the space")
+    return FeatureSpace.from_schema(data.schema, est.split_features)
+
+
+def _fit_forest(est: Estimator, data, y, partition, part: str, strategy, handler):
+    """Run ``strategy`` against ``handler`` clients on ``part`` of ``data``; keep the results."""
+    X, yy, partition = federated_training_data(data, y, partition, est.n_clients, part)
+    return est._fit_on(X, yy, partition, handler=handler, strategy=strategy)
