@@ -60,7 +60,11 @@ def test_calibration_never_overshoots(eps, log10_delta, q, steps):
     assert _library_epsilon(looser, delta) > eps
 
 
-def test_cache_serves_repeat_calls_from_memory_and_disk():
+def test_cache_serves_repeat_calls_from_memory_and_disk(monkeypatch, tmp_path):
+    # A cache of its own: earlier tests (the benchmark's quick runs) calibrate
+    # the same (ε, δ, q, T) into the session's shared disk cache.
+    monkeypatch.setenv("FEDPRIV_CACHE_DIR", str(tmp_path))
+    calibration_mod.clear_memory_cache()
     kwargs = {
         "target_epsilon": 2.0,
         "target_delta": 1e-5,
