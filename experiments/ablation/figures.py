@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.bench.figures import _save, plt
+from experiments.bench.figures import _save, plt, sd_line
 
 _STYLE = {"boosting": "-", "logistic": "--", "mlp": ":"}
 
@@ -21,16 +21,7 @@ def participation(table: pd.DataFrame, accs: tuple[str, ...], out: Path) -> str:
         sub = table[table["accounting"] == acc]
         for (m, a), g in sub.groupby(["learner", "alpha"], sort=True):
             g = g.sort_values("participation")
-            ax.errorbar(
-                g["participation"],
-                g["auc_mean"],
-                yerr=g["auc_sd"],
-                ls=_STYLE.get(m, "-"),
-                marker="o",
-                ms=3,
-                capsize=2,
-                label=f"{m}, α={a:g}",
-            )
+            sd_line(ax, g, "participation", "auc", label=f"{m}, α={a:g}", ls=_STYLE.get(m, "-"))
         if acc == "paper":
             ref = sub.dropna(subset=["paper_auc"])
             ref = ref[ref["learner"] == "boosting"]
@@ -69,16 +60,7 @@ def clients(table: pd.DataFrame, out: Path) -> str:
     for (m, p), g in table.groupby(["learner", "partition"], sort=True):
         g = g.sort_values("n_clients")
         label = f"{m}, {p}" + (f" α={g['alpha'].iloc[0]:g}" if p == "dirichlet" else "")
-        ax.errorbar(
-            g["n_clients"],
-            g["auc_mean"],
-            yerr=g["auc_sd"],
-            ls=_STYLE.get(m, "-"),
-            marker="o",
-            ms=3,
-            capsize=2,
-            label=label,
-        )
+        sd_line(ax, g, "n_clients", "auc", label=label, ls=_STYLE.get(m, "-"))
     rho = table["participation"].iloc[0]
     ax.set_xscale("log", base=2)
     ax.set_xticks(
@@ -100,16 +82,7 @@ def shift(table: pd.DataFrame, diag: pd.DataFrame, out: Path) -> str:
     ):
         for m, g in table.groupby("learner", sort=True):
             g = g.sort_values("covariate_shift")
-            ax.errorbar(
-                g["covariate_shift"],
-                g[f"{metric}_mean"],
-                yerr=g[f"{metric}_sd"],
-                ls=_STYLE.get(m, "-"),
-                marker="o",
-                ms=3,
-                capsize=2,
-                label=m,
-            )
+            sd_line(ax, g, "covariate_shift", metric, label=m, ls=_STYLE.get(m, "-"))
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("covariate shift γ")
         ax.set_ylabel("AUC")

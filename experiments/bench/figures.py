@@ -20,6 +20,20 @@ def _save(fig, path: Path) -> str:
     return path.name
 
 
+def sd_line(ax, g: pd.DataFrame, x: str, metric: str, *, label: str, ls: str = "-") -> None:
+    """``g[metric_mean]`` against ``g[x]`` with ±SD bars, the style of every figure here."""
+    ax.errorbar(
+        g[x],
+        g[f"{metric}_mean"],
+        yerr=g[f"{metric}_sd"],
+        ls=ls,
+        marker="o",
+        ms=3,
+        capsize=2,
+        label=label,
+    )
+
+
 def privacy_utility(summary: pd.DataFrame, out: Path) -> str:
     """Figure 2: test AUC vs ε per dataset, ±SD bars, one line per learner."""
     datasets = list(dict.fromkeys(summary["dataset"]))
@@ -27,9 +41,7 @@ def privacy_utility(summary: pd.DataFrame, out: Path) -> str:
     for ax, d in zip(axes[0], datasets, strict=True):
         for m, g in summary[summary["dataset"] == d].groupby("learner", sort=False):
             g = g.sort_values("epsilon")
-            ax.errorbar(
-                g["epsilon"], g["auc_mean"], yerr=g["auc_sd"], marker="o", ms=3, capsize=2, label=m
-            )
+            sd_line(ax, g, "epsilon", "auc", label=m)
         ax.set_xscale("log", base=2)
         ax.set_title(d)
         ax.set_xlabel("ε")
@@ -48,15 +60,7 @@ def iteration_sweep(sweep: pd.DataFrame, epsilon: float, out: Path) -> str:
     ):
         for m in learners:
             g = s[s["learner"] == m].sort_values("iterations")
-            ax.errorbar(
-                g["iterations"],
-                g["auc_mean"],
-                yerr=g["auc_sd"],
-                marker="o",
-                ms=3,
-                capsize=2,
-                label=m,
-            )
+            sd_line(ax, g, "iterations", "auc", label=m)
         ax.set_xlabel(xlabel)
         ax.set_ylabel("test AUC")
         ax.legend(fontsize=7)
@@ -100,15 +104,7 @@ def mia_figure(mia: pd.DataFrame, out: Path) -> str:
     ):
         for m, g in mia.groupby("model", sort=False):
             g = g.sort_values("epsilon")
-            ax.errorbar(
-                g["epsilon"],
-                g[f"{k}_mean"],
-                yerr=g[f"{k}_sd"],
-                marker="o",
-                ms=3,
-                capsize=2,
-                label=m,
-            )
+            sd_line(ax, g, "epsilon", k, label=m)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("ε")
         ax.set_ylabel(ylabel)
