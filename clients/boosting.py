@@ -23,6 +23,7 @@ import numpy as np
 from fedpriv.federation.protocol import ClientData, Query
 from fedpriv.models import _kernels
 from fedpriv.models.trees import RandomTree, check_leaf_values, check_routable
+from fedpriv.privacy.randomness import SecretKey
 
 
 class BoostingClient:
@@ -34,7 +35,12 @@ class BoostingClient:
     cache_keys = ("leaf", "leaf_tree")
 
     def answer(
-        self, query: Query, data: ClientData, sample: np.ndarray, state: dict[str, Any]
+        self,
+        query: Query,
+        data: ClientData,
+        sample: np.ndarray,
+        state: dict[str, Any],
+        key: SecretKey | None = None,
     ) -> np.ndarray:
         margins, leaf, tree = _advance(query, state, data.XT)
         rows = np.asarray(sample, dtype=np.int64)
@@ -46,6 +52,7 @@ class BoostingClient:
         datas: Sequence[ClientData],
         samples: Sequence[np.ndarray],
         state: dict[str, Any],
+        keys: Sequence[SecretKey] | None = None,
     ) -> np.ndarray:
         """All clients' replies at once (rows of the result), bit-identical to :meth:`answer`.
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from fedpriv.federation.protocol import ClientData, Query
 from fedpriv.models.networks import InputMap, NetworkSpec, RowBlocks, compiled_clipped_sums
+from fedpriv.privacy.randomness import SecretKey
 
 if TYPE_CHECKING:
     from torch import nn
@@ -83,7 +84,12 @@ class DPSGDClient:
         return self._opacus[key]
 
     def answer(
-        self, query: Query, data: ClientData, sample: np.ndarray, state: dict[str, Any]
+        self,
+        query: Query,
+        data: ClientData,
+        sample: np.ndarray,
+        state: dict[str, Any],
+        key: SecretKey | None = None,
     ) -> np.ndarray:
         return self._answer(query, [data], [sample], RowBlocks.of([data.X_rows], [data.y]))[0]
 
@@ -93,6 +99,7 @@ class DPSGDClient:
         datas: Sequence[ClientData],
         samples: Sequence[np.ndarray],
         state: dict[str, Any],
+        keys: Sequence[SecretKey] | None = None,
     ) -> np.ndarray:
         """All clients' replies at once (rows of the result), bit-identical to :meth:`answer`.
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from fedpriv.federation.protocol import ClientData, Query
 from fedpriv.models import _forest_kernels
+from fedpriv.privacy.randomness import SecretKey
 
 
 class LumberjackClient:
@@ -29,7 +30,12 @@ class LumberjackClient:
     method = "lumberjack"
 
     def answer(
-        self, query: Query, data: ClientData, sample: np.ndarray, state: dict[str, Any]
+        self,
+        query: Query,
+        data: ClientData,
+        sample: np.ndarray,
+        state: dict[str, Any],
+        key: SecretKey | None = None,
     ) -> np.ndarray:
         if np.asarray(sample).size != data.n:
             raise ValueError("Lumberjack counts every row: the sample must be all rows")

@@ -133,7 +133,6 @@ def main(grid: Grid, context: Context) -> None:
     empty = runtime.report.empty_round_seconds
     comm["mean_empty_round_seconds"] = float(np.mean(empty)) if empty else None
     comm["round_seconds"] = [round(x, 4) for x in rounds]
-    comm["slowest_client_seconds"] = [round(x, 4) for x in runtime.report.client_seconds]
     comm["empty_round_seconds"] = [round(x, 4) for x in empty]
     out = Path(s.out_dir) / str(context.run_id)
     out.mkdir(parents=True, exist_ok=True)

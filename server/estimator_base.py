@@ -62,7 +62,8 @@ class Estimator:
     ):
         """Train ``strategy`` against ``handler`` clients under a fresh ledger; keep the results.
 
-        The runtime takes the estimator's ``seed`` and ``secure_aggregation``,
+        The runtime takes the estimator's ``seed``, ``secret_key`` and
+        ``secure_aggregation``,
         the ledger its ``epsilon`` and ``delta`` (``epsilon=None``: no ledger).
         """
         from fedpriv.federation.protocol import make_clients
@@ -71,6 +72,7 @@ class Estimator:
             clients=make_clients(X, y, partition),
             handler=handler,
             seed=self.seed,
+            secret_key=self.secret_key,
             participation=participation,
             secure_aggregation=self.secure_aggregation,
         )

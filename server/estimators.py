@@ -16,6 +16,7 @@ from clients.boosting import BoostingClient
 from clients.dpsgd import DPSGDClient
 from fedpriv.data import TabularDataset, box_standardisation
 from fedpriv.models.networks import InputMap
+from fedpriv.privacy.randomness import SecretKey
 from server.estimator_base import Estimator, federated_training_data
 from server.forest_estimators import DPRandomForestClassifier, LumberjackClassifier
 from strategies.boosting import BoostingConfig, DPBoostingStrategy, split_feature_weights
@@ -49,7 +50,13 @@ class DPBoostingClassifier(Estimator):
         (shared among its one-hot levels; needs a dataset with a schema) or
         each encoded feature equally likely.
     seed : int
-        Run seed (trees, sampling, noise).
+        Public seed of the public randomness (the random trees).
+    secret_key : SecretKey, bytes or None
+        Key of the private randomness (noise, Poisson coins, participation).
+        ``None``: a fresh key from OS entropy at every fit. Pass one only to
+        reproduce a fit; it is never logged, and pickling the estimator drops
+        it. ``SecretKey.from_public_seed(s)`` is a debug mode whose privacy
+        report says ``certified: false``.
     """
 
     def __init__(
@@ -68,6 +75,7 @@ class DPBoostingClassifier(Estimator):
         secure_aggregation: bool = True,
         split_features: str = "columns",
         seed: int = 0,
+        secret_key: SecretKey | bytes | None = None,
     ) -> None:
         self.n_rounds = n_rounds
         self.depth = depth
@@ -82,6 +90,7 @@ class DPBoostingClassifier(Estimator):
         self.secure_aggregation = secure_aggregation
         self.split_features = split_features
         self.seed = seed
+        self.secret_key = secret_key
 
     def _config(self) -> BoostingConfig:
         return BoostingConfig(
@@ -158,7 +167,9 @@ class DPSGDClassifier(Estimator):
         Train this module instead of a built-in model (Opacus backend; its
         initial parameters must be public, e.g. from a seeded generator).
     seed : int
-        Run seed (initialisation, sampling, noise).
+        Public seed of the public randomness (initial parameters).
+    secret_key : SecretKey, bytes or None
+        As for :class:`DPBoostingClassifier`.
     """
 
     def __init__(
@@ -180,6 +191,7 @@ class DPSGDClassifier(Estimator):
         standardise: bool = True,
         module: Any = None,
         seed: int = 0,
+        secret_key: SecretKey | bytes | None = None,
     ) -> None:
         self.model = model
         self.hidden = hidden
@@ -197,6 +209,7 @@ class DPSGDClassifier(Estimator):
         self.standardise = standardise
         self.module = module
         self.seed = seed
+        self.secret_key = secret_key
 
     def _config(self) -> DPSGDConfig:
         return DPSGDConfig(

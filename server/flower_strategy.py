@@ -35,6 +35,7 @@ from flwr.serverapp.strategy import Strategy as _FlowerStrategy
 from fedpriv.federation.protocol import Strategy
 from fedpriv.federation.settings import RunSettings
 from fedpriv.privacy.ledger import PrivacyLedger
+from fedpriv.privacy.randomness import SecretKey, key_from_environment
 from server.grid_runtime import GridRuntime, PlannedRound
 
 
@@ -55,6 +56,10 @@ class FlowerStrategy(_FlowerStrategy):
         Public bound on records per client (sets the fixed-point range).
     ledger : PrivacyLedger or None
         The run's ledger (``None`` only for a non-private reference run).
+    secret_key : SecretKey, optional
+        The server's private randomness (noise, participation coins). Default:
+        injected through ``$FEDPRIV_SECRET_KEY`` (to reproduce a run), else a
+        fresh key from OS entropy. Never logged, saved or sent.
     """
 
     def __init__(
@@ -65,8 +70,10 @@ class FlowerStrategy(_FlowerStrategy):
         n_features: int,
         max_records: int,
         ledger: PrivacyLedger | None,
+        secret_key: SecretKey | None = None,
     ) -> None:
         self.core = strategy
+        self.secret_key = secret_key if secret_key is not None else key_from_environment()
         self.settings = settings
         self.n_features = n_features
         self.max_records = max_records
@@ -80,7 +87,12 @@ class FlowerStrategy(_FlowerStrategy):
         if self.runtime is None:
             runtime = GridRuntime(grid, self.settings, max_records=self.max_records)
             runtime.connect()
-            runtime.begin(self.core, n_features=self.n_features, ledger=self.ledger)
+            runtime.begin(
+                self.core,
+                n_features=self.n_features,
+                ledger=self.ledger,
+                secret_key=self.secret_key,
+            )
             self.runtime = runtime
         elif self.runtime.grid is not grid:
             raise RuntimeError("this strategy is already running on another grid")

@@ -8,6 +8,7 @@ from clients.lumberjack import LumberjackClient
 from clients.random_forest import RandomForestClient
 from fedpriv.data import TabularDataset
 from fedpriv.models.lumberjack import FeatureSpace
+from fedpriv.privacy.randomness import SecretKey
 from server.estimator_base import Estimator, federated_training_data
 from strategies.lumberjack import LumberjackConfig, LumberjackStrategy
 from strategies.random_forest import RandomForestConfig, RandomForestStrategy
@@ -40,7 +41,7 @@ class LumberjackClassifier(Estimator):
     gate : int or None
         Nodes with at most ``gate`` rows are not split (τ = gate + 1 + Δ);
         ``None``: ⌊σ/4⌋. See ``strategies/lumberjack.py``.
-    n_clients, secure_aggregation, seed :
+    n_clients, secure_aggregation, seed, secret_key :
         As for the other estimators.
     """
 
@@ -57,8 +58,9 @@ class LumberjackClassifier(Estimator):
         split_features: str = "columns",
         gate: int | None = None,
         n_clients: int = 5,
-        secure_aggregation: bool = False,
+        secure_aggregation: bool = True,
         seed: int = 0,
+        secret_key: SecretKey | bytes | None = None,
     ) -> None:
         self.n_trees = n_trees
         self.max_depth = max_depth
@@ -72,6 +74,7 @@ class LumberjackClassifier(Estimator):
         self.n_clients = n_clients
         self.secure_aggregation = secure_aggregation
         self.seed = seed
+        self.secret_key = secret_key
 
     def fit(
         self,
@@ -120,7 +123,7 @@ class DPRandomForestClassifier(Estimator):
     leaf_mechanism : {"exponential", "gaussian"}
     split_features : {"columns", "uniform"}
         As for :class:`LumberjackClassifier`.
-    n_clients, secure_aggregation, seed :
+    n_clients, secure_aggregation, seed, secret_key :
         As for the other estimators.
     """
 
@@ -135,8 +138,9 @@ class DPRandomForestClassifier(Estimator):
         leaf_mechanism: str = "gaussian",
         split_features: str = "columns",
         n_clients: int = 5,
-        secure_aggregation: bool = False,
+        secure_aggregation: bool = True,
         seed: int = 0,
+        secret_key: SecretKey | bytes | None = None,
     ) -> None:
         self.split_features = split_features
         self.n_trees = n_trees
@@ -148,6 +152,7 @@ class DPRandomForestClassifier(Estimator):
         self.n_clients = n_clients
         self.secure_aggregation = secure_aggregation
         self.seed = seed
+        self.secret_key = secret_key
 
     def fit(
         self,

@@ -30,13 +30,16 @@ from fedpriv.federation.runtime import (
     MIN_PARTIES,
     Communication,
     codec_for,
+    participation_streams,
     round_plan,
+    server_secret_rng,
 )
 from fedpriv.federation.secagg import FixedPointCodec, SecAggAbort, SecAggServer
 from fedpriv.federation.settings import RunSettings
 from fedpriv.federation.wire import query_to_wire
 from fedpriv.privacy.ledger import PrivacyLedger
-from fedpriv.seeding import StreamFamily, derive_generator
+from fedpriv.privacy.randomness import SecretKey
+from fedpriv.seeding import derive_generator
 
 
 @dataclass
@@ -48,7 +51,6 @@ class PlannedRound:
     started: float
     codec: FixedPointCodec | None = None  # None: aborted, nothing sent
     replies: int = 0
-    client_seconds: float = 0.0  # slowest reply's own handler time
 
 
 @dataclass
@@ -58,7 +60,6 @@ class GridReport:
     communication: Communication
     client_errors: int = 0
     round_seconds: list[float] = field(default_factory=list)
-    client_seconds: list[float] = field(default_factory=list)  # slowest client, per round
     empty_round_seconds: list[float] = field(default_factory=list)
 
 
@@ -148,7 +149,8 @@ class GridRuntime:
         s = self.settings
         nodes = wait_for_nodes(self.grid, s.num_clients, s.node_wait_timeout)
         print(f"[fedpriv] {len(nodes)} nodes connected", flush=True)
-        content = {n: RecordDict({"config": ConfigRecord({"seed": s.seed})}) for n in nodes}
+        # Nothing secret or seeded goes out: each node draws its own key locally.
+        content = {n: RecordDict({"config": ConfigRecord({})}) for n in nodes}
         replies, errors = _send(self.grid, "keys", content, s.round_timeout)
         if errors or len(replies) != len(nodes):
             # No keys, no secure aggregation: the run fails (client errors are printed above).
@@ -181,12 +183,28 @@ class GridRuntime:
                 raise RuntimeError(f"ping {i}: {len(replies)} of {len(content)} nodes answered")
             self.report.empty_round_seconds.append(time.perf_counter() - t0)
 
-    def begin(self, strategy: Strategy, *, n_features: int, ledger: PrivacyLedger | None) -> None:
-        """Start ``strategy`` with the server generator every runtime derives from the seed."""
+    def begin(
+        self,
+        strategy: Strategy,
+        *,
+        n_features: int,
+        ledger: PrivacyLedger | None,
+        secret_key: SecretKey,
+    ) -> None:
+        """Start ``strategy``: public generator from the seed, private ones from ``secret_key``.
+
+        The same derivations as :class:`~fedpriv.federation.runtime.InProcessRuntime`,
+        so one injected key gives the same run in both.
+        """
+        if ledger is not None and not secret_key.certified:
+            ledger.mark_uncertified(secret_key.public_reason)
         strategy.begin(
-            n_features=n_features, ledger=ledger, rng=derive_generator(self.settings.seed, "server")
+            n_features=n_features,
+            ledger=ledger,
+            rng=derive_generator(self.settings.seed, "server"),
+            secret_rng=server_secret_rng(secret_key),
         )
-        self._fates = StreamFamily(self.settings.seed, "participation")
+        self._fates = participation_streams(secret_key)
 
     def plan_round(self, query: Query) -> tuple[PlannedRound, list[Message]]:
         """Who is asked in ``query``'s round, and the messages that ask them.
@@ -209,7 +227,6 @@ class GridRuntime:
                 "public-keys": [self.public_keys[p] for p in asked],
                 "codec-scale": planned.codec.scale,
                 "codec-max-abs": planned.codec.max_abs,
-                "seed": s.seed,
             }
         )
         record = ArrayRecord({k: _arr(v) for k, v in arrays.items()})
@@ -244,9 +261,6 @@ class GridRuntime:
                 continue
             vec = rep.content["reply"]["masked"].numpy()
             masked[pid] = vec
-            planned.client_seconds = max(
-                planned.client_seconds, float(rep.content["meta"].get("seconds", 0.0))
-            )
             comm.floats_uploaded[pid] += query.reply_length
             comm.bytes_uploaded[pid] += 8 * vec.size
         aggregate = self._aggregate(
@@ -264,7 +278,6 @@ class GridRuntime:
         on ε spent, which is returned (``None`` on the other rounds).
         """
         self.report.round_seconds.append(time.perf_counter() - planned.started)
-        self.report.client_seconds.append(planned.client_seconds)
         r, T = planned.query.round, self.settings.rounds
         bound = None
         if ledger is not None and ((r + 1) % max(1, T // 10) == 0 or r + 1 == T):

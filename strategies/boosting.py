@@ -52,6 +52,7 @@ from fedpriv.privacy.participation import (
     parse_accounting,
     participation_event,
 )
+from fedpriv.privacy.randomness import check_private
 
 METHOD = "boosting"
 GRAD_BOUND = 1.0  # |g| = |p − y| ≤ 1
@@ -141,11 +142,17 @@ class DPBoostingStrategy:
 
     # -- Strategy protocol ----------------------------------------------------
     def begin(
-        self, *, n_features: int, ledger: PrivacyLedger | None, rng: np.random.Generator
+        self,
+        *,
+        n_features: int,
+        ledger: PrivacyLedger | None,
+        rng: np.random.Generator,
+        secret_rng: np.random.Generator,
     ) -> None:
         cfg = self.config
         self._n_features = check_count("n_features", n_features)
-        self._rng = rng
+        self._rng = rng  # public: tree structure
+        self._secret_rng = check_private("secret_rng", secret_rng)  # private: noise
         self._ledger = ledger
         self._t = 0
         n_internal = cfg.n_leaves - 1
@@ -226,7 +233,7 @@ class DPBoostingStrategy:
                 stats = self._ledger.release(
                     self._mechanism,
                     aggregate,
-                    rng=self._rng,
+                    rng=self._secret_rng,
                     sampling_probability=cfg.sampling_rate,
                     event=self._event,
                     label=f"round {t}: leaf (Σg, Σh)",

@@ -54,6 +54,7 @@ from fedpriv.privacy.participation import (
     parse_accounting,
     participation_event,
 )
+from fedpriv.privacy.randomness import check_private
 
 METHOD = "dpsgd"
 BACKENDS = ("fast", "opacus")
@@ -160,14 +161,19 @@ class DPSGDStrategy:
 
     # -- Strategy protocol ----------------------------------------------------
     def begin(
-        self, *, n_features: int, ledger: PrivacyLedger | None, rng: np.random.Generator
+        self,
+        *,
+        n_features: int,
+        ledger: PrivacyLedger | None,
+        rng: np.random.Generator,
+        secret_rng: np.random.Generator,
     ) -> None:
         cfg = self.config
         if self.custom_spec is not None:
             self.spec = self.custom_spec
         else:
             self.spec = NetworkSpec(kind=cfg.model, n_features=n_features, hidden=cfg.hidden)
-        self._rng = rng
+        self._secret_rng = check_private("secret_rng", secret_rng)  # private: noise
         self._ledger = ledger
         self._t = 0
         self._map = self.input_map or InputMap.identity(n_features)
@@ -253,7 +259,7 @@ class DPSGDStrategy:
                 total = self._ledger.release(
                     self._mechanism,
                     aggregate,
-                    rng=self._rng,
+                    rng=self._secret_rng,
                     sampling_probability=cfg.sampling_rate,
                     event=self._event,
                     label=f"step {t}: clipped gradient sum",

@@ -72,6 +72,7 @@ from fedpriv.privacy._validation import check_count, check_open_unit, check_posi
 from fedpriv.privacy.calibration import largest_certified
 from fedpriv.privacy.events import ApproxDpEvent, BoundedRangeDpEvent
 from fedpriv.privacy.ledger import PrivacyLedger
+from fedpriv.privacy.randomness import check_private, gaussian_on_grid
 
 METHOD = "lumberjack"
 LEAF_MECHANISMS = ("exponential", "gaussian")
@@ -185,7 +186,12 @@ class LumberjackStrategy:
 
     # -- Strategy protocol ----------------------------------------------------
     def begin(
-        self, *, n_features: int, ledger: PrivacyLedger | None, rng: np.random.Generator
+        self,
+        *,
+        n_features: int,
+        ledger: PrivacyLedger | None,
+        rng: np.random.Generator,
+        secret_rng: np.random.Generator,
     ) -> None:
         cfg = self.config
         if n_features != self.space.n_features:
@@ -193,6 +199,7 @@ class LumberjackStrategy:
                 f"data has {n_features} features; the feature space {self.space.n_features}"
             )
         self._ledger, self._rng, self._t = ledger, rng, 0
+        self._secret_rng = check_private("secret_rng", secret_rng)  # noise, EM draws
         # Public per-tree keys and split salts, from the server's generator.
         self._keys = rng.integers(0, 2**63, size=cfg.n_trees, dtype=np.int64).astype(np.uint64)
         self._salts = rng.integers(0, 2**62, size=cfg.n_trees, dtype=np.int64)
@@ -331,8 +338,8 @@ class LumberjackStrategy:
         mech = self.calibration_.mechanism(gate=self.gate_) if private else None
         for layers, salt in zip(self._layers, self._salts, strict=True):
             depth = cfg.max_depth
-            # Noise streams from the server's generator, one per tree, in tree order.
-            tree_rng = np.random.Generator(np.random.PCG64(self._rng.integers(0, 2**63)))
+            # Private draws (sparse threshold, leaves) from the secret generator, in tree order.
+            tree_rng = self._secret_rng
             sizes = [ly.counts.sum(axis=1) for ly in layers[:depth]]
             parents = [ly.parent for ly in layers[:depth]]
             if private:
@@ -350,9 +357,8 @@ class LumberjackStrategy:
                 lab = exponential_labels(tree.leaf_counts[leaf], self.eta_, tree_rng)
                 out[np.flatnonzero(leaf), lab] = 1.0
             else:
-                noisy = tree.leaf_counts[leaf] + tree_rng.normal(
-                    0.0, self.leaf_std_, size=tree.leaf_counts[leaf].shape
-                )
+                # Integer counts are on the grid: the release is exact (no margin).
+                noisy = gaussian_on_grid(tree.leaf_counts[leaf], self.leaf_std_, tree_rng)
                 out[leaf] = noisy
             trees.append(tree)
             scores.append(out)

@@ -18,8 +18,9 @@ Two budget modes:
   record moves one count per tree: L2 sensitivity √k for the Gaussian; k
   η-BR events for the exponential mechanism, η fitted so the ledger
   certifies ε);
-* ``"disjoint"``: each record is assigned to one tree by a public hash of its
-  (client, row) position — never of its values — so the trees see disjoint
+* ``"disjoint"``: each record is assigned to one tree by its client, uniformly
+  from the client's secret key (never a public hash of its position, which
+  would move other rows' trees when one row goes), so the trees see disjoint
   data and compose in parallel (as diffprivlib does): one η = ε BR event, or
   a Gaussian of sensitivity 1.
 """
@@ -47,6 +48,7 @@ from fedpriv.privacy._validation import check_count, check_open_unit, check_posi
 from fedpriv.privacy.calibration import largest_certified
 from fedpriv.privacy.events import BoundedRangeDpEvent
 from fedpriv.privacy.ledger import PrivacyLedger
+from fedpriv.privacy.randomness import check_private
 
 METHOD = "random_forest"
 MODES = ("all", "disjoint")
@@ -137,19 +139,24 @@ class RandomForestStrategy:
         self._model: RandomForestModel | None = None
 
     def begin(
-        self, *, n_features: int, ledger: PrivacyLedger | None, rng: np.random.Generator
+        self,
+        *,
+        n_features: int,
+        ledger: PrivacyLedger | None,
+        rng: np.random.Generator,
+        secret_rng: np.random.Generator,
     ) -> None:
         cfg = self.config
         if n_features != self.space.n_features:
             raise ValueError(f"data has {n_features} features; the space {self.space.n_features}")
         self._ledger, self._rng, self._done = ledger, rng, False
+        self._secret_rng = check_private("secret_rng", secret_rng)  # noise, EM draws
         keys = rng.integers(0, 2**63, size=cfg.n_trees, dtype=np.int64)
         salts = rng.integers(0, 2**62, size=cfg.n_trees, dtype=np.int64)
         self._trees = tuple(
             random_complete_tree(cfg.depth, self.space, int(k), int(s))
             for k, s in zip(keys, salts, strict=True)
         )
-        self._assign_salt = int(rng.integers(0, 2**62))
         self._model = None
         if cfg.epsilon is None:
             return
@@ -206,7 +213,6 @@ class RandomForestStrategy:
                 "depth": cfg.depth,
                 "n_classes": cfg.n_classes,
                 "mode": cfg.mode,
-                "assign_salt": self._assign_salt,
             },
         )
 
@@ -223,11 +229,11 @@ class RandomForestStrategy:
             for event, count in self._events:
                 for _ in range(count):
                     self._ledger.spend(event, label="leaf labels")
-            lab = exponential_labels(counts.reshape(-1, cfg.n_classes), self.eta_, self._rng)
+            lab = exponential_labels(counts.reshape(-1, cfg.n_classes), self.eta_, self._secret_rng)
             np.put_along_axis(scores, lab.reshape(cfg.n_trees, -1)[..., None], 1.0, axis=2)
         else:
             noisy = self._ledger.release(
-                self._mechanism, counts.ravel(), rng=self._rng, label="leaf class counts"
+                self._mechanism, counts.ravel(), rng=self._secret_rng, label="leaf class counts"
             ).reshape(counts.shape)
             noisy = np.maximum(noisy, 0.0)
             tot = noisy.sum(axis=2, keepdims=True)

@@ -7,7 +7,7 @@ shim reveals only the sum to the strategy, which adds noise through the run's
 ledger before anything is released (ARCHITECTURE.md §1).
 
 Runtimes (in-process here; Flower in ``server/`` and ``clients/``) move
-queries and replies and own sampling, seeding and aggregation, so that the
+queries and replies and own sampling, keys and aggregation, so that the
 same strategy and handler run unchanged in every runtime.
 """
 
@@ -23,6 +23,7 @@ import numpy as np
 
 if TYPE_CHECKING:  # clients never touch the ledger: keep dp-accounting (and scipy) out
     from fedpriv.privacy.ledger import PrivacyLedger
+    from fedpriv.privacy.randomness import SecretKey
 
 
 @dataclass(frozen=True)
@@ -101,13 +102,20 @@ class ClientHandler(Protocol):
     """Client half of a method: a pure function of (query, data, sample, state)."""
 
     def answer(
-        self, query: Query, data: ClientData, sample: np.ndarray, state: dict[str, Any]
+        self,
+        query: Query,
+        data: ClientData,
+        sample: np.ndarray,
+        state: dict[str, Any],
+        key: SecretKey | None = None,
     ) -> np.ndarray:
         """Reply vector of ``query.reply_length`` floats from the rows ``sample``.
 
         ``state`` persists across rounds for this client within one run (the
         runtime's per-client store); a handler must also work from an empty
-        one, rebuilding what it needs from the public query.
+        one, rebuilding what it needs from the public query. ``key`` is the
+        client's own secret key, for private draws beyond the Poisson sample
+        (e.g. record-to-tree assignment); it never leaves the client.
         """
         ...
 
@@ -116,9 +124,19 @@ class Strategy(Protocol):
     """Server half of a method; transport-agnostic and never sees one client's reply."""
 
     def begin(
-        self, *, n_features: int, ledger: PrivacyLedger | None, rng: np.random.Generator
+        self,
+        *,
+        n_features: int,
+        ledger: PrivacyLedger | None,
+        rng: np.random.Generator,
+        secret_rng: np.random.Generator,
     ) -> None:
-        """Set up a run (e.g. reserve the privacy budget of the whole plan)."""
+        """Set up a run (e.g. reserve the privacy budget of the whole plan).
+
+        ``rng`` is public randomness (structure, initial weights: released
+        anyway); ``secret_rng`` is private (noise, mechanism draws), a ChaCha20
+        generator under the run's secret key, never derivable from the seed.
+        """
         ...
 
     def next_query(self) -> Query | None:

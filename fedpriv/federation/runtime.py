@@ -2,8 +2,8 @@
 
 Per round the runtime (1) asks the strategy for a query, (2) draws which
 clients respond, each independently with probability ρ, (3) lets every
-responding client Poisson-sample its records at rate q with a generator
-derived from (run seed, client id, round) and answer through its handler,
+responding client Poisson-sample its records at rate q with coins from its
+own private key (never from the public seed) and answer through its handler,
 (4) sums the replies through the secure-aggregation shim (pairwise masks in a
 64-bit ring; the strategy sees only the decoded sum) and (5) hands the sum to
 the strategy, which adds noise through the ledger before releasing anything.
@@ -31,7 +31,8 @@ from fedpriv.federation.secagg import (
 )
 from fedpriv.privacy._validation import check_probability
 from fedpriv.privacy.ledger import PrivacyLedger
-from fedpriv.seeding import StreamFamily, derive_generator
+from fedpriv.privacy.randomness import PrivateStreams, SecretKey
+from fedpriv.seeding import derive_generator
 
 #: Fixed-point scale of the shim: 2^-32 ≈ 2.3e-10 resolution per summand.
 DEFAULT_SCALE = float(2**32)
@@ -81,7 +82,7 @@ def codec_for(
 
 
 def round_plan(
-    fates: StreamFamily,
+    fates: PrivateStreams,
     round_id: int,
     n_clients: int,
     participation: float,
@@ -89,7 +90,9 @@ def round_plan(
 ) -> tuple[list[int], set[int]]:
     """Which clients are asked in ``round_id`` (each w.p. ρ) and whose replies get lost.
 
-    Every runtime draws this from the same substream, so the in-process and
+    Drawn from the server's private streams (participation coins are private
+    randomness: the ρ-amplification assumes no one can predict them); every
+    runtime draws the same substream from the same key, so the in-process and
     Flower runs ask the same clients.
     """
     if participation >= 1.0 and not dropout_rate:
@@ -99,6 +102,21 @@ def round_plan(
     asked = [i for i in range(n_clients) if fate.random() < participation]
     lost = {i for i in asked if dropout_rate and fate.random() < dropout_rate}
     return asked, lost
+
+
+def client_key(key: SecretKey, client_id: int) -> SecretKey:
+    """Client ``client_id``'s own key: its coins are secret from the server and its peers."""
+    return key.derive("client", client_id)
+
+
+def server_secret_rng(key: SecretKey):
+    """The server's private generator: every noise and mechanism draw of the strategy."""
+    return key.derive("server").generator("noise")
+
+
+def participation_streams(key: SecretKey) -> PrivateStreams:
+    """The server's private per-round participation coins."""
+    return key.derive("server").streams("participation")
 
 
 class InProcessRuntime:
@@ -111,7 +129,13 @@ class InProcessRuntime:
     handler : ClientHandler
         The method's client half.
     seed : int
-        Run seed; every generator derives from it (``fedpriv.seeding``).
+        Public run seed: public randomness only (tree structure, thresholds,
+        initial weights; ``fedpriv.seeding``).
+    secret_key : SecretKey or bytes, optional
+        Key of the private randomness (noise, Poisson coins, participation,
+        mechanism draws). ``None`` (default): a fresh key from OS entropy.
+        Inject one only to reproduce a run; it is never logged or saved. A
+        key from :meth:`SecretKey.from_public_seed` marks the run uncertified.
     participation : float
         ρ in (0, 1]: each client answers a round independently w.p. ρ.
     secure_aggregation : bool
@@ -133,6 +157,7 @@ class InProcessRuntime:
         clients: Sequence[ClientData],
         handler: ClientHandler,
         seed: int,
+        secret_key: SecretKey | bytes | None = None,
         participation: float = 1.0,
         secure_aggregation: bool = True,
         dropout_rate: float = 0.0,
@@ -145,6 +170,7 @@ class InProcessRuntime:
         self.clients = list(clients)
         self.handler = handler
         self.seed = seed
+        self.secret_key = SecretKey.coerce(secret_key)
         self.participation = check_probability("participation", participation)
         if not 0.0 <= dropout_rate < 1.0:
             raise ValueError(f"dropout_rate must lie in [0, 1); got {dropout_rate!r}")
@@ -168,17 +194,24 @@ class InProcessRuntime:
     def run(self, strategy: Strategy, *, ledger: PrivacyLedger | None) -> Strategy:
         """Train ``strategy`` to completion; returns it (holding the released model)."""
         n_features = self.clients[0].X.shape[1]
+        key = self.secret_key
+        if ledger is not None and not key.certified:
+            ledger.mark_uncertified(key.public_reason)
         strategy.begin(
-            n_features=n_features, ledger=ledger, rng=derive_generator(self.seed, "server")
+            n_features=n_features,
+            ledger=ledger,
+            rng=derive_generator(self.seed, "server"),
+            secret_rng=server_secret_rng(key),
         )
         ids = [c.client_id for c in self.clients]
         parties = self._setup_keys() if self.secure_aggregation else None
         states: list[dict[str, Any]] = [{} for _ in self.clients]
         shared_state: dict[str, Any] = {}
-        # Client c's round-r generator is substream r of family (seed, "client", c):
-        # the Flower ClientApp derives the very same one.
-        streams = [StreamFamily(self.seed, "client", c.client_id) for c in self.clients]
-        fates = StreamFamily(self.seed, "participation")
+        # Client c's round-r coins: substream r of its own key's "poisson" streams
+        # (the Flower ClientApp derives the very same one from the same key).
+        client_keys = [client_key(key, c.client_id) for c in self.clients]
+        streams = [k.streams("poisson") for k in client_keys]
+        fates = participation_streams(key)
         comm = self.communication
         codecs: dict[tuple[float, int], FixedPointCodec] = {}
         empty = np.zeros(0, dtype=np.intp)
@@ -206,7 +239,9 @@ class InProcessRuntime:
             if self.vectorised and asked:
                 # One call for all clients (identical replies, see answer_many).
                 every = [samples.get(i, empty) for i in range(len(self.clients))]
-                batch = self.handler.answer_many(query, self.clients, every, shared_state)
+                batch = self.handler.answer_many(
+                    query, self.clients, every, shared_state, client_keys
+                )
                 if parties is None and not lost and batch.shape[1:] == (query.reply_length,):
                     # Plain sums of everyone's rows: no per-client bookkeeping needed.
                     rows = batch[asked] if len(asked) < batch.shape[0] else batch
@@ -219,7 +254,9 @@ class InProcessRuntime:
                 vectors = {i: batch[i] for i in asked}
             else:
                 vectors = {
-                    i: self.handler.answer(query, self.clients[i], samples[i], states[i])
+                    i: self.handler.answer(
+                        query, self.clients[i], samples[i], states[i], client_keys[i]
+                    )
                     for i in asked
                 }
             replies: dict[int, np.ndarray] = {}

@@ -20,6 +20,7 @@ from fedpriv.models.lumberjack import (
     root_layer,
     take,
 )
+from fedpriv.privacy.randomness import check_private
 
 
 def mark_heavy_hitters(
@@ -193,5 +194,6 @@ def exponential_labels(counts: np.ndarray, eta: float, rng: np.random.Generator)
     With monotone counts (sensitivity 1) this is η-bounded-range per tree
     (leaves of one tree are disjoint), i.e. η²/8-zCDP.
     """
+    check_private("rng", rng)
     g = rng.gumbel(size=counts.shape)
     return np.argmax(eta * counts + g, axis=1)

@@ -32,6 +32,7 @@ from fedpriv.privacy.cache import DP_ACCOUNTING_VERSION
 from fedpriv.privacy.events import PAPER_CAVEAT, event_to_dict
 from fedpriv.privacy.mechanisms import Mechanism
 from fedpriv.privacy.pld import flatten
+from fedpriv.privacy.randomness import check_private
 
 
 def release_event(mechanism: Mechanism, sampling_probability: float = 1.0) -> dp_event.DpEvent:
@@ -86,6 +87,8 @@ class PrivacyReport:
     entries: tuple[LedgerEntry, ...]
     discretization: float
     reserved: tuple[tuple[dp_event.DpEvent, int], ...] = field(default=())
+    #: Why the run's guarantee does not hold whatever its ε (e.g. seeded private randomness).
+    caveats: tuple[str, ...] = field(default=())
 
     @property
     def epsilon(self) -> float:
@@ -93,8 +96,14 @@ class PrivacyReport:
 
     @property
     def certified(self) -> bool:
-        """False when ``epsilon`` rests on the paper's ρ·q participation accounting."""
-        return self.accounting.certified
+        """False when ``epsilon`` rests on the paper's ρ·q participation accounting,
+        or when a caveat (e.g. private randomness from a public seed) voids it."""
+        return self.accounting.certified and not self.caveats
+
+    @property
+    def caveat(self) -> str:
+        reasons = [*self.caveats, *([] if self.accounting.certified else [PAPER_CAVEAT])]
+        return "; ".join(reasons)
 
     def to_dict(self) -> dict[str, Any]:
         acc = self.accounting
@@ -102,8 +111,8 @@ class PrivacyReport:
             "budget": {"epsilon": _json_float(self.budget.epsilon), "delta": self.budget.delta},
             "delta": acc.delta,
             "epsilon": _json_float(acc.epsilon),
-            "certified": acc.certified,
-            "caveat": "" if acc.certified else PAPER_CAVEAT,
+            "certified": self.certified,
+            "caveat": self.caveat,
             "epsilon_pld": _json_float(acc.epsilon_pld),
             "pld_method": acc.pld_method,
             "epsilon_rdp": _json_float(acc.epsilon_rdp),
@@ -153,6 +162,7 @@ class PrivacyLedger:
         self._budget = budget
         self._vdi = vdi
         self._entries: list[LedgerEntry] = []
+        self._caveats: list[str] = []
         # Counts are kept per interned flat event id: dp-accounting's attrs
         # events rehash their whole tree on every lookup (~2.5 µs each), which
         # dominated a DP-SGD step's bookkeeping. ``_events[i]`` is event i.
@@ -229,7 +239,13 @@ class PrivacyLedger:
             entries=tuple(self._entries),
             discretization=self._vdi,
             reserved=tuple(self._items(self._reserved)),
+            caveats=tuple(self._caveats),
         )
+
+    def mark_uncertified(self, reason: str) -> None:
+        """Void the run's guarantee with ``reason`` (reported as ``certified: false``)."""
+        if reason and reason not in self._caveats:
+            self._caveats.append(str(reason))
 
     # -- spending -------------------------------------------------------
     def reserve(self, event: dp_event.DpEvent, count: int = 1) -> None:
@@ -313,6 +329,7 @@ class PrivacyLedger:
             if key is not None:
                 self._releases[key] = known
         event, groups = known
+        check_private("rng", rng)  # before the budget check: a seeded rng is a bug, not a spend
         admitted = self._admit(event, label, groups)
         # Noise is drawn only after the budget check; the event is recorded
         # only once the mechanism has actually produced an output.

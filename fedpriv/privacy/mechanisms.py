@@ -2,8 +2,12 @@
 
 Each mechanism is a frozen, keyword-only dataclass that validates its
 parameters at construction, names the ``dp_accounting`` DpEvent it releases
-(``dp_event``) and adds noise with an injected ``np.random.Generator``
-(``apply``). Learners do not call ``apply`` directly: they call
+(``dp_event``) and adds noise with an injected *private* generator
+(``apply``; :mod:`fedpriv.privacy.randomness`: ChaCha20 under a secret key,
+never a seeded PCG64). The noisy value is released on the grid 2^-32ℤ, safe
+against the floating-point attack of Mironov (2012); the grid's rounding
+margin is added to the sensitivity, so the recorded event is exact. Learners do
+not call ``apply`` directly: they call
 :meth:`fedpriv.privacy.ledger.PrivacyLedger.release`, which checks the budget
 and records the event before any noise is drawn.
 """
@@ -16,11 +20,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 from dp_accounting import dp_event
 
-from fedpriv.privacy._validation import (
-    check_finite_array,
-    check_generator,
-    check_positive,
-)
+from fedpriv.privacy._validation import check_finite_array, check_positive
+from fedpriv.privacy.randomness import gaussian_on_grid, laplace_on_grid, rounding_margin
 
 
 @runtime_checkable
@@ -94,10 +95,15 @@ class GaussianMechanism:
         return dp_event.GaussianDpEvent(self.noise_multiplier)
 
     def apply(self, value, *, rng: np.random.Generator) -> np.ndarray:
-        """Return ``value`` plus i.i.d. Gaussian noise of std :attr:`std`."""
+        """Return ``value`` plus i.i.d. Gaussian noise, on the grid.
+
+        The std is z·(Δ₂ + γ√d): the sensitivity grows by the grid's rounding
+        margin (:func:`~fedpriv.privacy.randomness.rounding_margin`), so
+        :attr:`dp_event` is exact for the rounded release.
+        """
         x = check_finite_array("value", value)
-        check_generator("rng", rng)
-        return x + rng.normal(0.0, self.std, size=x.shape)
+        margin = rounding_margin(x.size, "l2")
+        return gaussian_on_grid(x, self.noise_multiplier * (self.l2_sensitivity + margin), rng)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,7 +140,7 @@ class LaplaceMechanism:
         return dp_event.LaplaceDpEvent(1.0 / self.epsilon)
 
     def apply(self, value, *, rng: np.random.Generator) -> np.ndarray:
-        """Return ``value`` plus i.i.d. Laplace noise of scale :attr:`scale`."""
+        """Return ``value`` plus i.i.d. Laplace noise of scale (Δ₁ + γd)/ε, on the grid."""
         x = check_finite_array("value", value)
-        check_generator("rng", rng)
-        return x + rng.laplace(0.0, self.scale, size=x.shape)
+        margin = rounding_margin(x.size, "l1")
+        return laplace_on_grid(x, (self.l1_sensitivity + margin) / self.epsilon, rng)

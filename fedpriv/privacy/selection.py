@@ -14,8 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 from dp_accounting import dp_event
 
-from fedpriv.privacy._validation import check_finite_array, check_generator, check_positive
+from fedpriv.privacy._validation import check_finite_array, check_positive
 from fedpriv.privacy.events import BoundedRangeDpEvent, PureDpEvent
+from fedpriv.privacy.randomness import check_private, gaussian_on_grid, rounding_margin
 
 
 def _scale(epsilon: float, sensitivity: float, monotone: bool) -> float:
@@ -63,7 +64,7 @@ class ExponentialMechanism:
     def apply(self, scores, *, rng: np.random.Generator) -> int:
         """Sample an index; Gumbel-max keeps it exact and overflow-free."""
         u = check_finite_array("scores", scores, ndim=1)
-        check_generator("rng", rng)
+        check_private("rng", rng)
         logits = _scale(self.epsilon, self.sensitivity, self.monotone) * u
         return int(np.argmax(logits + rng.gumbel(size=u.shape)))
 
@@ -97,7 +98,7 @@ class PermuteAndFlip:
 
     def apply(self, scores, *, rng: np.random.Generator) -> int:
         """Sample an index. The arg-max candidate accepts surely, so this halts."""
-        check_generator("rng", rng)
+        check_private("rng", rng)
         p = self.acceptance_probabilities(scores)
         order = rng.permutation(p.size)
         accepted = rng.random(p.size) < p[order]
@@ -131,6 +132,6 @@ class GaussianReportNoisyMax:
     def apply(self, scores, *, rng: np.random.Generator) -> int:
         """Index of the largest noisy score."""
         u = check_finite_array("scores", scores, ndim=1)
-        check_generator("rng", rng)
-        noise = rng.normal(0.0, self.noise_multiplier * self.l2_sensitivity, size=u.shape)
-        return int(np.argmax(u + noise))
+        check_private("rng", rng)
+        std = self.noise_multiplier * (self.l2_sensitivity + rounding_margin(u.size, "l2"))
+        return int(np.argmax(gaussian_on_grid(u, std, rng)))

@@ -41,10 +41,10 @@ from scipy import optimize, special
 
 from fedpriv.privacy._validation import (
     check_count,
-    check_generator,
     check_open_unit,
     check_positive,
 )
+from fedpriv.privacy.randomness import gaussian_on_grid
 
 
 def _gaussian_curve(e: np.ndarray, j: np.ndarray, sigma: float) -> np.ndarray:
@@ -130,9 +130,9 @@ class SparseThreshold:
         A noise draw is made for every count, gated or not, so how many draws
         a call consumes depends only on how many counts it gets.
         """
-        check_generator("rng", rng)
         q = np.asarray(counts, dtype=np.float64)
-        noisy = q + rng.normal(0.0, self.sigma, size=q.shape)
+        # Counts are integers, on the grid already: no rounding margin is needed.
+        noisy = gaussian_on_grid(q, self.sigma, rng)
         out = (q > self.gate) & (noisy > self.tau)
         if self.two_sided:
             out |= q >= self.tau + self.gap + 1.0
