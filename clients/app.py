@@ -26,7 +26,7 @@ from clients.random_forest import RandomForestClient
 from fedpriv.data import load_dataset
 from fedpriv.federation.protocol import ClientData, poisson_sample
 from fedpriv.federation.runtime import client_key
-from fedpriv.federation.secagg import FixedPointCodec, SecAggClient
+from fedpriv.federation.secagg import FixedPointCodec, SecAggClient, SecAggConfig
 from fedpriv.federation.settings import RunSettings
 from fedpriv.federation.wire import query_from_wire, state_from_wire, state_to_wire
 from fedpriv.models import _forest_kernels, _kernels, _sgd_kernels
@@ -66,14 +66,20 @@ def _settings_and_pid(context: Context) -> tuple[RunSettings, int]:
     return s, pid
 
 
-def _secagg(context: Context, pid: int, public_keys: list[bytes], participants: list[int]):
+def _secagg(
+    context: Context, s: RunSettings, pid: int, cfg
+) -> tuple[SecAggClient, dict[int, bytes]]:
+    """This node's secure-aggregation client (with its pinned key book) and the
+    public keys ``cfg`` names, which the client checks against the pinned ones."""
     keys = context.state["secagg"]
-    return SecAggClient.restore(
+    client = SecAggClient.restore(
         client_id=pid,
         private_key_bytes=bytes(keys["sk"]),
         book=str(keys["book"]),
-        public_keys=dict(zip(participants, public_keys, strict=True)),
+        config=SecAggConfig(threshold_fraction=s.secagg_threshold),
     )
+    named = [int(p) for p in cfg["participants"]]
+    return client, dict(zip(named, [bytes(k) for k in cfg["public-keys"]], strict=True))
 
 
 def _save_secagg(context: Context, client: SecAggClient) -> None:
@@ -102,6 +108,9 @@ def _secret_key(context: Context) -> SecretKey:
 @app.query("keys")
 def keys(msg: Message, context: Context) -> Message:
     s, pid = _settings_and_pid(context)
+    if "secagg" in context.state:
+        # A second exchange would replace the pinned keys (and this node's coins).
+        raise RuntimeError("the key exchange already ran in this run; refused")
     # Load the rows and the compiled kernels now, not in round 1.
     _client_data(s.dataset, s.split_seed, s.num_clients, pid)
     kernels = {"boosting": _kernels, "random_forest": _kernels, "lumberjack": _forest_kernels}
@@ -116,6 +125,16 @@ def keys(msg: Message, context: Context) -> Message:
     return Message(content, reply_to=msg)
 
 
+@app.query("keybook")
+def keybook(msg: Message, context: Context) -> Message:
+    """Pin the run's key book {partition id: public key}; once per run (refused after)."""
+    s, pid = _settings_and_pid(context)
+    client, book = _secagg(context, s, pid, msg.content["config"])
+    client.setup(book)
+    _save_secagg(context, client)
+    return _reply(msg, pid)
+
+
 @app.query("ping")
 def ping(msg: Message, context: Context) -> Message:
     """An empty round trip: the server times Flower's own per-round cost."""
@@ -126,6 +145,9 @@ def ping(msg: Message, context: Context) -> Message:
 def answer(msg: Message, context: Context) -> Message:
     s, pid = _settings_and_pid(context)
     cfg = msg.content["config"]
+    participants = [int(p) for p in cfg["participants"]]
+    client, named = _secagg(context, s, pid, cfg)
+    client.check_keys(participants, named)  # refuse substituted keys before any work
     arrays = {k: msg.content["query"][k].numpy() for k in msg.content["query"].keys()}
     query = query_from_wire(arrays, dict(cfg))
     data = _client_data(s.dataset, s.split_seed, s.num_clients, pid)
@@ -147,27 +169,40 @@ def answer(msg: Message, context: Context) -> Message:
     context.state["handler-arrays"] = ArrayRecord({k: Array(v) for k, v in st_arrays.items()})
     context.state["handler-scalars"] = ConfigRecord(st_scalars)
 
-    participants = [int(p) for p in cfg["participants"]]
     codec = FixedPointCodec(
         scale=float(cfg["codec-scale"]),
         max_abs=float(cfg["codec-max-abs"]),
         max_summands=len(participants),
     )
-    client = _secagg(context, pid, list(cfg["public-keys"]), participants)
-    masked = client.mask(vec, round_id=query.round, participants=participants, codec=codec)
-    _save_secagg(context, client)
-    return _reply(msg, pid, reply=ArrayRecord({"masked": Array(masked)}))
-
-
-@app.query("reveal")
-def reveal(msg: Message, context: Context) -> Message:
-    _, pid = _settings_and_pid(context)
-    cfg = msg.content["config"]
-    participants = [int(p) for p in cfg["participants"]]
-    client = _secagg(context, pid, list(cfg["public-keys"]), participants)
-    masks = client.reveal(
-        round_id=int(cfg["round"]), missing=[int(m) for m in cfg["missing"]], n=int(cfg["n"])
+    up = client.mask(
+        vec,
+        round_id=query.round,
+        participants=participants,
+        codec=codec,
+        threshold=int(cfg["secagg-threshold"]),
+        public_keys=named,
     )
     _save_secagg(context, client)
-    record = ArrayRecord({str(j): Array(np.asarray(m)) for j, m in masks.items()})
-    return _reply(msg, pid, reveal=record)
+    shares = ConfigRecord({"to": list(up.shares), "ct": list(up.shares.values())})
+    reply = ArrayRecord({"masked": Array(up.vector)})
+    return _reply(msg, pid, reply=reply, shares=shares)
+
+
+@app.query("unmask")
+def unmask(msg: Message, context: Context) -> Message:
+    """The round's one unmask answer: shares for the survivors, pair masks for the dropped."""
+    s, pid = _settings_and_pid(context)
+    cfg = msg.content["config"]
+    client, named = _secagg(context, s, pid, cfg)
+    answer = client.unmask(
+        round_id=int(cfg["round"]),
+        survivors=[int(u) for u in cfg["survivors"]],
+        dropped=[int(v) for v in cfg["dropped"]],
+        n=int(cfg["n"]),
+        inbox=dict(zip([int(w) for w in cfg["from"]], cfg["ct"], strict=True)),
+        public_keys=named,
+    )
+    _save_secagg(context, client)  # before replying: the round is now answered
+    shares = ConfigRecord({"of": list(answer.shares), "share": list(answer.shares.values())})
+    masks = ArrayRecord({str(j): Array(np.asarray(m)) for j, m in answer.masks.items()})
+    return _reply(msg, pid, unmask=shares, masks=masks)

@@ -7,11 +7,11 @@ transport-agnostic core (``strategies/``) and the round logic of
 :class:`server.grid_runtime.GridRuntime`, so a run started this way sends the
 same messages and releases the same model as ``python -m server.simulate``:
 
-* ``configure_train`` of round 1 first runs the run's one key exchange, then
+* ``configure_train`` of round 1 first runs the run's key exchange (keys, pinned key book), then
   every round returns the ``query.fedpriv`` messages of the core's next query
   (none if fewer than two clients are asked: the round is aborted);
-* ``aggregate_train`` unmasks the sum (with the survivors' reveal exchange if
-  someone dropped out), lets the core add the noise and release, and returns
+* ``aggregate_train`` unmasks the sum (the round's unmask exchange with the
+  survivors), lets the core add the noise and release, and returns
   the released model as an ``ArrayRecord`` plus a ``MetricRecord`` with the
   replies (and, about every tenth round, an upper bound on ε spent);
 * evaluation on the clients is not part of these methods (it would release
@@ -157,7 +157,7 @@ class FlowerStrategy(_FlowerStrategy):
             s.delta,
             s.participation,
         )
-        log(INFO, "\t└── secure aggregation: pairwise masks, one key exchange per run")
+        log(INFO, "\t└── secure aggregation: double masking, t-of-n Shamir, pinned keys")
 
     # -- result ---------------------------------------------------------------
     def model_arrays(self) -> ArrayRecord:

@@ -3,11 +3,15 @@
 Message types (Flower 1.42 allows ``query.<action>``):
 
 * ``query.keys``    — once per run: each node answers its partition id and X25519 public key;
+* ``query.keybook`` — once per run, right after: every node receives the key book
+  {partition id: public key} and pins it (later messages with other keys are refused);
 * ``query.fedpriv`` — one per round to each asked client: the public query, the round's
-  participants and their public keys; the reply is the client's masked vector;
-* ``query.reveal``  — only if an asked client did not answer: survivors reveal that
-  round's pair masks with the missing ones (one extra exchange), after which the
-  round is closed and late replies are ignored.
+  participants, their (pinned) public keys and the Shamir threshold t; the reply is
+  the client's double-masked vector and its encrypted share for each other participant;
+* ``query.unmask``  — one per round, to the survivors (if at least t): the survivor and
+  dropped lists and the shares addressed to the node; the reply holds its shares of the
+  survivors' self-mask seeds and its pair masks with the dropped clients
+  (:mod:`fedpriv.federation.secagg`). The round is then closed; late replies are ignored.
 
 Clients are addressed by partition id (node ids are random); replies are read in
 partition order, so results do not depend on arrival order.
@@ -34,7 +38,13 @@ from fedpriv.federation.runtime import (
     round_plan,
     server_secret_rng,
 )
-from fedpriv.federation.secagg import FixedPointCodec, SecAggAbort, SecAggServer
+from fedpriv.federation.secagg import (
+    FixedPointCodec,
+    SecAggAbort,
+    SecAggConfig,
+    SecAggServer,
+    UnmaskAnswer,
+)
 from fedpriv.federation.settings import RunSettings
 from fedpriv.federation.wire import query_to_wire
 from fedpriv.privacy.ledger import PrivacyLedger
@@ -143,9 +153,10 @@ class GridRuntime:
         self.settings = settings
         self.max_records = max_records
         self.report = GridReport(Communication(settings.num_clients))
+        self.secagg = SecAggConfig(threshold_fraction=settings.secagg_threshold)
 
     def connect(self) -> None:
-        """Wait for the nodes and run the one key exchange of the run."""
+        """Wait for the nodes and run the run's key exchange: collect keys, pin the book."""
         s = self.settings
         nodes = wait_for_nodes(self.grid, s.num_clients, s.node_wait_timeout)
         print(f"[fedpriv] {len(nodes)} nodes connected", flush=True)
@@ -167,8 +178,18 @@ class GridRuntime:
             self.public_keys[pid] = bytes(meta["public-key"])
         if sorted(self.node_of) != list(range(s.num_clients)):
             raise RuntimeError(f"partition ids {sorted(self.node_of)} != 0..{s.num_clients - 1}")
+        pids = sorted(self.public_keys)
+        book = ConfigRecord(
+            {"participants": pids, "public-keys": [self.public_keys[p] for p in pids]}
+        )
+        content = {self.node_of[p]: RecordDict({"config": book}) for p in pids}
+        replies, errors = _send(self.grid, "keybook", content, s.round_timeout)
+        if errors or len(replies) != len(pids):
+            raise RuntimeError(
+                f"key book: {len(replies)} of {len(pids)} nodes pinned it, {errors} client errors"
+            )
         comm = self.report.communication
-        comm.round_trips += 1
+        comm.round_trips += 2
         comm.bytes_uploaded += 32
 
     def ping(self, rounds: int) -> None:
@@ -225,6 +246,7 @@ class GridRuntime:
             {
                 "participants": asked,
                 "public-keys": [self.public_keys[p] for p in asked],
+                "secagg-threshold": self.secagg.threshold(len(asked)),
                 "codec-scale": planned.codec.scale,
                 "codec-max-abs": planned.codec.max_abs,
             }
@@ -241,15 +263,15 @@ class GridRuntime:
         return planned, msgs
 
     def finish_round(self, planned: PlannedRound, replies: Iterable[Message]) -> np.ndarray | None:
-        """The unmasked sum of the round's replies (after a reveal exchange if someone
-        dropped out), or ``None`` if the round had to be aborted."""
+        """The unmasked sum of the round's replies (after the round's unmask exchange),
+        or ``None`` if the round had to be aborted."""
         comm, query = self.report.communication, planned.query
         comm.rounds += 1
         if planned.codec is None:
             comm.aborted_rounds += 1
             return None
         comm.round_trips += 1
-        masked = {}
+        masked, shares = {}, {}
         for rep in replies:
             if rep.has_error():
                 report_error(rep)
@@ -261,10 +283,12 @@ class GridRuntime:
                 continue
             vec = rep.content["reply"]["masked"].numpy()
             masked[pid] = vec
+            sealed = rep.content["shares"]
+            shares[pid] = dict(zip(sealed["to"], sealed["ct"], strict=True))
             comm.floats_uploaded[pid] += query.reply_length
-            comm.bytes_uploaded[pid] += 8 * vec.size
+            comm.bytes_uploaded[pid] += 8 * vec.size + sum(len(c) for c in sealed["ct"])
         aggregate = self._aggregate(
-            query.round, planned.asked, masked, planned.codec, query.reply_length
+            query.round, planned.asked, masked, shares, planned.codec, query.reply_length
         )
         if aggregate is None:
             comm.aborted_rounds += 1
@@ -290,37 +314,45 @@ class GridRuntime:
         return bound
 
     def _aggregate(
-        self, r: int, asked: list[int], masked: dict[int, np.ndarray], codec: Any, n: int
+        self,
+        r: int,
+        asked: list[int],
+        masked: dict[int, np.ndarray],
+        shares: dict[int, dict[int, bytes]],
+        codec: Any,
+        n: int,
     ) -> np.ndarray | None:
-        server = SecAggServer(codec=codec)
-        missing = server.missing(asked, masked)
-        reveals = None
-        if missing:
-            if len(masked) < MIN_PARTIES:
-                return None
-            cfg = ConfigRecord(
-                {
-                    "round": r,
-                    "missing": missing,
-                    "participants": asked,
-                    "n": n,
-                    "public-keys": [self.public_keys[p] for p in asked],
-                }
-            )
-            content = {self.node_of[p]: RecordDict({"config": cfg}) for p in masked}
-            replies, errors = _send(self.grid, "reveal", content, self.settings.round_timeout)
-            self.report.client_errors += errors
-            comm = self.report.communication
-            comm.round_trips += 1
-            comm.recoveries += 1
-            reveals = {}
-            for rep in replies.values():
-                pid = int(rep.content["meta"]["partition-id"])
-                rec = rep.content["reveal"]
-                reveals[pid] = {int(k): rec[k].numpy() for k in rec.keys()}
+        server = SecAggServer(codec=codec, config=self.secagg)
         try:
-            return server.aggregate(round_id=r, participants=asked, masked=masked, reveals=reveals)
-        except SecAggAbort:
+            survivors, dropped = server.unmask_plan(round_id=r, participants=asked, masked=masked)
+            inboxes = server.inboxes(survivors, shares)
+        except (SecAggAbort, ValueError):
+            return None  # fewer than t survivors, or a malformed reply: release nothing
+        keys = [self.public_keys[p] for p in asked]
+        content = {}
+        for p in survivors:
+            cfg = {"round": r, "survivors": survivors, "dropped": dropped, "n": n}
+            cfg.update({"participants": asked, "public-keys": keys})
+            cfg.update({"from": list(inboxes[p]), "ct": list(inboxes[p].values())})
+            content[self.node_of[p]] = RecordDict({"config": ConfigRecord(cfg)})
+        replies, errors = _send(self.grid, "unmask", content, self.settings.round_timeout)
+        self.report.client_errors += errors
+        comm = self.report.communication
+        comm.round_trips += 1
+        comm.recoveries += bool(dropped)
+        answers = {}
+        for rep in replies.values():
+            pid = int(rep.content["meta"]["partition-id"])
+            got = rep.content["unmask"]
+            rec = rep.content["masks"]
+            answers[pid] = ans = UnmaskAnswer(
+                shares=dict(zip(got["of"], got["share"], strict=True)),
+                masks={int(k): rec[k].numpy() for k in rec.keys()},
+            )
+            comm.bytes_uploaded[pid] += ans.nbytes
+        try:
+            return server.aggregate(round_id=r, participants=asked, masked=masked, answers=answers)
+        except (SecAggAbort, ValueError):
             return None
 
 

@@ -4,13 +4,15 @@ Per round the runtime (1) asks the strategy for a query, (2) draws which
 clients respond, each independently with probability ρ, (3) lets every
 responding client Poisson-sample its records at rate q with coins from its
 own private key (never from the public seed) and answer through its handler,
-(4) sums the replies through the secure-aggregation shim (pairwise masks in a
-64-bit ring; the strategy sees only the decoded sum) and (5) hands the sum to
-the strategy, which adds noise through the ledger before releasing anything.
+(4) sums the replies through the secure-aggregation shim (double masking in a
+64-bit ring, then one unmask exchange; the strategy sees only the decoded sum)
+and (5) hands the sum to the strategy, which adds noise through the ledger
+before releasing anything.
 
-Simulated dropouts (``dropout_rate``) exercise the shim's recovery exchange:
-survivors reveal that round's masks with the missing clients, one extra round
-trip; a round that cannot be recovered is aborted and releases nothing.
+Simulated dropouts (``dropout_rate``) exercise the shim's recovery: in the
+round's unmask exchange survivors also reveal that round's pair masks with the
+missing clients; a round that cannot be recovered (fewer than t survivors) is
+aborted and releases nothing.
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ import numpy as np
 from fedpriv.federation.protocol import ClientData, ClientHandler, Strategy, poisson_sample
 from fedpriv.federation.secagg import (
     FixedPointCodec,
+    MaskedInput,
     SecAggAbort,
     SecAggClient,
+    SecAggConfig,
     SecAggServer,
     sum_plain,
 )
@@ -149,6 +153,9 @@ class InProcessRuntime:
     vectorised : bool
         Use the handler's ``answer_many`` (all clients in one call) when it
         has one; replies are bit-identical to per-client ``answer`` calls.
+    secagg : SecAggConfig, optional
+        Secure aggregation's public parameters (the Shamir threshold rule;
+        default ``SecAggConfig()``: a strict majority of each round's participants).
     """
 
     def __init__(
@@ -164,6 +171,7 @@ class InProcessRuntime:
         max_records: int | None = None,
         scale: float = DEFAULT_SCALE,
         vectorised: bool = True,
+        secagg: SecAggConfig | None = None,
     ) -> None:
         if not clients:
             raise ValueError("need at least one client")
@@ -180,14 +188,16 @@ class InProcessRuntime:
         self.scale = scale
         self.vectorised = vectorised and hasattr(handler, "answer_many")
         self.communication = Communication(len(self.clients))
+        self.secagg = secagg or SecAggConfig()
 
     def _setup_keys(self) -> list[SecAggClient]:
-        parties = [SecAggClient(client_id=c.client_id) for c in self.clients]
+        parties = [SecAggClient(client_id=c.client_id, config=self.secagg) for c in self.clients]
         keys = {p_.client_id: p_.public_key for p_ in parties}
         for p_ in parties:
-            p_.setup(keys)
-        # One exchange per run: every client uploads its 32-byte public key.
-        self.communication.round_trips += 1
+            p_.setup(keys)  # pins the key book
+        # Two exchanges per run, as over Flower: every client uploads its 32-byte
+        # public key, then receives the key book and pins it.
+        self.communication.round_trips += 2
         self.communication.bytes_uploaded += 32
         return parties
 
@@ -259,7 +269,7 @@ class InProcessRuntime:
                     )
                     for i in asked
                 }
-            replies: dict[int, np.ndarray] = {}
+            replies: dict[int, np.ndarray | MaskedInput] = {}
             participants = [ids[j] for j in asked]
             for i, vec in vectors.items():
                 if vec.shape != (query.reply_length,) or vec.dtype != np.float64:
@@ -275,9 +285,10 @@ class InProcessRuntime:
                 if parties is None:
                     replies[ids[i]] = vec
                 else:
-                    replies[ids[i]] = parties[i].mask(
+                    replies[ids[i]] = up = parties[i].mask(
                         vec, round_id=r, participants=participants, codec=codec
                     )
+                    comm.bytes_uploaded[i] += up.nbytes - up.vector.nbytes  # encrypted shares
             comm.floats_uploaded += uploaded * query.reply_length
             comm.bytes_uploaded += uploaded * (8 * query.reply_length)
             uploaded[:] = False
@@ -296,7 +307,7 @@ class InProcessRuntime:
         n: int,
         round_id: int,
         participants: list[int],
-        replies: dict[int, np.ndarray],
+        replies: dict[int, np.ndarray | MaskedInput],
         parties: list[SecAggClient] | None,
         codec: FixedPointCodec,
     ) -> np.ndarray | None:
@@ -312,28 +323,32 @@ class InProcessRuntime:
             for vec in replies.values():
                 acc += codec.encode(vec)
             return codec.decode(acc)
-        server = SecAggServer(codec=codec)
-        missing = server.missing(participants, replies)
-        reveals = None
-        if missing:
-            if len(replies) < MIN_PARTIES:
-                return None  # too few survivors to hide anyone: abort, release nothing
-            # One extra exchange: survivors reveal this round's masks with the missing.
-            index = {c.client_id: k for k, c in enumerate(self.clients)}
+        server = SecAggServer(codec=codec, config=self.secagg)
+        try:
+            survivors, dropped = server.unmask_plan(
+                round_id=round_id, participants=participants, masked=replies
+            )
+        except SecAggAbort:
+            return None  # fewer than t survivors: abort, release nothing
+        # The unmask exchange, every round: survivors return shares of the survivors'
+        # self-mask seeds and their pair masks with the dropped clients.
+        index = {c.client_id: k for k, c in enumerate(self.clients)}
+        inboxes = server.inboxes(survivors, {u: m.shares for u, m in replies.items()})
+        self.communication.round_trips += 1
+        self.communication.recoveries += bool(dropped)
+        answers = {}
+        for cid in survivors:
             try:
-                reveals = {
-                    cid: parties[index[cid]].reveal(round_id=round_id, missing=missing, n=n)
-                    for cid in replies
-                }
+                answers[cid] = ans = parties[index[cid]].unmask(
+                    round_id=round_id, survivors=survivors, dropped=dropped, n=n, inbox=inboxes[cid]
+                )
             except ValueError:
-                return None  # too few survivors to stay hidden: abort, release nothing
-            for cid in replies:
-                self.communication.bytes_uploaded[index[cid]] += 8 * n * len(missing)
-            self.communication.round_trips += 1
-            self.communication.recoveries += 1
+                return None  # a refusal: abort, release nothing
+            self.communication.bytes_uploaded[index[cid]] += ans.nbytes
+        masked = {u: m.vector for u, m in replies.items()}
         try:
             return server.aggregate(
-                round_id=round_id, participants=participants, masked=replies, reveals=reveals
+                round_id=round_id, participants=participants, masked=masked, answers=answers
             )
         except SecAggAbort:
             return None

@@ -1,281 +1,209 @@
-"""Secure aggregation by pairwise masking: the server learns only the sum.
+"""Secure aggregation by double masking: the server learns only the survivors' sum.
 
-Pairwise-masking core of Bonawitz et al. 2017, "Practical Secure Aggregation for
-Privacy-Preserving Machine Learning" (CCS, §4), without secret sharing of keys or
-self-masks. Client i encodes its vector in Z_{2^64} (:class:`FixedPointCodec`) and
-adds +m_ij^r for every other participant j > i of round r, −m_ij^r for j < i; the
-masks cancel exactly in the sum. m_ij^r is the ChaCha20 (RFC 8439) keystream under
-s_ij = HKDF-SHA256 (RFC 5869) of the X25519 (RFC 7748) shared secret, agreed once per
-run, and a nonce holding a domain tag and r. For dropouts, survivors reveal only
-their round-r pair masks with the dropped clients and the server subtracts them.
+Bonawitz et al. 2017, "Practical Secure Aggregation for Privacy-Preserving Machine
+Learning" (CCS; §4's double masking and the protocol's rounds AdvertiseKeys,
+MaskedInputCollection and Unmasking, honest-but-curious variant), with one design
+change: the pairwise masks are per round and a dropped client's are revealed by the
+survivors themselves, so pairwise secret keys are never secret-shared (and shares of
+the self-mask seeds travel with the masked input instead of in a ShareKeys round).
 
-Threat model: honest-but-curious server. Without self-masks, a dropped client's late
-reply plus the reveals would unmask it, so the server closes each round it aggregates
-or aborts and refuses later replies (:meth:`SecAggServer.accept_late`). Clients reveal
-once per round, only for peers of a round they masked, and only if enough survivors
-remain, so a curious server cannot collect a replier's masks.
+Keys (once per run). Each client u draws an X25519 (RFC 7748) key pair from the OS
+CSPRNG and uploads pk_u; the server broadcasts the key book {v: pk_v}, which every
+client *pins* (:meth:`SecAggClient.setup`). From the X25519 secret with each peer v it
+derives, by HKDF-SHA256 (RFC 5869), a mask key s_uv and directional share keys
+k_{u→v}, k_{v→u}. Any later message naming a key that differs from the pinned one,
+or a participant without a pinned key, is refused (:class:`SecAggKeyError`).
 
-Secret keys come from the OS CSPRNG (``X25519PrivateKey.generate``), the one deliberate
-exception to "all randomness from an injected numpy Generator": a key derived from the
-run seed would be guessable by anyone knowing the seed, and so would every mask.
-Reproducibility is unaffected: the masks cancel exactly in Z_{2^64}, so the aggregate,
-and every model released from it, depends on the clients' vectors alone.
+Round r, participants P (n = |P|), threshold t = :meth:`SecAggConfig.threshold` (n):
+
+1. Masked input. u encodes x_u in Z_{2^64} (:class:`~fedpriv.federation.fixedpoint.
+   FixedPointCodec`), draws a fresh self-mask seed b_u^r uniform in GF(2^255 − 19) from
+   ``secrets`` (never from a seed), splits it t-of-n (Shamir 1979,
+   :mod:`fedpriv.federation.shamir`; party v holds f(v + 1)) and uploads
+
+       y_u = x_u + PRG(b_u^r) + Σ_{v∈P, v>u} m_uv^r − Σ_{v∈P, v<u} m_uv^r   (mod 2^64)
+
+   (Bonawitz §4, "double masking"), together with its share for each v ≠ u
+   encrypted by ChaCha20-Poly1305 (RFC 8439) under k_{u→v}, nonce (tag, r), associated
+   data (u, v, r). PRG(·) and m_uv^r are ChaCha20 keystreams under b_u^r resp. s_uv with
+   a nonce holding a domain tag and r, so round-r pair masks say nothing about any
+   other round. u keeps its own share and forgets b_u^r.
+2. Unmask (one exchange, every round). S = those whose y arrived, D = P \\ S. If
+   |S| < t the round is aborted (:class:`SecAggAbort`) and nothing is released.
+   Otherwise each u ∈ S receives (S, D) and the ciphertexts addressed to it; it
+   refuses if S ∩ D ≠ ∅, S ∪ D ≠ P, u ∉ S, |S| < t, or if it already answered an
+   unmask of round r; else it returns its shares of b_w^r for every w ∈ S and its
+   signed round-r pair masks with every v ∈ D (:meth:`SecAggClient.unmask`).
+3. The server needs answers from ≥ t survivors (all of them if D ≠ ∅, to remove
+   every pair mask with D), reconstructs each b_w^r (checking every extra share lies
+   on the same polynomial), and outputs Σ_{u∈S} y_u − Σ_{u∈S} PRG(b_u^r) − (pair
+   masks with D) = Σ_{u∈S} x_u exactly in Z_{2^64} (:meth:`SecAggServer.aggregate`).
+
+Threat model. Honest-but-curious server, possibly colluding with up to t − 1 clients
+(who hand it their keys, shares and inputs): it learns nothing beyond Σ_{u∈S} x_u of
+the honest survivors. A survivor's y_u stays masked by pair masks with the other
+honest survivors, which are never revealed; a dropped client's — or a straggler's late
+— y_u is masked by PRG(b_u^r), of which honest clients release no share once u is in
+D, so the server and colluders hold at most t − 1 shares, which are independent of
+b_u^r. Each honest client answers one unmask per round, with disjoint S and D, so a
+curious server cannot obtain both b_u^r and u's pair masks from it. Late replies are
+refused anyway (:meth:`SecAggServer.accept_late`). An *actively* malicious server is
+not covered: Bonawitz's consistency check (round 3, signatures over S) is not
+implemented, so a server that shows different (S, D) to different clients can collect
+t shares of b_u^r from clients told u ∈ S and u's pair masks from the others (or from u
+itself, told they dropped) and unmask u, with t − 1 colluders or, for n ≥ 2t − 1, none;
+nor are keys authenticated by a PKI, so the pins stop a *later* key substitution but
+not a key book forged at set-up. Secret keys and seeds come from the OS CSPRNG, the deliberate
+exception to "all randomness from an injected numpy Generator": reproducibility is
+unaffected, since every mask cancels exactly and the sum depends on the inputs alone.
 """
 
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Iterable, Mapping, Sequence
+import secrets
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 
 import numpy as np
+from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from fedpriv.privacy._validation import check_count, check_finite_array, check_positive
+from fedpriv.federation import shamir
+from fedpriv.federation.fixedpoint import FixedPointCodec, SecAggOverflowError, sum_plain
+from fedpriv.federation.secagg_common import (
+    MaskedInput,
+    SecAggAbort,
+    SecAggConfig,
+    SecAggKeyError,
+    UnmaskAnswer,
+    check_ids,
+    check_u64,
+    point,
+    self_mask,
+    share_nonce,
+)
+from fedpriv.federation.secagg_server import SecAggServer
 
-_INT64_MAX = 2**63 - 1
-_HKDF_INFO = b"fedpriv-secagg"
-_MASK_TAG = b"fpSA"  # nonce domain tag: these keystreams are masks and nothing else
+__all__ = [
+    "FixedPointCodec",
+    "MaskedInput",
+    "SecAggAbort",
+    "SecAggClient",
+    "SecAggConfig",
+    "SecAggKeyError",
+    "SecAggOverflowError",
+    "SecAggServer",
+    "UnmaskAnswer",
+    "sum_plain",
+]
 
-
-class SecAggOverflowError(ValueError):
-    """The codec's largest possible sum would leave the signed 64-bit range."""
-
-
-class SecAggAbort(RuntimeError):
-    """A round cannot be unmasked; the caller must abort it and release nothing."""
-
-
-def _check_u64(name: str, value: object) -> int:
-    if type(value) is int and 0 <= value < 2**64:  # fast path; the full check names the problem
-        return value
-    x = check_count(name, value, minimum=0)
-    if x >= 2**64:
-        raise ValueError(f"{name} must lie in [0, 2**64); got {value!r}")
-    return x
-
-
-def _check_ids(name: str, ids: Iterable[object]) -> tuple[int, ...]:
-    out = tuple(ids)
-    # Fast path for plain ints: the full check's abc isinstance costs more than a round's maths.
-    if not all(type(i) is int and 0 <= i < 2**64 for i in out):
-        out = tuple(_check_u64(f"{name} id", i) for i in out)
-    if len(set(out)) != len(out):
-        raise ValueError(f"{name} must be distinct client ids; got {list(out)}")
-    return tuple(sorted(out))
-
-
-def _check_ring(name: str, value: object, n: int | None = None) -> np.ndarray:
-    arr = np.asarray(value)
-    if arr.dtype != np.uint64 or arr.ndim != 1 or (n is not None and arr.size != n):
-        raise ValueError(
-            f"{name} must be uint64 of shape ({n or 'n'},); got {arr.dtype}{arr.shape}"
-        )
-    return arr
+_HKDF_INFO = b"fedpriv-secagg"  # pair mask key s_uv (unordered pair)
+_HKDF_SHARE_INFO = b"fedpriv-secagg-share"  # share key k_{u→v} (ordered pair)
+_MASK_TAG = b"fpSA"  # nonce domain tag: pair-mask keystreams and nothing else
 
 
-@dataclass(frozen=True, kw_only=True)
-class FixedPointCodec:
-    """Fixed-point encoding in Z_{2^64}: x ↦ round(x·scale) mod 2^64 (two's complement).
-
-    Parameters
-    ----------
-    scale : float
-        Encoding scale, in (0, inf); each summand's rounding error is ≤ 0.5/scale.
-    max_abs : float
-        Public bound on |coordinate| of one client's vector (from the clipping
-        bound), in (0, inf); :meth:`encode` refuses values beyond it.
-    max_summands : int
-        Most vectors ever summed, ≥ 1.
-
-    Raises :class:`SecAggOverflowError` if max_summands·(max_abs·scale + 0.5) ≥ 2^63 − 1:
-    the largest sum would leave the signed 64-bit range and wrap silently.
-    """
-
-    scale: float
-    max_abs: float
-    max_summands: int
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "scale", check_positive("scale", self.scale))
-        object.__setattr__(self, "max_abs", check_positive("max_abs", self.max_abs))
-        object.__setattr__(self, "max_summands", check_count("max_summands", self.max_summands))
-        # encode rounds fl(x·scale) ≤ fl(max_abs·scale) (rounding is monotone), so the float
-        # product bounds what it emits; the comparison is exact so no limit case slips through.
-        top = self.max_abs * self.scale  # may overflow to inf, which Fraction refuses
-        worst = self.max_summands * (Fraction(top) + Fraction(1, 2)) if math.isfinite(top) else top
-        if worst >= _INT64_MAX:
-            hint = (_INT64_MAX / self.max_summands - 0.5) / self.max_abs
-            raise SecAggOverflowError(
-                f"max_summands * (max_abs * scale + 0.5) = {self.max_summands} * "
-                f"({self.max_abs!r} * {self.scale!r} + 0.5) = {float(worst):.6g} must be "
-                f"< 2**63 - 1 = {_INT64_MAX} (signed 64-bit sum); use a smaller scale, "
-                f"below {hint:.6g} for these max_abs and max_summands"
-            )
-
-    @property
-    def resolution(self) -> float:
-        """1/scale; each summand is off by at most half of it."""
-        return 1.0 / self.scale
-
-    def encode(self, x) -> np.ndarray:
-        """Encode a finite float array with every |x_i| ≤ max_abs as uint64."""
-        arr = np.asarray(x, dtype=np.float64)
-        if arr.size == 0:
-            # A round may ask for nothing (Lumberjack once every node is at
-            # or under the gate): the empty sum, not an error.
-            return np.zeros(arr.shape, dtype=np.uint64)
-        # One reduction screens everything (NaN fails ``<=`` too); the slow path names it.
-        if not np.abs(arr).max() <= self.max_abs:
-            check_finite_array("x", arr)
-            i = int(np.argmax(np.abs(arr)))
-            # A bound violation means the caller's clipping is broken: fail, never saturate.
-            raise ValueError(
-                f"|x| must be <= max_abs = {self.max_abs!r} (allowed range [-{self.max_abs!r}, "
-                f"{self.max_abs!r}]); found {float(arr.flat[i])!r} at flat index {i}"
-            )
-        scaled = arr * self.scale
-        return np.rint(scaled, out=scaled).astype(np.int64).view(np.uint64)
-
-    def decode(self, s) -> np.ndarray:
-        """Decode a uint64 sum of at most ``max_summands`` encodings to float64."""
-        arr = np.asarray(s)
-        if arr.dtype != np.uint64:
-            raise TypeError(f"s must be a uint64 array; got dtype {arr.dtype}")
-        return arr.view(np.int64) / self.scale
+def _hkdf(shared: bytes, label: bytes, a: int, b: int) -> bytes:
+    info = label + a.to_bytes(8, "big") + b.to_bytes(8, "big")
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(shared)
 
 
-def needs_reveal(participants: Iterable[int], replied: Iterable[int]) -> bool:
-    """Whether a round needs the survivors' reveal exchange; without dropouts it costs none."""
-    return bool(set(participants) - set(replied))
-
-
-def sum_plain(vectors: Iterable, codec: FixedPointCodec) -> np.ndarray:
-    """Sum fixed-point encodings without masks (the ``secure_aggregation=False`` path).
-
-    ``vectors`` is a sequence of equal-length 1-D arrays (or a 2-D array, one
-    vector per row). Same ring as the secure path, so both give bit-identical
-    sums: addition mod 2^64 does not depend on the order.
-    """
-    stacked = np.asarray(vectors if isinstance(vectors, np.ndarray) else list(vectors))
-    if stacked.ndim != 2 or not 1 <= stacked.shape[0] <= codec.max_summands:
-        raise ValueError(
-            f"need 1 to max_summands = {codec.max_summands} vectors of one length; "
-            f"got shape {stacked.shape}"
-        )
-    encoded = codec.encode(stacked)  # refuses NaN, inf and |x| > max_abs
-    return codec.decode(encoded.sum(axis=0, dtype=np.uint64))
+@dataclass
+class _Round:
+    peers: frozenset[int]
+    size: int
+    threshold: int
+    own_share: int | None  # this client's share of its own b^r; dropped once answered
 
 
 class SecAggClient:
-    """One client's side: key agreement, masking, dropout reveals.
+    """One client's side: pinned key agreement, double masking, the unmask answer.
 
     ``private_key_bytes`` (32 raw bytes) is for tests; otherwise the key comes from
-    the OS CSPRNG (module docstring). :meth:`reveal` answers only if at least
-    ``min_survivors`` (≥ 2) clients remain: with every peer "missing" it would
-    unmask this client's own vector.
+    the OS CSPRNG (module docstring). ``config`` fixes the threshold rule, which
+    the server must announce identically.
     """
 
     def __init__(
-        self, *, client_id: int, private_key_bytes: bytes | None = None, min_survivors: int = 2
+        self,
+        *,
+        client_id: int,
+        private_key_bytes: bytes | None = None,
+        config: SecAggConfig | None = None,
     ) -> None:
-        self.client_id = _check_u64("client_id", client_id)
-        self.min_survivors = check_count("min_survivors", min_survivors, minimum=2)
+        self.client_id = check_u64("client_id", client_id)
+        self.config = config or SecAggConfig()
         if private_key_bytes is None:
             self._sk = X25519PrivateKey.generate()  # OS CSPRNG on purpose: module docstring
         else:
             self._sk = X25519PrivateKey.from_private_bytes(bytes(private_key_bytes))
-        self._prgs: dict[int, ChaCha20Poly1305] | None = None
-        self._pair_keys: dict[int, tuple[bytes, bytes]] = {}  # peer -> (its pk, s_ij)
-        self._rounds: dict[int, tuple[frozenset[int], int]] = {}  # round -> (participants, n)
-        self._revealed: set[int] = set()
+        self._pinned: dict[int, bytes] | None = None  # the key book, pinned at setup()
+        self._keys: dict[int, tuple[bytes, bytes, bytes]] = {}  # peer -> (s, k_out, k_in)
+        self._prgs: dict[int, ChaCha20Poly1305] = {}
+        self._rounds: dict[int, _Round] = {}
+        self._answered: set[int] = set()  # rounds whose unmask this client answered
 
     @property
     def public_key(self) -> bytes:
-        """Raw 32-byte X25519 public key, broadcast before :meth:`setup`."""
+        """Raw 32-byte X25519 public key, uploaded at the key exchange."""
         return self._sk.public_key().public_bytes_raw()
 
-    def export_state(self) -> tuple[bytes, str]:
-        """Private key and round bookkeeping, for runtimes that do not keep objects alive.
+    @property
+    def pinned_keys(self) -> dict[int, bytes] | None:
+        """The key book pinned by :meth:`setup` (``None`` before it)."""
+        return None if self._pinned is None else dict(self._pinned)
 
-        A Flower client is rebuilt from its node state for every message; the
-        once-per-round rules must survive that, so they travel with the key.
-        The derived pair keys travel too (with the peer public key each came
-        from), so a rebuilt client skips the X25519 exchanges; they are as
-        secret as the private key and live in the same node-local state.
-        """
-        rounds = {str(r): [sorted(p), n] for r, (p, n) in self._rounds.items()}
-        pairs = {str(j): [pk.hex(), key.hex()] for j, (pk, key) in self._pair_keys.items()}
-        book = json.dumps({"rounds": rounds, "revealed": sorted(self._revealed), "pairs": pairs})
-        return self._sk.private_bytes_raw(), book
+    def setup(self, public_keys: Mapping[int, bytes]) -> None:
+        """Pin the key book {client id: public key} and derive the pair keys; once per run."""
+        if self._pinned is not None:
+            raise RuntimeError("setup() already ran; the key book is pinned once per run")
+        book = {check_u64("client id", j): bytes(pk) for j, pk in public_keys.items()}
+        if book.get(self.client_id) != self.public_key:
+            raise ValueError(
+                f"public key listed for client {self.client_id} is not this client's "
+                f"(or missing); listed ids {sorted(book)}"
+            )
+        for j, pk in book.items():
+            if j != self.client_id:
+                self._derive(j, pk)
+        self._pinned = book
 
-    @classmethod
-    def restore(
-        cls,
-        *,
-        client_id: int,
-        private_key_bytes: bytes,
-        book: str,
-        public_keys: Mapping[int, bytes],
-    ) -> SecAggClient:
-        """Rebuild a client from :meth:`export_state` and redo the key set-up.
+    def _derive(self, j: int, pk: bytes) -> None:
+        shared = self._sk.exchange(X25519PublicKey.from_public_bytes(pk))
+        lo, hi = sorted((self.client_id, j))
+        self._keys[j] = (
+            _hkdf(shared, _HKDF_INFO, lo, hi),
+            _hkdf(shared, _HKDF_SHARE_INFO, self.client_id, j),
+            _hkdf(shared, _HKDF_SHARE_INFO, j, self.client_id),
+        )
+        self._prgs[j] = ChaCha20Poly1305(self._keys[j][0])
 
-        Pair keys saved for the same peer public key are reused; any other
-        peer's key is derived afresh.
-        """
-        client = cls(client_id=client_id, private_key_bytes=private_key_bytes)
-        data = json.loads(book) if book else {}
-        client._rounds = {
-            int(r): (frozenset(p), int(n)) for r, (p, n) in data.get("rounds", {}).items()
-        }
-        client._revealed = set(data.get("revealed", []))
-        saved = {
-            int(j): (bytes.fromhex(pk), bytes.fromhex(key))
-            for j, (pk, key) in data.get("pairs", {}).items()
-        }
-        client.setup(public_keys, saved=saved)
-        return client
-
-    def setup(
-        self,
-        public_keys: Mapping[int, bytes],
-        *,
-        saved: Mapping[int, tuple[bytes, bytes]] | None = None,
+    def check_keys(
+        self, peers: Sequence[int], public_keys: Mapping[int, bytes] | None = None
     ) -> None:
-        """Derive s_ij = HKDF-SHA256(X25519(sk_i, pk_j)) for every other client j; once per run.
+        """Refuse ``peers`` without a pinned key, and any key differing from the pinned one.
 
-        ``saved`` maps a peer to (its public key, the pair key derived from it)
-        from :meth:`export_state`; an entry is used only if the public key is
-        the one given now.
+        Raises
+        ------
+        SecAggKeyError
+            Naming the client ids concerned.
         """
-        if self._prgs is not None:
-            raise RuntimeError("setup() already ran; key set-up happens once per run")
-        saved = saved or {}
-        prgs, pair_keys = {}, {}
-        for j, pk in public_keys.items():
-            j = _check_u64("client id", j)
-            pk = bytes(pk)
-            if j == self.client_id:
-                if pk != self.public_key:
-                    raise ValueError(f"public key listed for client {j} is not this client's")
-                continue
-            if j in saved and saved[j][0] == pk:
-                key = saved[j][1]
-            else:
-                shared = self._sk.exchange(X25519PublicKey.from_public_bytes(pk))
-                lo, hi = sorted((self.client_id, j))
-                info = _HKDF_INFO + lo.to_bytes(8, "big") + hi.to_bytes(8, "big")
-                key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(
-                    shared
+        if self._pinned is None:
+            raise SecAggKeyError(
+                f"client {self.client_id} has no pinned key book: setup() never ran"
+            )
+        if unknown := sorted(set(peers) - set(self._pinned)):
+            raise SecAggKeyError(f"participants {unknown} have no key pinned at the key exchange")
+        if public_keys is not None:
+            changed = sorted(j for j, pk in public_keys.items() if self._pinned.get(j) != bytes(pk))
+            if changed:
+                raise SecAggKeyError(
+                    f"public keys of clients {changed} differ from those pinned at the key "
+                    "exchange (key substitution): refused"
                 )
-            prgs[j] = ChaCha20Poly1305(key)
-            pair_keys[j] = (pk, key)
-        self._prgs, self._pair_keys = prgs, pair_keys
 
     def _pair_masks(self, peers: Sequence[int], round_id: int, n: int) -> np.ndarray:
         # m_ij^r = ChaCha20 keystream, i.e. algorithms.ChaCha20(s_ij, nonce) encrypting zeros
@@ -289,139 +217,185 @@ class SecAggClient:
         raw = b"".join([self._prgs[j].encrypt(nonce, zeros, None) for j in peers])
         return np.frombuffer(raw, dtype="<u8").reshape(len(peers), n + 2)[:, :n]
 
-    def mask(
-        self, vector, *, round_id: int, participants: Sequence[int], codec: FixedPointCodec
-    ) -> np.ndarray:
-        """Encode ``vector`` (1-D) and add this client's signed pair masks for ``round_id``.
+    def _self_mask(self, seed: int, round_id: int, n: int) -> np.ndarray:
+        return self_mask(seed, round_id, n)
 
-        Once per round (two vectors under one mask reveal their difference): retry with a
-        fresh round id.
+    def mask(
+        self,
+        vector,
+        *,
+        round_id: int,
+        participants: Sequence[int],
+        codec: FixedPointCodec,
+        threshold: int | None = None,
+        public_keys: Mapping[int, bytes] | None = None,
+    ) -> MaskedInput:
+        """Step 1: y_u and the encrypted shares of a fresh b_u^r (module docstring).
+
+        ``threshold``, if given (the server's announcement), must equal this
+        client's :meth:`SecAggConfig.threshold`; ``public_keys``, if given, must
+        match the pinned ones. Once per round: two vectors under one mask reveal
+        their difference, so retry with a fresh round id.
         """
-        if self._prgs is None:
-            raise RuntimeError("call setup() before mask()")
-        r = _check_u64("round_id", round_id)
-        peers = _check_ids("participants", participants)
+        r = check_u64("round_id", round_id)
+        peers = check_ids("participants", participants)
+        self.check_keys(peers, public_keys)
         if self.client_id not in peers or not 2 <= len(peers) <= codec.max_summands:
             raise ValueError(
                 f"participants must include client {self.client_id} and number in "
                 f"[2, {codec.max_summands}] (max_summands); got {list(peers)}"
             )
-        if unknown := [j for j in peers if j != self.client_id and j not in self._prgs]:
-            raise ValueError(f"participants {unknown} had no public key at setup()")
+        t = self.config.threshold(len(peers))
+        if threshold is not None and threshold != t:
+            raise ValueError(
+                f"threshold {threshold!r} announced for {len(peers)} participants, but this "
+                f"client's rule {self.config} gives t = {t}: refused"
+            )
         if r in self._rounds:
             raise ValueError(f"client {self.client_id} already masked for round {r}")
         x = np.asarray(vector, dtype=np.float64)
         if x.ndim != 1:
             raise ValueError(f"vector must be 1-dimensional; got shape {x.shape}")
         out = codec.encode(x)
+        seed = secrets.randbelow(shamir.PRIME)  # b_u^r: OS CSPRNG, fresh every round
+        shares = shamir.split(seed, xs=[point(j) for j in peers], threshold=t)
+        out += self._self_mask(seed, r, out.size)
         up = [j for j in peers if j > self.client_id]
         down = [j for j in peers if j < self.client_id]
         masks = self._pair_masks(up + down, r, out.size)
         # uint64 sums wrap mod 2^64, which is the ring's addition.
         out += masks[: len(up)].sum(axis=0, dtype=np.uint64)
         out -= masks[len(up) :].sum(axis=0, dtype=np.uint64)
-        self._rounds[r] = (frozenset(peers), out.size)
-        return out
-
-    def reveal(self, *, round_id: int, missing: Sequence[int], n: int) -> dict[int, np.ndarray]:
-        """The signed pair mask this client added in ``round_id`` for each missing peer.
-
-        Answers once per round, only for a round this client masked (a future round's
-        masks would unmask it later), only for its peers in that round, and only if
-        ``min_survivors`` remain. Whether a peer really dropped cannot be checked
-        here: the server is trusted to ask only for non-repliers (honest-but-curious).
-        """
-        r = _check_u64("round_id", round_id)
-        if r not in self._rounds:
-            raise ValueError(f"client {self.client_id} never masked for round {r}")
-        if r in self._revealed:
-            raise ValueError(f"client {self.client_id} already revealed for round {r}")
-        peers, size = self._rounds[r]
-        gone = _check_ids("missing", missing)
-        if not gone or not set(gone) <= peers - {self.client_id}:
-            raise ValueError(
-                f"missing must be a non-empty set of round-{r} peers of client "
-                f"{self.client_id} ({sorted(peers - {self.client_id})}); got {list(gone)}"
+        sealed = {
+            j: ChaCha20Poly1305(self._keys[j][1]).encrypt(
+                share_nonce(r), shamir.to_bytes(shares[point(j)]), _ad(self.client_id, j, r)
             )
-        if check_count("n", n) != size:
-            raise ValueError(f"n must equal the round-{r} vector length {size}; got {n}")
-        if len(peers) - len(gone) < self.min_survivors:
-            left = len(peers) - len(gone)
-            raise ValueError(f"{left} survivors would remain; min_survivors = {self.min_survivors}")
-        self._revealed.add(r)
-        masks = dict(zip(gone, self._pair_masks(gone, r, size).astype(np.uint64), strict=True))
-        return {j: m if j > self.client_id else np.negative(m) for j, m in masks.items()}
+            for j in peers
+            if j != self.client_id
+        }
+        self._rounds[r] = _Round(frozenset(peers), out.size, t, shares[point(self.client_id)])
+        return MaskedInput(vector=out, shares=sealed)
 
-
-class SecAggServer:
-    """The server's side: sums masked vectors, removing dropped clients' masks.
-
-    Each aggregated or aborted round is closed: :meth:`accept_late` then returns
-    False and :meth:`aggregate` refuses it, so a dropped client's late reply is
-    never combined with the reveals that would unmask it.
-    """
-
-    def __init__(self, *, codec: FixedPointCodec) -> None:
-        self.codec = codec
-        self._closed: set[int] = set()  # rounds aggregated or aborted
-
-    def missing(self, participants: Iterable[int], masked: Iterable[int]) -> list[int]:
-        """Participants whose masked vector did not arrive, sorted."""
-        return sorted(set(participants) - set(masked))
-
-    def accept_late(self, round_id: int, client_id: int) -> bool:
-        """Whether a reply of ``client_id`` for ``round_id`` may still be used (round open)."""
-        _check_u64("client_id", client_id)
-        return _check_u64("round_id", round_id) not in self._closed
-
-    def aggregate(
+    def unmask(
         self,
         *,
         round_id: int,
-        participants: Sequence[int],
-        masked: Mapping[int, np.ndarray],
-        reveals: Mapping[int, Mapping[int, np.ndarray]] | None = None,
-    ) -> np.ndarray:
-        """Decoded float64 sum of the replying clients' vectors.
+        survivors: Sequence[int],
+        dropped: Sequence[int],
+        n: int,
+        inbox: Mapping[int, bytes],
+        public_keys: Mapping[int, bytes] | None = None,
+    ) -> UnmaskAnswer:
+        """Step 2: shares of b_w^r for every survivor w, pair masks with every dropped v.
 
-        ``reveals[i][j]`` is survivor i's :meth:`SecAggClient.reveal` entry for
-        missing j, needed only if someone is missing. Raises :class:`SecAggAbort`
-        and closes the round if some missing client's masks cannot all be removed:
-        the sum would be uniform noise.
+        ``inbox[w]`` is survivor w's encrypted share for this client. Answers once
+        per round, only for a round this client masked, only if ``survivors`` and
+        ``dropped`` are disjoint, together are that round's participants, include
+        this client among the survivors and leave at least t survivors. Whether a
+        peer really dropped cannot be checked here: the server is trusted to list
+        exactly the non-repliers (honest-but-curious; module docstring).
         """
-        r = _check_u64("round_id", round_id)
-        if r in self._closed:
-            raise ValueError(f"round {r} is closed; its late or repeated replies are refused")
-        peers = _check_ids("participants", participants)
-        survivors = _check_ids("masked", masked)
-        if not set(survivors) <= set(peers) or len(survivors) > self.codec.max_summands:
+        r = check_u64("round_id", round_id)
+        if r not in self._rounds:
+            raise ValueError(f"client {self.client_id} never masked for round {r}")
+        if r in self._answered:
             raise ValueError(
-                f"masked must come from participants {list(peers)}, at most max_summands = "
-                f"{self.codec.max_summands}; got {list(survivors)}"
+                f"client {self.client_id} already answered the unmask of round {r}: a second "
+                "request is refused"
             )
-        if not survivors:
-            self._closed.add(r)
-            raise SecAggAbort(f"round {r}: no client replied")
-        n = _check_ring(f"masked[{survivors[0]}]", masked[survivors[0]]).size
-        total = np.zeros(n, dtype=np.uint64)
-        for i in survivors:
-            np.add(total, _check_ring(f"masked[{i}]", masked[i], n), out=total)
-        gone = self.missing(peers, survivors)
-        reveals = reveals or {}
-        if not gone and reveals:
-            raise ValueError(f"round {r}: nobody is missing, yet reveals were given")
-        for i, got in reveals.items():
-            if i not in survivors or not set(got) <= set(gone):
-                raise ValueError(
-                    f"round {r}: reveals must come from survivors {list(survivors)} and cover "
-                    f"only missing clients {gone}; got {sorted(got)} from client {i}"
+        live, gone = check_ids("survivors", survivors), check_ids("dropped", dropped)
+        rnd = self._rounds[r]
+        self.check_keys(rnd.peers, public_keys)
+        if both := sorted(set(live) & set(gone)):
+            raise ValueError(
+                f"clients {both} are listed both as survivors and as dropped in round {r}: "
+                "refused (their self-mask seed and pair masks together would unmask them)"
+            )
+        if set(live) | set(gone) != rnd.peers or self.client_id not in live:
+            raise ValueError(
+                f"survivors {list(live)} and dropped {list(gone)} must split the round-{r} "
+                f"participants {sorted(rnd.peers)}, with client {self.client_id} a survivor"
+            )
+        if len(live) < rnd.threshold:
+            raise ValueError(
+                f"{len(live)} survivors < threshold t = {rnd.threshold} in round {r}: refused"
+            )
+        if check_u64("n", n) != rnd.size:
+            raise ValueError(f"n must equal the round-{r} vector length {rnd.size}; got {n}")
+        senders = set(live) - {self.client_id}
+        if set(inbox) != senders:
+            raise ValueError(
+                f"inbox must hold one encrypted share from each other survivor "
+                f"{sorted(senders)}; got {sorted(inbox)}"
+            )
+        shares = {self.client_id: shamir.to_bytes(rnd.own_share)}
+        for w in sorted(senders):
+            try:
+                plain = ChaCha20Poly1305(self._keys[w][2]).decrypt(
+                    share_nonce(r), bytes(inbox[w]), _ad(w, self.client_id, r)
                 )
-        short = [i for i in survivors if gone and set(reveals.get(i, ())) != set(gone)]
-        if short:
-            self._closed.add(r)
-            raise SecAggAbort(f"round {r}: survivors {short} did not reveal masks for {gone}")
-        for i in survivors:
-            for j in gone:
-                np.subtract(total, _check_ring(f"reveals[{i}][{j}]", reveals[i][j], n), out=total)
-        self._closed.add(r)
-        return self.codec.decode(total)
+            except InvalidTag:
+                raise ValueError(
+                    f"the share from client {w} for round {r} failed authentication"
+                ) from None
+            shares[w] = plain
+        # Commit: from here on this round's answer is out, and no second one will follow.
+        self._answered.add(r)
+        rnd.own_share = None
+        masks = dict(zip(gone, self._pair_masks(gone, r, rnd.size).astype(np.uint64), strict=True))
+        signed = {j: m if j > self.client_id else np.negative(m) for j, m in masks.items()}
+        return UnmaskAnswer(shares=shares, masks=signed)
+
+    def export_state(self) -> tuple[bytes, str]:
+        """Private key, pinned key book and round bookkeeping, for stateless runtimes.
+
+        A Flower client is rebuilt from its node state for every message; the
+        pins and the once-per-round rules must survive that, so they travel
+        with the key. Derived pair keys and this client's own share of each
+        unanswered round's seed travel too: they are as secret as the private
+        key and live in the same node-local state.
+        """
+        rounds = {
+            str(r): [sorted(x.peers), x.size, x.threshold, x.own_share]
+            for r, x in self._rounds.items()
+        }
+        keys = {str(j): [k.hex() for k in v] for j, v in self._keys.items()}
+        book = None if self._pinned is None else {str(j): k.hex() for j, k in self._pinned.items()}
+        state = {"rounds": rounds, "answered": sorted(self._answered), "pinned": book, "keys": keys}
+        return self._sk.private_bytes_raw(), json.dumps(state)
+
+    @classmethod
+    def restore(
+        cls,
+        *,
+        client_id: int,
+        private_key_bytes: bytes,
+        book: str,
+        config: SecAggConfig | None = None,
+    ) -> SecAggClient:
+        """Rebuild a client from :meth:`export_state`, with its pinned key book."""
+        client = cls(client_id=client_id, private_key_bytes=private_key_bytes, config=config)
+        data = json.loads(book) if book else {}
+        client._rounds = {
+            int(r): _Round(frozenset(p), int(n), int(t), s)
+            for r, (p, n, t, s) in data.get("rounds", {}).items()
+        }
+        client._answered = set(data.get("answered", []))
+        if (pinned := data.get("pinned")) is not None:
+            client._pinned = {int(j): bytes.fromhex(k) for j, k in pinned.items()}
+            saved = data.get("keys", {})
+            for j, pk in client._pinned.items():
+                if j == client.client_id:
+                    continue
+                if str(j) in saved:
+                    client._keys[j] = tuple(bytes.fromhex(k) for k in saved[str(j)])
+                    client._prgs[j] = ChaCha20Poly1305(client._keys[j][0])
+                else:
+                    client._derive(j, pk)
+        return client
+
+
+def _ad(sender: int, recipient: int, round_id: int) -> bytes:
+    # Associated data of a share ciphertext: the server cannot move it to another
+    # sender, recipient or round without failing authentication.
+    return b"fpSS" + b"".join(v.to_bytes(8, "big") for v in (sender, recipient, round_id))

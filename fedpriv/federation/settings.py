@@ -59,6 +59,7 @@ class RunSettings:
     split_seed: int = 0
     out_dir: str = ""
     secure_aggregation: bool = True
+    secagg_threshold: float = 0.5  # Shamir t = max(2, ⌊secagg_threshold·n⌋ + 1) of n per round
     split_features: str = "columns"
     round_timeout: float = 300.0
     node_wait_timeout: float = 300.0
@@ -84,6 +85,8 @@ class RunSettings:
             raise ValueError(f"poll_interval must lie in (0, 10] seconds; got {self.poll_interval}")
         check_probability("sampling_rate", self.sampling_rate)
         check_probability("participation", self.participation)
+        if not 0.0 <= self.secagg_threshold < 1.0:
+            raise ValueError(f"secagg_threshold must lie in [0, 1); got {self.secagg_threshold}")
         if self.participation_accounting not in PARTICIPATION_ACCOUNTINGS:
             raise ValueError(
                 f"participation_accounting must be one of {list(PARTICIPATION_ACCOUNTINGS)}; "

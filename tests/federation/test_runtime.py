@@ -90,24 +90,41 @@ def test_dropouts_are_recovered_and_unrecoverable_rounds_release_nothing(clients
     _, rt, ledger = _run(clients, epsilon=2.0, dropout_rate=0.3)
     comm = rt.communication
     assert comm.recoveries > 0
-    assert comm.round_trips == 1 + comm.rounds + comm.recoveries  # key setup + rounds + reveals
+    assert comm.aborted_rounds > 0  # fewer than t = 3 of 5 survived
+    # Key exchange (keys, key book) + one query per round + one unmask per unaborted round.
+    assert comm.round_trips == 2 + comm.rounds + (comm.rounds - comm.aborted_rounds)
     released = len(ledger.entries)
     assert released == comm.rounds - comm.aborted_rounds
     assert ledger.epsilon() <= 2.0
 
 
-def test_no_dropout_means_no_extra_round_trip(clients):
+def test_a_stricter_threshold_aborts_more_rounds_and_releases_only_the_rest(clients):
+    from fedpriv.federation.secagg import SecAggConfig
+
+    _, rt, _ = _run(clients, epsilon=2.0, dropout_rate=0.3)
+    _, strict, ledger = _run(
+        clients, epsilon=2.0, dropout_rate=0.3, secagg=SecAggConfig(threshold_fraction=0.8)
+    )
+    assert strict.communication.aborted_rounds > rt.communication.aborted_rounds
+    assert len(ledger.entries) == strict.communication.rounds - strict.communication.aborted_rounds
+
+
+def test_every_secure_round_has_one_unmask_exchange(clients):
     _, rt, _ = _run(clients, epsilon=2.0)
     comm = rt.communication
     assert comm.recoveries == 0
-    assert comm.round_trips == 1 + comm.rounds  # one key exchange per run, one trip per round
+    assert comm.round_trips == 2 + 2 * comm.rounds  # key exchange; query + unmask per round
+    _, plain, _ = _run(clients, epsilon=2.0, secure_aggregation=False)
+    assert plain.communication.round_trips == plain.communication.rounds  # untouched
 
 
 def test_communication_counts_floats_and_bytes(clients):
     _, rt, _ = _run(clients, epsilon=None, rounds=10)
     comm = rt.communication.to_dict()
     assert comm["floats_uploaded_per_client"] == [10 * 16] * 5  # 2·2^D floats per round
-    assert comm["bytes_uploaded_per_client"] == [10 * 16 * 8 + 32] * 5  # + one public key
+    # Per round: the masked vector, 4 encrypted shares (32 B + 16 B tag) and the unmask
+    # answer (5 shares of 32 B, no pair masks without dropouts); once: the public key.
+    assert comm["bytes_uploaded_per_client"] == [10 * (16 * 8 + 4 * 48 + 5 * 32) + 32] * 5
     assert comm["rounds"] == 10
 
 

@@ -39,7 +39,9 @@ def test_simulation_releases_the_in_process_model(tmp_path):
     assert privacy["epsilon"] <= 2.0
     comm = json.loads((out / "communication.json").read_text())
     assert comm["floats_uploaded_per_client"] == [3 * 16] * 4
-    assert comm["round_trips"] == 1 + 3  # key exchange + one per round, no dropout
+    # Key exchange (keys + pinned key book), then per round the query and the unmask.
+    assert comm["round_trips"] == 2 + 2 * 3
+    assert comm["dropout_recoveries"] == 0
     assert comm["mean_empty_round_seconds"] > 0  # the pings ran, outside the training rounds
     assert set(json.loads((out / "metrics.json").read_text())) >= {"auc", "auprc", "brier"}
     # The ServerApp ran the method as a Flower Strategy: Flower's own round loop
@@ -84,7 +86,7 @@ def test_dpsgd_simulation_releases_the_in_process_parameters(tmp_path, model):
     assert privacy["n_releases"] == 6
     comm = json.loads((out / "communication.json").read_text())
     assert comm["floats_uploaded_per_client"] == [6 * saved.spec.n_params] * 4
-    assert comm["round_trips"] == 1 + 6
+    assert comm["round_trips"] == 2 + 2 * 6
     config = json.loads((out / "config.json").read_text())
     assert config["learning-rate"] == {"logistic": 2.0, "mlp": 3.0}[model]  # the paper's
 
@@ -112,7 +114,7 @@ def test_lumberjack_simulation_releases_the_in_process_forest(tmp_path):
     assert privacy["epsilon"] == pytest.approx(ref.epsilon_spent_) and privacy["epsilon"] <= 4.0
     assert privacy["delta"] == 1e-6  # the paper's δ, the launcher's default for the method
     comm = json.loads((out / "communication.json").read_text())
-    assert comm["round_trips"] == 1 + 8  # key exchange + one per level, all trees batched
+    assert comm["round_trips"] == 2 + 2 * 8  # key exchange + query and unmask per level
 
 
 def test_random_forest_simulation_releases_the_in_process_forest(tmp_path):

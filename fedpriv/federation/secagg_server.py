@@ -1,0 +1,154 @@
+"""The server's side of double-masking secure aggregation (:mod:`fedpriv.federation.secagg`).
+
+It sees masked vectors, ciphertexts it cannot read, and the survivors' unmask
+answers; from them it removes every self-mask and every pair mask with a dropped
+client (Bonawitz et al. 2017, §4, the server's last step), leaving exactly the
+survivors' sum in Z_{2^64}.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from fedpriv.federation import shamir
+from fedpriv.federation.fixedpoint import FixedPointCodec
+from fedpriv.federation.secagg_common import (
+    SecAggAbort,
+    SecAggConfig,
+    UnmaskAnswer,
+    check_ids,
+    check_ring,
+    check_u64,
+    point,
+    self_mask,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class SecAggServer:
+    """Sums masked vectors and unmasks the sum with the survivors' answers.
+
+    Per round: :meth:`unmask_plan` (who survived, or abort), :meth:`inboxes`
+    (route the encrypted shares), then :meth:`aggregate`. Each aggregated or
+    aborted round is closed: :meth:`accept_late` then returns False and
+    :meth:`aggregate` refuses it. With self-masks a late reply no longer
+    unmasks its sender, but nothing may be released twice for a round.
+    """
+
+    def __init__(self, *, codec: FixedPointCodec, config: SecAggConfig | None = None) -> None:
+        self.codec = codec
+        self.config = config or SecAggConfig()
+        self._closed: set[int] = set()  # rounds aggregated or aborted
+
+    def missing(self, participants: Iterable[int], masked: Iterable[int]) -> list[int]:
+        """Participants whose masked vector did not arrive, sorted."""
+        return sorted(set(participants) - set(masked))
+
+    def accept_late(self, round_id: int, client_id: int) -> bool:
+        """Whether a reply of ``client_id`` for ``round_id`` may still be used (round open)."""
+        check_u64("client_id", client_id)
+        return check_u64("round_id", round_id) not in self._closed
+
+    def _abort(self, r: int, why: str) -> SecAggAbort:
+        self._closed.add(r)
+        logger.info("secure aggregation aborts round %d: %s", r, why)
+        return SecAggAbort(f"round {r}: {why}; nothing is released")
+
+    def _open(self, round_id: int, participants: Sequence[int], masked: Iterable[int]):
+        r = check_u64("round_id", round_id)
+        if r in self._closed:
+            raise ValueError(f"round {r} is closed; its late or repeated replies are refused")
+        peers = check_ids("participants", participants)
+        live = check_ids("masked", masked)
+        if not set(live) <= set(peers) or len(live) > self.codec.max_summands:
+            raise ValueError(
+                f"masked must come from participants {list(peers)}, at most max_summands = "
+                f"{self.codec.max_summands}; got {list(live)}"
+            )
+        if len(peers) < 2:
+            raise self._abort(r, f"{len(peers)} participant(s): a sum of one is that vector")
+        return r, peers, live, self.config.threshold(len(peers))
+
+    def unmask_plan(
+        self, *, round_id: int, participants: Sequence[int], masked: Iterable[int]
+    ) -> tuple[list[int], list[int]]:
+        """(survivors, dropped) for the unmask request, or :class:`SecAggAbort` if < t survived."""
+        r, peers, live, t = self._open(round_id, participants, masked)
+        if len(live) < t:
+            raise self._abort(r, f"{len(live)} of {len(peers)} replied, below threshold t = {t}")
+        return list(live), self.missing(peers, live)
+
+    def inboxes(
+        self, survivors: Sequence[int], shares: Mapping[int, Mapping[int, bytes]]
+    ) -> dict[int, dict[int, bytes]]:
+        """Route ``shares[u][v]`` (u's ciphertext for v) to survivor v, from survivors only."""
+        live = check_ids("survivors", survivors)
+        out: dict[int, dict[int, bytes]] = {v: {} for v in live}
+        for u in live:
+            for v in live:
+                if v != u:
+                    if v not in shares.get(u, {}):
+                        raise ValueError(f"survivor {u} sent no encrypted share for survivor {v}")
+                    out[v][u] = bytes(shares[u][v])
+        return out
+
+    def aggregate(
+        self,
+        *,
+        round_id: int,
+        participants: Sequence[int],
+        masked: Mapping[int, np.ndarray],
+        answers: Mapping[int, UnmaskAnswer],
+    ) -> np.ndarray:
+        """Decoded float64 sum of the survivors' vectors.
+
+        ``masked[u]`` is survivor u's y_u; ``answers[i]`` is survivor i's
+        :meth:`~fedpriv.federation.secagg.SecAggClient.unmask` answer. Raises
+        :class:`SecAggAbort` and closes the round if fewer than t survivors, or
+        fewer than t answers, or (with dropouts) not every survivor answered,
+        or some seed's shares are inconsistent: the sum would be uniform noise.
+        """
+        r, peers, live, t = self._open(round_id, participants, masked)
+        gone = self.missing(peers, live)
+        n = check_ring(f"masked[{live[0]}]", masked[live[0]]).size if live else 0
+        total = np.zeros(n, dtype=np.uint64)
+        for u in live:
+            np.add(total, check_ring(f"masked[{u}]", masked[u], n), out=total)
+        if len(live) < t:
+            raise self._abort(r, f"{len(live)} of {len(peers)} replied, below threshold t = {t}")
+        told = check_ids("answers", answers)
+        if not set(told) <= set(live):
+            raise ValueError(f"round {r}: answers must come from survivors {list(live)}")
+        if len(told) < t:
+            raise self._abort(r, f"{len(told)} unmask answers, below threshold t = {t}")
+        if gone and len(told) < len(live):
+            silent = sorted(set(live) - set(told))
+            raise self._abort(r, f"survivors {silent} did not reveal their masks with {gone}")
+        for i in told:
+            got = answers[i]
+            if not set(got.shares) <= set(live) or not set(got.masks) <= set(gone):
+                raise ValueError(
+                    f"round {r}: client {i} must answer shares for survivors {list(live)} and "
+                    f"masks for dropped {gone}; got {sorted(got.shares)}, {sorted(got.masks)}"
+                )
+            if set(got.shares) != set(live) or set(got.masks) != set(gone):
+                raise self._abort(r, f"client {i}'s unmask answer is incomplete")
+        for u in live:
+            try:
+                pts = {point(i): shamir.from_bytes(answers[i].shares[u]) for i in told}
+                seed = shamir.reconstruct(pts, threshold=t)
+            except ValueError as err:  # ShamirError included: a wrong or malformed share
+                raise self._abort(
+                    r, f"the self-mask seed of client {u} is unrecoverable: {err}"
+                ) from err
+            np.subtract(total, self_mask(seed, r, n), out=total)
+        for i in told:
+            for v in gone:
+                mask = check_ring(f"answers[{i}].masks[{v}]", answers[i].masks[v], n)
+                np.subtract(total, mask, out=total)
+        self._closed.add(r)
+        return self.codec.decode(total)
