@@ -31,6 +31,7 @@ from fedpriv.federation.settings import RunSettings
 from fedpriv.federation.wire import query_from_wire, state_from_wire, state_to_wire
 from fedpriv.models import _forest_kernels, _kernels, _sgd_kernels
 from fedpriv.privacy.randomness import KEY_ENV, SecretKey, key_from_environment
+from fedpriv.records import check_labels
 
 app = ClientApp()
 HANDLERS = {
@@ -52,6 +53,9 @@ def _dataset(dataset: str, split_seed: int):
 def _client_data(dataset: str, split_seed: int, num_clients: int, pid: int) -> ClientData:
     ds = _dataset(dataset, split_seed)
     X, y = ds.xy("train")
+    # The label set is the public schema's, never the rows'; the kernels clip too.
+    target = ds.schema.target
+    y = check_labels(y, target.classes, column=target.column)
     rows = ds.client_partition(num_clients)[pid]
     return ClientData(client_id=pid, X=X[rows], y=y[rows])
 

@@ -39,6 +39,7 @@ from fedpriv.data.schema import (
 )
 from fedpriv.data.split import Split, make_split
 from fedpriv.data.synthetic import SyntheticConfig, make_synthetic
+from fedpriv.records import check_labels
 
 __all__ = [
     "BinaryColumn",
@@ -56,6 +57,7 @@ __all__ = [
     "Target",
     "Transform",
     "box_standardisation",
+    "check_labels",
     "data_dir",
     "dirichlet",
     "encode",

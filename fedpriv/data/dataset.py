@@ -24,6 +24,7 @@ from fedpriv.data.partition import Partition, dirichlet, iid, natural
 from fedpriv.data.schema import Schema
 from fedpriv.data.split import Split
 from fedpriv.privacy.cache import cache_dir
+from fedpriv.records import check_labels
 from fedpriv.seeding import derive_generator
 
 _PARTS = ("train", "val", "test")
@@ -82,6 +83,9 @@ class TabularDataset:
         )
 
     def __post_init__(self) -> None:
+        # Every way in (a corpus loader, a CSV, the on-disk cache) ends here: the
+        # labels must lie in the schema's public label set, whatever the file held.
+        check_labels(self.y, self.schema.target.classes, column=self.schema.target.column)
         # A dataset is shared by every learner and run: freeze its arrays.
         for arr in (self.X, self.X_ordinal, self.y, self.clients, *vars(self.split).values()):
             if isinstance(arr, np.ndarray):
