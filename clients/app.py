@@ -56,7 +56,7 @@ def _client_data(dataset: str, split_seed: int, num_clients: int, pid: int) -> C
     # The label set is the public schema's, never the rows'; the kernels clip too.
     target = ds.schema.target
     y = check_labels(y, target.classes, column=target.column)
-    rows = ds.client_partition(num_clients)[pid]
+    rows = ds.client_partition(num_clients)[pid]  # checked: no row held twice
     return ClientData(client_id=pid, X=X[rows], y=y[rows])
 
 

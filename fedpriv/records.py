@@ -94,3 +94,59 @@ def class_codes(y: np.ndarray, n_classes: int) -> np.ndarray:
         ok = (yf >= 0) & (yf < n_classes) & (yf == np.floor(yf))
     out[ok] = y[ok].astype(np.int64)
     return out
+
+
+def check_partition(partition: Sequence, n_rows: int) -> list[np.ndarray]:
+    """``partition`` as int64 index arrays if it gives each row to at most one client.
+
+    Parameters
+    ----------
+    partition : sequence of array-like
+        Client k's row indices into the ``n_rows`` rows.
+    n_rows : int
+        Rows the indices point into.
+
+    Raises
+    ------
+    DataError
+        ``code="partition_out_of_range"`` for an index outside [0, n_rows)
+        (a negative index would silently wrap around to another row), or
+        ``code="overlapping_partition"`` naming the first row held twice and
+        the two clients (the same client twice if it lists the row twice):
+        that record would count twice, doubling its contribution.
+    """
+    n = int(n_rows)
+    parts: list[np.ndarray] = []
+    for k, p in enumerate(partition):
+        idx = np.asarray(p)
+        if idx.size == 0:
+            parts.append(np.zeros(0, dtype=np.int64))
+            continue
+        if idx.ndim != 1 or idx.dtype.kind not in "iu":
+            raise DataError(
+                f"client {k}: row indices must be a 1-D integer array; got "
+                f"{idx.dtype}{list(idx.shape)}",
+                code="bad_partition",
+            )
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo < 0 or hi >= n:
+            bad = lo if lo < 0 else hi
+            raise DataError(
+                f"client {k}: row index {bad} is outside [0, {n})",
+                code="partition_out_of_range",
+            )
+        parts.append(idx.astype(np.int64, copy=False))
+    if parts:
+        rows = np.concatenate(parts)
+        owner = np.repeat(np.arange(len(parts)), [p.size for p in parts])
+        order = np.argsort(rows, kind="stable")
+        dup = np.flatnonzero(rows[order][1:] == rows[order][:-1])
+        if dup.size:
+            a, b = order[dup[0]], order[dup[0] + 1]
+            first, second = int(owner[a]), int(owner[b])
+            who = f"client {first} twice" if first == second else f"clients {first} and {second}"
+            raise DataError(
+                f"row {int(rows[a])} is held by {who}: its record would count twice",
+                code="overlapping_partition",
+            )
+    return parts

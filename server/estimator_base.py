@@ -12,7 +12,7 @@ import numpy as np
 from fedpriv.data import TabularDataset, iid
 from fedpriv.federation.runtime import InProcessRuntime
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
-from fedpriv.records import BINARY_LABELS, check_labels
+from fedpriv.records import BINARY_LABELS, check_labels, check_partition
 from fedpriv.seeding import derive_generator
 
 
@@ -28,8 +28,9 @@ def federated_training_data(
     """Training rows and who holds them (see :meth:`TabularDataset.client_partition`).
 
     The labels must lie in the public label set: the schema's for a dataset,
-    else ``classes`` (the learner's: {0, 1} for a binary learner); a bad
-    label is refused with a :class:`~fedpriv.errors.DataError` naming it.
+    else ``classes`` (the learner's: {0, 1} for a binary learner). A
+    partition must give each row to at most one client. Both are refused with
+    a :class:`~fedpriv.errors.DataError` naming the bad label or the shared row.
     """
     if isinstance(data, TabularDataset):
         X, yy = data.xy(part)
@@ -37,7 +38,7 @@ def federated_training_data(
         yy = check_labels(yy, target.classes, column=target.column)
         if partition is None:
             partition = data.client_partition(n_clients, part)
-        return X, yy, partition
+        return X, yy, check_partition(partition, yy.size)
     if y is None:
         raise ValueError("fit(X, y): y is required with an array X")
     X, yy = np.asarray(data, dtype=np.float64), check_labels(y, classes)
@@ -45,7 +46,7 @@ def federated_training_data(
         raise ValueError(f"fit(X, y): X must be (n, d) with n = len(y); got {X.shape}, {yy.shape}")
     if partition is None:
         partition = iid(yy.size, n_clients=n_clients, rng=derive_generator(0, "partition", "iid"))
-    return X, yy, partition
+    return X, yy, check_partition(partition, yy.size)
 
 
 class Estimator:

@@ -39,7 +39,7 @@ from fedpriv.data.schema import (
 )
 from fedpriv.data.split import Split, make_split
 from fedpriv.data.synthetic import SyntheticConfig, make_synthetic
-from fedpriv.records import check_labels
+from fedpriv.records import check_labels, check_partition
 
 __all__ = [
     "BinaryColumn",
@@ -58,6 +58,7 @@ __all__ = [
     "Transform",
     "box_standardisation",
     "check_labels",
+    "check_partition",
     "data_dir",
     "dirichlet",
     "encode",
