@@ -8,10 +8,22 @@ Poisson coins from its secret key, and replies with its masked vector only:
 no timing, no seed. The secret key is fresh OS entropy, or derived from
 ``$FEDPRIV_SECRET_KEY`` exactly as the in-process runtime derives client
 keys, so an injected key reproduces a run bit for bit.
+
+Errors. Flower 1.42 sends a ClientApp's exception to the server as the reply's
+error reason, ``str(type(exc)) + ":<'" + str(exc) + "'>"``
+(``flwr/supernode/runtime/run_clientapp.py``; in simulation
+``flwr/server/superlink/fleet/vce/vce_api.py``, which also logs the traceback),
+and the server prints it to its log. A :class:`~fedpriv.data.DataError`'s text
+quotes the bad cell and its line, so every query here is wrapped by
+:func:`sanitised`: the full error is logged locally (the node's own log) and
+only :func:`fedpriv.errors.public_error` of it, a code and a schema column, is
+raised to Flower.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 from functools import lru_cache
 
@@ -24,6 +36,7 @@ from clients.dpsgd import DPSGDClient
 from clients.lumberjack import LumberjackClient
 from clients.random_forest import RandomForestClient
 from fedpriv.data import load_dataset
+from fedpriv.errors import public_error
 from fedpriv.federation.protocol import ClientData, poisson_sample
 from fedpriv.federation.runtime import client_key
 from fedpriv.federation.secagg import FixedPointCodec, SecAggClient, SecAggConfig
@@ -31,7 +44,9 @@ from fedpriv.federation.settings import RunSettings
 from fedpriv.federation.wire import query_from_wire, state_from_wire, state_to_wire
 from fedpriv.models import _forest_kernels, _kernels, _sgd_kernels
 from fedpriv.privacy.randomness import KEY_ENV, SecretKey, key_from_environment
+from fedpriv.records import check_labels
 
+log = logging.getLogger(__name__)
 app = ClientApp()
 HANDLERS = {
     "boosting": BoostingClient(),
@@ -52,8 +67,33 @@ def _dataset(dataset: str, split_seed: int):
 def _client_data(dataset: str, split_seed: int, num_clients: int, pid: int) -> ClientData:
     ds = _dataset(dataset, split_seed)
     X, y = ds.xy("train")
-    rows = ds.client_partition(num_clients)[pid]
+    # The label set is the public schema's, never the rows'; the kernels clip too.
+    target = ds.schema.target
+    y = check_labels(y, target.classes, column=target.column)
+    rows = ds.client_partition(num_clients)[pid]  # checked: no row held twice
     return ClientData(client_id=pid, X=X[rows], y=y[rows])
+
+
+def sanitised(fn):
+    """Wrap a ClientApp query so that a failure reaches the server as a code and a column only.
+
+    The exception's full text and traceback (cell values, line numbers, file
+    paths) are logged on this node; what is raised to Flower, and so sent to
+    the server, is :func:`fedpriv.errors.public_error` of it, raised outside
+    the ``except`` block so that it does not even carry the original as its
+    context.
+    """
+
+    @functools.wraps(fn)
+    def query(msg: Message, context: Context) -> Message:
+        try:
+            return fn(msg, context)
+        except Exception as exc:  # every failure: its text may quote private data
+            failure = public_error(exc)
+            log.error("fedpriv %s failed locally (%s): %s", fn.__name__, failure, exc, exc_info=exc)
+        raise failure
+
+    return query
 
 
 def _settings_and_pid(context: Context) -> tuple[RunSettings, int]:
@@ -106,6 +146,7 @@ def _secret_key(context: Context) -> SecretKey:
 
 
 @app.query("keys")
+@sanitised
 def keys(msg: Message, context: Context) -> Message:
     s, pid = _settings_and_pid(context)
     if "secagg" in context.state:
@@ -126,6 +167,7 @@ def keys(msg: Message, context: Context) -> Message:
 
 
 @app.query("keybook")
+@sanitised
 def keybook(msg: Message, context: Context) -> Message:
     """Pin the run's key book {partition id: public key}; once per run (refused after)."""
     s, pid = _settings_and_pid(context)
@@ -136,12 +178,14 @@ def keybook(msg: Message, context: Context) -> Message:
 
 
 @app.query("ping")
+@sanitised
 def ping(msg: Message, context: Context) -> Message:
     """An empty round trip: the server times Flower's own per-round cost."""
     return _reply(msg, int(context.node_config["partition-id"]))
 
 
 @app.query("fedpriv")
+@sanitised
 def answer(msg: Message, context: Context) -> Message:
     s, pid = _settings_and_pid(context)
     cfg = msg.content["config"]
@@ -189,6 +233,7 @@ def answer(msg: Message, context: Context) -> Message:
 
 
 @app.query("unmask")
+@sanitised
 def unmask(msg: Message, context: Context) -> Message:
     """The round's one unmask answer: shares for the survivors, pair masks for the dropped."""
     s, pid = _settings_and_pid(context)

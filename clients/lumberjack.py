@@ -6,7 +6,9 @@ client moves each of its rows to its node (from its own last candidate and
 the map), routes it by that node's split and returns, per tree, the class
 counts of the 2·N_t candidate children — one count per row per tree, so one
 record changes the reply by 1 in one coordinate per tree. Nothing is
-subsampled (Lumberjack uses every record in every tree; Remark 4).
+subsampled (Lumberjack uses every record in every tree; Remark 4). A label
+that is not a class index in [0, C) counts in no slot (the kernel skips it),
+so a bypassed label check cannot move a count into another candidate's slot.
 
 State: each row's candidate child in every tree, an (k, n) integer array.
 Without it (a fresh Flower process with the state dropped) the client
@@ -22,6 +24,7 @@ import numpy as np
 from fedpriv.federation.protocol import ClientData, Query
 from fedpriv.models import _forest_kernels
 from fedpriv.privacy.randomness import SecretKey
+from fedpriv.records import class_codes
 
 
 class LumberjackClient:
@@ -45,9 +48,7 @@ class LumberjackClient:
         k = sizes.size
         if int(query.config["n_trees"]) != k:
             raise ValueError(f"query holds {k} trees; config says {query.config['n_trees']}")
-        y = data.y.astype(np.int64)
-        if y.size and (y.min() < 0 or y.max() >= n_classes):
-            raise ValueError(f"labels must lie in [0, {n_classes}); got {y.min()}..{y.max()}")
+        y = class_codes(data.y, n_classes)  # −1: not a class, counted nowhere
         first = query.round == 0
         if first:
             cand = np.zeros((k, data.n), dtype=np.int64)

@@ -8,6 +8,10 @@ client's own secret key (private randomness, fixed for the run): one record
 then changes one count of one tree, so the L1/L2 sensitivity is 1. A public
 hash of the row's position would not do: removing row 0 would move every
 later row's tree (97 counts in L1 on Adult).
+
+A label that is not a class index in [0, C) (validated where the data enters,
+but a caller may bypass that) counts in no slot: bincount of leaf·C + y would
+otherwise put it in a neighbouring leaf's or tree's counts, or past the end.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import numpy as np
 from fedpriv.federation.protocol import ClientData, Query
 from fedpriv.models.trees import RandomTree, check_routable, route
 from fedpriv.privacy.randomness import SecretKey
+from fedpriv.records import class_codes
 
 
 def tree_of_rows(key: SecretKey, n: int, n_trees: int) -> np.ndarray:
@@ -52,9 +57,7 @@ class RandomForestClient:
         depth, n_classes = int(cfg["depth"]), int(cfg["n_classes"])
         features, thresholds = query.arrays["feature"], query.arrays["threshold"]
         k, leaves = features.shape[0], 1 << depth
-        y = data.y.astype(np.int64)
-        if y.size and (y.min() < 0 or y.max() >= n_classes):
-            raise ValueError(f"labels must lie in [0, {n_classes})")
+        y = class_codes(data.y, n_classes)  # −1: not a class, counted nowhere
         owner = None
         if cfg["mode"] == "disjoint":
             owner = tree_of_rows(key, data.n, k)
@@ -65,7 +68,7 @@ class RandomForestClient:
                 raise ValueError(f"tree {t} has depth {tree.depth}; the query says {depth}")
             check_routable(tree, data.XT.shape[0])
             leaf = route(tree, data.X)
-            keep = slice(None) if owner is None else owner == t
+            keep = y >= 0 if owner is None else (owner == t) & (y >= 0)
             out[t] = np.bincount(
                 leaf[keep].astype(np.int64) * n_classes + y[keep], minlength=leaves * n_classes
             ).reshape(leaves, n_classes)

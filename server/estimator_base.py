@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,7 @@ import numpy as np
 from fedpriv.data import TabularDataset, iid
 from fedpriv.federation.runtime import InProcessRuntime
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
+from fedpriv.records import BINARY_LABELS, check_labels, check_partition
 from fedpriv.seeding import derive_generator
 
 
@@ -20,19 +22,31 @@ def federated_training_data(
     partition: list[np.ndarray] | None,
     n_clients: int,
     part: str = "train",
+    *,
+    classes: Sequence[float] = BINARY_LABELS,
 ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-    """Training rows and who holds them (see :meth:`TabularDataset.client_partition`)."""
+    """Training rows and who holds them (see :meth:`TabularDataset.client_partition`).
+
+    The labels must lie in the public label set: the schema's for a dataset,
+    else ``classes`` (the learner's: {0, 1} for a binary learner). A
+    partition must give each row to at most one client. Both are refused with
+    a :class:`~fedpriv.errors.DataError` naming the bad label or the shared row.
+    """
     if isinstance(data, TabularDataset):
         X, yy = data.xy(part)
+        target = data.schema.target
+        yy = check_labels(yy, target.classes, column=target.column)
         if partition is None:
             partition = data.client_partition(n_clients, part)
-        return X, yy, partition
+        return X, yy, check_partition(partition, yy.size)
     if y is None:
         raise ValueError("fit(X, y): y is required with an array X")
-    X, yy = np.asarray(data, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    X, yy = np.asarray(data, dtype=np.float64), check_labels(y, classes)
+    if X.ndim != 2 or X.shape[0] != yy.size:
+        raise ValueError(f"fit(X, y): X must be (n, d) with n = len(y); got {X.shape}, {yy.shape}")
     if partition is None:
         partition = iid(yy.size, n_clients=n_clients, rng=derive_generator(0, "partition", "iid"))
-    return X, yy, partition
+    return X, yy, check_partition(partition, yy.size)
 
 
 class Estimator:

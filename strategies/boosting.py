@@ -6,7 +6,9 @@ per-leaf sums (Σg, Σh) of their Poisson(q) samples, adds Gaussian noise to the
 securely aggregated sums and sets damped Newton leaf values.
 
 Privacy. One record changes one leaf's (Σg, Σh) by at most (1, 0.25), so the
-L2 sensitivity of the whole reply is √(1 + 0.25²). A round is a Gaussian
+L2 sensitivity of the whole reply is √(1 + 0.25²). The client kernel clips each
+record's g to [−1, 1] and h to [0, 1/4] (:data:`GRAD_BOUND`, :data:`HESS_BOUND`),
+so this holds for any label, not only for y ∈ {0, 1}. A round is a Gaussian
 mechanism on a Poisson(q) sample; T rounds are recorded as T such events and
 the noise multiplier is calibrated for exactly that plan.
 
@@ -31,6 +33,7 @@ import numpy as np
 from dp_accounting import dp_event
 
 from fedpriv.federation.protocol import Query
+from fedpriv.models._kernels import GRAD_BOUND, HESS_BOUND
 from fedpriv.models.trees import (
     RandomTree,
     TreeEnsemble,
@@ -55,8 +58,8 @@ from fedpriv.privacy.participation import (
 from fedpriv.privacy.randomness import check_private
 
 METHOD = "boosting"
-GRAD_BOUND = 1.0  # |g| = |p − y| ≤ 1
-HESS_BOUND = 0.25  # h = p(1 − p) ≤ 1/4
+# GRAD_BOUND (|g| ≤ 1) and HESS_BOUND (h ≤ 1/4) live with the client kernel, which
+# clips every record's (g, h) to them: the bound assumed here is the one enforced there.
 L2_SENSITIVITY = math.sqrt(GRAD_BOUND**2 + HESS_BOUND**2)
 
 

@@ -39,6 +39,7 @@ from fedpriv.data.schema import (
 )
 from fedpriv.data.split import Split, make_split
 from fedpriv.data.synthetic import SyntheticConfig, make_synthetic
+from fedpriv.records import check_labels, check_partition
 
 __all__ = [
     "BinaryColumn",
@@ -56,6 +57,8 @@ __all__ = [
     "Target",
     "Transform",
     "box_standardisation",
+    "check_labels",
+    "check_partition",
     "data_dir",
     "dirichlet",
     "encode",

@@ -78,9 +78,10 @@ def data_dir() -> Path:
         if (c / "adult").is_dir():
             return c
     raise DataError(
-        "bundled datasets not found; set FEDPRIV_DATA_DIR (looked in "
+        code="datasets_not_found",
+        message="bundled datasets not found; set FEDPRIV_DATA_DIR (looked in "
         + ", ".join(str(c) for c in candidates)
-        + ")"
+        + ")",
     )
 
 

@@ -51,6 +51,7 @@ def load_csv(
         if client_col is not None and client_col not in frame.columns:
             raise DataError(
                 f"client column missing; the file has {list(frame.columns)}",
+                code="missing_column",
                 source=str(path),
                 column=client_col,
             )
@@ -62,7 +63,11 @@ def load_csv(
             if col.isna().any():
                 bad = int(lines[np.flatnonzero(col.isna().to_numpy())[0]])
                 raise DataError(
-                    "client id is missing", source=str(path), column=client_col, line=bad
+                    "client id is missing",
+                    code="missing_client_id",
+                    source=str(path),
+                    column=client_col,
+                    line=bad,
                 )
             names_arr, clients = np.unique(col.astype(str).to_numpy(), return_inverse=True)
             names = tuple(str(n) for n in names_arr)
@@ -84,6 +89,7 @@ def load_csv(
                     who = [names[i] for i in np.flatnonzero(counts == 0)]
                     raise DataError(
                         f"client(s) {who} have zero rows in the {part} part",
+                        code="client_without_rows",
                         source=str(path),
                         column=client_col,
                     )
@@ -97,5 +103,5 @@ def load_csv(
         "split_seed": split_seed,
     }
     if not path.is_file():
-        raise DataError("file not found", source=str(path))
+        raise DataError("file not found", code="file_not_found", source=str(path))
     return cached("csv", [path], sch, opts, build, use_cache=use_cache)

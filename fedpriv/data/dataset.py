@@ -24,6 +24,7 @@ from fedpriv.data.partition import Partition, dirichlet, iid, natural
 from fedpriv.data.schema import Schema
 from fedpriv.data.split import Split
 from fedpriv.privacy.cache import cache_dir
+from fedpriv.records import check_labels, check_partition
 from fedpriv.seeding import derive_generator
 
 _PARTS = ("train", "val", "test")
@@ -82,6 +83,9 @@ class TabularDataset:
         )
 
     def __post_init__(self) -> None:
+        # Every way in (a corpus loader, a CSV, the on-disk cache) ends here: the
+        # labels must lie in the schema's public label set, whatever the file held.
+        check_labels(self.y, self.schema.target.classes, column=self.schema.target.column)
         # A dataset is shared by every learner and run: freeze its arrays.
         for arr in (self.X, self.X_ordinal, self.y, self.clients, *vars(self.split).values()):
             if isinstance(arr, np.ndarray):
@@ -104,7 +108,10 @@ class TabularDataset:
         """Per-client indices *into* ``part`` from the natural client column."""
         if self.clients is None:
             raise ValueError(f"dataset {self.name!r} has no natural clients; use a partitioner")
-        return natural(self.clients[self.rows(part)], n_clients=len(self.client_names))
+        rows = self.rows(part)
+        return check_partition(
+            natural(self.clients[rows], n_clients=len(self.client_names)), rows.size
+        )
 
     def client_partition(
         self, n_clients: int = 5, part: str = "train", *, alpha: float | None = None
@@ -118,9 +125,12 @@ class TabularDataset:
             return self.natural_partition(part)
         kind = "iid" if alpha is None else f"dirichlet-{alpha!r}"
         rng = derive_generator(self.split.seed or 0, "partition", kind, part)
+        n = self.rows(part).size
         if alpha is None:
-            return iid(self.rows(part).size, n_clients=n_clients, rng=rng)
-        return dirichlet(self.y[self.rows(part)], n_clients=n_clients, alpha=alpha, rng=rng)
+            parts = iid(n, n_clients=n_clients, rng=rng)
+        else:
+            parts = dirichlet(self.y[self.rows(part)], n_clients=n_clients, alpha=alpha, rng=rng)
+        return check_partition(parts, n)
 
     @property
     def positive_rate(self) -> float:

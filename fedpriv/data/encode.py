@@ -108,6 +108,7 @@ def _count_missing(
     if spec.missing is Missing.ERROR:
         raise DataError(
             "value is missing and the schema allows no missing values here",
+            code="missing_value",
             source=source,
             column=spec.name,
             line=_first_line(miss, lines),
@@ -123,7 +124,11 @@ def encode_target(
     codes, uniques = _factorize(frame[col])
     if (codes < 0).any():
         raise DataError(
-            "label is missing", source=source, column=col, line=_first_line(codes < 0, lines)
+            "label is missing",
+            code="missing_label",
+            source=source,
+            column=col,
+            line=_first_line(codes < 0, lines),
         )
     allowed = set(schema.target.labels)
     bad = [i for i, u in enumerate(uniques) if u not in allowed]
@@ -132,6 +137,7 @@ def encode_target(
         value = uniques[codes[np.flatnonzero(mask)[0]]]
         raise DataError(
             f"label {value!r} is outside the declared label set {list(schema.target.labels)}",
+            code="label_outside_label_set",
             source=source,
             column=col,
             line=_first_line(mask, lines),
@@ -151,6 +157,7 @@ def _numeric(
             i = np.flatnonzero(bad)[0]
             raise DataError(
                 f"value {raw.iloc[i]!r} is not a number",
+                code="not_a_number",
                 source=source,
                 column=spec.name,
                 line=int(lines[i]),
@@ -217,6 +224,7 @@ def encode_features(
                 raise DataError(
                     f"value {series.iloc[bad]!r} is neither {list(spec.positive)} nor "
                     f"{list(spec.negative)}",
+                    code="value_outside_domain",
                     source=source,
                     column=spec.name,
                     line=int(lines[bad]),
@@ -311,18 +319,24 @@ def encode(
     lines = np.arange(len(frame)) + 2 if lines is None else np.asarray(lines)
     report = report or LoadReport(source=source)
     if len(frame) == 0:
-        raise DataError("no data rows", source=source)
+        raise DataError("no data rows", code="no_data_rows", source=source)
     needed = [*schema.column_names, schema.target.column]
     absent = [c for c in needed if c not in frame.columns]
     if absent:
         raise DataError(
             f"missing column(s) {absent}; the file has {list(frame.columns)}",
+            code="missing_column",
             source=source,
             column=absent[0],
         )
     for c in needed:
         if frame[c].isna().all():
-            raise DataError("column is entirely missing", source=source, column=c)
+            raise DataError(
+                "column is entirely missing",
+                code="column_entirely_missing",
+                source=source,
+                column=c,
+            )
     y = encode_target(frame, schema, source=source, lines=lines)
     X, X_ord = encode_features(frame, schema, source=source, lines=lines, report=report)
     report.n_rows = len(frame)

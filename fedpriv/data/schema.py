@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from fedpriv.records import BINARY_LABELS
+
 
 class SchemaError(ValueError):
     """A schema is malformed; the message names the schema and the column."""
@@ -192,6 +194,15 @@ class Target:
             )
         object.__setattr__(self, "positive", pos)
         object.__setattr__(self, "labels", labels)
+
+    @property
+    def classes(self) -> tuple[int, ...]:
+        """The encoded label set, (0, 1): 1 for a ``positive`` label, 0 for the rest.
+
+        Public (from the schema, never the rows): every entry point checks the
+        encoded labels against it (:func:`fedpriv.records.check_labels`).
+        """
+        return BINARY_LABELS
 
 
 @dataclass(frozen=True, kw_only=True)

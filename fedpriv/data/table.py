@@ -55,7 +55,7 @@ def read_table(
     path = Path(path)
     source = str(path)
     if not path.is_file():
-        raise DataError("file not found", source=source)
+        raise DataError("file not found", code="file_not_found", source=source)
     opts = {
         "sep": sep,
         "header": None if names is not None else 0,
@@ -68,7 +68,7 @@ def read_table(
     try:
         head = pd.read_csv(path, nrows=0, **opts)
     except pd.errors.EmptyDataError as exc:
-        raise DataError("file is empty", source=source) from exc
+        raise DataError("file is empty", code="empty_file", source=source) from exc
     floats = {c: "float64" for c in _float_columns(schema) if c in head.columns}
     text = {c: str for c in head.columns if c not in floats}
     try:
@@ -77,6 +77,6 @@ def read_table(
         # Some "numeric" cell is not a number: read as text; encoding reports it.
         frame = pd.read_csv(path, dtype=str, **opts)
     if len(frame) == 0:
-        raise DataError("file has a header but no data rows", source=source)
+        raise DataError("file has a header but no data rows", code="no_data_rows", source=source)
     first = 1 + skiprows + (names is None)
     return frame, np.arange(len(frame)) + first

@@ -41,6 +41,13 @@ class FixedPointCodec:
 
     Raises :class:`SecAggOverflowError` if max_summands·(max_abs·scale + 0.5) ≥ 2^63 − 1:
     the largest sum would leave the signed 64-bit range and wrap silently.
+
+    Rounding and DP: two vectors at L2 distance Δ encode at distance up to
+    Δ + √d/scale (L1: Δ₁ + d/scale), e.g. more than Δ·scale ticks. The runtimes
+    use scale = 2^32, the noise grid's 1/γ, so this is the rounding margin
+    every mechanism adds to its sensitivity
+    (:func:`fedpriv.federation.runtime.codec_for`,
+    :func:`fedpriv.privacy.randomness.rounding_margin`).
     """
 
     scale: float

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from fedpriv.records import check_partition
+
 if TYPE_CHECKING:  # clients never touch the ledger: keep dp-accounting (and scipy) out
     from fedpriv.privacy.ledger import PrivacyLedger
     from fedpriv.privacy.randomness import SecretKey
@@ -182,5 +184,13 @@ def poisson_sample(n: int, rate: float, rng: np.random.Generator) -> np.ndarray:
 
 
 def make_clients(X: np.ndarray, y: np.ndarray, partition: list[np.ndarray]) -> list[ClientData]:
-    """One :class:`ClientData` per index array of ``partition`` (ids 0..K−1)."""
-    return [ClientData(client_id=k, X=X[idx], y=y[idx]) for k, idx in enumerate(partition)]
+    """One :class:`ClientData` per index array of ``partition`` (ids 0..K−1).
+
+    Refuses (:class:`~fedpriv.errors.DataError`) a partition that gives a row
+    to two clients, or twice to one, or points outside the rows
+    (:func:`~fedpriv.records.check_partition`): that record would count twice.
+    Labels are not checked here (the label set is the learner's, checked where
+    the data enters); the handlers clip whatever they are given.
+    """
+    parts = check_partition(partition, len(y))
+    return [ClientData(client_id=k, X=X[idx], y=y[idx]) for k, idx in enumerate(parts)]

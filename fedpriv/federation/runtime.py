@@ -35,11 +35,14 @@ from fedpriv.federation.secagg import (
 )
 from fedpriv.privacy._validation import check_probability
 from fedpriv.privacy.ledger import PrivacyLedger
-from fedpriv.privacy.randomness import PrivateStreams, SecretKey
+from fedpriv.privacy.randomness import GRID, PrivateStreams, SecretKey
 from fedpriv.seeding import derive_generator
 
-#: Fixed-point scale of the shim: 2^-32 ≈ 2.3e-10 resolution per summand.
-DEFAULT_SCALE = float(2**32)
+#: Fixed-point scale of the shim: 2^-32 ≈ 2.3e-10 resolution per summand. It must be
+#: the noise grid's 1/γ: the mechanisms' rounding margin γ√d (γd in L1) covers the
+#: codec's rounding of the one client a record changes only then (see
+#: :func:`codec_for`), and the decoded sum then lies on the grid already.
+DEFAULT_SCALE = 1.0 / GRID  # = 2.0**32 exactly
 #: Fewest clients whose sum may be revealed; below it a round is aborted.
 MIN_PARTIES = 2
 
@@ -81,7 +84,22 @@ def codec_for(
     absolute value (clipping bound times a public bound on its record count),
     and at most ``n_clients`` vectors are summed; the codec refuses a scale
     that could overflow instead of wrapping silently.
+
+    Rounding and DP: one record changes one client's vector v by Δ (L2); its
+    encoding rint(v·s)/s moves by at most Δ + √d/s (each coordinate's rounding
+    error is ≤ 1/(2s), so two roundings differ by ≤ 1/s), and no other
+    client's encoding moves. With s = 1/γ = 2^32 that is Δ₂ + γ√d, exactly the
+    margin every Gaussian/Laplace mechanism adds to its sensitivity
+    (:func:`fedpriv.privacy.randomness.rounding_margin`); the decoded sum is
+    then on the grid γℤ, so the mechanism's own rounding adds nothing more. A
+    coarser scale would leave the margin short (√d/s > γ√d), a finer one
+    would round twice: both are refused.
     """
+    if scale != DEFAULT_SCALE:
+        raise ValueError(
+            f"scale must be 2**32 = {DEFAULT_SCALE!r} (the noise grid's 1/γ, which the "
+            f"mechanisms' rounding margin assumes); got {scale!r}"
+        )
     return FixedPointCodec(scale=scale, max_abs=record_bound * max_records, max_summands=n_clients)
 
 

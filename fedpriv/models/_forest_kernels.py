@@ -99,7 +99,11 @@ def route_and_count(
     map at ``index[index_starts[t]:]``). The row then goes left or right by
     its node's split (``feature``/``threshold`` at ``offsets[t] + node``), its
     new candidate 2·node + side is written back to ``cand``, and
-    ``out[2·C·offsets[t] + C·candidate + y]`` is incremented.
+    ``out[2·C·offsets[t] + C·candidate + y]`` is incremented, only for a label
+    y in [0, C): any other label (a bypassed label check) is routed but counted
+    in no slot, so one record adds at most one count per tree, in its own
+    candidate's block, and never writes outside ``out`` (nothing else here is
+    bounds-checked).
 
     The map's −1 marks a node that is not split further (at or under the
     sparse threshold's gate): its rows stop (``cand`` −1) and are skipped from
@@ -125,7 +129,8 @@ def route_and_count(
             j = offsets[t] + node
             c = 2 * node + (1 if X[i, feature[j]] > threshold[j] else 0)
             cand[t, i] = c
-            out[base + c * n_classes + y[i]] += 1.0
+            if 0 <= y[i] < n_classes:
+                out[base + c * n_classes + y[i]] += 1.0
     return True
 
 

@@ -22,6 +22,12 @@ import numba
 import numpy as np
 
 _JIT = {"nogil": True, "cache": True}
+#: Per-record bounds of the boosting statistics, which the server's sensitivity
+#: assumes (``strategies/boosting.py``: Δ₂ = √(GRAD_BOUND² + HESS_BOUND²)). The
+#: kernel clips to them, so no label or margin can exceed them: with y ∈ {−1, 1}
+#: the raw g = p − y reaches 2, with y ∈ {0, 5} it reaches 5.
+GRAD_BOUND = 1.0  # |g| = |p − y| ≤ 1 for y ∈ {0, 1}
+HESS_BOUND = 0.25  # h = p(1 − p) ≤ 1/4
 # Indices are unsigned inside the loops: numba then skips the negative-index
 # wrap-around test, which made the router ~1.6x slower. Leaf arrays are uint64.
 _ONE, _TWO = np.uint64(1), np.uint64(2)
@@ -96,10 +102,23 @@ def _sigmoid(z):  # pragma: no cover - compiled
 
 
 @numba.njit(**_JIT)
+def _clip(v, lo, hi):  # pragma: no cover - compiled
+    # Every comparison with NaN is false, so a NaN (a NaN label or margin)
+    # lands on ``lo``: inside the bound, never outside it. min/max would pass it on.
+    if v >= lo:
+        return v if v <= hi else hi
+    return lo
+
+
+@numba.njit(**_JIT)
 def logistic_leaf_sums(margins, y, leaf, rows, starts, offsets, sizes, out):  # pragma: no cover
     """Per-client, per-leaf ``[Σg | Σh]`` of sampled rows (benchmark paper §3.4).
 
-    g = p − y and h = p(1 − p) clipped to [0, 0.25] with p = σ(margin).
+    g = p − y clipped to [−GRAD_BOUND, GRAD_BOUND] and h = p(1 − p) clipped to
+    [0, HESS_BOUND], with p = σ(margin): whatever the labels (validated
+    upstream, but a caller may bypass that), one record moves one leaf's
+    (Σg, Σh) by at most (GRAD_BOUND, HESS_BOUND), the sensitivity the server
+    assumes. For y ∈ {0, 1} the clip is the identity.
     Client ``o``'s sample is ``rows[starts[o]:starts[o+1]]``, indices in
     ``[0, sizes[o])`` local to its block of rows beginning at ``offsets[o]``;
     its sums go to ``out[o]`` ((n_clients, 2L), zeroed by the caller),
@@ -116,9 +135,10 @@ def logistic_leaf_sums(margins, y, leaf, rows, starts, offsets, sizes, out):  # 
         for k in range(starts[o], starts[o + 1]):
             i = base + rows[k]
             p = _sigmoid(margins[i])
-            h = min(max(p * (1.0 - p), 0.0), 0.25)
+            g = _clip(p - y[i], -GRAD_BOUND, GRAD_BOUND)
+            h = _clip(p * (1.0 - p), 0.0, HESS_BOUND)
             j = leaf[i]
-            out[o, j] += p - y[i]
+            out[o, j] += g
             out[o, n_leaves + j] += h
     return True
 

@@ -44,9 +44,16 @@ def _sigmoid(f):  # pragma: no cover - compiled
 
 @numba.njit(**_JIT)
 def _factor(norm2, clip):  # pragma: no cover - compiled
-    # min(1, C/‖g‖): the clipped gradient has norm at most C.
+    # min(1, C/‖g‖): the clipped gradient has norm at most C, whatever the label
+    # (y ∈ {0, 5} gives |σ(f) − y| up to 5, still clipped). A non-finite norm (a
+    # NaN or infinite label or input) gives 0, and the caller skips the example:
+    # NaN > C is false, so the old form let a NaN through unclipped.
     norm = math.sqrt(norm2)
-    return clip / norm if norm > clip else 1.0
+    if norm <= clip:
+        return 1.0
+    if norm < math.inf:
+        return clip / norm
+    return 0.0
 
 
 @numba.njit(**_JIT)
@@ -71,7 +78,10 @@ def logistic_clipped_sums(
                 f += params[j] * v
                 xx += v * v
             g = _sigmoid(f) - y[i]
-            s = g * _factor(g * g * (xx + 1.0), clip)
+            fac = _factor(g * g * (xx + 1.0), clip)
+            if fac == 0.0:
+                continue  # non-finite gradient: the example adds nothing
+            s = g * fac
             for j in range(d):
                 out[c, j] += s * x[j]
             out[c, d] += s
@@ -124,7 +134,10 @@ def mlp_clipped_sums(
                 if z[a] > 0.0:
                     u = g * params[w2 + a]
                     uu += u * u
-            sg = g * _factor(uu * (xx + 1.0) + g * g * (aa + 1.0), clip)
+            fac = _factor(uu * (xx + 1.0) + g * g * (aa + 1.0), clip)
+            if fac == 0.0:
+                continue  # non-finite gradient: the example adds nothing
+            sg = g * fac
             for a in range(h):
                 if z[a] > 0.0:
                     u = sg * params[w2 + a]

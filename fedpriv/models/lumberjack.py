@@ -35,6 +35,8 @@ from typing import Protocol
 
 import numpy as np
 
+from fedpriv.records import class_codes
+
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
@@ -186,8 +188,12 @@ def route(X: np.ndarray, node: np.ndarray, layer: Layer) -> np.ndarray:
 
 
 def candidate_counts(candidate: np.ndarray, y: np.ndarray, n_nodes: int, n_classes: int):
-    """(2·n_nodes, C) class counts of the candidate children."""
-    flat = np.bincount(candidate * n_classes + y, minlength=2 * n_nodes * n_classes)
+    """(2·n_nodes, C) class counts of the candidate children.
+
+    A label outside [0, C) counts in no slot (rather than in the next candidate's).
+    """
+    keep = (y >= 0) & (y < n_classes)
+    flat = np.bincount(candidate[keep] * n_classes + y[keep], minlength=2 * n_nodes * n_classes)
     return flat.reshape(2 * n_nodes, n_classes)
 
 
@@ -262,12 +268,12 @@ class RowRouter:
 
     def __init__(self, X: np.ndarray, y: np.ndarray, n_classes: int) -> None:
         self.X = np.ascontiguousarray(X, dtype=np.float64)
-        self.y = np.asarray(y, dtype=np.int64)
+        self.y = class_codes(y, n_classes)  # −1: not a class, counted nowhere
         self.n_classes = n_classes
         self.node = np.zeros(self.y.size, dtype=np.int64)
 
     def root_counts(self) -> np.ndarray:
-        return np.bincount(self.y, minlength=self.n_classes)
+        return np.bincount(self.y[self.y >= 0], minlength=self.n_classes)
 
     def child_counts(self, layer: Layer) -> np.ndarray:
         """This party's candidate-child counts under ``layer``'s splits; advances its rows."""

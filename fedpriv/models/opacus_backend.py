@@ -118,6 +118,12 @@ class OpacusGradients:
             p.grad = None
             p.grad_sample = None
         with torch.no_grad():
+            # A non-finite per-sample gradient (a NaN or infinite label or input)
+            # adds nothing, as in the compiled kernels: its norm would be NaN and
+            # slip through the clip. Every other row has norm ≤ C after the clip,
+            # whatever its label (y ∈ {0, 5} makes |σ(f) − y| up to 5, still clipped).
+            finite = torch.isfinite(grads).all(dim=1)
+            grads = torch.where(finite[:, None], grads, torch.zeros((), dtype=grads.dtype))
             norms = grads.norm(dim=1)
             factor = clip / norms.clamp_min(clip)  # min(1, C/‖g‖), no division by zero
             clipped = (factor[:, None] * grads).numpy()
