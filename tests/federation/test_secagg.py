@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
+from fedpriv.errors import ClientFailure
 from fedpriv.federation import shamir
 from fedpriv.federation.secagg import (
     FixedPointCodec,
@@ -728,14 +729,18 @@ def test_flower_handlers_pin_the_key_book_and_refuse_substitution_and_second_unm
     cfg = {"participants": [0, 1, 2], "public-keys": [book[p] for p in range(3)]}
     for ctx in contexts.values():
         client_app.keybook(message("keybook", cfg), ctx)
+    # The handlers are sanitised (only a code reaches the server): check the
+    # node-local reasons on the unwrapped handlers, and the code on one wrapped call.
     with pytest.raises(RuntimeError, match="pinned once per run"):
+        client_app.keybook.__wrapped__(message("keybook", cfg), contexts[0])
+    with pytest.raises(ClientFailure, match="client_error"):
         client_app.keybook(message("keybook", cfg), contexts[0])
     evil = {**cfg, "public-keys": [book[0], SecAggClient(client_id=1).public_key, book[2]]}
     with pytest.raises(SecAggKeyError, match=r"clients \[1\] differ"):  # before any work
-        client_app.answer(message("fedpriv", evil), contexts[0])
+        client_app.answer.__wrapped__(message("fedpriv", evil), contexts[0])
     with pytest.raises(SecAggKeyError, match=r"participants \[3\] have no key pinned"):
         unknown = {"participants": [0, 1, 3], "public-keys": [book[0], book[1], book[2]]}
-        client_app.answer(message("fedpriv", unknown), contexts[0])
+        client_app.answer.__wrapped__(message("fedpriv", unknown), contexts[0])
     # Step 1 as the `answer` handler does it, from and back to the node state.
     xs, ups = _vectors(range(3), 5, seed=1), {}
     for pid, ctx in contexts.items():
@@ -748,7 +753,7 @@ def test_flower_handlers_pin_the_key_book_and_refuse_substitution_and_second_unm
     server = SecAggServer(codec=CODEC)
     inboxes = server.inboxes([0, 1, 2], {i: u.shares for i, u in ups.items()})
 
-    def unmask(pid, **over):
+    def unmask(pid, wrapped=False, **over):
         base = {
             "round": 0,
             "survivors": [0, 1, 2],
@@ -758,7 +763,8 @@ def test_flower_handlers_pin_the_key_book_and_refuse_substitution_and_second_unm
             "from": list(inboxes[pid]),
             "ct": list(inboxes[pid].values()),
         }
-        return client_app.unmask(message("unmask", {**base, **over}), contexts[pid])
+        handler = client_app.unmask if wrapped else client_app.unmask.__wrapped__
+        return handler(message("unmask", {**base, **over}), contexts[pid])
 
     with pytest.raises(SecAggKeyError, match="differ"):
         unmask(0, **{"public-keys": evil["public-keys"]})
@@ -766,7 +772,7 @@ def test_flower_handlers_pin_the_key_book_and_refuse_substitution_and_second_unm
         unmask(0, dropped=[2])
     answers = {}
     for pid in range(3):
-        rep = unmask(pid)
+        rep = unmask(pid, wrapped=True)
         got, rec = rep.content["unmask"], rep.content["masks"]
         answers[pid] = UnmaskAnswer(
             shares=dict(zip(got["of"], got["share"], strict=True)),
