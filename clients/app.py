@@ -12,6 +12,7 @@ keys, so an injected key reproduces a run bit for bit.
 
 from __future__ import annotations
 
+import logging
 import os
 from functools import lru_cache
 
@@ -99,6 +100,20 @@ def _secret_key(context: Context) -> SecretKey:
     return SecretKey(bytes(context.state["private"]["key"]))
 
 
+def answer_quietly(handler, query, data: ClientData, sample, state, key) -> np.ndarray:
+    """``handler.answer``; a failure reaches the server without its message.
+
+    A handler's message may quote this node's rows (a label, a size, a sample);
+    the details stay in the node's own log and the server, which prints client
+    errors, learns only which handler failed and the exception's type.
+    """
+    try:
+        return handler.answer(query, data, sample, state, key)
+    except Exception as exc:
+        logging.getLogger(__name__).exception("fedpriv %s handler failed", query.method)
+        raise RuntimeError(f"{query.method} handler failed ({type(exc).__name__})") from None
+
+
 @app.query("keys")
 def keys(msg: Message, context: Context) -> Message:
     s, pid = _settings_and_pid(context)
@@ -140,7 +155,7 @@ def answer(msg: Message, context: Context) -> Message:
             {k: saved_arrays[k].numpy() for k in saved_arrays.keys()}, dict(saved_scalars)
         )
     handler = HANDLERS[query.method]
-    vec = handler.answer(query, data, sample, state, key)
+    vec = answer_quietly(handler, query, data, sample, state, key)
     for key in getattr(handler, "cache_keys", ()):
         state.pop(key, None)
     st_arrays, st_scalars = state_to_wire(state)

@@ -67,6 +67,10 @@ class RunSettings:
     node_wait_timeout: float = 300.0
     ping_rounds: int = 0  # empty rounds timed before training (a same-run baseline)
     poll_interval: float = 0.1  # seconds between the server's pulls for replies
+    #: Write per-round wall times (communication.json) and the run time (log). They
+    #: track the clients' work on their rows, a release no mechanism accounts for,
+    #: so the privacy report then says ``certified: false``. For benchmarks only.
+    timings: bool = False
     clip_norm: float = 3.0  # DP-SGD: per-example L2 clipping bound C
     hidden: int = 16  # DP-SGD MLP width
     backend: str = "fast"  # DP-SGD per-example gradients: "fast" or "opacus"
