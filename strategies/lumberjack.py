@@ -2,7 +2,7 @@
 
 Lebeda, Erb, Cebere & Bellet, "Lumberjack": k = 30 random trees, ε₁ = 0.75ε
 for the structure, δ = 1e-6; depth d = 49 here (the paper's 100 costs more
-once growth is staged, see the end).
+once growth is staged: see Accuracy below).
 
 Federated design: nothing exact reaches a client
 ------------------------------------------------
@@ -45,7 +45,7 @@ tree, m = 630 for 30 trees), recorded once as an ``ApproxDpEvent`` when the
 first bits are released; the frontier cap (``max_frontier``) and the
 leaves' structure are post-processing. The answers are the same mechanism
 on the same kind of queries; what changes is m: Algorithm 1 on the whole
-depth-d tree at once (m = k(1 + ⌊log₂ d⌋) = 210) needs the whole tree before
+depth-d tree at once (m = k(1 + ⌊log₂ d⌋), 210 at k = 30, d = 100) needs the whole tree before
 its first answer, which exact growth provided. Checking level by level as
 the tree grows (h = 1) is *not* the same set of checks: a record enters one
 query per level per tree, m = k·d (3,000 at d = 100; σ and τ ×3.8). Stages

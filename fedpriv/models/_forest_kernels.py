@@ -1,7 +1,7 @@
 """Compiled inner loops of Lumberjack (server: split proposals; client: routing, leaves).
 
-Both run once per node or per row per tree per layer — ~10⁸ times for 30
-trees of depth 100 on Adult — where numpy's per-call overhead and
+They run once per node or per row per tree per level — ~10⁸ times for 30
+trees of depth 50 on Adult — where numpy's per-call overhead and
 temporaries dominated. Pure functions: they read their inputs and write only
 the ``out`` arguments they document. ``cache=True`` keeps the compiled code
 beside this file for new processes (Flower workers).
