@@ -1,12 +1,12 @@
 """DP forests: Lumberjack and the fully random forest against diffprivlib and scikit-learn.
 
 ``--speed``    each fit alone in a fresh interpreter (wall time and peak RSS of that
-               process): Lumberjack on Adult (30 trees, depth 100, ε = 1) and on
+               process): Lumberjack on Adult (30 trees, depth 49, ε = 1) and on
                BRFSS (48,000 rows, 50 trees), and diffprivlib's
                ``RandomForestClassifier`` on Adult at depth 15 and 17 (20 trees),
                printed as ratios against Lumberjack from the same run.
 ``--evaluate`` Adult over ``--seeds`` seeds at ε ∈ {0.5, 1, 2, 4, 8} (δ = 1e-6):
-               Lumberjack (30 trees, depth 100, ε₁ = 0.75ε; Gaussian leaf
+               Lumberjack (30 trees, depth 49, ε₁ = 0.75ε; Gaussian leaf
                counts pooled over the trees, and the paper's EM leaves); the fully random
                forest and diffprivlib, each tuned per ε on the validation split
                (forest: depth × leaf mechanism × budget mode; diffprivlib: trees
@@ -130,11 +130,11 @@ def speed() -> None:
     for depth in (15, 17):
         d = rows[f"diffprivlib-{depth}"]
         print(
-            f"  diffprivlib depth {depth} / Lumberjack depth 100 (Adult): "
+            f"  diffprivlib depth {depth} / Lumberjack depth 49 (Adult): "
             f"{d['seconds'] / lj['seconds']:.2f}x the time, {d['peak_mb'] / lj['peak_mb']:.2f}x "
             "the memory"
         )
-    print("  targets: Lumberjack Adult (30 × depth 100) ≤ 20 s and ≤ 1 GB; BRFSS 50 trees ≤ 3 min")
+    print("  targets: Lumberjack Adult (30 × depth 49) ≤ 20 s and ≤ 1 GB; BRFSS 50 trees ≤ 3 min")
 
 
 # -- evaluation -------------------------------------------------------------------
@@ -186,7 +186,7 @@ def evaluate(seeds: int) -> None:
             for s in range(seeds)
         ]
         per_fit = (time.perf_counter() - t0) / seeds
-        cells["Lumberjack (30 × depth 100)"] = [
+        cells["Lumberjack (30 × depth 49)"] = [
             _scores(f.predict_proba(X_te)[:, 1], y_te) for f in fits
         ]
         cells["Lumberjack, paper's EM leaves"] = [
@@ -249,7 +249,7 @@ def evaluate(seeds: int) -> None:
             accs, aucs = zip(*scores, strict=True)
             print(f"    {name:<34} {_mean_sd(accs)} | {_mean_sd(aucs)}", flush=True)
 
-    print(f"Lumberjack test AUC on the benchmark corpora, {seeds} seeds (30 trees, depth 100)")
+    print(f"Lumberjack test AUC on the benchmark corpora, {seeds} seeds (30 trees, depth 49)")
     for name, loader in (("brfss", load_brfss), ("diabetes130", load_diabetes130)):
         ds = loader()
         X_te, y_te = ds.xy("test")

@@ -7,7 +7,7 @@ import numpy as np
 from clients.lumberjack import LumberjackClient
 from clients.random_forest import RandomForestClient
 from fedpriv.data import TabularDataset
-from fedpriv.models.lumberjack import FeatureSpace
+from fedpriv.models.lumberjack import STAGE_HEIGHT, FeatureSpace
 from fedpriv.privacy.randomness import SecretKey
 from server.estimator_base import Estimator, federated_training_data
 from strategies.lumberjack import LumberjackConfig, LumberjackStrategy
@@ -38,9 +38,13 @@ class LumberjackClassifier(Estimator):
         (default), or every encoded feature equally likely. "columns" lifts
         Adult's accuracy (5 seeds, ε = 1: .835 vs .827), since one-hot levels
         no longer outnumber the numeric columns.
-    gate : int or None
-        Nodes with at most ``gate`` rows are not split (τ = gate + 1 + Δ);
-        ``None``: ⌊σ/4⌋. See ``strategies/lumberjack.py``.
+    gate : int
+        The sparse threshold's deterministic gate: counts ≤ ``gate`` answer ⊥
+        without noise (τ = gate + 1 + Δ; the paper's 0).
+    stage_height, max_frontier : int
+        Levels per growth stage (m = k·Σ_s (1 + ⌊log₂ h_s⌋) threshold
+        queries per record) and the most Heavy nodes a stage grows from per
+        tree (a public memory bound). See ``strategies/lumberjack.py``.
     n_clients, secure_aggregation, seed, secret_key :
         As for the other estimators.
     """
@@ -49,14 +53,16 @@ class LumberjackClassifier(Estimator):
         self,
         *,
         n_trees: int = 30,
-        max_depth: int = 100,
+        max_depth: int = 49,
         epsilon: float | None = 1.0,
         delta: float = 1e-6,
         structure_fraction: float = 0.75,
         leaf_mechanism: str = "gaussian",
         two_sided: bool = False,
         split_features: str = "columns",
-        gate: int | None = None,
+        gate: int = 0,
+        stage_height: int = STAGE_HEIGHT,
+        max_frontier: int = 128,
         n_clients: int = 5,
         secure_aggregation: bool = True,
         seed: int = 0,
@@ -71,6 +77,8 @@ class LumberjackClassifier(Estimator):
         self.two_sided = two_sided
         self.split_features = split_features
         self.gate = gate
+        self.stage_height = stage_height
+        self.max_frontier = max_frontier
         self.n_clients = n_clients
         self.secure_aggregation = secure_aggregation
         self.seed = seed
@@ -94,6 +102,8 @@ class LumberjackClassifier(Estimator):
             two_sided=self.two_sided,
             leaf_mechanism=self.leaf_mechanism,
             gate=self.gate,
+            stage_height=self.stage_height,
+            max_frontier=self.max_frontier,
         )
         strategy = _fit_forest(
             self,

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from fedpriv.models.lumberjack import lumberjack_rounds
 from fedpriv.privacy._validation import check_count, check_positive, check_probability
 
 #: Values of ``participation-accounting`` (:mod:`fedpriv.privacy.participation`;
@@ -26,8 +27,9 @@ METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
     "boosting": {},
     "logistic": {"rounds": 800, "learning-rate": 2.0, "sampling-rate": 0.02},
     "mlp": {"rounds": 800, "learning-rate": 3.0, "sampling-rate": 0.02},
-    # Lumberjack §6: 30 trees of depth 100 (one round per level), δ = 1e-6.
-    "lumberjack": {"rounds": 100, "depth": 100, "delta": 1e-6},
+    # Lumberjack §6: 30 trees, δ = 1e-6; depth 49 = 7 stages of 7 levels, one
+    # round each, then the leaf round (strategies/lumberjack.py).
+    "lumberjack": {"rounds": lumberjack_rounds(49), "depth": 49, "delta": 1e-6},
     # The fully random forest: one round of leaf counts.
     "random_forest": {"rounds": 1, "depth": 8, "delta": 1e-6, "trees": 10},
 }
@@ -40,8 +42,9 @@ class RunSettings:
     ``rounds``, ``learning_rate`` and ``sampling_rate`` are the method's own:
     boosting rounds (trees) or DP-SGD steps. ``depth`` and ``split_features``
     apply to boosting; ``clip_norm``, ``hidden``, ``backend`` and ``standardise``
-    to DP-SGD; ``trees``, ``depth`` (= ``rounds``), ``structure_fraction`` and
-    ``leaf_mechanism`` to Lumberjack.
+    to DP-SGD; ``trees``, ``depth`` (``rounds`` = its stages + 1, see
+    :func:`fedpriv.models.lumberjack.lumberjack_rounds`), ``structure_fraction``
+    and ``leaf_mechanism`` to Lumberjack.
     """
 
     method: str = "boosting"
@@ -65,6 +68,10 @@ class RunSettings:
     node_wait_timeout: float = 300.0
     ping_rounds: int = 0  # empty rounds timed before training (a same-run baseline)
     poll_interval: float = 0.1  # seconds between the server's pulls for replies
+    #: Write per-round wall times (communication.json) and the run time (log). They
+    #: track the clients' work on their rows, a release no mechanism accounts for,
+    #: so the privacy report then says ``certified: false``. For benchmarks only.
+    timings: bool = False
     clip_norm: float = 3.0  # DP-SGD: per-example L2 clipping bound C
     hidden: int = 16  # DP-SGD MLP width
     backend: str = "fast"  # DP-SGD per-example gradients: "fast" or "opacus"
@@ -115,10 +122,11 @@ class RunSettings:
             raise ValueError(f"forest_mode must be 'all' or 'disjoint'; got {self.forest_mode!r}")
         if self.method == "random_forest" and self.rounds != 1:
             raise ValueError(f"random_forest takes one round; got rounds={self.rounds}")
-        if self.method == "lumberjack" and self.rounds != self.depth:
+        if self.method == "lumberjack" and self.rounds != lumberjack_rounds(self.depth):
             raise ValueError(
-                f"lumberjack grows one level per round: rounds must equal depth; "
-                f"got rounds={self.rounds}, depth={self.depth}"
+                f"lumberjack takes one round per stage of its depth, then the leaf round: "
+                f"rounds must be {lumberjack_rounds(self.depth)} for depth={self.depth}; "
+                f"got rounds={self.rounds}"
             )
         check_count("hidden", self.hidden)
         if self.backend not in ("fast", "opacus"):

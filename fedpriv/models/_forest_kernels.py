@@ -1,7 +1,7 @@
-"""Compiled inner loops of Lumberjack's growth (server: split proposals; client: routing).
+"""Compiled inner loops of Lumberjack (server: split proposals; client: routing, leaves).
 
-Both run once per node or per row per tree per layer — ~10⁸ times for 30
-trees of depth 100 on Adult — where numpy's per-call overhead and
+They run once per node or per row per tree per level — ~10⁸ times for 30
+trees of depth 50 on Adult — where numpy's per-call overhead and
 temporaries dominated. Pure functions: they read their inputs and write only
 the ``out`` arguments they document. ``cache=True`` keeps the compiled code
 beside this file for new processes (Flower workers).
@@ -89,53 +89,86 @@ def pick_by_column(u, v, used, num_idx, bin_idx, bin_group, n_groups, out):  # p
 
 
 @numba.njit(**_JIT)
-def route_and_count(
-    X, y, cand, index, index_starts, first_round, feature, threshold, offsets, n_classes, out
+def route_stage(
+    X, cand, rank, rank_starts, first_stage, roots, height, feature, threshold, offsets, out
 ):  # pragma: no cover - compiled
-    """Move every row one layer down in every tree and count the candidates.
+    """Walk every row through one stage of every tree and count the nodes it visits.
 
-    ``cand`` (k × n) holds each row's last candidate child per tree; unless
-    ``first_round``, it is mapped to the row's node through ``index`` (tree t's
-    map at ``index[index_starts[t]:]``). The row then goes left or right by
-    its node's split (``feature``/``threshold`` at ``offsets[t] + node``), its
-    new candidate 2·node + side is written back to ``cand``, and
-    ``out[2·C·offsets[t] + C·candidate + y]`` is incremented, only for a label
-    y in [0, C): any other label (a bypassed label check) is routed but counted
-    in no slot, so one record adds at most one count per tree, in its own
-    candidate's block, and never writes outside ``out`` (nothing else here is
-    bounds-checked).
-
-    The map's −1 marks a node that is not split further (at or under the
-    sparse threshold's gate): its rows stop (``cand`` −1) and are skipped from
-    then on. Returns False on an inconsistent index (a row mapped to an empty
-    node, −2, or past the layer).
+    Tree t's stage is the complete subtree of height ``height`` under each of
+    its ``roots[t]`` roots, stored level by level (level l holds roots[t]·2^l
+    nodes in label order) from ``offsets[t]``; ``feature``/``threshold`` hold
+    every node's split, ``out`` gets 1 per row per node visited. A row enters
+    at root 0 in the first stage; later, its last candidate ``c = cand[t, i]``
+    (2·bottom node + side of the previous stage; −1: stopped) enters at root
+    2·``rank[rank_starts[t] + c // 2]`` + c % 2, or stops if that rank is −1
+    (the bottom node was not released Heavy). The new candidate is written
+    back to ``cand``. Returns False on an inconsistent query (a rank past the
+    roots).
     """
     k, n = cand.shape
     for t in range(k):
-        width = offsets[t + 1] - offsets[t]
-        base = 2 * n_classes * offsets[t]
+        n_roots = roots[t]
+        base = offsets[t]
         for i in range(n):
-            node = 0
-            if not first_round:
+            if first_stage:
+                j = 0
+            else:
                 prev = cand[t, i]
                 if prev < 0:
                     continue
-                node = index[index_starts[t] + prev]
-                if node == -1:
+                r = rank[rank_starts[t] + prev // 2]
+                if r < 0:
                     cand[t, i] = -1
                     continue
-            if node < 0 or node >= width:
+                j = 2 * r + prev % 2
+            if j >= n_roots:
                 return False
-            j = offsets[t] + node
-            c = 2 * node + (1 if X[i, feature[j]] > threshold[j] else 0)
-            cand[t, i] = c
-            if 0 <= y[i] < n_classes:
-                out[base + c * n_classes + y[i]] += 1.0
+            level_start = base
+            width = n_roots
+            side = 0
+            for level in range(height):
+                node = level_start + j
+                out[node] += 1.0
+                side = 1 if X[i, feature[node]] > threshold[node] else 0
+                if level + 1 < height:
+                    j = 2 * j + side
+                level_start += width
+                width *= 2
+            cand[t, i] = 2 * j + side
+    return True
+
+
+@numba.njit(**_JIT)
+def apply_forest(X, feature, threshold, left, right, offsets, out):  # pragma: no cover
+    """``out[t, i]``: the node (tree-local index) where row i ends in tree t.
+
+    Tree t's nodes sit at ``offsets[t]:offsets[t + 1]`` of the arrays with
+    tree-local child indices (−1 for a leaf). Returns False on a child index
+    outside its tree.
+    """
+    k = offsets.size - 1
+    n = X.shape[0]
+    for t in range(k):
+        base = offsets[t]
+        size = offsets[t + 1] - base
+        for i in range(n):
+            node = 0
+            for _ in range(size):
+                lo = left[base + node]
+                if lo < 0:
+                    break
+                if X[i, feature[base + node]] > threshold[base + node]:
+                    node = right[base + node]
+                else:
+                    node = lo
+                if node < 0 or node >= size:
+                    return False
+            out[t, i] = node
     return True
 
 
 def warm_up() -> None:
-    """Load (or compile) both kernels now."""
+    """Load (or compile) the kernels now."""
     out = np.zeros(1, dtype=np.int64)
     pick_features(
         np.zeros(1),
@@ -145,17 +178,25 @@ def warm_up() -> None:
         np.zeros(1, np.int64),
         out,
     )
-    cand = np.zeros((1, 1), dtype=np.int64)
-    route_and_count(
+    route_stage(
         np.zeros((1, 1)),
+        np.zeros((1, 1), dtype=np.int64),
         np.zeros(1, np.int64),
-        cand,
-        np.zeros(2, np.int64),
         np.zeros(1, np.int64),
         True,
+        np.ones(1, np.int64),
+        1,
         np.zeros(1, np.int64),
         np.zeros(1),
+        np.zeros(1, np.int64),
+        np.zeros(1),
+    )
+    apply_forest(
+        np.zeros((1, 1)),
+        np.full(1, -1, np.int64),
+        np.zeros(1),
+        np.full(1, -1, np.int64),
+        np.full(1, -1, np.int64),
         np.array([0, 1], np.int64),
-        2,
-        np.zeros(4),
+        np.zeros((1, 1), np.int64),
     )

@@ -1,7 +1,7 @@
 """Lumberjack's pruning: MarkHeavyHitters (Algorithm 1), the pruned tree, private leaves.
 
 Lebeda, Erb, Cebere & Bellet, "Lumberjack", §4.1 and §5, Section J. The
-layered trees come from :mod:`fedpriv.models.lumberjack`; CheckThreshold is
+stages come from :mod:`fedpriv.models.lumberjack`; CheckThreshold is
 :class:`fedpriv.privacy.SparseThreshold` (or any ``counts -> bool`` function).
 """
 
@@ -12,14 +12,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedpriv.models.lumberjack import (
-    FeatureSpace,
-    Layer,
-    next_layer,
-    propose_splits,
-    root_layer,
-    take,
-)
 from fedpriv.privacy.randomness import check_private
 
 
@@ -83,13 +75,16 @@ def mark_heavy_hitters(
 
 @dataclass(frozen=True)
 class PrunedTree:
-    """Heavy nodes as splits, their other children as leaves (arrays in BFS order)."""
+    """Heavy nodes as splits, their other children as leaves (arrays in BFS order).
+
+    Structure only: released Heavy bits and public splits. A leaf's count is
+    never stored here (the learner releases leaf scores separately).
+    """
 
     feature: np.ndarray  # (M,) −1 for leaves
     threshold: np.ndarray
     left: np.ndarray  # (M,) −1 for leaves
     right: np.ndarray
-    leaf_counts: np.ndarray  # (M, C) true counts (leaves only; never released)
     key: np.ndarray  # (M,) path keys (for the structure-independence test)
 
     @property
@@ -109,82 +104,86 @@ class PrunedTree:
             node[inner] = np.where(go_right, self.right[n], self.left[n])
 
 
-def prune(
-    layers: list[Layer], heavy: list[np.ndarray], *, space: FeatureSpace, salt: int
-) -> PrunedTree:
-    """Keep Heavy nodes (splits) and their children (leaves unless Heavy themselves).
+@dataclass(frozen=True)
+class ForestModel:
+    """Pruned trees and each leaf's released class scores.
 
-    Splits are recomputed from the path keys for the Heavy nodes only (they
-    form a rooted subtree, so their public ranges follow from their Heavy
-    ancestors): the grown layers need not keep a split per node, which
-    halves the forest's memory at depth 100. Nodes come out breadth first,
-    each depth in label order.
+    ``pooled=False``: each tree votes its leaf's scores (one-hot EM labels)
+    and the forest averages the votes. ``pooled=True`` (Gaussian leaves): the
+    scores are the noisy class counts and the forest predicts from their sums
+    over the trees, clipped at 0 and normalised: a leaf's say grows with its
+    size (small leaves, whose proportions are mostly noise, barely move the
+    prediction) and the sums stay unbiased (clipping each leaf first would
+    push small leaves towards ½). Post-processing of the released counts.
     """
-    n_classes = layers[0].counts.shape[1]
-    root = root_layer(int(layers[0].key[0]), space, layers[0].counts[0])
-    feature, threshold, left, right, counts, keys = [], [], [], [], [], []
-    # Depth t: ``idx`` = each kept node's index in layers[t] (−1: an empty child),
-    # ``sub`` = the public state of the kept Heavy nodes (a mini layer).
-    idx = np.zeros(1, dtype=np.int64)
-    node_keys = root.key.copy()
-    sub = root if heavy and heavy[0][0] else None
-    n_out = 0
-    for t in range(len(layers)):
-        is_heavy = np.zeros(idx.size, dtype=bool)
-        if t < len(heavy):
-            ok = idx >= 0
-            is_heavy[ok] = heavy[t][idx[ok]]
-        c = np.zeros((idx.size, n_classes), dtype=np.int64)
-        ok = idx >= 0
-        c[ok] = layers[t].counts[idx[ok]]
-        c[is_heavy] = 0  # only leaves carry counts
-        f = np.full(idx.size, -1, dtype=np.int64)
-        thr = np.zeros(idx.size)
-        lft = np.full(idx.size, -1, dtype=np.int64)
-        rgt = np.full(idx.size, -1, dtype=np.int64)
-        n_heavy = int(is_heavy.sum())
-        first_child = n_out + idx.size
-        if n_heavy:
-            propose_splits(sub, space, salt)
-            f[is_heavy], thr[is_heavy] = sub.feature, sub.threshold
-            lft[is_heavy] = first_child + 2 * np.arange(n_heavy)
-            rgt[is_heavy] = lft[is_heavy] + 1
-        feature.append(f)
-        threshold.append(thr)
+
+    trees: tuple[PrunedTree, ...]
+    leaf_scores: tuple[np.ndarray, ...]  # (M, C) per tree
+    pooled: bool = False
+
+    def class_scores(self, X: np.ndarray) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float64)
+        n_classes = self.leaf_scores[0].shape[1]
+        total = np.zeros((X.shape[0], n_classes))
+        for tree, scores in zip(self.trees, self.leaf_scores, strict=True):
+            total += scores[tree.apply(X)]
+        if not self.pooled:
+            return total / len(self.trees)
+        total = np.maximum(total, 0.0)
+        mass = total.sum(axis=1, keepdims=True)
+        return np.where(mass > 0, total / np.where(mass > 0, mass, 1.0), 1.0 / n_classes)
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        """P(y = 1): the fraction of trees voting 1 (binary tasks)."""
+        return self.class_scores(X)[:, 1]
+
+    def decision_function(self, X: np.ndarray) -> np.ndarray:
+        return self.predict_proba(X) - 0.5
+
+    def n_nodes(self) -> int:
+        return int(sum(t.left.size for t in self.trees))
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        sizes = np.array([t.left.size for t in self.trees], dtype=np.int64)
+        cat = lambda f: np.concatenate([getattr(t, f) for t in self.trees])  # noqa: E731
+        return {
+            "tree_sizes": sizes,
+            "feature": cat("feature"),
+            "threshold": cat("threshold"),
+            "left": cat("left"),
+            "right": cat("right"),
+            "leaf_scores": np.concatenate(self.leaf_scores),
+            "pooled": np.array([self.pooled]),
+        }
+
+
+def assemble(
+    key: list[np.ndarray], feature: list[np.ndarray], threshold: list[np.ndarray]
+) -> PrunedTree:
+    """The pruned tree from its nodes depth by depth (label order; feature −1: a leaf).
+
+    Depth t + 1 must hold exactly both children of every split of depth t,
+    in (parent, side) order: split number q of depth t then has its children
+    at positions 2q and 2q + 1 of depth t + 1.
+    """
+    sizes = [k.size for k in key]
+    start = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    left = []
+    for t, f in enumerate(feature):
+        split = np.asarray(f) >= 0
+        below = sizes[t + 1] if t + 1 < len(sizes) else 0
+        if 2 * int(split.sum()) != below:
+            raise ValueError(f"depth {t}: {int(split.sum())} splits but {below} children")
+        lft = np.full(split.size, -1, dtype=np.int64)
+        lft[split] = start[t + 1] + 2 * np.arange(int(split.sum()))
         left.append(lft)
-        right.append(rgt)
-        counts.append(c)
-        keys.append(node_keys)
-        n_out += idx.size
-        if not n_heavy:
-            break
-        # Both children of every Heavy node, in (parent, side) order = label order.
-        kids, _ = next_layer(sub, np.ones((2 * n_heavy, n_classes), dtype=np.int64), space)
-        parents_here = idx[is_heavy]
-        child_idx = np.full(2 * n_heavy, -1, dtype=np.int64)
-        if t + 1 < len(layers):
-            nxt = layers[t + 1]
-            first = np.searchsorted(nxt.parent, parents_here)
-            for off in (0, 1):
-                pos = np.minimum(first + off, max(nxt.size - 1, 0))
-                hit = (first + off < nxt.size) & (nxt.parent[pos] == parents_here)
-                sides = nxt.side[pos]
-                for side in (0, 1):
-                    here = hit & (sides == side)
-                    child_idx[2 * np.flatnonzero(here) + side] = pos[here]
-        idx, node_keys = child_idx, kids.key
-        heavy_next = np.zeros(idx.size, dtype=bool)
-        if t + 1 < len(heavy):
-            ok = idx >= 0
-            heavy_next[ok] = heavy[t + 1][idx[ok]]
-        sub = take(kids, np.flatnonzero(heavy_next))
+    left_all = np.concatenate(left)
     return PrunedTree(
-        feature=np.concatenate(feature),
-        threshold=np.concatenate(threshold),
-        left=np.concatenate(left),
-        right=np.concatenate(right),
-        leaf_counts=np.concatenate(counts),
-        key=np.concatenate(keys),
+        feature=np.concatenate(feature).astype(np.int64),
+        threshold=np.concatenate(threshold).astype(np.float64),
+        left=left_all,
+        right=np.where(left_all >= 0, left_all + 1, -1),
+        key=np.concatenate(key).astype(np.uint64),
     )
 
 

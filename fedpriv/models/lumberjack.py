@@ -24,8 +24,15 @@ both share: only the DP decisions differ (rule 1; Section E's bugs are data-
 dependent candidates and stopping). Features are drawn uniformly among the
 numeric features and the binary (one-hot) features no ancestor used;
 numeric thresholds uniformly in the node's public range, which starts as the
-schema box [0, 1] and narrows along the path. Empty nodes are never split:
-they are answered ⊥ by the sparse threshold's deterministic gate anyway.
+schema box [0, 1] and narrows along the path.
+
+Stages (the federated growth, ``strategies/lumberjack.py``). Levels 0..d−1
+are cut into stages of :data:`STAGE_HEIGHT` levels; a stage is the
+*complete* subtree of its height under each of its roots (:func:`expand`),
+so which nodes it holds is fixed by public values and by the previous
+stage's released Heavy bits, never by a count. :func:`grow_tree` and
+:class:`RowRouter` below are the single-party reference of the unpruned
+tree (every non-empty node split), for tests of the split rule only.
 """
 
 from __future__ import annotations
@@ -38,6 +45,10 @@ import numpy as np
 from fedpriv.records import class_codes
 
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
+#: Levels per stage: a record enters 1 + ⌊log₂ 7⌋ = 3 threshold queries per
+#: tree per stage (Lemma 3 on a subtree of height 7), and a stage holds 127
+#: nodes per root; 15 (4 queries, 32,767 nodes per root) is too much memory.
+STAGE_HEIGHT = 7
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -178,6 +189,64 @@ def root_layer(key: int, space: FeatureSpace, counts: np.ndarray) -> Layer:
         used=np.zeros((1, int((~space.numeric).sum())), dtype=bool),
         n_used=np.zeros(1, dtype=np.int64),
     )
+
+
+def stage_heights(depth: int, stage_height: int = STAGE_HEIGHT) -> list[int]:
+    """Heights of the stages covering levels 0..depth − 1 (the last one may be shorter)."""
+    if depth < 1 or stage_height < 1:
+        raise ValueError(f"depth and stage_height must be >= 1; got {depth}, {stage_height}")
+    full, rest = divmod(depth, stage_height)
+    return [stage_height] * full + ([rest] if rest else [])
+
+
+def lumberjack_rounds(depth: int, stage_height: int = STAGE_HEIGHT) -> int:
+    """Round trips of a federated Lumberjack fit: one per stage, then the leaf counts."""
+    return len(stage_heights(depth, stage_height)) + 1
+
+
+@dataclass
+class Stage:
+    """The complete subtrees of one stage: per level (label order) keys and splits.
+
+    Level l holds ``n_roots · 2^l`` nodes; node i's parent is node i // 2 of
+    level l − 1. ``bottom`` keeps the last level's public state (ranges, used
+    features), from which the next stage's roots are spawned.
+    """
+
+    n_roots: int
+    key: list[np.ndarray]
+    feature: list[np.ndarray]
+    threshold: list[np.ndarray]
+    bottom: Layer
+
+    @property
+    def size(self) -> int:
+        return self.n_roots * ((1 << len(self.key)) - 1)
+
+
+def children(layer: Layer, nodes: np.ndarray, space: FeatureSpace) -> Layer:
+    """Both children of each of ``nodes`` (a layer with proposed splits), in label order."""
+    sub = take(layer, nodes)
+    sub.feature, sub.threshold = layer.feature[nodes], layer.threshold[nodes]
+    child, _ = next_layer(sub, np.ones((2 * sub.size, 1), dtype=np.int64), space)
+    return child
+
+
+def expand(roots: Layer, height: int, space: FeatureSpace, salt: int) -> Stage:
+    """Every node of the complete subtrees of ``height`` levels under ``roots``, with splits.
+
+    A function of the roots' public state, the tree's salt and the height
+    only: no count decides which node exists.
+    """
+    layer, keys, features, thresholds = roots, [], [], []
+    for level in range(height):
+        propose_splits(layer, space, salt)
+        keys.append(layer.key)
+        features.append(layer.feature)
+        thresholds.append(layer.threshold)
+        if level + 1 < height:
+            layer = children(layer, np.arange(layer.size), space)
+    return Stage(roots.size, keys, features, thresholds, layer)
 
 
 def route(X: np.ndarray, node: np.ndarray, layer: Layer) -> np.ndarray:

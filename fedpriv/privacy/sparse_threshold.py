@@ -98,6 +98,21 @@ def queries_per_record(n_trees: int, height: int) -> int:
     return k * h.bit_length()  # 1 + ⌊log₂ h⌋, exactly, for an integer h ≥ 1
 
 
+def staged_queries_per_record(n_trees: int, heights: list[int]) -> int:
+    """m = k·Σ_s (1 + ⌊log₂ h_s⌋) when Algorithm 1 runs stage by stage (Lemma 3 per stage).
+
+    A record sits in at most one root of each stage of each tree, so Lemma 3
+    on that root's subtree (height h_s) bounds its queries in the stage;
+    the stages' queries are chosen from released answers only, which Lemma
+    15 allows (adaptive counting queries). One stage of height h is Lemma 3's
+    k(1 + ⌊log₂ h⌋); stages of height 1 are the top-down check, m = k·d.
+    """
+    k = check_count("n_trees", n_trees)
+    if not heights:
+        raise ValueError("heights must hold at least one stage; got []")
+    return k * sum(check_count("height", h).bit_length() for h in heights)
+
+
 @dataclass(frozen=True, kw_only=True)
 class SparseThreshold:
     """Algorithm 2 (or 3 with ``two_sided``) with noise σ, gap Δ and gate τ − Δ − 1.

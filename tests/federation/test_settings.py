@@ -77,5 +77,7 @@ def test_method_defaults_fill_only_what_the_user_did_not_set():
     mine = {"method": "lumberjack", "depth": 20, "rounds": 20}
     forest = RunSettings.with_method_defaults({**base, **mine}, mine)
     assert (forest["rounds"], forest["depth"], forest["delta"]) == (20, 20, 1e-6)
-    with pytest.raises(ValueError, match="rounds must equal depth; got rounds=75, depth=100"):
+    # One round per stage of 7 levels, then the leaf round: depth 100 takes 15 + 1.
+    with pytest.raises(ValueError, match="rounds must be 16 for depth=100; got rounds=75"):
         RunSettings(method="lumberjack", rounds=75, depth=100)
+    assert RunSettings(method="lumberjack", rounds=8, depth=49).rounds == 8

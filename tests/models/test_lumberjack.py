@@ -8,7 +8,6 @@ from scipy import stats
 from fedpriv.models.heavy_hitters import (
     exponential_labels,
     mark_heavy_hitters,
-    prune,
 )
 from fedpriv.models.lumberjack import (
     FeatureSpace,
@@ -183,23 +182,6 @@ def test_clients_counts_sum_to_the_pooled_counts():
     pooled, _ = _grow(X, y, 15, key=1, salt=2)
     for a, b in zip(layers, pooled, strict=True):
         np.testing.assert_array_equal(a.key, b.key)
-
-
-def test_pruned_tree_keeps_heavy_splits_and_their_children_as_leaves():
-    X, y = _data(2000, 4)
-    layers, _ = _grow(X, y, 20)
-    counts = [ly.counts.sum(axis=1) for ly in layers[:20]]
-    heavy, _ = mark_heavy_hitters(counts, [ly.parent for ly in layers[:20]], lambda c: c > 100)
-    tree = prune(layers, heavy, space=SPACE, salt=11)
-    n_heavy = sum(int(hv.sum()) for hv in heavy)
-    assert (~tree.is_leaf).sum() == n_heavy
-    assert tree.is_leaf.sum() == n_heavy + 1  # a full binary tree
-    leaf = tree.apply(X)
-    assert tree.is_leaf[leaf].all()
-    np.testing.assert_array_equal(
-        np.bincount(leaf, minlength=tree.left.size), tree.leaf_counts.sum(axis=1)
-    )
-    assert tree.leaf_counts.sum(axis=1).max() <= 100  # leaves are Light: count ≤ τ
 
 
 def test_exponential_labels_follow_exp_eta_counts():
