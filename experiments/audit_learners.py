@@ -104,14 +104,15 @@ def run(plan: Plan, names: list[str] | None) -> dict[str, pd.DataFrame]:
         extra = {"leaf_counts": leaf_counts_statistic(audit)} if audit.name == "lumberjack" else {}
         honest = audit_learner(audit, n_trials=n, keys="fresh", section1=True, extra=extra)
         twin = audit_learner(audit, n_trials=n, twin=True, keys="fresh")["plain"]
-        debug = audit_learner(audit, n_trials=n, keys="debug", section1=True)["section1"]
+        debug = audit_learner(audit, n_trials=n, keys="debug", section1=True)
         for column, o in (
             ("honest", honest["plain"]),
             ("twin", twin),
             ("section1_secret", honest["section1"]),
-            ("section1_debug", debug),
+            ("section1_debug", debug["section1"]),
+            ("debug_plain", debug["plain"]),  # debug mode, attacker without the replay
         ):
-            rows.append(_row(o, column, audit.twin))
+            rows.append({**_row(o, column, audit.twin), "ci_trials": CI_TRIALS[audit.name]})
             log.info("%s %s: ε̂ = %.3f (ε = %g)", audit.name, column, o.epsilon_hat, o.epsilon)
         if "leaf_counts" in honest:
             o = honest["leaf_counts"]
@@ -195,8 +196,9 @@ def main(argv: list[str] | None = None) -> Path:
     t0 = time.perf_counter()
     tables = run(plan, args.learners)
     meta = {
-        "command": "python -m experiments.audit_learners "
-        + " ".join(a for a in (argv if argv is not None else sys.argv[1:]) if a),
+        "command": " ".join(
+            ["python -m experiments.audit_learners", *(sys.argv[1:] if argv is None else argv)]
+        ),
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{platform.machine()}, Python {platform.python_version()}",
         "seconds": time.perf_counter() - t0,

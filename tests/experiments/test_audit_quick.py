@@ -17,7 +17,8 @@ def test_quick_audit_writes_the_report_and_its_tables(tmp_path):
     ):
         assert section in report
     rows = pd.read_csv(tmp_path / "audit.csv")
-    assert list(rows["column"]) == ["honest", "twin", "section1_secret", "section1_debug"]
+    columns = ["honest", "twin", "section1_secret", "section1_debug", "debug_plain"]
+    assert list(rows["column"]) == columns
     eps = rows.set_index("column")["epsilon_hat"]
     assert eps["honest"] <= 2.0 < eps["twin"]  # exact counts: perfect separation, ε̂ ≈ 3.3
     assert (rows["n_trials"] == 200).all()
