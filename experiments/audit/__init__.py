@@ -1,0 +1,1 @@
+"""Empirical privacy audits of whole learners (``python -m experiments.audit_learners``)."""

@@ -1,0 +1,386 @@
+"""The audited learners: tiny neighbouring datasets, a canary statistic, a broken twin.
+
+Each :class:`LearnerAudit` fixes a learner's public configuration, a dataset
+D held by two clients, a canary record (appended to client 1 in D' = D +
+canary), the distinguishing statistic an auditor computes from what the
+attacker of ARCHITECTURE.md §1 sees (the released model, the transcript of
+queries, the public seed, D itself), and a *broken twin*: the same learner
+with a privacy bug the same audit must catch. Twins break the learner after
+its honest calibration and budget reservation, so their ledger still claims
+the honest ε (exactly what a real bug would look like from the outside).
+
+Designs (the canary gets the full sensitivity wherever the learner allows):
+
+* DP-SGD (logistic, MLP): every per-example gradient is clipped to C, the
+  canary's too; step t releases S_t + c_t + N_t, the statistic is
+  Σ_t ⟨c_t, ĉ_t⟩/C with ĉ_t the released sum minus D's own sum at θ_t (the
+  attacker knows D and every θ_t: they are in the queries), a Gaussian shift
+  of √T/z (Nasr et al. 2021's white-box gradient canary). The public record
+  count n of the step's denominator is n(D) + 1 for both datasets: under the
+  trust model n is public, not something one record may move.
+* Boosting: D sits at the corner x = 0 and the canary at x = 1, alone in its
+  leaf of every random tree; the statistic is the canary's logit (its leaf
+  values). At the base score 0 the canary's (g, h) = (−½, ¼), about half the
+  sensitivity (1, ¼): boosting cannot be audited at full strength with one
+  canary, so its twin needs a larger noise cut for the same power.
+* Forests (fully random forest, both modes; Lumberjack): D is m copies of
+  one point x* with label 0 and the canary is (x*, 1), so whatever random
+  structure is drawn the canary shares its leaf with D; the statistic is the
+  predicted P(y = 1 | x*). Twins release the exact leaf counts (the noise
+  skipped), the exact-count leak.
+
+Every dataset has two clients; every Poisson rate is 1 (the noise is then the
+only private randomness the audit has to beat).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from clients.boosting import BoostingClient
+from clients.dpsgd import DPSGDClient
+from clients.lumberjack import LumberjackClient
+from clients.random_forest import RandomForestClient
+from experiments.audit.runs import Run, run_fit
+from fedpriv.federation.protocol import ClientData
+from fedpriv.models.lumberjack import FeatureSpace
+from fedpriv.models.networks import NetworkSpec, clipped_gradient_sum
+from fedpriv.privacy import GaussianMechanism
+from fedpriv.privacy.randomness import SecretKey
+from fedpriv.seeding import derive_generator
+from strategies.boosting import BoostingConfig, DPBoostingStrategy
+from strategies.dpsgd import DPSGDConfig, DPSGDStrategy
+from strategies.lumberjack import LumberjackConfig, LumberjackStrategy
+from strategies.random_forest import RandomForestConfig, RandomForestStrategy
+
+N_FEATURES = 2
+
+
+# -- broken twins --------------------------------------------------------------
+@dataclass(frozen=True)
+class UnderNoisedGaussian:
+    """Claims ``claimed``'s DpEvent but adds ``1/factor`` of its noise (a twin's bug)."""
+
+    claimed: GaussianMechanism
+    factor: float
+
+    @property
+    def dp_event(self):
+        return self.claimed.dp_event
+
+    def apply(self, value, *, rng: np.random.Generator) -> np.ndarray:
+        z = self.claimed.noise_multiplier / self.factor
+        real = GaussianMechanism(l2_sensitivity=self.claimed.l2_sensitivity, noise_multiplier=z)
+        return real.apply(value, rng=rng)
+
+
+@dataclass(frozen=True)
+class ExactRelease:
+    """Claims ``claimed``'s DpEvent but releases its input exactly (the exact-count leak)."""
+
+    claimed: GaussianMechanism
+
+    @property
+    def dp_event(self):
+        return self.claimed.dp_event
+
+    def apply(self, value, *, rng: np.random.Generator) -> np.ndarray:
+        return np.array(value, dtype=np.float64)
+
+
+class NoiseCutDPSGD(DPSGDStrategy):
+    """DP-SGD whose noise is divided by ``factor`` after calibration (ledger: honest ε)."""
+
+    factor = 5.0
+
+    def begin(self, **kwargs: Any) -> None:
+        super().begin(**kwargs)
+        self._mechanism = UnderNoisedGaussian(self._mechanism, self.factor)
+
+
+class NoiseCutBoosting(DPBoostingStrategy):
+    """Boosting whose noise is divided by ``factor`` after calibration (ledger: honest ε)."""
+
+    factor = 10.0
+
+    def begin(self, **kwargs: Any) -> None:
+        super().begin(**kwargs)
+        self._mechanism = UnderNoisedGaussian(self._mechanism, self.factor)
+
+
+class ExactCountForest(RandomForestStrategy):
+    """Random forest releasing exact leaf counts; the ledger records the Gaussian."""
+
+    def begin(self, **kwargs: Any) -> None:
+        super().begin(**kwargs)
+        self._mechanism = ExactRelease(self._mechanism)
+
+
+class ExactCountLumberjack(LumberjackStrategy):
+    """Lumberjack releasing exact leaf counts; the ledger records the Gaussian leaves."""
+
+    def begin(self, **kwargs: Any) -> None:
+        super().begin(**kwargs)
+        self.leaf_std_ = 0.0  # noise skipped: rint(0 · N) = 0 on the grid
+
+
+# -- data ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class CanaryData:
+    """D as two clients' rows, and the canary appended to the last client in D'."""
+
+    X: tuple[np.ndarray, ...]
+    y: tuple[np.ndarray, ...]
+    canary_x: np.ndarray
+    canary_y: float
+    _cache: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def n(self) -> int:
+        return int(sum(len(y) for y in self.y))
+
+    @property
+    def X_all(self) -> np.ndarray:
+        return np.vstack(self.X)
+
+    @property
+    def y_all(self) -> np.ndarray:
+        return np.concatenate(self.y)
+
+    def clients(self, canary: bool) -> list[ClientData]:
+        """D (``canary=False``) or D' as ClientData (built once; handlers never mutate them)."""
+        if canary not in self._cache:
+            X, y = list(self.X), list(self.y)
+            if canary:
+                X[-1] = np.vstack([X[-1], self.canary_x[None, :]])
+                y[-1] = np.append(y[-1], self.canary_y)
+            self._cache[canary] = [
+                ClientData(client_id=k, X=a, y=b) for k, (a, b) in enumerate(zip(X, y, strict=True))
+            ]
+        return self._cache[canary]
+
+
+def _split(X: np.ndarray, y: np.ndarray) -> tuple[tuple, tuple]:
+    half = len(y) // 2
+    return (X[:half], X[half:]), (y[:half], y[half:])
+
+
+def random_rows(n: int, name: str) -> CanaryData:
+    """n public-generator rows in [0, 1]² with fair labels; canary (1, 1) labelled 1."""
+    rng = derive_generator(0, "audit", name)
+    X, y = rng.random((n, N_FEATURES)), (rng.random(n) < 0.5).astype(np.float64)
+    Xs, ys = _split(X, y)
+    return CanaryData(X=Xs, y=ys, canary_x=np.ones(N_FEATURES), canary_y=1.0)
+
+
+def corner_rows(n: int) -> CanaryData:
+    """n rows at x = 0 (labels alternate); canary (1, 1) labelled 1, alone in its leaf."""
+    X, y = np.zeros((n, N_FEATURES)), (np.arange(n) % 2).astype(np.float64)
+    Xs, ys = _split(X, y)
+    return CanaryData(X=Xs, y=ys, canary_x=np.ones(N_FEATURES), canary_y=1.0)
+
+
+def point_rows(n: int) -> CanaryData:
+    """n copies of (x*, 0), x* = (½, ½); canary (x*, 1): always in D's leaf."""
+    X, y = np.full((n, N_FEATURES), 0.5), np.zeros(n)
+    Xs, ys = _split(X, y)
+    return CanaryData(X=Xs, y=ys, canary_x=np.full(N_FEATURES, 0.5), canary_y=1.0)
+
+
+# -- the audited learners -------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class LearnerAudit:
+    """One learner's audit: public config, data, statistic and broken twin."""
+
+    name: str
+    epsilon: float
+    delta: float
+    twin: str
+    data: CanaryData
+    make_strategy: Callable[[bool], Any]
+    make_handler: Callable[[], Any]
+    statistic: Callable[[Run], float]
+
+    def fit(self, *, canary: bool, seed: int, key: SecretKey | None, twin: bool = False) -> Run:
+        """One end-to-end fit on D' (``canary``) or D; ``key=None``: fresh OS entropy."""
+        return run_fit(
+            strategy=self.make_strategy(twin),
+            handler=self.make_handler(),
+            clients=self.data.clients(canary),
+            epsilon=self.epsilon,
+            delta=self.delta,
+            seed=seed,
+            key=key,
+        )
+
+
+def dpsgd_audit(
+    model: str = "logistic",
+    *,
+    epsilon: float = 2.0,
+    delta: float = 1e-5,
+    n_steps: int = 3,
+    n_rows: int = 40,
+    twin_factor: float = 5.0,
+) -> LearnerAudit:
+    """DP-SGD on 40 random rows, T = 3 full-batch steps; twin: noise / ``twin_factor``."""
+    data = random_rows(n_rows, f"dpsgd-{model}")
+    # C below every per-example gradient norm at these parameters: the canary is clipped.
+    clip = 0.25 if model == "logistic" else 0.05
+    config = DPSGDConfig(
+        model=model,
+        hidden=4,
+        n_steps=n_steps,
+        learning_rate=1.0,
+        clip_norm=clip,
+        sampling_rate=1.0,
+        epsilon=epsilon,
+        delta=delta,
+    )
+    n_public = data.n + 1  # public record count, the same for D and D'
+
+    def make_strategy(twin: bool):
+        if not twin:
+            return DPSGDStrategy(config, n_records=n_public)
+        s = NoiseCutDPSGD(config, n_records=n_public)
+        s.factor = twin_factor
+        return s
+
+    spec = NetworkSpec(kind=model, n_features=N_FEATURES, hidden=config.hidden)
+    X, y = data.X_all, data.y_all
+    cx, cy = data.canary_x[None, :], np.array([data.canary_y])
+    scale = n_public * config.sampling_rate / config.learning_rate
+
+    def statistic(run: Run) -> float:
+        thetas = [q.arrays["params"] for q in run.queries] + [run.model.params]
+        total = 0.0
+        for t in range(len(thetas) - 1):
+            released = (thetas[t] - thetas[t + 1]) * scale  # S_t (+ c_t) + N_t
+            residual = released - clipped_gradient_sum(spec, thetas[t], X, y, clip)
+            total += residual @ clipped_gradient_sum(spec, thetas[t], cx, cy, clip) / clip
+        return float(total)
+
+    return LearnerAudit(
+        name=f"dpsgd-{model}",
+        epsilon=epsilon,
+        delta=delta,
+        twin=f"noise / {twin_factor:g}",
+        data=data,
+        make_strategy=make_strategy,
+        make_handler=DPSGDClient,
+        statistic=statistic,
+    )
+
+
+def boosting_audit(
+    *,
+    epsilon: float = 2.0,
+    delta: float = 1e-5,
+    n_rounds: int = 2,
+    n_rows: int = 20,
+    twin_factor: float = 10.0,
+) -> LearnerAudit:
+    """Boosting, 2 rounds of depth 2, λ = 50 (leaf values ≈ linear in Σg)."""
+    data = corner_rows(n_rows)
+    config = BoostingConfig(
+        n_rounds=n_rounds,
+        depth=2,
+        learning_rate=1.0,
+        sampling_rate=1.0,
+        reg_lambda=50.0,
+        epsilon=epsilon,
+        delta=delta,
+    )
+
+    def make_strategy(twin: bool):
+        if not twin:
+            return DPBoostingStrategy(config)
+        s = NoiseCutBoosting(config)
+        s.factor = twin_factor
+        return s
+
+    cx = data.canary_x[None, :]
+    return LearnerAudit(
+        name="boosting",
+        epsilon=epsilon,
+        delta=delta,
+        twin=f"noise / {twin_factor:g}",
+        data=data,
+        make_strategy=make_strategy,
+        make_handler=BoostingClient,
+        statistic=lambda run: float(run.model.decision_function(cx)[0]),
+    )
+
+
+def forest_audit(
+    mode: str = "all", *, epsilon: float = 2.0, delta: float = 1e-6, n_rows: int = 20
+) -> LearnerAudit:
+    """Fully random forest, 2 trees of depth 2, Gaussian leaves; twin: exact counts."""
+    data = point_rows(n_rows)
+    config = RandomForestConfig(
+        n_trees=2, depth=2, epsilon=epsilon, delta=delta, mode=mode, leaf_mechanism="gaussian"
+    )
+    space = FeatureSpace(numeric=np.ones(N_FEATURES, dtype=bool))
+    cx = data.canary_x[None, :]
+    return LearnerAudit(
+        name=f"forest-{mode}",
+        epsilon=epsilon,
+        delta=delta,
+        twin="exact leaf counts",
+        data=data,
+        make_strategy=lambda twin: (ExactCountForest if twin else RandomForestStrategy)(
+            config, space=space
+        ),
+        make_handler=RandomForestClient,
+        statistic=lambda run: float(run.model.predict_proba(cx)[0]),
+    )
+
+
+def lumberjack_audit(
+    *, epsilon: float = 2.0, delta: float = 1e-6, n_rows: int = 40
+) -> LearnerAudit:
+    """Lumberjack, 2 trees of depth 3, pooled Gaussian leaves; twin: exact counts."""
+    data = point_rows(n_rows)
+    config = LumberjackConfig(n_trees=2, max_depth=3, epsilon=epsilon, delta=delta)
+    space = FeatureSpace(numeric=np.ones(N_FEATURES, dtype=bool))
+    cx = data.canary_x[None, :]
+    return LearnerAudit(
+        name="lumberjack",
+        epsilon=epsilon,
+        delta=delta,
+        twin="exact leaf counts",
+        data=data,
+        make_strategy=lambda twin: (ExactCountLumberjack if twin else LumberjackStrategy)(
+            config, space=space
+        ),
+        make_handler=LumberjackClient,
+        statistic=lambda run: float(run.model.predict_proba(cx)[0]),
+    )
+
+
+#: Trials per side of each learner's CI audit (tests/privacy/test_learner_audits.py):
+#: a shift μ ≈ 2.5 needs 1,000 to refute ε = 2 reliably, a perfect separation 250.
+CI_TRIALS = {
+    "boosting": 1000,
+    "dpsgd-logistic": 1000,
+    "dpsgd-mlp": 1000,
+    "lumberjack": 250,
+    "forest-all": 300,
+    "forest-disjoint": 300,
+}
+
+
+def all_audits() -> list[LearnerAudit]:
+    """Every learner, in the report's order."""
+    return [
+        boosting_audit(),
+        dpsgd_audit("logistic"),
+        dpsgd_audit("mlp"),
+        lumberjack_audit(),
+        forest_audit("all"),
+        forest_audit("disjoint"),
+    ]
