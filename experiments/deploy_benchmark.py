@@ -64,9 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rows = [one(3, args.rounds, 0.1), one(5, args.rounds, 0.1), one(3, args.rounds, 3.0)]
     print(f"loopback deployment, TLS + node auth, DP boosting on BRFSS, T = {args.rounds}")
-    print(
-        "   K  server poll  our round (median)  empty round  ratio  rounds/min  wall"
-    )
+    print("   K  server poll  our round (median)  empty round  ratio  rounds/min  wall")
     for r in rows:
         print(
             f"  {r['k']:>2}  {r['poll']:>9.1f} s  {r['ours']:7.2f} s ({r['ours_median']:5.2f})"
