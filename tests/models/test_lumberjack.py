@@ -20,6 +20,7 @@ from fedpriv.models.lumberjack import (
     uniform_from,
 )
 from fedpriv.privacy import chi_square_selection_test
+from tests.keys import private_rng
 
 SPACE = FeatureSpace(np.array([True, True, False, False, False]))
 
@@ -205,7 +206,7 @@ def test_pruned_tree_keeps_heavy_splits_and_their_children_as_leaves():
 def test_exponential_labels_follow_exp_eta_counts():
     counts = np.array([[3, 1, 0]] * 30_000)
     eta = 0.7
-    labels = exponential_labels(counts, eta, np.random.default_rng(0))
+    labels = exponential_labels(counts, eta, private_rng(0))
     w = np.exp(eta * counts[0])
     assert chi_square_selection_test(labels, w / w.sum()) > 1e-3
 
