@@ -10,6 +10,9 @@ from fedpriv.models.lumberjack import FeatureSpace
 from fedpriv.privacy import ApproxDpEvent, BoundedRangeDpEvent
 from server.estimators import LumberjackClassifier
 from strategies.lumberjack import LumberjackConfig, LumberjackStrategy
+from tests.keys import key_for, private_rng
+
+KEY = key_for(1)
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +21,8 @@ def heart():
 
 
 def _fit(data, **kw):
-    args = {"n_trees": 4, "max_depth": 12, "epsilon": 2.0, "seed": 1, **kw}
+    # An injected key: repeated fits (secure vs plain sums) draw the same noise.
+    args = {"n_trees": 4, "max_depth": 12, "epsilon": 2.0, "seed": 1, "secret_key": KEY, **kw}
     return LumberjackClassifier(**args).fit(data)
 
 
@@ -54,7 +58,12 @@ def _release(X, y, *, seed=0, epsilon=2.0):
     cfg = LumberjackConfig(n_trees=4, max_depth=12, epsilon=epsilon)
     strategy = LumberjackStrategy(cfg, space=space)
     ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=epsilon, delta=1e-6))
-    strategy.begin(n_features=X.shape[1], ledger=ledger, rng=np.random.default_rng(seed))
+    strategy.begin(
+        n_features=X.shape[1],
+        ledger=ledger,
+        rng=np.random.default_rng(seed),
+        secret_rng=private_rng(seed),
+    )
     client, state = LumberjackClient(), {}
     data = ClientData(client_id=0, X=X, y=y)
     while (q := strategy.next_query()) is not None:
@@ -110,7 +119,9 @@ def test_the_forest_is_released_only_after_the_last_level(heart):
     strategy = LumberjackStrategy(
         LumberjackConfig(n_trees=2, max_depth=3, epsilon=None), space=space
     )
-    strategy.begin(n_features=X.shape[1], ledger=None, rng=np.random.default_rng(0))
+    strategy.begin(
+        n_features=X.shape[1], ledger=None, rng=np.random.default_rng(0), secret_rng=private_rng(0)
+    )
     client, state = LumberjackClient(), {}
     data = ClientData(client_id=0, X=X, y=y)
     while (q := strategy.next_query()) is not None:
@@ -129,7 +140,9 @@ def test_config_and_client_refusals(heart):
     strategy = LumberjackStrategy(
         LumberjackConfig(n_trees=2, max_depth=3, epsilon=None), space=space
     )
-    strategy.begin(n_features=X.shape[1], ledger=None, rng=np.random.default_rng(0))
+    strategy.begin(
+        n_features=X.shape[1], ledger=None, rng=np.random.default_rng(0), secret_rng=private_rng(0)
+    )
     data = ClientData(client_id=0, X=X, y=y)
     q0 = strategy.next_query()
     with pytest.raises(ValueError, match="must be all rows"):
@@ -153,7 +166,12 @@ def test_only_nodes_above_the_gate_are_split_and_their_rows_stop(heart):
         LumberjackConfig(n_trees=3, max_depth=10, epsilon=2.0, gate=gate), space=space
     )
     ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=2.0, delta=1e-6))
-    strategy.begin(n_features=X.shape[1], ledger=ledger, rng=np.random.default_rng(3))
+    strategy.begin(
+        n_features=X.shape[1],
+        ledger=ledger,
+        rng=np.random.default_rng(3),
+        secret_rng=private_rng(3),
+    )
     client, state = LumberjackClient(), {}
     data = ClientData(client_id=0, X=X, y=y)
     stopped = 0
@@ -186,7 +204,9 @@ def test_an_index_map_sending_rows_to_an_empty_node_is_refused(heart):
     strategy = LumberjackStrategy(
         LumberjackConfig(n_trees=1, max_depth=3, epsilon=None), space=space
     )
-    strategy.begin(n_features=X.shape[1], ledger=None, rng=np.random.default_rng(0))
+    strategy.begin(
+        n_features=X.shape[1], ledger=None, rng=np.random.default_rng(0), secret_rng=private_rng(0)
+    )
     data, state = ClientData(client_id=0, X=X, y=y), {}
     q0 = strategy.next_query()
     strategy.update(q0, LumberjackClient().answer(q0, data, np.arange(data.n), state))
