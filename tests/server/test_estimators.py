@@ -8,6 +8,9 @@ from torch import nn
 
 from fedpriv.data import box_standardisation, load_heart, load_synthetic
 from server.estimators import DPSGDClassifier
+from tests.keys import key_for
+
+KEY = key_for(3)
 
 
 @pytest.fixture(scope="module")
@@ -16,7 +19,8 @@ def heart():
 
 
 def _fit(data, **kw):
-    args = {"n_steps": 25, "sampling_rate": 0.1, "epsilon": 2.0, "seed": 3, **kw}
+    # An injected key: fits compared across paths and backends draw the same noise and coins.
+    args = {"n_steps": 25, "sampling_rate": 0.1, "epsilon": 2.0, "seed": 3, "secret_key": KEY, **kw}
     return DPSGDClassifier(**args).fit(data)
 
 
@@ -37,11 +41,16 @@ def test_secure_plain_and_per_client_paths_release_the_same_model(heart, model, 
     np.testing.assert_array_equal(one_by_one.model_.params, secure.model_.params)
 
 
-def test_same_seed_same_model_other_seed_other_model(heart):
+def test_same_seed_and_key_same_model_other_key_or_seed_other_model(heart):
     a, b = _fit(heart, model="mlp"), _fit(heart, model="mlp")
     np.testing.assert_array_equal(a.model_.params, b.model_.params)
-    c = _fit(heart, model="mlp", seed=4)
-    assert not np.allclose(a.model_.params, c.model_.params)
+    other_key = _fit(heart, model="mlp", secret_key=key_for(4))  # other noise and coins
+    assert not np.allclose(a.model_.params, other_key.model_.params)
+    other_seed = _fit(heart, model="mlp", seed=4)  # same key, other initial weights
+    assert not np.allclose(a.model_.params, other_seed.model_.params)
+    # No key: fresh OS entropy at every fit, so two fits differ.
+    fresh = [_fit(heart, model="mlp", secret_key=None) for _ in range(2)]
+    assert not np.allclose(fresh[0].model_.params, fresh[1].model_.params)
 
 
 @pytest.mark.parametrize("model", ["logistic", "mlp"])
