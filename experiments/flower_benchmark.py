@@ -26,6 +26,7 @@ def client_compute_per_round(config: dict) -> float:
     import dataclasses
 
     from clients.boosting import BoostingClient
+    from experiments.keys import secret_key_for
     from fedpriv.data import load_dataset
     from fedpriv.federation.protocol import make_clients, poisson_sample
     from fedpriv.federation.settings import RunSettings
@@ -36,8 +37,15 @@ def client_compute_per_round(config: dict) -> float:
     X, y = ds.xy("train")
     clients = make_clients(X, y, ds.client_partition(s.num_clients))
     # The job's own strategy, without noise: only the clients' work is timed.
-    strategy = build_strategy(dataclasses.replace(s, epsilon=0.0), ds.schema)
-    strategy.begin(n_features=X.shape[1], ledger=None, rng=np.random.default_rng(0))
+    strategy = build_strategy(
+        dataclasses.replace(s, epsilon=0.0), ds.schema, n_records=int(X.shape[0])
+    )
+    strategy.begin(
+        n_features=X.shape[1],
+        ledger=None,
+        rng=np.random.default_rng(0),
+        secret_rng=secret_key_for("speed", "flower").generator("noise"),  # unused: no noise
+    )
     handler, states, rng, spent = (
         BoostingClient(),
         [{} for _ in clients],

@@ -12,6 +12,7 @@ import numpy as np
 from fedpriv.data import TabularDataset, iid
 from fedpriv.federation.runtime import InProcessRuntime
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
+from fedpriv.privacy.randomness import SecretKey
 from fedpriv.records import BINARY_LABELS, check_labels, check_partition
 from fedpriv.seeding import derive_generator
 
@@ -51,6 +52,17 @@ def federated_training_data(
 
 class Estimator:
     """scikit-learn parameter handling, the in-process run, and prediction from ``model_``."""
+
+    @property
+    def secret_key(self) -> SecretKey | None:
+        """Key of the private randomness (``None``: fresh OS entropy at every fit)."""
+        return self._secret_key
+
+    @secret_key.setter
+    def secret_key(self, key: SecretKey | bytes | None) -> None:
+        # Raw bytes become a SecretKey at once: a bytes attribute would be pickled,
+        # copied and shown by get_params() as is; a SecretKey hides and redacts itself.
+        self._secret_key = None if key is None else SecretKey.coerce(key)
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         # The constructor's keyword arguments are the parameters (scikit-learn rule).

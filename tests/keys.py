@@ -15,9 +15,22 @@ import numpy as np
 from fedpriv.privacy.randomness import SecretKey
 
 
+def _material(i: int) -> bytes:
+    return hashlib.sha256(b"fedpriv-tests" + str(int(i)).encode()).digest()
+
+
 def key_for(i: int = 0) -> SecretKey:
     """Test key number ``i``."""
-    return SecretKey(hashlib.sha256(b"fedpriv-tests" + str(int(i)).encode()).digest())
+    return SecretKey(_material(i))
+
+
+def key_hex(i: int = 0) -> str:
+    """Test key ``i`` as the hex text of ``$FEDPRIV_SECRET_KEY`` (Flower processes).
+
+    ``SecretKey.from_hex(key_hex(i)) == key_for(i)``: a launched run and an
+    in-process fit under the same ``i`` draw the same private randomness.
+    """
+    return _material(i).hex()
 
 
 def private_rng(i: int = 0) -> np.random.Generator:

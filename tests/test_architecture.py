@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.keys import private_rng
+
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = ROOT / "fedpriv"
 APP_LAYERS = ("strategies", "clients", "server", "experiments")
@@ -76,7 +78,7 @@ def test_privacy_code_leaves_global_numpy_state_alone():
 
     np.random.seed(12345)  # noqa: NPY002 - deliberately set the global state we watch
     before = np.random.get_state()[1].copy()  # noqa: NPY002
-    rng = np.random.default_rng(0)
+    rng = private_rng(0)
     ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=50.0, delta=1e-5))
     ledger.release(GaussianMechanism(l2_sensitivity=1, noise_multiplier=2), [0.0], rng=rng)
     ledger.release(LaplaceMechanism(l1_sensitivity=1, epsilon=1), [0.0], rng=rng)

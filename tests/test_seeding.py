@@ -1,4 +1,8 @@
-"""Generators derive from one run seed; the same path gives the same stream everywhere."""
+"""Public generators derive from one run seed; private ones from a secret key, never a seed.
+
+The same path gives the same public stream everywhere; the private path
+(noise, coins, mechanism draws) refuses any generator that is not ChaCha20.
+"""
 
 import subprocess
 import sys
@@ -7,7 +11,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fedpriv.seeding import StreamFamily, derive_generator, seed_sequence
+from fedpriv.privacy import GaussianMechanism, PrivacyBudget, PrivacyLedger
+from fedpriv.privacy.randomness import gaussian_on_grid
+from fedpriv.seeding import derive_generator, seed_sequence
+from tests.keys import key_for
 
 
 def test_same_path_same_stream_different_path_different_stream():
@@ -36,24 +43,39 @@ def test_bad_seeds_are_refused(seed):
         derive_generator(seed)
 
 
-def test_substream_i_is_numpys_jumped_stream():
-    family = StreamFamily(3, "client", 1)
-    for i in (0, 1, 7, 1000):
-        jumped = np.random.PCG64(seed_sequence(3, "client", 1)).jumped(i)
-        np.testing.assert_array_equal(family.at(i).random(5), np.random.Generator(jumped).random(5))
+PRIVATE_ONLY = (
+    r"rng must be a private generator \(SecretKey\.generator\(\.\.\.\), ChaCha20\); "
+    r"got PCG64: noise and sampling coins must not be derivable from a seed"
+)
 
 
-def test_substreams_are_independent_at_every_position():
-    # The k-th draw of substreams 0..R-1 must be i.i.d. U[0, 1]. Advancing by
-    # multiples of 2^64 (the broken twin) shares the low state half across
-    # substreams and fails this (measured: column means up to 6σ off).
-    def column_pvalue(at):
-        u = np.array([at(r).random(10) for r in range(3000)])
-        z = (u.mean(axis=0) - 0.5) / np.sqrt(1 / 12 / u.shape[0])
-        return stats.chi2.sf(np.sum(z**2), df=z.size)
+def test_seeded_generators_are_refused_on_the_private_path():
+    public = derive_generator(0, "server")
+    with pytest.raises(TypeError, match=PRIVATE_ONLY):
+        gaussian_on_grid(np.zeros(3), 1.0, public)
+    ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=10.0, delta=1e-5))
+    mech = GaussianMechanism(l2_sensitivity=1.0, noise_multiplier=2.0)
+    with pytest.raises(TypeError, match=PRIVATE_ONLY):
+        ledger.release(mech, [0.0], rng=public)
+    assert ledger.entries == ()  # refused before anything is spent
+    ledger.release(mech, [0.0], rng=key_for(0).generator("noise"))
+    assert len(ledger.entries) == 1
 
-    family = StreamFamily(0, "client", 0)
-    assert column_pvalue(family.at) > 1e-3
+
+def _column_pvalue(at) -> float:
+    # The k-th draw of substreams 0..R-1 must be i.i.d. U[0, 1].
+    u = np.array([at(r).random(10) for r in range(3000)])
+    z = (u.mean(axis=0) - 0.5) / np.sqrt(1 / 12 / u.shape[0])
+    return stats.chi2.sf(np.sum(z**2), df=z.size)
+
+
+def test_private_substreams_are_independent_at_every_position():
+    # Per-round private substreams (Poisson coins: one per round) must not be
+    # correlated position by position. PCG64 advanced by multiples of 2^64 (the
+    # broken twin, once the public StreamFamily's bug) shares the low state
+    # half across substreams and fails this (measured: column means up to 6σ off).
+    streams = key_for(0).streams("client", 0, "poisson")
+    assert _column_pvalue(streams.at) > 1e-3
 
     bitgen = np.random.PCG64(seed_sequence(0, "client", 0))
     start, gen = bitgen.state, np.random.Generator(bitgen)
@@ -63,4 +85,4 @@ def test_substreams_are_independent_at_every_position():
         bitgen.advance(i << 64)
         return gen
 
-    assert column_pvalue(broken) < 1e-6
+    assert _column_pvalue(broken) < 1e-6

@@ -202,6 +202,7 @@ def auc_decomposition(y: np.ndarray, p: np.ndarray, client: np.ndarray) -> dict[
 def execute(cell: AblationCell) -> dict[str, Any]:
     """Fit ``cell``'s learner on train + val under its condition; score it on test."""
     from experiments.bench import learners
+    from experiments.keys import secret_key_for
     from fedpriv.evaluation.metrics import binary_metrics
 
     t0 = time.perf_counter()
@@ -217,6 +218,7 @@ def execute(cell: AblationCell) -> dict[str, Any]:
         seed=cell.seed,
         n_clients=cell.n_clients,
         secure_aggregation=cell.secure_aggregation,
+        secret_key=secret_key_for("ablation-cell", cell.key),
     )
     clf.set_params(participation=cell.participation, participation_accounting=cell.accounting)
     t_fit = time.perf_counter()

@@ -3,7 +3,10 @@
 A :class:`Cell` is everything that determines a result: learner, parameters,
 (ε, δ), run seed, which rows train and which evaluate. Its cache key is a
 SHA-256 of that content (plus :data:`CELL_VERSION`), so a finished cell is
-never recomputed and an interrupted study resumes where it stopped.
+never recomputed and an interrupted study resumes where it stopped. The
+private randomness of a cell (noise, coins) comes from the subkey of its
+content key (:mod:`experiments.keys`), never from its seed, and the secret
+never enters the cache key: a cached result is one draw of the cell.
 """
 
 from __future__ import annotations
@@ -118,6 +121,7 @@ def fit_cell(cell: Cell) -> dict[str, Any]:
     from sklearn.metrics import log_loss
 
     from experiments.bench import learners
+    from experiments.keys import secret_key_for
     from fedpriv.evaluation.metrics import binary_metrics
 
     ds = learners.dataset(cell.dataset)
@@ -130,6 +134,7 @@ def fit_cell(cell: Cell) -> dict[str, Any]:
         seed=cell.seed,
         n_clients=cell.n_clients,
         secure_aggregation=cell.secure_aggregation,
+        secret_key=secret_key_for("cell", cell.key),
     )
     t0 = time.perf_counter()
     clf.fit(ds, part=cell.train_part, partition=part)

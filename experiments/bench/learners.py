@@ -56,8 +56,14 @@ def make_estimator(
     seed: int,
     n_clients: int = 5,
     secure_aggregation: bool = False,
+    secret_key=None,
 ):
-    """A fresh estimator for ``learner`` with ``params`` at (ε, δ) and run ``seed``."""
+    """A fresh estimator for ``learner`` with ``params`` at (ε, δ) and run ``seed``.
+
+    ``seed`` is public (trees, initial weights); ``secret_key`` keys the
+    private randomness (``None``: fresh OS entropy at every fit; cells pass
+    :func:`experiments.keys.secret_key_for` of their content key).
+    """
     import server.estimators as est
 
     if learner not in _ESTIMATORS:
@@ -72,6 +78,7 @@ def make_estimator(
         seed=seed,
         n_clients=n_clients,
         secure_aggregation=secure_aggregation,
+        secret_key=secret_key,
     )
 
 

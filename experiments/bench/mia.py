@@ -80,6 +80,7 @@ def _fit(cell, epsilon: float | None):
     import time
 
     from experiments.bench.learners import make_estimator
+    from experiments.keys import secret_key_for
 
     ds = membership_dataset(cell.seed, cell.members)
     partition = ds.client_partition(cell.n_clients, "train", alpha=0.5)
@@ -91,6 +92,7 @@ def _fit(cell, epsilon: float | None):
         seed=cell.seed,
         n_clients=cell.n_clients,
         secure_aggregation=cell.secure_aggregation,
+        secret_key=secret_key_for("cell", cell.key),
     )
     t0 = time.perf_counter()
     clf.fit(ds, part="train", partition=partition)
@@ -128,8 +130,8 @@ def offpath_cell(cell) -> dict[str, Any]:
     """Non-private ensemble + importance vector released at ``cell.epsilon`` (paper §5.1)."""
     from scipy.stats import spearmanr
 
+    from experiments.keys import secret_key_for
     from fedpriv.privacy import GaussianMechanism, PrivacyBudget, PrivacyLedger
-    from fedpriv.seeding import derive_generator
 
     clf, ds = _fit(cell, None)  # the predictor: no noise at all
     out = _attack(clf, ds)
@@ -137,7 +139,8 @@ def offpath_cell(cell) -> dict[str, Any]:
     clean = routing_counts(clf.model_, X_in)
     ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=cell.epsilon, delta=cell.delta))
     mech = GaussianMechanism.for_budget(epsilon=cell.epsilon, delta=cell.delta, l2_sensitivity=1.0)
-    rng = derive_generator(cell.seed, "offpath", "importance", repr(cell.epsilon))
+    # Private noise: the cell's own key (its content holds ε), never its public seed.
+    rng = secret_key_for("cell", cell.key).generator("offpath", "importance")
     noisy = ledger.release(mech, clean, rng=rng, label="feature importance")
     rho = spearmanr(clean, noisy).statistic
     out.update(

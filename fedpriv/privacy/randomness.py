@@ -64,10 +64,10 @@ def _encode_path(path: tuple[PathItem, ...]) -> bytes:
     for item in path:
         if isinstance(item, bool) or not isinstance(item, (int, str, np.integer)):
             raise TypeError(f"key path items must be int or str, got {item!r}")
-        tag, body = (b"i", str(int(item)).encode()) if not isinstance(item, str) else (
-            b"s",
-            item.encode(),
-        )
+        if isinstance(item, str):
+            tag, body = b"s", item.encode()
+        else:
+            tag, body = b"i", str(int(item)).encode()
         parts.append(tag + len(body).to_bytes(4, "little") + body)
     return b"".join(parts)
 
@@ -180,9 +180,7 @@ class SecretKey:
         return self
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, SecretKey) and hmac.compare_digest(
-            self._material, other._material
-        )
+        return isinstance(other, SecretKey) and hmac.compare_digest(self._material, other._material)
 
     def __hash__(self) -> int:
         return hash(hashlib.sha256(b"fedpriv-key-id" + self._material).digest())

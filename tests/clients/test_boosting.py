@@ -6,6 +6,7 @@ import pytest
 from clients.boosting import BoostingClient
 from fedpriv.federation.protocol import ClientData
 from strategies.boosting import BoostingConfig, DPBoostingStrategy
+from tests.keys import private_rng
 
 
 def _clients(rng, sizes=(120, 75, 200), d=6):
@@ -19,7 +20,9 @@ def _replies(mode: str, rounds: int = 8):
     rng = np.random.default_rng(0)
     clients = _clients(rng)
     strategy = DPBoostingStrategy(BoostingConfig(n_rounds=rounds, depth=4, epsilon=None))
-    strategy.begin(n_features=6, ledger=None, rng=np.random.default_rng(1))
+    strategy.begin(
+        n_features=6, ledger=None, rng=np.random.default_rng(1), secret_rng=private_rng(1)
+    )
     handler, shared, states, out = BoostingClient(), {}, [{} for _ in clients], []
     while (q := strategy.next_query()) is not None:
         samples = [np.flatnonzero(rng.random(c.n) < 0.3) for c in clients]
@@ -63,7 +66,9 @@ def test_refuses_samples_outside_the_client_and_inconsistent_queries():
     rng = np.random.default_rng(3)
     (c,) = _clients(rng, sizes=(10,))
     strategy = DPBoostingStrategy(BoostingConfig(n_rounds=2, depth=2, epsilon=None))
-    strategy.begin(n_features=6, ledger=None, rng=np.random.default_rng(0))
+    strategy.begin(
+        n_features=6, ledger=None, rng=np.random.default_rng(0), secret_rng=private_rng(0)
+    )
     q = strategy.next_query()
     with pytest.raises(ValueError, match="outside its client's rows"):
         BoostingClient().answer(q, c, np.array([3, 10]), {})

@@ -11,6 +11,7 @@ from clients.dpsgd import DPSGDClient
 from fedpriv.federation.protocol import make_clients
 from fedpriv.models.networks import InputMap
 from strategies.dpsgd import DPSGDConfig, DPSGDStrategy
+from tests.keys import private_rng
 
 
 def _setup(model, seed=0, sizes=(30, 0, 45, 12), backend="fast"):
@@ -23,7 +24,9 @@ def _setup(model, seed=0, sizes=(30, 0, 45, 12), backend="fast"):
     cfg = DPSGDConfig(model=model, hidden=6, n_steps=5, epsilon=None, backend=backend)
     imap = InputMap(np.full(d, 0.5), np.full(d, np.sqrt(12)))
     strategy = DPSGDStrategy(cfg, n_records=n, input_map=imap)
-    strategy.begin(n_features=d, ledger=None, rng=np.random.default_rng(seed))
+    strategy.begin(
+        n_features=d, ledger=None, rng=np.random.default_rng(seed), secret_rng=private_rng(seed)
+    )
     samples = [np.flatnonzero(rng.random(c.n) < 0.5) for c in clients]
     return strategy.next_query(), clients, samples
 

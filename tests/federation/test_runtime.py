@@ -10,6 +10,7 @@ from fedpriv.federation.protocol import make_clients
 from fedpriv.federation.runtime import InProcessRuntime
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
 from strategies.boosting import L2_SENSITIVITY, BoostingConfig, DPBoostingStrategy
+from tests.keys import key_for
 
 
 @pytest.fixture(scope="module")
@@ -20,14 +21,18 @@ def clients():
     return make_clients(X, y, iid(1500, n_clients=5, rng=np.random.default_rng(1)))
 
 
-def _run(clients, *, epsilon=None, rounds=12, **kw):
+def _run(clients, *, epsilon=None, rounds=12, seed=7, secret_key=None, **kw):
     cfg = BoostingConfig(n_rounds=rounds, depth=3, epsilon=epsilon, sampling_rate=0.1)
     ledger = (
         None
         if epsilon is None
         else PrivacyLedger(budget=PrivacyBudget(epsilon=epsilon, delta=1e-5))
     )
-    rt = InProcessRuntime(clients=clients, handler=BoostingClient(), seed=7, **kw)
+    # An injected key: every path and every repeat draws the same noise and coins.
+    key = key_for(0) if secret_key is None else secret_key
+    rt = InProcessRuntime(
+        clients=clients, handler=BoostingClient(), seed=seed, secret_key=key, **kw
+    )
     strategy = rt.run(DPBoostingStrategy(cfg), ledger=ledger)
     return strategy, rt, ledger
 
@@ -51,15 +56,19 @@ def test_secure_plain_vectorised_and_per_client_paths_release_the_same_model(cli
         _same_model(ref, _run(clients, epsilon=epsilon, **kw)[0].model())
 
 
-def test_same_seed_same_model_other_seed_other_model(clients):
+def test_same_seed_and_key_same_model_other_key_or_seed_other_model(clients):
     a = _run(clients, epsilon=2.0)[0].model()
     _same_model(a, _run(clients, epsilon=2.0)[0].model())
-    cfg = BoostingConfig(n_rounds=12, depth=3, epsilon=2.0, sampling_rate=0.1)
-    rt = InProcessRuntime(clients=clients, handler=BoostingClient(), seed=8)
-    ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=2.0, delta=1e-5))
-    other = rt.run(DPBoostingStrategy(cfg), ledger=ledger).model()
-    assert not np.array_equal(a.trees[0].feature, other.trees[0].feature) or not np.allclose(
-        a.leaf_values[0], other.leaf_values[0]
+    # Another key: the same public trees, other noise and Poisson coins.
+    other_key = _run(clients, epsilon=2.0, secret_key=key_for(1))[0].model()
+    for ta, tb in zip(a.trees, other_key.trees, strict=True):
+        np.testing.assert_array_equal(ta.feature, tb.feature)
+        np.testing.assert_array_equal(ta.threshold, tb.threshold)
+    assert not np.allclose(a.leaf_values[0], other_key.leaf_values[0])
+    # The same key under another public seed: other trees.
+    other_seed = _run(clients, epsilon=2.0, seed=8)[0].model()
+    assert not np.array_equal(a.trees[0].feature, other_seed.trees[0].feature) or not (
+        np.array_equal(a.trees[0].threshold, other_seed.trees[0].threshold)
     )
 
 

@@ -19,6 +19,7 @@ from fedpriv.models.lumberjack import (
     uniform_from,
 )
 from fedpriv.privacy import chi_square_selection_test
+from tests.keys import private_rng
 
 SPACE = FeatureSpace(np.array([True, True, False, False, False]))
 
@@ -187,7 +188,7 @@ def test_clients_counts_sum_to_the_pooled_counts():
 def test_exponential_labels_follow_exp_eta_counts():
     counts = np.array([[3, 1, 0]] * 30_000)
     eta = 0.7
-    labels = exponential_labels(counts, eta, np.random.default_rng(0))
+    labels = exponential_labels(counts, eta, private_rng(0))
     w = np.exp(eta * counts[0])
     assert chi_square_selection_test(labels, w / w.sum()) > 1e-3
 

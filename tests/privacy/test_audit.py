@@ -19,6 +19,7 @@ from fedpriv.privacy import (
     clopper_pearson,
 )
 from fedpriv.privacy.pld import flatten
+from tests.keys import private_rng
 
 TRIALS = 4_000
 DELTA = 1e-5
@@ -35,7 +36,7 @@ def _audit(mech, value, neighbour, statistic, seed):
         statistic=statistic,
         n_trials=TRIALS,
         delta=DELTA,
-        rng=np.random.default_rng(seed),
+        rng=private_rng(seed),
     )
 
 

@@ -20,13 +20,14 @@ from fedpriv.privacy import (
     gaussian_delta,
     ks_noise_test,
 )
+from tests.keys import private_rng
 
 N = 20_000
 ALPHA = 1e-3  # per-test false-alarm rate of the goodness-of-fit tests
 
 
 def _draw(mech, value, n, seed):
-    rng = np.random.default_rng(seed)
+    rng = private_rng(seed)
     return np.array([mech.apply(value, rng=rng) for _ in range(n)])
 
 
@@ -34,7 +35,7 @@ def _draw(mech, value, n, seed):
 def test_gaussian_noise_law_and_scale():
     mech = GaussianMechanism(l2_sensitivity=2.0, noise_multiplier=1.5)
     value = np.array([3.0, -1.0, 0.0])
-    out = mech.apply(np.tile(value, N), rng=np.random.default_rng(1)).reshape(N, 3)
+    out = mech.apply(np.tile(value, N), rng=private_rng(1)).reshape(N, 3)
     noise = (out - value).ravel()
     assert mech.std == pytest.approx(3.0)
     assert ks_noise_test(noise, stats.norm(0.0, 3.0)) > ALPHA
@@ -46,7 +47,7 @@ def test_gaussian_noise_law_and_scale():
 
 def test_laplace_noise_law_and_scale():
     mech = LaplaceMechanism(l1_sensitivity=2.0, epsilon=0.5)
-    out = mech.apply(np.zeros(N * 2), rng=np.random.default_rng(2))
+    out = mech.apply(np.zeros(N * 2), rng=private_rng(2))
     assert mech.scale == pytest.approx(4.0)
     assert ks_noise_test(out, stats.laplace(0.0, 4.0)) > ALPHA
     assert ks_noise_test(out, stats.laplace(0.0, 4.4)) < ALPHA
@@ -56,9 +57,9 @@ def test_laplace_noise_law_and_scale():
 
 def test_same_generator_state_gives_same_noise():
     mech = GaussianMechanism(l2_sensitivity=1.0, noise_multiplier=1.0)
-    a = mech.apply(np.zeros(5), rng=np.random.default_rng(7))
-    b = mech.apply(np.zeros(5), rng=np.random.default_rng(7))
-    c = mech.apply(np.zeros(5), rng=np.random.default_rng(8))
+    a = mech.apply(np.zeros(5), rng=private_rng(7))
+    b = mech.apply(np.zeros(5), rng=private_rng(7))
+    c = mech.apply(np.zeros(5), rng=private_rng(8))
     np.testing.assert_array_equal(a, b)
     assert not np.allclose(a, c)
 
@@ -166,5 +167,5 @@ def test_gaussian_for_budget_is_certified_by_the_ledger_and_only_a_hair_above_an
     exact = analytic_gaussian_noise_multiplier(epsilon=epsilon, delta=1e-5)
     assert exact <= mech.noise_multiplier <= exact * (1 + 1e-6)
     ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=epsilon, delta=1e-5))
-    ledger.release(mech, np.zeros(3), rng=np.random.default_rng(0), label="one release")
+    ledger.release(mech, np.zeros(3), rng=private_rng(0), label="one release")
     assert ledger.epsilon() <= epsilon

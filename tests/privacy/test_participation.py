@@ -31,6 +31,7 @@ from fedpriv.privacy import (
 from fedpriv.privacy.accounting import _rdp_curve
 from fedpriv.privacy.participation import participation_event, plan_event
 from fedpriv.privacy.pld import composed_pld, flatten, leaf_pld
+from tests.keys import private_rng
 
 DELTA = 1e-5
 
@@ -144,7 +145,7 @@ def test_paper_events_are_accounted_at_rho_q_but_not_certified():
 
 def test_ledger_records_and_reports_each_mode():
     mech = GaussianMechanism(l2_sensitivity=1.0, noise_multiplier=1.0)
-    rng = np.random.default_rng(0)
+    rng = private_rng(0)
     reports = {}
     for mode in ParticipationAccounting:
         event = participation_event(
@@ -170,7 +171,7 @@ def test_ledger_refuses_an_event_that_does_not_wrap_the_mechanism():
     other = ParticipationDpEvent(0.5, _sampled(2.0, 0.1))
     ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=5.0, delta=DELTA))
     with pytest.raises(ValueError, match="does not wrap the mechanism's own"):
-        ledger.release(mech, [0.0], rng=np.random.default_rng(0), event=other)
+        ledger.release(mech, [0.0], rng=private_rng(0), event=other)
     assert ledger.entries == ()
 
 

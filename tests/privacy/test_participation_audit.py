@@ -30,7 +30,7 @@ from fedpriv.privacy import (
     calibrate_participation_noise_multiplier,
 )
 from fedpriv.privacy.participation import plan_event
-from fedpriv.seeding import derive_generator
+from tests.keys import key_for
 
 EPSILON, DELTA = 1.0, 1e-5
 Q, ROUNDS = 0.9, 1
@@ -102,7 +102,7 @@ def test_audit_refutes_paper_accounting_and_not_ours(rho, accounting, fails):
         statistic=_canary_score,
         n_trials=TRIALS,
         delta=DELTA,
-        rng=derive_generator(0, "participation-audit", accounting, int(rho * 100)),
+        rng=key_for(0).generator("participation-audit", accounting, int(rho * 100)),
         n_thresholds=2000,
     )
     if fails:

@@ -21,6 +21,7 @@ from fedpriv.privacy import (
     two_sided_delta,
     zcdp_delta,
 )
+from tests.keys import private_rng
 
 
 def test_queries_per_record_is_lemma_3s_bound():
@@ -110,7 +111,7 @@ def test_calibration_matches_an_independent_reference():
 
 def test_the_mechanism_gates_deterministically_and_adds_noise_otherwise():
     mech = SparseThreshold(sigma=2.0, gap=5.0)  # τ = 6
-    rng = np.random.default_rng(0)
+    rng = private_rng(0)
     assert not mech.check(np.zeros(10_000), rng=rng).any()  # empty: never ⊤
     hits = mech.check(np.full(20_000, 6.0), rng=rng)  # q = τ: ⊤ w.p. ½
     assert hits.mean() == pytest.approx(0.5, abs=0.015)
@@ -119,7 +120,7 @@ def test_the_mechanism_gates_deterministically_and_adds_noise_otherwise():
     two = SparseThreshold(sigma=2.0, gap=5.0, two_sided=True)
     assert two.check(np.full(100, 12.0), rng=rng).all()  # q ≥ τ + Δ + 1: surely ⊤
     # Draws per call depend only on the number of counts, never on their values.
-    a, b = np.random.default_rng(1), np.random.default_rng(1)
+    a, b = private_rng(1), private_rng(1)
     mech.check(np.zeros(5), rng=a)
     mech.check(np.full(5, 100.0), rng=b)
     assert a.random() == b.random()
@@ -142,7 +143,7 @@ def test_audit_of_the_sparse_threshold(case):
         lambda rng: mech.check(np.full(m, lo), rng=rng).sum(),
         n_trials=20_000,
         delta=delta,
-        rng=np.random.default_rng(5),
+        rng=private_rng(5),
     )
     if case == "broken":
         assert res.epsilon_lower_bound > eps

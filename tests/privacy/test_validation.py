@@ -15,6 +15,7 @@ from fedpriv.privacy import (
     analytic_gaussian_noise_multiplier,
     calibrate_gaussian_noise_multiplier,
 )
+from tests.keys import private_rng
 
 BAD_POSITIVE = [0.0, -1.0, math.nan, math.inf]
 
@@ -71,21 +72,34 @@ def test_budget_allows_explicit_infinity_only_for_epsilon():
 def test_values_must_be_finite(value):
     mech = GaussianMechanism(l2_sensitivity=1.0, noise_multiplier=1.0)
     with pytest.raises(ValueError, match=r"value must be finite everywhere .* found"):
-        mech.apply(value, rng=np.random.default_rng(0))
+        mech.apply(value, rng=private_rng(0))
 
 
 def test_scores_must_be_finite_and_1d():
     em = ExponentialMechanism(epsilon=1.0)
     with pytest.raises(ValueError, match="scores must be finite"):
-        em.apply([0.0, np.nan], rng=np.random.default_rng(0))
+        em.apply([0.0, np.nan], rng=private_rng(0))
     with pytest.raises(ValueError, match="scores must be 1-dimensional"):
-        em.apply([[0.0, 1.0]], rng=np.random.default_rng(0))
+        em.apply([[0.0, 1.0]], rng=private_rng(0))
 
 
-def test_global_rng_module_is_refused():
+PRIVATE_ONLY = r"rng must be a private generator \(SecretKey\.generator\(\.\.\.\), ChaCha20\); got "
+
+
+@pytest.mark.parametrize(
+    ("rng", "got"),
+    [
+        (np.random, "module"),
+        (np.random.default_rng(0), "PCG64"),
+        (np.random.Generator(np.random.MT19937(0)), "MT19937"),
+    ],
+    ids=["global-module", "pcg64", "mt19937"],
+)
+def test_global_rng_module_is_refused(rng, got):
+    # The global module, and any seeded (non-ChaCha20) generator, on the private path.
     mech = LaplaceMechanism(l1_sensitivity=1.0, epsilon=1.0)
-    with pytest.raises(TypeError, match=r"injected numpy\.random\.Generator"):
-        mech.apply([0.0], rng=np.random)
+    with pytest.raises(TypeError, match=PRIVATE_ONLY + got + ": noise and sampling coins"):
+        mech.apply([0.0], rng=rng)
 
 
 @pytest.mark.parametrize(

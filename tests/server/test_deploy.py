@@ -15,9 +15,11 @@ import numpy as np
 import pytest
 
 from fedpriv.data import data_dir, load_brfss
+from fedpriv.privacy.randomness import KEY_ENV
 from server.deploy import Federation, deploy
 from server.estimators import DPBoostingClassifier
 from server.tls import write_node_key
+from tests.keys import key_for, key_hex
 
 SMALL = {"num-clients": 3, "depth": 3, "epsilon": 2.0, "seed": 3, "round-timeout": 30.0}
 
@@ -29,15 +31,20 @@ def _results(out):
     }
 
 
-def test_late_node_is_waited_for_and_the_tls_run_releases_the_in_process_model(tmp_path):
+def test_late_node_is_waited_for_and_the_tls_run_releases_the_in_process_model(
+    tmp_path, monkeypatch
+):
+    # The SuperLink's ServerApp and every SuperNode's ClientApps inherit the key;
+    # the in-process fit gets the same one: same noise and Poisson coins.
+    monkeypatch.setenv(KEY_ENV, key_hex(3))
     code, out = deploy(
         {**SMALL, "rounds": 2, "out-dir": str(tmp_path)}, late_nodes=1, late_delay=8.0, quiet=True
     )
     assert code == 0
     saved = np.load(out / "model.npz")
-    ref = DPBoostingClassifier(n_rounds=2, depth=3, epsilon=2.0, seed=3, n_clients=3).fit(
-        load_brfss()
-    )
+    ref = DPBoostingClassifier(
+        n_rounds=2, depth=3, epsilon=2.0, seed=3, n_clients=3, secret_key=key_for(3)
+    ).fit(load_brfss())
     np.testing.assert_array_equal(saved["feature"], [t.feature for t in ref.model_.trees])
     np.testing.assert_array_equal(saved["threshold"], [t.threshold for t in ref.model_.trees])
     np.testing.assert_array_equal(saved["leaf_values"], np.array(ref.model_.leaf_values))

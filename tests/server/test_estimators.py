@@ -8,6 +8,9 @@ from torch import nn
 
 from fedpriv.data import box_standardisation, load_heart, load_synthetic
 from server.estimators import DPSGDClassifier
+from tests.keys import key_for
+
+KEY = key_for(3)
 
 
 @pytest.fixture(scope="module")
@@ -16,7 +19,8 @@ def heart():
 
 
 def _fit(data, **kw):
-    args = {"n_steps": 25, "sampling_rate": 0.1, "epsilon": 2.0, "seed": 3, **kw}
+    # An injected key: fits compared across paths and backends draw the same noise and coins.
+    args = {"n_steps": 25, "sampling_rate": 0.1, "epsilon": 2.0, "seed": 3, "secret_key": KEY, **kw}
     return DPSGDClassifier(**args).fit(data)
 
 
@@ -37,11 +41,16 @@ def test_secure_plain_and_per_client_paths_release_the_same_model(heart, model, 
     np.testing.assert_array_equal(one_by_one.model_.params, secure.model_.params)
 
 
-def test_same_seed_same_model_other_seed_other_model(heart):
+def test_same_seed_and_key_same_model_other_key_or_seed_other_model(heart):
     a, b = _fit(heart, model="mlp"), _fit(heart, model="mlp")
     np.testing.assert_array_equal(a.model_.params, b.model_.params)
-    c = _fit(heart, model="mlp", seed=4)
-    assert not np.allclose(a.model_.params, c.model_.params)
+    other_key = _fit(heart, model="mlp", secret_key=key_for(4))  # other noise and coins
+    assert not np.allclose(a.model_.params, other_key.model_.params)
+    other_seed = _fit(heart, model="mlp", seed=4)  # same key, other initial weights
+    assert not np.allclose(a.model_.params, other_seed.model_.params)
+    # No key: fresh OS entropy at every fit, so two fits differ.
+    fresh = [_fit(heart, model="mlp", secret_key=None) for _ in range(2)]
+    assert not np.allclose(fresh[0].model_.params, fresh[1].model_.params)
 
 
 @pytest.mark.parametrize("model", ["logistic", "mlp"])
@@ -74,8 +83,8 @@ def test_non_private_mlp_learns_the_interactions():
     # The synthetic task defeats linear models (≈ .72) but not a network (paper: .93).
     ds = load_synthetic()
     X, y = ds.xy("test")
-    mlp = DPSGDClassifier(model="mlp", epsilon=None, seed=0).fit(ds)
-    logistic = DPSGDClassifier(model="logistic", epsilon=None, seed=0).fit(ds)
+    mlp = DPSGDClassifier(model="mlp", epsilon=None, seed=0, secret_key=KEY).fit(ds)
+    logistic = DPSGDClassifier(model="logistic", epsilon=None, seed=0, secret_key=KEY).fit(ds)
     assert mlp.privacy_report_ is None and mlp.epsilon_spent_ == np.inf
     assert roc_auc_score(y, mlp.predict_proba(X)[:, 1]) > 0.88
     assert roc_auc_score(y, logistic.predict_proba(X)[:, 1]) < 0.75

@@ -1,7 +1,10 @@
 """`flwr run` simulation of K hospitals: same model as in process, real exit codes, no daemons.
 
 Each test starts a real Flower 1.42 SuperLink and simulation (≈ 30 s, mostly
-Ray start-up) through ``server.simulate``.
+Ray start-up) through ``server.simulate``. The equality tests inject one
+secret key into the launched processes (``$FEDPRIV_SECRET_KEY``, which the
+ServerApp and every ClientApp read) and into the in-process estimator, so
+both draw the same noise, Poisson coins and tree assignment.
 """
 
 import json
@@ -11,6 +14,7 @@ import pytest
 
 from fedpriv.data import load_heart
 from fedpriv.models.networks import NetworkModel
+from fedpriv.privacy.randomness import KEY_ENV
 from server.estimators import (
     DPBoostingClassifier,
     DPRandomForestClassifier,
@@ -18,18 +22,29 @@ from server.estimators import (
     LumberjackClassifier,
 )
 from server.simulate import simulate
+from tests.keys import key_for, key_hex
 
 SMALL = {"dataset": "heart", "num-clients": 4, "rounds": 3, "depth": 3, "epsilon": 2.0, "seed": 5}
 PINGS = 2  # empty rounds timed before training (the same-run Flower baseline)
+KEY = 5  # test key injected into both runtimes
 
 
-def test_simulation_releases_the_in_process_model(tmp_path):
+@pytest.fixture
+def injected_key(monkeypatch):
+    """The launched Flower processes inherit ``$FEDPRIV_SECRET_KEY`` = test key ``KEY``."""
+    monkeypatch.setenv(KEY_ENV, key_hex(KEY))
+    return key_for(KEY)
+
+
+def test_simulation_releases_the_in_process_model(tmp_path, injected_key):
     code, out = simulate(
         {**SMALL, "out-dir": str(tmp_path), "ping-rounds": PINGS}, timeout=600, quiet=True
     )
     assert code == 0
     saved = np.load(out / "model.npz")
-    ref = DPBoostingClassifier(n_rounds=3, depth=3, epsilon=2.0, seed=5).fit(load_heart())
+    ref = DPBoostingClassifier(
+        n_rounds=3, depth=3, epsilon=2.0, seed=5, secret_key=injected_key
+    ).fit(load_heart())
     np.testing.assert_array_equal(saved["feature"], [t.feature for t in ref.model_.trees])
     np.testing.assert_array_equal(saved["threshold"], [t.threshold for t in ref.model_.trees])
     # Fixed-point sums are exact integers in both runtimes: leaf values agree bit for bit.
@@ -61,7 +76,7 @@ def test_a_failed_run_exits_non_zero(tmp_path):
 
 
 @pytest.mark.parametrize("model", ["logistic", "mlp"])
-def test_dpsgd_simulation_releases_the_in_process_parameters(tmp_path, model):
+def test_dpsgd_simulation_releases_the_in_process_parameters(tmp_path, model, injected_key):
     job = {
         "dataset": "heart",
         "num-clients": 4,
@@ -76,7 +91,13 @@ def test_dpsgd_simulation_releases_the_in_process_parameters(tmp_path, model):
     assert code == 0
     saved = NetworkModel.from_arrays(dict(np.load(out / "model.npz")))
     ref = DPSGDClassifier(
-        model=model, hidden=4, n_steps=6, sampling_rate=0.1, epsilon=2.0, seed=5
+        model=model,
+        hidden=4,
+        n_steps=6,
+        sampling_rate=0.1,
+        epsilon=2.0,
+        seed=5,
+        secret_key=injected_key,
     ).fit(load_heart())
     # Same samples, same fixed-point sums, same noise draws: the same floats.
     np.testing.assert_array_equal(saved.params, ref.model_.params)
@@ -91,7 +112,7 @@ def test_dpsgd_simulation_releases_the_in_process_parameters(tmp_path, model):
     assert config["learning-rate"] == {"logistic": 2.0, "mlp": 3.0}[model]  # the paper's
 
 
-def test_lumberjack_simulation_releases_the_in_process_forest(tmp_path):
+def test_lumberjack_simulation_releases_the_in_process_forest(tmp_path, injected_key):
     job = {
         "dataset": "heart",
         "num-clients": 4,
@@ -106,7 +127,12 @@ def test_lumberjack_simulation_releases_the_in_process_forest(tmp_path):
     assert code == 0
     saved = np.load(out / "model.npz")
     ref = LumberjackClassifier(
-        n_trees=3, max_depth=8, epsilon=4.0, seed=5, secure_aggregation=True
+        n_trees=3,
+        max_depth=8,
+        epsilon=4.0,
+        seed=5,
+        secure_aggregation=True,
+        secret_key=injected_key,
     ).fit(load_heart())
     for key, value in ref.model_.to_arrays().items():
         np.testing.assert_array_equal(saved[key], value, err_msg=key)
@@ -118,7 +144,7 @@ def test_lumberjack_simulation_releases_the_in_process_forest(tmp_path):
     assert comm["round_trips"] == 2 + 2 * 3
 
 
-def test_random_forest_simulation_releases_the_in_process_forest(tmp_path):
+def test_random_forest_simulation_releases_the_in_process_forest(tmp_path, injected_key):
     job = {
         "dataset": "heart",
         "num-clients": 4,
@@ -133,7 +159,13 @@ def test_random_forest_simulation_releases_the_in_process_forest(tmp_path):
     assert code == 0
     saved = np.load(out / "model.npz")
     ref = DPRandomForestClassifier(
-        n_trees=3, depth=4, epsilon=2.0, seed=5, mode="disjoint", secure_aggregation=True
+        n_trees=3,
+        depth=4,
+        epsilon=2.0,
+        seed=5,
+        mode="disjoint",
+        secure_aggregation=True,
+        secret_key=injected_key,
     ).fit(load_heart())
     for key, value in ref.model_.to_arrays().items():
         np.testing.assert_array_equal(saved[key], value, err_msg=key)

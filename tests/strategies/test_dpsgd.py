@@ -18,6 +18,7 @@ from fedpriv.privacy import (
 )
 from fedpriv.privacy.pld import flatten
 from strategies.dpsgd import DPSGDConfig, DPSGDStrategy
+from tests.keys import private_rng
 
 DELTA = 1e-5
 
@@ -34,7 +35,12 @@ def _ledger(eps):
 def _start(config, data, *, eps=None, seed=0, **kw):
     strategy = DPSGDStrategy(config, n_records=data.n, **kw)
     ledger = _ledger(eps) if eps is not None else None
-    strategy.begin(n_features=data.X.shape[1], ledger=ledger, rng=np.random.default_rng(seed))
+    strategy.begin(
+        n_features=data.X.shape[1],
+        ledger=ledger,
+        rng=np.random.default_rng(seed),
+        secret_rng=private_rng(seed),
+    )
     return strategy, ledger
 
 
@@ -115,7 +121,7 @@ def test_non_private_mode_adds_no_noise_and_needs_no_ledger():
     np.testing.assert_allclose(strategy.model().params, -2.0 * total / (0.02 * data.n))
     with pytest.raises(ValueError, match="a private run needs a PrivacyLedger"):
         DPSGDStrategy(DPSGDConfig(), n_records=10).begin(
-            n_features=4, ledger=None, rng=np.random.default_rng(0)
+            n_features=4, ledger=None, rng=np.random.default_rng(0), secret_rng=private_rng(0)
         )
 
 
@@ -128,13 +134,22 @@ def test_divergence_is_reported_not_released_silently():
         strategy.update(q, np.full(q.reply_length, 1e10))
 
 
-def _one_step_release(config, data, canary, clip_seen_by_client, seed):
-    """θ₁ of a one-step full-batch run on data (+ canary), as the server releases it."""
+def _one_step_release(config, data, canary, clip_seen_by_client, secret_rng):
+    """θ₁ of a one-step full-batch run on data (+ canary), as the server releases it.
+
+    The noise comes from ``secret_rng``, the audit's private generator: each
+    trial continues its stream, so trials draw independent noise.
+    """
     rows = data if canary is None else canary
     start = np.array([0.0, 0.0, 0.0, 0.0, 5.0])  # σ(f) ≈ 1: the canary's |p − y| ≈ 1
     box = InputMap(np.full(4, 0.5), np.full(4, np.sqrt(12)))  # the schema's standardisation
     strategy = DPSGDStrategy(config, n_records=60, initial_params=start, input_map=box)
-    strategy.begin(n_features=4, ledger=_ledger(config.epsilon), rng=np.random.default_rng(seed))
+    strategy.begin(
+        n_features=4,
+        ledger=_ledger(config.epsilon),
+        rng=np.random.default_rng(0),  # public; unused: the initial parameters are given
+        secret_rng=secret_rng,
+    )
     q = strategy.next_query()
     shown = type(q)(**{**q.__dict__, "config": {**q.config, "clip_norm": clip_seen_by_client}})
     total = DPSGDClient().answer(shown, rows, np.arange(rows.n), {})
@@ -159,12 +174,12 @@ def test_audit_one_step_does_not_leak_more_than_claimed(broken):
     )
     clip = 4.0 if broken else 1.0
     res = audit_epsilon(
-        lambda rng: _one_step_release(cfg, data, None, clip, int(rng.integers(2**31))),
-        lambda rng: _one_step_release(cfg, data, canary, clip, int(rng.integers(2**31))),
+        lambda rng: _one_step_release(cfg, data, None, clip, rng),
+        lambda rng: _one_step_release(cfg, data, canary, clip, rng),
         statistic=lambda theta: -(theta[:4].sum() + theta[4] / np.sqrt(3)),
         n_trials=4000,
         delta=DELTA,
-        rng=np.random.default_rng(99),
+        rng=private_rng(99),
     )
     if broken:
         assert res.epsilon_lower_bound > 2.0

@@ -10,6 +10,9 @@ from fedpriv.models.lumberjack import FeatureSpace
 from fedpriv.privacy import ApproxDpEvent, BoundedRangeDpEvent
 from server.estimators import LumberjackClassifier
 from strategies.lumberjack import LumberjackConfig, LumberjackStrategy
+from tests.keys import key_for, private_rng
+
+KEY = key_for(1)
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +21,8 @@ def heart():
 
 
 def _fit(data, **kw):
-    args = {"n_trees": 4, "max_depth": 12, "epsilon": 2.0, "seed": 1, **kw}
+    # An injected key: repeated fits (secure vs plain sums) draw the same noise.
+    args = {"n_trees": 4, "max_depth": 12, "epsilon": 2.0, "seed": 1, "secret_key": KEY, **kw}
     return LumberjackClassifier(**args).fit(data)
 
 
@@ -54,7 +58,12 @@ def _release(X, y, *, seed=0, epsilon=2.0):
     cfg = LumberjackConfig(n_trees=4, max_depth=12, epsilon=epsilon)
     strategy = LumberjackStrategy(cfg, space=space)
     ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=epsilon, delta=1e-6))
-    strategy.begin(n_features=X.shape[1], ledger=ledger, rng=np.random.default_rng(seed))
+    strategy.begin(
+        n_features=X.shape[1],
+        ledger=ledger,
+        rng=np.random.default_rng(seed),
+        secret_rng=private_rng(seed),
+    )
     client, state = LumberjackClient(), {}
     data = ClientData(client_id=0, X=X, y=y)
     while (q := strategy.next_query()) is not None:
@@ -111,7 +120,9 @@ def test_the_forest_is_released_only_after_the_last_level(heart):
     strategy = LumberjackStrategy(
         LumberjackConfig(n_trees=2, max_depth=3, epsilon=None), space=space
     )
-    strategy.begin(n_features=X.shape[1], ledger=None, rng=np.random.default_rng(0))
+    strategy.begin(
+        n_features=X.shape[1], ledger=None, rng=np.random.default_rng(0), secret_rng=private_rng(0)
+    )
     client, state = LumberjackClient(), {}
     data = ClientData(client_id=0, X=X, y=y)
     while (q := strategy.next_query()) is not None:
@@ -131,7 +142,9 @@ def test_config_and_client_refusals(heart):
         LumberjackConfig(n_trees=2, max_depth=10, epsilon=None),
         space=space,  # 2 stages
     )
-    strategy.begin(n_features=X.shape[1], ledger=None, rng=np.random.default_rng(0))
+    strategy.begin(
+        n_features=X.shape[1], ledger=None, rng=np.random.default_rng(0), secret_rng=private_rng(0)
+    )
     data = ClientData(client_id=0, X=X, y=y)
     q0 = strategy.next_query()
     with pytest.raises(ValueError, match="must be all rows"):

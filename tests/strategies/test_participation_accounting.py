@@ -15,6 +15,7 @@ from fedpriv.privacy import (
 from server.estimators import DPBoostingClassifier, DPSGDClassifier
 from strategies.boosting import BoostingConfig
 from strategies.dpsgd import DPSGDConfig, DPSGDStrategy
+from tests.keys import key_for
 
 RHO = 0.5
 EVENT_TYPE = {
@@ -41,6 +42,7 @@ def _boosting(mode, participation=RHO):
         participation_accounting=mode,
         n_clients=4,
         seed=1,
+        secret_key=key_for(1),  # fixed participation and Poisson coins
     )
 
 
@@ -53,6 +55,7 @@ def _dpsgd(mode):
         participation_accounting=mode,
         n_clients=4,
         seed=1,
+        secret_key=key_for(1),  # fixed participation and Poisson coins
     )
 
 

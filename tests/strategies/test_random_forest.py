@@ -6,11 +6,13 @@ import pytest
 from clients.random_forest import RandomForestClient, tree_of_rows
 from fedpriv.data import feature_space_numeric, load_heart
 from fedpriv.federation.protocol import ClientData
+from fedpriv.federation.runtime import client_key
 from fedpriv.models.lumberjack import FeatureSpace
 from fedpriv.models.trees import route
-from fedpriv.privacy import BoundedRangeDpEvent
+from fedpriv.privacy import BoundedRangeDpEvent, chi_square_selection_test
 from server.estimators import DPRandomForestClassifier
 from strategies.random_forest import RandomForestConfig, RandomForestStrategy, random_complete_tree
+from tests.keys import key_for, private_rng
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +21,9 @@ def heart():
 
 
 def _fit(data, **kw):
-    return DPRandomForestClassifier(**{"n_trees": 6, "depth": 5, "seed": 2, **kw}).fit(data)
+    # An injected key: repeated fits (secure vs plain sums) draw the same noise.
+    args = {"n_trees": 6, "depth": 5, "seed": 2, "secret_key": key_for(2), **kw}
+    return DPRandomForestClassifier(**args).fit(data)
 
 
 @pytest.mark.parametrize("mode", ["all", "disjoint"])
@@ -40,24 +44,55 @@ def test_every_mode_spends_at_most_its_budget(heart, mode, leaves, eps):
         assert len(events) == 1  # one Gaussian on all leaf counts (sensitivity 1 or √k)
 
 
-def test_disjoint_rows_feed_one_tree_each_by_position_only(heart):
-    X, y = heart.xy("train")
+def _disjoint_reply(heart, X, y, key, mode="disjoint"):
     space = FeatureSpace(feature_space_numeric(heart.schema))
+    strategy = RandomForestStrategy(
+        RandomForestConfig(n_trees=4, depth=3, epsilon=None, mode=mode), space=space
+    )
+    strategy.begin(
+        n_features=X.shape[1], ledger=None, rng=np.random.default_rng(0), secret_rng=private_rng(0)
+    )
+    data = ClientData(client_id=1, X=X, y=y)
+    return RandomForestClient().answer(strategy.next_query(), data, np.arange(y.size), {}, key)
+
+
+def test_disjoint_rows_feed_one_tree_each_drawn_from_the_clients_secret_key(heart):
+    X, y = heart.xy("train")
+    key = client_key(key_for(0), 1)
     for mode, per_row in (("all", 4), ("disjoint", 1)):
-        strategy = RandomForestStrategy(
-            RandomForestConfig(n_trees=4, depth=3, epsilon=None, mode=mode), space=space
-        )
-        strategy.begin(n_features=X.shape[1], ledger=None, rng=np.random.default_rng(0))
-        q = strategy.next_query()
-        reply = RandomForestClient().answer(
-            q, ClientData(client_id=1, X=X, y=y), np.arange(y.size), {}
-        )
-        assert reply.sum() == per_row * y.size
-    owner = tree_of_rows(3, 20_000, 7, salt=99)
-    np.testing.assert_array_equal(owner, tree_of_rows(3, 20_000, 7, salt=99))
-    counts = np.bincount(owner, minlength=7)
-    assert counts.min() > 0.9 * 20_000 / 7  # balanced
-    assert not np.array_equal(owner[:100], tree_of_rows(4, 100, 7, salt=99))  # per client
+        assert _disjoint_reply(heart, X, y, key, mode).sum() == per_row * y.size
+    with pytest.raises(ValueError, match="disjoint mode needs the client's secret key"):
+        _disjoint_reply(heart, X, y, None)
+
+    # i.i.d. uniform over the trees: the marginal and consecutive pairs (χ²).
+    n, k = 20_000, 7
+    owner = tree_of_rows(key, n, k)
+    assert chi_square_selection_test(owner, np.full(k, 1 / k)) > 1e-3
+    assert chi_square_selection_test(owner[:-1] * k + owner[1:], np.full(k * k, 1 / k**2)) > 1e-3
+    # Power: the same sample rejects a law 25 % heavier on one tree.
+    skewed = np.full(k, 1.0)
+    skewed[0] = 1.25
+    assert chi_square_selection_test(owner, skewed / skewed.sum()) < 1e-6
+
+    # Fixed for the run by the key (every call, the same trees), secret: another
+    # key (another client, another run) assigns otherwise, whatever the position.
+    np.testing.assert_array_equal(owner, tree_of_rows(key, n, k))
+    np.testing.assert_array_equal(
+        _disjoint_reply(heart, X, y, key), _disjoint_reply(heart, X, y, key)
+    )
+    for other in (client_key(key_for(0), 2), client_key(key_for(1), 1)):
+        assert np.mean(tree_of_rows(other, n, k) == owner) < 0.2  # ≈ 1/k by chance
+
+    # Appending a row moves no other row's tree.
+    np.testing.assert_array_equal(tree_of_rows(key, n + 1, k)[:n], owner)
+    # So for a fixed key, removing the last record moves exactly one count by one
+    # (L1 = 1, the sensitivity the disjoint mode accounts for); in "all" mode it
+    # moves one count per tree (L1 = k).
+    for mode, l1 in (("disjoint", 1.0), ("all", 4.0)):
+        full = _disjoint_reply(heart, X, y, key, mode)
+        fewer = _disjoint_reply(heart, X[:-1], y[:-1], key, mode)
+        assert np.abs(full - fewer).sum() == l1
+        assert np.all((full - fewer) >= 0)
 
 
 def test_complete_trees_are_in_heap_order_with_public_ranges(heart):
