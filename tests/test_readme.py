@@ -19,7 +19,7 @@ def test_readme_opens_with_the_two_setup_commands():
     install = "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]'"
     assert lines == [
         f"{install} && .venv/bin/python -m server.simulate",
-        ".venv/bin/python -m pytest -q",
+        ".venv/bin/python -m pytest -q -n 2 --dist worksteal",
     ]
     ci = (ROOT / ".ci" / "run").read_text()
     assert f'install="{install}"' in ci  # CI installs as the README does
