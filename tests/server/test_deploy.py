@@ -137,5 +137,7 @@ def test_clientapp_raising_on_bad_local_data_fails_the_run_with_its_error_logged
     )
     assert code == 1
     log = "".join(seen)
-    assert "client error from node" in log and "forty" in log  # the client's own error
+    # The server learns the node's error code and column, never the raw cell.
+    assert "client error from node" in log and "not_a_number" in log and "BMI" in log
+    assert "forty" not in log
     assert "key exchange: 2 of 3 nodes answered, 1 client errors" in log
