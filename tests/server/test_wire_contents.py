@@ -1,0 +1,154 @@
+"""What crosses the wire in a Flower run: no seed, no key, no timing, in any message.
+
+A loopback grid hands every message of :class:`server.grid_runtime.GridRuntime`
+straight to the real ClientApp handlers (``clients/app.py``, each node with its
+own ``Context``), so the whole Flower code path runs in milliseconds, without
+Ray or a SuperLink, and every message either way can be inspected. The run
+must also release the in-process model bit for bit under the same key.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import numpy as np
+from flwr.app import ConfigRecord, Context, Message, Metadata, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
+
+from clients import app as client_app
+from fedpriv.data import load_heart
+from fedpriv.federation.settings import RunSettings
+from fedpriv.privacy import PrivacyBudget, PrivacyLedger
+from server.app import build_strategy
+from server.estimators import DPBoostingClassifier
+from server.grid_runtime import GridRuntime
+from tests.keys import key_for, key_hex
+
+SEED = 918_273_645  # a public seed no message may carry
+HANDLERS = {
+    "query.keys": client_app.keys,
+    "query.keybook": client_app.keybook,
+    "query.fedpriv": client_app.answer,
+    "query.unmask": client_app.unmask,
+}
+
+
+class LoopbackGrid:
+    """A Flower ``Grid`` whose nodes are the ClientApp's handlers in this process."""
+
+    def __init__(self, run_config: dict, num_nodes: int) -> None:
+        self.sent: list[Message] = []
+        self.received: list[Message] = []
+        self._ids = itertools.count(1)
+        self.contexts = {
+            100 + p: Context(
+                run_id=1,
+                node_id=100 + p,
+                node_config={"partition-id": p, "num-partitions": num_nodes},
+                state=RecordDict(),
+                run_config=run_config,
+            )
+            for p in range(num_nodes)
+        }
+
+    def get_node_ids(self):
+        return list(self.contexts)
+
+    def send_and_receive(self, messages, *, timeout=None):
+        replies = []
+        for msg in messages:
+            node = msg.metadata.dst_node_id
+            meta = Metadata(
+                run_id=1,
+                message_id=f"m{next(self._ids)}",
+                src_node_id=0,
+                dst_node_id=node,
+                reply_to_message_id="",
+                group_id="",
+                created_at=time.time(),
+                ttl=600.0,
+                message_type=msg.metadata.message_type,
+            )
+            incoming = Message(msg.content, metadata=meta)
+            self.sent.append(incoming)
+            reply = HANDLERS[meta.message_type](incoming, self.contexts[node])
+            self.received.append(reply)
+            replies.append(reply)
+        return replies
+
+
+def _walk(record):
+    """Every (key, value) of a RecordDict's config and metric records, recursively listed."""
+    for name, rec in record.items():
+        if isinstance(rec, ConfigRecord):
+            for key, value in rec.items():
+                yield f"{name}.{key}", value
+
+
+def _run(monkeypatch, rounds: int = 3):
+    # What a ServerApp process has set before any Message is built.
+    monkeypatch.setattr(TaskIdentity, "_run_id", 1)
+    monkeypatch.setattr(TaskIdentity, "_node_id", 0, raising=False)
+    monkeypatch.setattr(TaskIdentity, "_task_id", 1, raising=False)
+    monkeypatch.setenv("FEDPRIV_SECRET_KEY", key_hex(7))
+    run_config = {
+        "dataset": "heart",
+        "num-clients": 4,
+        "method": "boosting",
+        "rounds": rounds,
+        "depth": 2,
+        "seed": SEED,
+        "epsilon": 2.0,
+    }
+    settings = RunSettings.from_run_config(run_config)
+    ds = load_heart()
+    X, _ = ds.xy("train")
+    grid = LoopbackGrid(settings.to_run_config(), settings.num_clients)
+    runtime = GridRuntime(grid, settings, max_records=int(X.shape[0]))
+    runtime.connect()
+    ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=2.0, delta=settings.delta))
+    strategy = build_strategy(settings, ds.schema, n_records=int(X.shape[0]))
+    runtime.begin(strategy, n_features=X.shape[1], ledger=ledger, secret_key=key_for(7))
+    while (query := strategy.next_query()) is not None:
+        planned, msgs = runtime.plan_round(query)
+        strategy.update(query, runtime.finish_round(planned, grid.send_and_receive(msgs)))
+    return grid, strategy, ledger
+
+
+def test_no_message_carries_a_seed_a_key_or_a_timing(monkeypatch):
+    grid, _, _ = _run(monkeypatch)
+    kinds = {m.metadata.message_type for m in grid.sent}
+    assert kinds == set(HANDLERS)  # every kind of message was inspected
+    key_bytes = key_for(7).bytes_for_local_store()
+    for msg in grid.sent + grid.received:
+        for name, value in _walk(msg.content):
+            assert "seed" not in name and "second" not in name and "time" not in name, name
+            values = value if isinstance(value, list) else [value]
+            for v in values:
+                assert v != SEED, name  # the public seed is never sent
+                if isinstance(v, bytes):
+                    assert key_bytes not in v and v != key_for(7).derive("client", 0)
+    for reply in grid.received:
+        meta = dict(reply.content["meta"])
+        assert set(meta) <= {"partition-id", "public-key"}  # no handler time, nothing else
+    # Each node's secret stays in its own state and differs from every other node's.
+    private = [bytes(c.state["private"]["key"]) for c in grid.contexts.values()]
+    assert len(set(private)) == len(private)
+    for msg in grid.sent + grid.received:
+        for _, value in _walk(msg.content):
+            for v in value if isinstance(value, list) else [value]:
+                assert not (isinstance(v, bytes) and any(p in v for p in private))
+
+
+def test_the_flower_path_releases_the_in_process_model_under_one_key(monkeypatch):
+    _, strategy, ledger = _run(monkeypatch)
+    ref = DPBoostingClassifier(
+        n_rounds=3, depth=2, epsilon=2.0, seed=SEED, n_clients=4, secret_key=key_for(7)
+    ).fit(load_heart())
+    model = strategy.model()
+    for got, want in zip(model.trees, ref.model_.trees, strict=True):
+        np.testing.assert_array_equal(got.feature, want.feature)
+        np.testing.assert_array_equal(got.threshold, want.threshold)
+    np.testing.assert_array_equal(np.array(model.leaf_values), np.array(ref.model_.leaf_values))
+    assert ledger.report().epsilon == ref.epsilon_spent_
