@@ -49,7 +49,7 @@ def client_compute_per_round(config: dict) -> float:
     handler, states, rng, spent = (
         BoostingClient(),
         [{} for _ in clients],
-        np.random.default_rng(1),
+        secret_key_for("speed", "flower").generator("coins"),
         0.0,
     )
     while (q := strategy.next_query()) is not None:

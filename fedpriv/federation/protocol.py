@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from fedpriv.privacy.randomness import check_private
 from fedpriv.records import check_partition
 
 if TYPE_CHECKING:  # clients never touch the ledger: keep dp-accounting (and scipy) out
@@ -163,9 +164,11 @@ def poisson_sample(n: int, rate: float, rng: np.random.Generator) -> np.ndarray:
     exactly the Bernoulli sample, for ≈ q·n draws instead of n (about 3x
     faster at q = 0.05, n = 10,000). Otherwise one uniform per record is
     compared with q. Privacy amplification by Poisson subsampling needs
-    exactly this distribution; a test checks both paths (inclusion rates,
-    pairwise independence, size distribution).
+    exactly this distribution, with coins no one else can predict: ``rng``
+    must be private (a client's own ChaCha20 stream); a test checks both
+    paths (inclusion rates, pairwise independence, size distribution).
     """
+    check_private("rng", rng)  # the coins are private randomness: never a seeded stream
     if n <= 0:
         return np.zeros(0, dtype=np.int64)
     if not 0.0 < rate <= 1.0:

@@ -15,6 +15,7 @@ from fedpriv.federation.protocol import (
     GEOMETRIC_MIN_RECORDS,
     poisson_sample,
 )
+from tests.keys import private_rng
 
 REPS = 3000
 # (n, q): the uniform-draw path and the geometric-gap path.
@@ -22,7 +23,7 @@ PATHS = [(300, 0.3), (GEOMETRIC_MIN_RECORDS + 952, 0.02)]
 
 
 def _indicators(sampler, n, q, seed=0):
-    rng = np.random.default_rng(seed)
+    rng = private_rng(seed)
     out = np.zeros((REPS, n), dtype=bool)
     for r in range(REPS):
         out[r, sampler(n, q, rng)] = True
@@ -82,8 +83,8 @@ def test_the_tests_reject_broken_samplers():
 
 @pytest.mark.parametrize(("n", "q"), [*PATHS, (0, 0.5), (5, 1.0), (40_000, 0.001)])
 def test_samples_are_sorted_unique_in_range_and_reproducible(n, q):
-    a = poisson_sample(n, q, np.random.default_rng(7))
-    b = poisson_sample(n, q, np.random.default_rng(7))
+    a = poisson_sample(n, q, private_rng(7))
+    b = poisson_sample(n, q, private_rng(7))
     np.testing.assert_array_equal(a, b)
     assert a.dtype.kind == "i" and np.all(np.diff(a) > 0)
     assert a.size == 0 or (a[0] >= 0 and a[-1] < n)
@@ -93,4 +94,10 @@ def test_samples_are_sorted_unique_in_range_and_reproducible(n, q):
 
 def test_rate_is_validated():
     with pytest.raises(ValueError, match=r"rate must lie in \(0, 1\]; got 0.0"):
-        poisson_sample(10, 0.0, np.random.default_rng(0))
+        poisson_sample(10, 0.0, private_rng(0))
+
+
+def test_a_seeded_generator_is_refused():
+    # Coins from a seeded PCG64 are replayable by anyone who knows the seed.
+    with pytest.raises(TypeError, match="private generator"):
+        poisson_sample(10, 0.5, np.random.default_rng(0))
