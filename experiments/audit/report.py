@@ -175,12 +175,13 @@ def write_report(
         "",
         markdown_table(power),
         "",
-        "## Exact counts still in released models (pending fix)",
+        "## Exact counts in released models",
         "",
         "An attacker reading the fitted model object, not its predictions: "
-        "`PrunedTree.leaf_counts` holds Lumberjack's exact leaf counts (being removed "
-        "in a parallel change). The statistic is the exact class-1 count of the "
-        "canary's leaf, summed over trees; 'n/a' once the models no longer hold it.",
+        "does `PrunedTree.leaf_counts` (Lumberjack's exact leaf counts, held by the "
+        "models before the staged protocol) still exist? The statistic would be the "
+        "exact class-1 count of the canary's leaf, summed over trees; 'n/a': the "
+        "models no longer hold it.",
         "",
         markdown_table(extra),
         "",
