@@ -14,8 +14,9 @@ Flower's deployment engine as separate processes, the same topology as
   (never a fixed sleep); every wait has a timeout;
 * ``flwr run . <connection>``, the run's log followed (nodes connected, round
   r of T, ε spent so far), its real status read with ``flwr ls``;
-* shutdown of every process started, by PID: SuperNodes first, then the
-  SuperLink (with their SuperExecs and ClientApps).
+* shutdown of every process started, by PID: all SuperNodes together (one
+  deadline, then SIGKILL), then the SuperLink (with their SuperExecs and
+  ClientApps).
 
 Exit code 0 if the run finished ``completed``, 1 if it failed, 2 if the
 federation could not be started or the SuperLink was lost.
@@ -47,6 +48,7 @@ from server.launch import (
     free_port,
     parse_set,
     result_line,
+    stop_trees,
     submit,
     wait_healthy,
     write_connection,
@@ -192,16 +194,48 @@ class Federation:
         )
         log(f"SuperLink pid {self.superlink.pid} on 127.0.0.1:{self.port}")
 
-    def register(self, index: int) -> None:
-        """Add node ``index``'s public key to the SuperLink's allow-list."""
-        cp = flwr(
-            ["supernode", "register", str(self.keys[index].public), CONNECTION, "--format", "json"],
-            self.env,
-            capture_output=True,
-            timeout=60,
-        )
-        if cp.returncode != 0 or not json.loads(cp.stdout or "{}").get("success"):
-            raise RuntimeError(f"registering node {index}: {cp.stdout.strip()} {cp.stderr.strip()}")
+    def register(self, *indices: int, timeout: float = 60.0) -> None:
+        """Add the public keys of nodes ``indices`` to the SuperLink's allow-list.
+
+        One ``flwr supernode register`` per node, all started together (each
+        CLI call spends seconds starting Python): K nodes cost about one call.
+        """
+        calls = {
+            i: subprocess.Popen(
+                [
+                    str(BIN / "flwr"),
+                    "supernode",
+                    "register",
+                    str(self.keys[i].public),
+                    CONNECTION,
+                    "--format",
+                    "json",
+                ],
+                env=self.env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for i in indices
+        }
+        deadline = time.monotonic() + timeout
+        failed = []
+        try:
+            for i, call in calls.items():
+                out, err = call.communicate(timeout=max(0.0, deadline - time.monotonic()))
+                try:
+                    ok = call.returncode == 0 and json.loads(out or "{}").get("success")
+                except json.JSONDecodeError:
+                    ok = False
+                if not ok:
+                    failed.append(f"node {i}: {out.strip()} {err.strip()}")
+        finally:
+            for call in calls.values():  # on a timeout: no CLI call outlives the launcher
+                if call.poll() is None:
+                    call.kill()
+                    call.wait()
+        if failed:
+            raise RuntimeError("registering " + "; ".join(failed))
 
     def start_node(
         self,
@@ -247,14 +281,36 @@ class Federation:
             return 0
         return _count_online(data)
 
-    def wait_online(self, n: int, *, timeout: float = 120.0) -> None:
+    def _connected(self) -> int:
+        """How many started SuperNodes logged their node id (Flower logs it once the
+        SuperLink accepted the node): a hint when to ask, never the answer."""
+        n = 0
+        for index in self.nodes:
+            try:
+                n += "SuperNode ID:" in (self.workdir / f"node-{index}.log").read_text()
+            except OSError:
+                pass
+        return n
+
+    def wait_online(self, n: int, *, timeout: float = 120.0, every: float = 3.0) -> None:
+        """Return once the SuperLink reports ``n`` SuperNodes online (``flwr supernode ls``).
+
+        ``ls`` is asked as soon as ``n`` nodes logged their node id, and at the
+        latest every ``every`` s (a CLI call takes seconds, so it is not asked
+        in a tight loop); every wait has a deadline.
+        """
         deadline = time.monotonic() + timeout
-        while (k := self.online()) < n:
+        asked = -float("inf")
+        while True:
             if self.superlink is None or self.superlink.poll() is not None:
                 raise RuntimeError("the SuperLink stopped while nodes were connecting")
+            if self._connected() >= n or time.monotonic() - asked >= every:
+                asked = time.monotonic()
+                if (k := self.online()) >= n:
+                    break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{k} of {n} SuperNodes online after {timeout:.0f} s")
-            time.sleep(0.5)
+            time.sleep(0.1)
         log(f"{n} SuperNodes online")
 
     def stop_node(self, index: int, *, kill: bool = False) -> None:
@@ -266,14 +322,13 @@ class Federation:
         node.tracker.stop_all(node.proc)
 
     def stop(self) -> list[int]:
-        """Stop every process started, SuperNodes first; returns PIDs still alive (none)."""
-        left: list[int] = []
-        for index in sorted(self.nodes):
-            node = self.nodes[index]
-            left += node.tracker.stop_all(node.proc)
+        """Stop every process started: all SuperNodes together, then the SuperLink.
+
+        Returns PIDs still alive (none)."""
+        left = stop_trees([(node.tracker, node.proc) for node in self.nodes.values()])
         self.nodes.clear()
         if self.superlink is not None and self._link_tracker is not None:
-            left += self._link_tracker.stop_all(self.superlink)
+            left += stop_trees([(self._link_tracker, self.superlink)])
         return left
 
     def __enter__(self) -> Federation:
@@ -337,9 +392,8 @@ def deploy(
     try:
         with fed:
             fed.start_superlink()
-            for i in range(K):
-                if not insecure:
-                    fed.register(i)
+            if not insecure:
+                fed.register(*range(K))
             for i in range(K - late_nodes):
                 fed.start_node(i, env=node_env.get(i, {}))
             fed.wait_online(K - late_nodes)

@@ -87,26 +87,62 @@ class ProcessTracker:
         return out
 
     def stop_all(self, proc: subprocess.Popen) -> list[int]:
-        self.snapshot()
-        self._stop.set()
-        self._thread.join(timeout=2)
+        """Stop ``proc`` and its tree; returns PIDs still alive (none)."""
+        return stop_trees([(self, proc)])
+
+
+def stop_trees(
+    trees: list[tuple[ProcessTracker, subprocess.Popen]],
+    *,
+    grace: float = 15.0,
+    follow: float = 10.0,
+) -> list[int]:
+    """Stop several process trees at once, by PID; returns PIDs still alive (none).
+
+    Every root gets SIGTERM together and all share one ``grace`` deadline (then
+    SIGKILL); then their descendants still alive (SuperExecs, ClientApps) get
+    SIGTERM and share one ``follow`` deadline, then SIGKILL. Stopping the
+    trees together costs the slowest one's shutdown, not the sum.
+    """
+    for tracker, _ in trees:
+        tracker.snapshot()
+        tracker._stop.set()
+    for tracker, _ in trees:
+        tracker._thread.join(timeout=2)
+        tracker.snapshot()  # children started meanwhile
+    for _, proc in trees:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
-        deadline = time.monotonic() + 10  # SuperExec follows its --parent-pid
-        while self.alive() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        for p in self.alive():  # Ray agents can outlive a stopped run
-            try:
-                os.kill(p, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.3)
-        return self.alive()
+    deadline = time.monotonic() + grace
+    for _, proc in trees:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+    def alive() -> list[int]:
+        return [p for tracker, _ in trees for p in tracker.alive()]
+
+    # The roots are gone; their SuperExecs would notice within seconds (after
+    # retrying their parent's API): ask them by PID now, with the same signal.
+    for p in alive():
+        try:
+            os.kill(p, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + follow
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for p in alive():  # Ray agents can outlive a stopped run
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + 2.0  # SIGKILL is asynchronous: wait until they are gone
+    while (left := alive()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
 
 
 def free_port() -> int:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,9 +34,11 @@ from fedpriv.federation.secagg import (
     sum_plain,
 )
 from fedpriv.privacy._validation import check_probability
-from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.randomness import GRID, PrivateStreams, SecretKey
 from fedpriv.seeding import derive_generator
+
+if TYPE_CHECKING:  # the accountant (dp_accounting, scipy) costs a ClientApp ~0.7 s to import
+    from fedpriv.privacy.ledger import PrivacyLedger
 
 #: Fixed-point scale of the shim: 2^-32 ≈ 2.3e-10 resolution per summand. It must be
 #: the noise grid's 1/γ: the mechanisms' rounding margin γ√d (γd in L1) covers the

@@ -3,8 +3,9 @@
 Each test starts Flower 1.42's deployment engine through ``server.deploy``
 (one process per SuperLink, SuperNode, SuperExec and ClientApp); a round
 takes several seconds (SuperNodes poll every 3 s and start one ClientApp
-process per message), so configs are tiny. The whole file takes about five
-minutes.
+process per message), so configs are tiny. The whole file takes about 3.5
+minutes alone, most of it the killed node's test waiting for Flower's fixed
+30 s heartbeat (a crashed node is declared offline 40-60 s after it died).
 """
 
 import gzip
@@ -101,13 +102,16 @@ def test_killed_supernode_mid_run_is_recovered_and_the_ledger_matches_the_releas
 def test_killed_superlink_makes_the_launcher_exit_non_zero_quickly_without_orphans(tmp_path):
     stopped = []
 
-    def kill_superlink_after_round_1(fed, line):
-        if "round 1/" in line and not stopped:
+    def kill_superlink_in_the_key_exchange(fed, line):
+        # Killed while the ServerApp, SuperExecs and the first ClientApps run: the
+        # launcher must notice and leave none of them behind (a later kill would
+        # only add rounds, ~12 s each, to wait for).
+        if "nodes connected" in line and not stopped:
             fed.superlink.kill()
             stopped.append(time.monotonic())
 
     code, _ = deploy(
-        {**SMALL, "rounds": 4, "out-dir": str(tmp_path)}, hook=kill_superlink_after_round_1
+        {**SMALL, "rounds": 4, "out-dir": str(tmp_path)}, hook=kill_superlink_in_the_key_exchange
     )
     assert stopped and code == 2
     assert time.monotonic() - stopped[0] < 60  # detected and cleaned up within a minute
