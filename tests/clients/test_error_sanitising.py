@@ -20,22 +20,9 @@ import clients.app as client_app
 from fedpriv.data import load_csv
 from fedpriv.errors import INTERNAL, ClientFailure, DataError, public_error
 from fedpriv.federation.settings import RunSettings
+from tests.data.test_csv_errors import GOOD as ROWS
+from tests.data.test_csv_errors import HEADER, SCHEMA
 
-SCHEMA = "experiments/schemas/example.toml"
-HEADER = "record_id,hospital,age,length_of_stay_days,admission,smoker,readmitted\n"
-ROWS = [
-    f"{i},{h},{40 + i},{i % 9},{adm},{s},{y}\n"
-    for i, (h, adm, s, y) in enumerate(
-        [
-            (h, a, s, y)
-            for h in ("a", "b")
-            for a in ("emergency", "elective")
-            for s in ("yes", "no")
-            for y in ("yes", "no")
-        ]
-        * 3
-    )
-]
 SECRET = "forty-four"
 
 
