@@ -89,8 +89,8 @@ class Estimator:
         """Train ``strategy`` against ``handler`` clients under a fresh ledger; keep the results.
 
         The runtime takes the estimator's ``seed``, ``secret_key`` and
-        ``secure_aggregation``,
-        the ledger its ``epsilon`` and ``delta`` (``epsilon=None``: no ledger).
+        ``secure_aggregation``, the ledger its ``epsilon`` and ``delta``
+        (``epsilon=None``: no ledger).
         """
         from fedpriv.federation.protocol import make_clients
 

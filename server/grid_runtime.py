@@ -33,10 +33,10 @@ from fedpriv.federation.runtime import (
     DEFAULT_SCALE,
     MIN_PARTIES,
     Communication,
+    begin_strategy,
     codec_for,
     participation_streams,
     round_plan,
-    server_secret_rng,
 )
 from fedpriv.federation.secagg import (
     FixedPointCodec,
@@ -49,7 +49,6 @@ from fedpriv.federation.settings import RunSettings
 from fedpriv.federation.wire import query_to_wire
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.randomness import SecretKey
-from fedpriv.seeding import derive_generator
 
 
 @dataclass
@@ -223,13 +222,12 @@ class GridRuntime:
         The same derivations as :class:`~fedpriv.federation.runtime.InProcessRuntime`,
         so one injected key gives the same run in both.
         """
-        if ledger is not None and not secret_key.certified:
-            ledger.mark_uncertified(secret_key.public_reason)
-        strategy.begin(
+        begin_strategy(
+            strategy,
             n_features=n_features,
             ledger=ledger,
-            rng=derive_generator(self.settings.seed, "server"),
-            secret_rng=server_secret_rng(secret_key),
+            seed=self.settings.seed,
+            secret_key=secret_key,
         )
         self._fates = participation_streams(secret_key)
 

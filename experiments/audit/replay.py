@@ -28,7 +28,7 @@ import numpy as np
 
 from experiments.audit.runs import RecordingLedger, Run
 from fedpriv.federation.protocol import ClientData
-from fedpriv.federation.runtime import server_secret_rng
+from fedpriv.federation.runtime import begin_strategy
 from fedpriv.models.trees import TreeEnsemble, sample_tree
 from fedpriv.privacy import PrivacyBudget
 from fedpriv.privacy.randomness import SecretKey
@@ -45,11 +45,12 @@ def replay_server_noise(
     with zero sums draws exactly the noise a debug-mode run released.
     """
     ledger = RecordingLedger(budget=PrivacyBudget(epsilon=epsilon, delta=delta))
-    strategy.begin(
+    begin_strategy(
+        strategy,
         n_features=n_features,
         ledger=ledger,
-        rng=derive_generator(seed, "server"),
-        secret_rng=server_secret_rng(SecretKey.from_public_seed(seed)),
+        seed=seed,
+        secret_key=SecretKey.from_public_seed(seed),
     )
     while (query := strategy.next_query()) is not None:
         strategy.update(query, np.zeros(query.reply_length))

@@ -133,9 +133,24 @@ def client_key(key: SecretKey, client_id: int) -> SecretKey:
     return key.derive("client", client_id)
 
 
-def server_secret_rng(key: SecretKey):
-    """The server's private generator: every noise and mechanism draw of the strategy."""
-    return key.derive("server").generator("noise")
+def begin_strategy(
+    strategy: Strategy,
+    *,
+    n_features: int,
+    ledger: PrivacyLedger | None,
+    seed: int,
+    secret_key: SecretKey,
+) -> None:
+    """Start ``strategy`` as every runtime does: public generator from ``seed``, the
+    server's private one from ``secret_key`` (a debug key voids the ledger's guarantee)."""
+    if ledger is not None and not secret_key.certified:
+        ledger.mark_uncertified(secret_key.public_reason)
+    strategy.begin(
+        n_features=n_features,
+        ledger=ledger,
+        rng=derive_generator(seed, "server"),
+        secret_rng=secret_key.derive("server").generator("noise"),
+    )
 
 
 def participation_streams(key: SecretKey) -> PrivateStreams:
@@ -225,13 +240,8 @@ class InProcessRuntime:
         """Train ``strategy`` to completion; returns it (holding the released model)."""
         n_features = self.clients[0].X.shape[1]
         key = self.secret_key
-        if ledger is not None and not key.certified:
-            ledger.mark_uncertified(key.public_reason)
-        strategy.begin(
-            n_features=n_features,
-            ledger=ledger,
-            rng=derive_generator(self.seed, "server"),
-            secret_rng=server_secret_rng(key),
+        begin_strategy(
+            strategy, n_features=n_features, ledger=ledger, seed=self.seed, secret_key=key
         )
         ids = [c.client_id for c in self.clients]
         parties = self._setup_keys() if self.secure_aggregation else None
@@ -257,9 +267,9 @@ class InProcessRuntime:
                 comm.aborted_rounds += 1
                 strategy.update(query, None)
                 continue
-            key = (query.record_bound, len(asked))
-            if (codec := codecs.get(key)) is None:
-                codec = codecs[key] = codec_for(
+            shape = (query.record_bound, len(asked))
+            if (codec := codecs.get(shape)) is None:
+                codec = codecs[shape] = codec_for(
                     query.record_bound, self.max_records, len(asked) or 1, self.scale
                 )
             samples = {
