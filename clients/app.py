@@ -31,41 +31,37 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from clients.boosting import BoostingClient
-from clients.dpsgd import DPSGDClient
-from clients.lumberjack import LumberjackClient
-from clients.random_forest import RandomForestClient
-from fedpriv.data import load_dataset
+from fedpriv.data import load_for_run
 from fedpriv.errors import public_error
 from fedpriv.federation.protocol import ClientData, poisson_sample
 from fedpriv.federation.runtime import client_key
 from fedpriv.federation.secagg import FixedPointCodec, SecAggClient, SecAggConfig
 from fedpriv.federation.settings import RunSettings
 from fedpriv.federation.wire import query_from_wire, state_from_wire, state_to_wire
-from fedpriv.models import _forest_kernels, _kernels, _sgd_kernels
+from fedpriv.methods import get_method
 from fedpriv.privacy.randomness import KEY_ENV, SecretKey, key_from_environment
 from fedpriv.records import check_labels
 
 log = logging.getLogger(__name__)
 app = ClientApp()
-HANDLERS = {
-    "boosting": BoostingClient(),
-    "dpsgd": DPSGDClient(),
-    "lumberjack": LumberjackClient(),
-    "random_forest": RandomForestClient(),
-}
+
+
+@lru_cache(maxsize=8)
+def _handler(method: str):
+    """The method's client half, from the registry (one per process)."""
+    return get_method(method).client_handler()
 
 
 @lru_cache(maxsize=4)
-def _dataset(dataset: str, split_seed: int):
+def _dataset(dataset: str, split_seed: int, num_clients: int):
     # Per process: the simulation engine serves any node from any worker, so a
     # worker that loaded the corpus for one node reuses it for the next.
-    return load_dataset(dataset, split_seed=split_seed)
+    return load_for_run(dataset, num_clients=num_clients, split_seed=split_seed)
 
 
 @lru_cache(maxsize=64)
 def _client_data(dataset: str, split_seed: int, num_clients: int, pid: int) -> ClientData:
-    ds = _dataset(dataset, split_seed)
+    ds = _dataset(dataset, split_seed, num_clients)
     X, y = ds.xy("train")
     # The label set is the public schema's, never the rows'; the kernels clip too.
     target = ds.schema.target
@@ -154,8 +150,7 @@ def keys(msg: Message, context: Context) -> Message:
         raise RuntimeError("the key exchange already ran in this run; refused")
     # Load the rows and the compiled kernels now, not in round 1.
     _client_data(s.dataset, s.split_seed, s.num_clients, pid)
-    kernels = {"boosting": _kernels, "random_forest": _kernels, "lumberjack": _forest_kernels}
-    kernels.get(s.method, _sgd_kernels).warm_up()
+    get_method(s.method).warm_up()
     client = SecAggClient(client_id=pid)
     _save_secagg(context, client)
     key = _new_secret_key(pid)
@@ -205,7 +200,9 @@ def answer(msg: Message, context: Context) -> Message:
         state = state_from_wire(
             {k: saved_arrays[k].numpy() for k in saved_arrays.keys()}, dict(saved_scalars)
         )
-    handler = HANDLERS[query.method]
+    if query.method != s.method:
+        raise ValueError(f"query for method {query.method!r} in a {s.method!r} run; refused")
+    handler = _handler(query.method)
     vec = handler.answer(query, data, sample, state, key)
     for key in getattr(handler, "cache_keys", ()):
         state.pop(key, None)

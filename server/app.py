@@ -18,77 +18,28 @@ import numpy as np
 from flwr.app import ArrayRecord, Context
 from flwr.serverapp import Grid, ServerApp
 
-from fedpriv.data import box_standardisation, load_dataset
+from fedpriv.data import load_for_run
 from fedpriv.evaluation import binary_metrics
 from fedpriv.federation.protocol import Strategy
 from fedpriv.federation.settings import RunSettings
-from fedpriv.models.lumberjack import FeatureSpace
-from fedpriv.models.networks import InputMap
+from fedpriv.methods import StrategyContext
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
 from server.flower_strategy import FlowerStrategy
 from server.grid_runtime import PollingGrid
-from strategies.boosting import BoostingConfig, DPBoostingStrategy, split_feature_weights
-from strategies.dpsgd import DPSGDConfig, DPSGDStrategy
-from strategies.lumberjack import LumberjackConfig, LumberjackStrategy
-from strategies.random_forest import RandomForestConfig, RandomForestStrategy
 
 app = ServerApp()
 
 
-def build_strategy(s: RunSettings, schema, *, n_records: int) -> Strategy:
-    """The run's method: boosting, DP-SGD logistic regression / MLP, or Lumberjack."""
-    if s.method == "random_forest":
-        rf = RandomForestConfig(
-            n_trees=s.trees,
-            depth=s.depth,
-            epsilon=s.epsilon if s.private else None,
-            delta=s.delta,
-            mode=s.forest_mode,
-            leaf_mechanism=s.leaf_mechanism,
-        )
-        return RandomForestStrategy(
-            rf, space=FeatureSpace.from_schema(schema, s.forest_split_features)
-        )
-    if s.method == "lumberjack":
-        forest = LumberjackConfig(
-            n_trees=s.trees,
-            max_depth=s.depth,
-            epsilon=s.epsilon if s.private else None,
-            delta=s.delta,
-            structure_fraction=s.structure_fraction,
-            leaf_mechanism=s.leaf_mechanism,
-        )
-        return LumberjackStrategy(
-            forest, space=FeatureSpace.from_schema(schema, s.forest_split_features)
-        )
-    if s.method in ("logistic", "mlp"):
-        sgd = DPSGDConfig(
-            model=s.method,
-            hidden=s.hidden,
-            n_steps=s.rounds,
-            learning_rate=s.learning_rate,
-            clip_norm=s.clip_norm,
-            sampling_rate=s.sampling_rate,
-            epsilon=s.epsilon if s.private else None,
-            delta=s.delta,
-            backend=s.backend,
-            participation_accounting=s.participation_accounting,
-        )
-        imap = InputMap(*box_standardisation(schema)) if s.standardise else None
-        return DPSGDStrategy(
-            sgd, n_records=n_records, participation=s.participation, input_map=imap
-        )
-    config = BoostingConfig(
-        n_rounds=s.rounds,
-        depth=s.depth,
-        learning_rate=s.learning_rate,
-        sampling_rate=s.sampling_rate,
-        epsilon=s.epsilon if s.private else None,
-        delta=s.delta,
-        participation_accounting=s.participation_accounting,
+def build_strategy(s: RunSettings, schema, *, n_records: int, n_features: int) -> Strategy:
+    """The run's method, from the registry, on the public schema."""
+    context = StrategyContext(
+        schema=schema,
+        n_features=n_features,
+        n_records=n_records,
+        n_classes=len(schema.target.classes),
+        participation=s.participation,
     )
-    weights = split_feature_weights(s.split_features, schema.column_widths)
-    return DPBoostingStrategy(config, feature_weights=weights, participation=s.participation)
+    return s.method_record.build_strategy(s.config, context)
 
 
 #: Why a run that writes its round times is not covered by its guarantee.
@@ -132,7 +83,7 @@ def main(grid: Grid, context: Context) -> None:
     grid = PollingGrid(grid, interval=s.poll_interval)
     if not s.out_dir or not Path(s.out_dir).is_absolute():
         raise ValueError(f"run config out-dir must be an absolute path; got {s.out_dir!r}")
-    ds = load_dataset(s.dataset, split_seed=s.split_seed)
+    ds = load_for_run(s.dataset, num_clients=s.num_clients, split_seed=s.split_seed)
     X_train, _ = ds.xy("train")
     ledger = None
     if s.private:
@@ -142,7 +93,9 @@ def main(grid: Grid, context: Context) -> None:
     strategy = FlowerStrategy(
         # n (the training rows) is public under the trust model, as is the
         # bound on records per client below.
-        build_strategy(s, ds.schema, n_records=int(X_train.shape[0])),
+        build_strategy(
+            s, ds.schema, n_records=int(X_train.shape[0]), n_features=int(X_train.shape[1])
+        ),
         settings=s,
         n_features=X_train.shape[1],
         max_records=int(X_train.shape[0]),
@@ -151,7 +104,10 @@ def main(grid: Grid, context: Context) -> None:
     runtime = strategy.connect(grid)
     runtime.ping(s.ping_rounds)
     result = strategy.start(
-        grid=grid, initial_arrays=ArrayRecord(), num_rounds=s.rounds, timeout=s.round_timeout
+        grid=grid,
+        initial_arrays=ArrayRecord(),
+        num_rounds=s.rounds,
+        timeout=s.round_timeout,
     )
     model = strategy.core.model()
 

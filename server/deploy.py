@@ -37,17 +37,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedpriv.federation.settings import RunSettings
+from fedpriv.federation.settings import SettingError
 from server.launch import (
     BIN,
     ProcessTracker,
-    default_config,
     flwr,
     flwr_env,
     follow,
     free_port,
     parse_set,
+    resolve_run,
     result_line,
+    settings_help,
     stop_trees,
     submit,
     wait_healthy,
@@ -369,12 +370,9 @@ def deploy(
     for them). ``node_env``: extra environment per node index. ``hook`` sees
     every line of the run's log with the federation (tests inject faults).
     """
-    config = RunSettings.with_method_defaults(
-        {**default_config(), **SMALL_JOB, **overrides}, {**SMALL_JOB, **overrides}
-    )
-    if not config.get("out-dir"):
-        config["out-dir"] = str((Path.cwd() / "results" / "deploy").resolve())
-    settings = RunSettings.from_run_config(config)  # validates before anything starts
+    if not overrides.get("out-dir"):
+        overrides = {**overrides, "out-dir": str((Path.cwd() / "results" / "deploy").resolve())}
+    settings, config = resolve_run(SMALL_JOB, overrides)  # before anything starts
     K = settings.num_clients
     node_env = node_env or {}
     if not 0 <= late_nodes < K:
@@ -443,7 +441,11 @@ def deploy(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog=settings_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--num-clients", type=int, default=None, help="K SuperNodes (default 3)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--out-dir", default=None, help="results directory (default ./results/deploy)")
@@ -457,6 +459,11 @@ def main(argv: list[str] | None = None) -> int:
         overrides["num-clients"] = args.num_clients
     if args.out_dir:
         overrides["out-dir"] = str(Path(args.out_dir).resolve())
+    try:
+        resolve_run(SMALL_JOB, overrides)
+    except SettingError as exc:  # one line, exit 2, before any process starts
+        log(f"error: {exc}")
+        return 2
     code, out = deploy(overrides, insecure=args.insecure, timeout=args.timeout)
     if code == 0 and out is not None:
         timed = bool(overrides.get("timings"))  # round times only when asked (uncertified)

@@ -24,6 +24,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from fedpriv.federation.settings import RunSettings, SettingError
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
@@ -173,6 +175,7 @@ def wait_healthy(
 
 
 def default_config() -> dict:
+    """``[tool.flwr.app.config]``: every run-config key, ``""`` for its default."""
     with open(ROOT / "pyproject.toml", "rb") as fh:
         return dict(tomllib.load(fh)["tool"]["flwr"]["app"]["config"])
 
@@ -304,6 +307,48 @@ def follow(
             return "lost", "the SuperLink stopped"
         status, details = run_status(run_id, connection, env)
     return status, details
+
+
+def resolve_run(defaults: dict, overrides: dict) -> tuple[RunSettings, dict]:
+    """The run's settings and its complete run config, validated before anything starts.
+
+    ``defaults`` are the launcher's own (e.g. a small job), applied only where
+    the key belongs to the run's method; ``overrides`` are the user's, applied
+    as given. Raises :class:`~fedpriv.federation.settings.SettingError` (one
+    line naming the key, the value and the allowed range).
+    """
+    from fedpriv.methods import get_method
+
+    method = overrides.get("method") or defaults.get("method") or RunSettings.method
+    try:
+        mine = set(get_method(str(method)).config_fields)
+    except ValueError as exc:
+        raise SettingError(str(exc)) from None
+    run_keys = set(RunSettings.run_keys())
+    own = {k: v for k, v in defaults.items() if k.replace("-", "_") in run_keys | mine}
+    settings = RunSettings.from_run_config({**default_config(), **own, **overrides})
+    return settings, settings.to_run_config()
+
+
+def settings_help() -> str:
+    """``--help``'s list of run-config keys and defaults, from the method registry."""
+    from dataclasses import fields as dc_fields
+
+    from fedpriv.federation.settings import method_defaults
+    from fedpriv.methods import methods
+
+    run = RunSettings()
+    lines = ["run-config keys (--set key=value; defaults in brackets):"]
+    for f in dc_fields(RunSettings):
+        if f.name != "config":
+            default = getattr(run, f.name) if f.name != "delta" else "the method's"
+            lines.append(f"  {f.name.replace('_', '-')} [{default}]")
+    lines.append("methods (method=NAME) and their own keys:")
+    for m in methods():
+        lines.append(f"  {m.name}: {m.summary}; delta [{m.delta:g}]")
+        keys = ", ".join(f"{k.replace('_', '-')} [{v}]" for k, v in method_defaults(m).items())
+        lines.append(f"    {keys}")
+    return "\n".join(lines)
 
 
 def parse_set(items: list[str]) -> dict:

@@ -27,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fedpriv.federation.settings import RunSettings
+from fedpriv.federation.settings import SettingError
 from server.launch import (
     BIN,
     ROOT,
@@ -38,7 +38,9 @@ from server.launch import (
     follow,
     free_port,
     parse_set,
+    resolve_run,
     result_line,
+    settings_help,
     submit,
     wait_healthy,
     write_connection,
@@ -61,12 +63,9 @@ def simulate(
     overrides: dict, *, timeout: float = 3600.0, quiet: bool = False
 ) -> tuple[int, Path | None]:
     """Run one simulation; returns (exit code, result directory)."""
-    config = RunSettings.with_method_defaults(
-        {**default_config(), **SIMULATION_DEFAULTS, **overrides}, overrides
-    )
-    if not config.get("out-dir"):
-        config["out-dir"] = str((Path.cwd() / "results" / "flower").resolve())
-    settings = RunSettings.from_run_config(config)  # validates before anything starts
+    if not overrides.get("out-dir"):
+        overrides = {**overrides, "out-dir": str((Path.cwd() / "results" / "flower").resolve())}
+    settings, config = resolve_run(SIMULATION_DEFAULTS, overrides)  # before anything starts
     Path(settings.out_dir).mkdir(parents=True, exist_ok=True)
     home = Path(tempfile.mkdtemp(prefix="fedpriv-flwr-home-"))
     port = free_port()
@@ -131,7 +130,11 @@ def simulate(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog=settings_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument(
         "--set",
         action="append",
@@ -145,6 +148,11 @@ def main(argv: list[str] | None = None) -> int:
     overrides = parse_set(args.set)
     if args.out_dir:
         overrides["out-dir"] = str(Path(args.out_dir).resolve())
+    try:
+        resolve_run(SIMULATION_DEFAULTS, overrides)
+    except SettingError as exc:  # one line, exit 2, before any process starts
+        log(f"error: {exc}")
+        return 2
     code, out = simulate(overrides, timeout=args.timeout)
     if code == 0 and out is not None:
         print(result_line(out, "floats uploaded per client {mean_floats_uploaded_per_client:.0f}"))

@@ -33,6 +33,7 @@ import numpy as np
 from dp_accounting import dp_event
 
 from fedpriv.federation.protocol import Query
+from fedpriv.methods import StrategyContext
 from fedpriv.models._kernels import GRAD_BOUND, HESS_BOUND
 from fedpriv.models.trees import (
     RandomTree,
@@ -41,20 +42,11 @@ from fedpriv.models.trees import (
     newton_leaf_values,
     sample_tree,
 )
-from fedpriv.privacy import GaussianMechanism
-from fedpriv.privacy._validation import (
-    check_count,
-    check_open_unit,
-    check_positive,
-    check_probability,
-)
+from fedpriv.options import SplitFeatures
+from fedpriv.privacy._validation import check_count, check_positive, check_probability
 from fedpriv.privacy.ledger import PrivacyLedger
-from fedpriv.privacy.participation import (
-    ParticipationAccounting,
-    calibrate_participation_noise_multiplier,
-    parse_accounting,
-    participation_event,
-)
+from fedpriv.privacy.noise_stage import GaussianRounds
+from fedpriv.privacy.participation import ParticipationAccounting, parse_accounting
 from fedpriv.privacy.randomness import check_private
 
 METHOD = "boosting"
@@ -63,59 +55,54 @@ METHOD = "boosting"
 L2_SENSITIVITY = math.sqrt(GRAD_BOUND**2 + HESS_BOUND**2)
 
 
-SPLIT_FEATURES = ("columns", "uniform")
-
-
-def split_feature_weights(mode: str, column_widths: tuple[int, ...] | None) -> np.ndarray | None:
+def split_feature_weights(
+    mode: SplitFeatures | str, column_widths: tuple[int, ...] | None
+) -> np.ndarray | None:
     """Public split-feature probabilities for ``mode``.
 
     ``"columns"``: each schema column equally likely, shared by its one-hot
     levels (needs the schema's column widths; without a schema, uniform).
     ``"uniform"``: each encoded feature equally likely.
     """
-    if mode not in SPLIT_FEATURES:
-        raise ValueError(f"split_features must be one of {list(SPLIT_FEATURES)}; got {mode!r}")
-    if mode == "columns" and column_widths is not None:
+    mode = SplitFeatures.parse(mode)
+    if mode is SplitFeatures.COLUMNS and column_widths is not None:
         return column_balanced_weights(column_widths)
     return None
 
 
 @dataclass(frozen=True, kw_only=True)
 class BoostingConfig:
-    """Hyper-parameters of DP boosting (paper defaults: depth 5, lr 0.4, q 0.05).
+    """Hyper-parameters of DP boosting (paper Table 5: depth 5, lr 0.4, q 0.05).
 
-    ``epsilon=None`` trains without noise and without a ledger (a reference).
-    ``participation_accounting`` is ``valid`` (default), ``tight`` or
-    ``paper`` (not a valid guarantee; module docstring).
+    ``rounds`` is the number of trees, one per federated round; 75 is the
+    paper's per-budget choice on 130-US at ε = 2 (§5.3; 50 on BRFSS).
+    ``split_features``: how a random split picks its feature
+    (:class:`~fedpriv.models.lumberjack.SplitFeatures`). The privacy budget is
+    the run ledger's, not a setting here. ``participation_accounting`` is
+    ``valid`` (default), ``tight`` or ``paper`` (not a valid guarantee;
+    module docstring).
     """
 
-    n_rounds: int = 50
+    rounds: int = 75
     depth: int = 5
     learning_rate: float = 0.4
     sampling_rate: float = 0.05
     reg_lambda: float = 1.0
-    epsilon: float | None = 2.0
-    delta: float = 1e-5
+    split_features: SplitFeatures = SplitFeatures.COLUMNS
     participation_accounting: ParticipationAccounting = ParticipationAccounting.VALID
 
     def __post_init__(self) -> None:
         object.__setattr__(
             self, "participation_accounting", parse_accounting(self.participation_accounting)
         )
-        check_count("n_rounds", self.n_rounds)
+        object.__setattr__(self, "split_features", SplitFeatures.parse(self.split_features))
+        check_count("rounds", self.rounds)
         check_count("depth", self.depth)
         if self.depth > 12:
             raise ValueError(f"depth must lie in [1, 12]; got {self.depth}")
         check_positive("learning_rate", self.learning_rate)
         check_probability("sampling_rate", self.sampling_rate)
         check_positive("reg_lambda", self.reg_lambda)
-        if self.epsilon is not None:
-            check_positive("epsilon", self.epsilon)
-            check_open_unit("delta", self.delta)
-
-    @property
-    def private(self) -> bool:
-        return self.epsilon is not None
 
     @property
     def n_leaves(self) -> int:
@@ -155,49 +142,40 @@ class DPBoostingStrategy:
         cfg = self.config
         self._n_features = check_count("n_features", n_features)
         self._rng = rng  # public: tree structure
-        self._secret_rng = check_private("secret_rng", secret_rng)  # private: noise
-        self._ledger = ledger
         self._t = 0
         n_internal = cfg.n_leaves - 1
-        self._feature = np.zeros((cfg.n_rounds, n_internal), dtype=np.int64)
-        self._threshold = np.zeros((cfg.n_rounds, n_internal))
-        self._values = np.zeros((cfg.n_rounds, cfg.n_leaves))
+        self._feature = np.zeros((cfg.rounds, n_internal), dtype=np.int64)
+        self._threshold = np.zeros((cfg.rounds, n_internal))
+        self._values = np.zeros((cfg.rounds, cfg.n_leaves))
         self._base = np.zeros(1)  # initial score 0: no data touched, nothing to account
-        if not cfg.private:
-            self._mechanism = None
-            return
-        if ledger is None:
-            raise ValueError("a private run needs a PrivacyLedger")
-        cal = calibrate_participation_noise_multiplier(
-            target_epsilon=cfg.epsilon,
-            target_delta=cfg.delta,
-            sampling_probability=cfg.sampling_rate,
+        # (ε, δ) are the ledger's; no ledger: the non-private reference.
+        self._noise = GaussianRounds.plan(
+            ledger,
+            l2_sensitivity=L2_SENSITIVITY,
+            sampling_rate=cfg.sampling_rate,
+            rounds=cfg.rounds,
             participation=self.participation,
-            steps=cfg.n_rounds,
             accounting=cfg.participation_accounting,
+            rng=check_private("secret_rng", secret_rng),  # private: noise
         )
-        self.noise_multiplier_ = cal.noise_multiplier
-        self._mechanism = GaussianMechanism(
-            l2_sensitivity=L2_SENSITIVITY, noise_multiplier=cal.noise_multiplier
-        )
-        self._event = self.round_event
-        ledger.reserve(self._event, cfg.n_rounds)
+        if self._noise is not None:
+            self.noise_multiplier_ = self._noise.noise_multiplier
+
+    @property
+    def rounds(self) -> int:
+        """Federated rounds this strategy asks for: one per tree."""
+        return self.config.rounds
 
     @property
     def round_event(self) -> dp_event.DpEvent:
         """The DpEvent one round releases (private runs only)."""
-        if self._mechanism is None:
+        if self._noise is None:
             raise ValueError("non-private run: no event")
-        return participation_event(
-            self._mechanism.dp_event,
-            sampling_probability=self.config.sampling_rate,
-            participation=self.participation,
-            accounting=self.config.participation_accounting,
-        )
+        return self._noise.event
 
     def next_query(self) -> Query | None:
         cfg, t = self.config, self._t
-        if t >= cfg.n_rounds:
+        if t >= cfg.rounds:
             return None
         tree = sample_tree(
             depth=cfg.depth,
@@ -232,15 +210,8 @@ class DPBoostingStrategy:
             self._values[t] = 0.0
         else:
             stats = aggregate
-            if self._mechanism is not None:
-                stats = self._ledger.release(
-                    self._mechanism,
-                    aggregate,
-                    rng=self._secret_rng,
-                    sampling_probability=cfg.sampling_rate,
-                    event=self._event,
-                    label=f"round {t}: leaf (Σg, Σh)",
-                )
+            if self._noise is not None:
+                stats = self._noise.release(aggregate, label=f"round {t}: leaf (Σg, Σh)")
             L = cfg.n_leaves
             self._values[t] = newton_leaf_values(
                 stats[:L], stats[L:], learning_rate=cfg.learning_rate, reg_lambda=cfg.reg_lambda
@@ -257,3 +228,13 @@ class DPBoostingStrategy:
         return TreeEnsemble(
             base=float(self._base[0]), trees=trees, leaf_values=tuple(self._values[:t].copy())
         )
+
+
+def build(config: BoostingConfig, context: StrategyContext) -> DPBoostingStrategy:
+    """The registry's factory: split features weighted by the public schema's columns."""
+    widths = context.schema.column_widths if context.schema is not None else None
+    return DPBoostingStrategy(
+        config,
+        feature_weights=split_feature_weights(config.split_features, widths),
+        participation=context.participation,
+    )

@@ -33,80 +33,72 @@ noise; ``tight`` accounts the mixture PLD (1 − ρ)·(loss 0) + ρ·PLD_q;
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from dp_accounting import dp_event
 
 from fedpriv.federation.protocol import Query
+from fedpriv.methods import StrategyContext
 from fedpriv.models.networks import InputMap, ModelKind, NetworkSpec
-from fedpriv.privacy import GaussianMechanism
-from fedpriv.privacy._validation import (
-    check_count,
-    check_open_unit,
-    check_positive,
-    check_probability,
-)
+from fedpriv.options import Backend
+from fedpriv.privacy._validation import check_count, check_positive, check_probability
 from fedpriv.privacy.ledger import PrivacyLedger
-from fedpriv.privacy.participation import (
-    ParticipationAccounting,
-    calibrate_participation_noise_multiplier,
-    parse_accounting,
-    participation_event,
-)
+from fedpriv.privacy.noise_stage import GaussianRounds
+from fedpriv.privacy.participation import ParticipationAccounting, parse_accounting
 from fedpriv.privacy.randomness import check_private
-
-METHOD = "dpsgd"
-BACKENDS = ("fast", "opacus")
-#: The paper's selected learning rates (Table 5; with C 3.0, q 0.02, 800 steps, MLP h = 16).
-PAPER_LEARNING_RATE = {ModelKind.LOGISTIC: 2.0, ModelKind.MLP: 3.0}
 
 
 @dataclass(frozen=True, kw_only=True)
-class DPSGDConfig:
-    """Hyper-parameters of DP-SGD; defaults are the paper's selected settings.
+class LogisticConfig:
+    """DP-SGD logistic regression; defaults are the paper's selected settings
+    (Table 5: C 3.0, q 0.02, 800 steps, learning rate 2.0).
 
-    ``learning_rate=None`` takes the paper's value for ``model``;
-    ``epsilon=None`` trains without noise and without a ledger (the
-    non-private reference; gradients are still clipped to C, which bounds
-    every step). ``backend`` picks how clients compute per-example gradients:
-    ``"fast"`` (compiled closed forms) or ``"opacus"`` (torch + Opacus);
-    both give the same sums. ``participation_accounting`` is ``valid``
-    (default), ``tight`` or ``paper`` (not a valid guarantee; module docstring).
+    ``rounds`` is the number of DP-SGD steps, one per federated round. The
+    privacy budget is the run ledger's, not a setting here; without a ledger
+    (the non-private reference) gradients are still clipped to C, which
+    bounds every step. ``backend`` picks how clients compute per-example
+    gradients (:class:`~fedpriv.options.Backend`). ``standardise`` maps the
+    numeric features by the public schema's box (never by data statistics).
+    ``participation_accounting`` is ``valid`` (default), ``tight`` or
+    ``paper`` (not a valid guarantee; module docstring).
     """
 
-    model: ModelKind = ModelKind.LOGISTIC
-    hidden: int = 16
-    n_steps: int = 800
-    learning_rate: float | None = None
-    clip_norm: float = 3.0
+    model: ClassVar[ModelKind] = ModelKind.LOGISTIC
+    rounds: int = 800
+    learning_rate: float = 2.0
     sampling_rate: float = 0.02
-    epsilon: float | None = 2.0
-    delta: float = 1e-5
-    backend: str = "fast"
+    clip_norm: float = 3.0
+    backend: Backend = Backend.FAST
+    standardise: bool = True
     participation_accounting: ParticipationAccounting = ParticipationAccounting.VALID
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "model", ModelKind(self.model))
         object.__setattr__(
             self, "participation_accounting", parse_accounting(self.participation_accounting)
         )
-        check_count("hidden", self.hidden)
-        check_count("n_steps", self.n_steps)
-        if self.learning_rate is None:
-            object.__setattr__(self, "learning_rate", PAPER_LEARNING_RATE[self.model])
+        object.__setattr__(self, "backend", Backend.parse(self.backend))
+        check_count("rounds", self.rounds)
         check_positive("learning_rate", self.learning_rate)
         check_positive("clip_norm", self.clip_norm)
         check_probability("sampling_rate", self.sampling_rate)
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {list(BACKENDS)}; got {self.backend!r}")
-        if self.epsilon is not None:
-            check_positive("epsilon", self.epsilon)
-            check_open_unit("delta", self.delta)
+        check_count("hidden", self.hidden)
 
     @property
-    def private(self) -> bool:
-        return self.epsilon is not None
+    def hidden(self) -> int:
+        return 1  # no hidden layer; MLPConfig makes it a setting
+
+
+@dataclass(frozen=True, kw_only=True)
+class MLPConfig(LogisticConfig):
+    """DP-SGD one-hidden-layer MLP (paper Table 5: h 16, learning rate 3.0)."""
+
+    model: ClassVar[ModelKind] = ModelKind.MLP
+    learning_rate: float = 3.0
+    hidden: int = 16
+
+
+DPSGDConfig = LogisticConfig | MLPConfig
 
 
 class DPSGDStrategy:
@@ -114,7 +106,7 @@ class DPSGDStrategy:
 
     Parameters
     ----------
-    config : DPSGDConfig
+    config : LogisticConfig or MLPConfig
     n_records : int
         Public total number of training records n (the denominator q·n).
     participation : float
@@ -131,11 +123,9 @@ class DPSGDStrategy:
         module and the Opacus backend.
     """
 
-    method = METHOD
-
     def __init__(
         self,
-        config: DPSGDConfig,
+        config: LogisticConfig,
         *,
         n_records: int,
         participation: float = 1.0,
@@ -144,6 +134,7 @@ class DPSGDStrategy:
         custom_spec: Any = None,
     ) -> None:
         self.config = config
+        self.method = config.model.value  # the registry name: "logistic" or "mlp"
         self.n_records = check_count("n_records", n_records)
         self.participation = check_probability("participation", participation)
         self.initial_params = initial_params
@@ -173,8 +164,6 @@ class DPSGDStrategy:
             self.spec = self.custom_spec
         else:
             self.spec = NetworkSpec(kind=cfg.model, n_features=n_features, hidden=cfg.hidden)
-        self._secret_rng = check_private("secret_rng", secret_rng)  # private: noise
-        self._ledger = ledger
         self._t = 0
         self._map = self.input_map or InputMap.identity(n_features)
         if self._map.n_features != n_features:
@@ -188,37 +177,30 @@ class DPSGDStrategy:
                 f"initial parameters must be {self.spec.n_params} finite floats; "
                 f"got shape {self._params.shape}"
             )
-        if not cfg.private:
-            self._mechanism = None
-            return
-        if ledger is None:
-            raise ValueError("a private run needs a PrivacyLedger")
-        cal = calibrate_participation_noise_multiplier(
-            target_epsilon=cfg.epsilon,
-            target_delta=cfg.delta,
-            sampling_probability=cfg.sampling_rate,
+        # (ε, δ) are the ledger's; no ledger: the non-private reference.
+        self._noise = GaussianRounds.plan(
+            ledger,
+            l2_sensitivity=cfg.clip_norm,
+            sampling_rate=cfg.sampling_rate,
+            rounds=cfg.rounds,
             participation=self.participation,
-            steps=cfg.n_steps,
             accounting=cfg.participation_accounting,
+            rng=check_private("secret_rng", secret_rng),  # private: noise
         )
-        self.noise_multiplier_ = cal.noise_multiplier
-        self._mechanism = GaussianMechanism(
-            l2_sensitivity=cfg.clip_norm, noise_multiplier=cal.noise_multiplier
-        )
-        self._event = self.round_event
-        ledger.reserve(self._event, cfg.n_steps)
+        if self._noise is not None:
+            self.noise_multiplier_ = self._noise.noise_multiplier
+
+    @property
+    def rounds(self) -> int:
+        """Federated rounds this strategy asks for: one per step."""
+        return self.config.rounds
 
     @property
     def round_event(self) -> dp_event.DpEvent:
         """The DpEvent one step releases (private runs only)."""
-        if self._mechanism is None:
+        if self._noise is None:
             raise ValueError("non-private run: no event")
-        return participation_event(
-            self._mechanism.dp_event,
-            sampling_probability=self.config.sampling_rate,
-            participation=self.participation,
-            accounting=self.config.participation_accounting,
-        )
+        return self._noise.event
 
     @property
     def _model_name(self) -> str:
@@ -226,11 +208,11 @@ class DPSGDStrategy:
 
     def next_query(self) -> Query | None:
         cfg, t = self.config, self._t
-        if t >= cfg.n_steps:
+        if t >= cfg.rounds:
             return None
         return Query(
             round=t,
-            method=METHOD,
+            method=self.method,
             sampling_rate=cfg.sampling_rate,
             reply_length=self.spec.n_params,
             # One record moves any coordinate of a reply by at most ‖clip(g)‖ ≤ C.
@@ -255,15 +237,8 @@ class DPSGDStrategy:
             raise ValueError(f"update for step {query.round}, expected step {t}")
         if aggregate is not None:  # an aborted step releases nothing and does not move θ
             total = aggregate
-            if self._mechanism is not None:
-                total = self._ledger.release(
-                    self._mechanism,
-                    aggregate,
-                    rng=self._secret_rng,
-                    sampling_probability=cfg.sampling_rate,
-                    event=self._event,
-                    label=f"step {t}: clipped gradient sum",
-                )
+            if self._noise is not None:
+                total = self._noise.release(aggregate, label=f"step {t}: clipped gradient sum")
             with np.errstate(over="ignore", invalid="ignore"):  # reported just below
                 step = (cfg.learning_rate / self.expected_batch) * total
                 self._params = self._params - step
@@ -277,3 +252,19 @@ class DPSGDStrategy:
     def model(self) -> Any:
         """The released model so far."""
         return self.spec.model(self._params, self._map)
+
+
+def build(config: LogisticConfig, context: StrategyContext) -> DPSGDStrategy:
+    """The registry's factory: the public box standardisation when ``config.standardise``."""
+    input_map = None
+    if config.standardise and context.schema is not None:
+        from fedpriv.data import box_standardisation
+
+        input_map = InputMap(*box_standardisation(context.schema))
+    return DPSGDStrategy(
+        config,
+        n_records=context.n_records,
+        participation=context.participation,
+        input_map=input_map,
+        custom_spec=context.extra.get("custom_spec"),
+    )

@@ -71,6 +71,7 @@ import numpy as np
 from dp_accounting import dp_event
 
 from fedpriv.federation.protocol import Query
+from fedpriv.methods import StrategyContext
 from fedpriv.models.heavy_hitters import (
     ForestModel,
     PrunedTree,
@@ -88,33 +89,37 @@ from fedpriv.models.lumberjack import (
     root_layer,
     stage_heights,
 )
+from fedpriv.options import LeafMechanism, SplitFeatures
 from fedpriv.privacy import (
     calibrate_sparse_threshold,
     largest_rho,
     staged_queries_per_record,
 )
-from fedpriv.privacy._validation import check_count, check_open_unit, check_positive
+from fedpriv.privacy._validation import check_count, check_open_unit
 from fedpriv.privacy.calibration import largest_certified
 from fedpriv.privacy.events import ApproxDpEvent, BoundedRangeDpEvent
 from fedpriv.privacy.ledger import PrivacyLedger
+from fedpriv.privacy.noise_stage import budget_of
 from fedpriv.privacy.randomness import check_private, gaussian_on_grid
 
 METHOD = "lumberjack"
-LEAF_MECHANISMS = ("exponential", "gaussian")
 
 
 @dataclass(frozen=True, kw_only=True)
 class LumberjackConfig:
-    """Lumberjack's settings (paper §6: 30 trees, ε₁ = 0.75ε, δ = 1e-6; depth 49 staged)."""
+    """Lumberjack's settings (paper §6: 30 trees, ε₁ = 0.75ε; depth 49 staged).
 
-    n_trees: int = 30
-    max_depth: int = 49
-    epsilon: float | None = 1.0
-    delta: float = 1e-6
+    The privacy budget (paper: δ = 1e-6) is the run ledger's; ``structure_fraction``
+    splits it between the structure (ε₁, δ₁) and the leaves. The federated
+    rounds follow from ``depth``: one per stage, then the leaf round.
+    """
+
+    trees: int = 30
+    depth: int = 49
     structure_fraction: float = 0.75
+    leaf_mechanism: LeafMechanism = LeafMechanism.GAUSSIAN
+    split_features: SplitFeatures = SplitFeatures.COLUMNS
     two_sided: bool = False
-    leaf_mechanism: str = "gaussian"
-    n_classes: int = 2
     #: Algorithm 2's deterministic gate: counts ≤ ``gate`` answer ⊥ without noise
     #: (τ = gate + 1 + Δ; the paper's τ = 1 + Δ is 0). It no longer steers growth.
     gate: int = 0
@@ -124,20 +129,13 @@ class LumberjackConfig:
     max_frontier: int = 128
 
     def __post_init__(self) -> None:
-        check_count("n_trees", self.n_trees)
-        check_count("max_depth", self.max_depth)
-        if self.max_depth > 200:
-            raise ValueError(f"max_depth must lie in [1, 200]; got {self.max_depth}")
+        check_count("trees", self.trees)
+        check_count("depth", self.depth)
+        if self.depth > 200:
+            raise ValueError(f"depth must lie in [1, 200]; got {self.depth}")
         check_open_unit("structure_fraction", self.structure_fraction)
-        check_count("n_classes", self.n_classes, minimum=2)
-        if self.leaf_mechanism not in LEAF_MECHANISMS:
-            raise ValueError(
-                f"leaf_mechanism must be one of {list(LEAF_MECHANISMS)}; "
-                f"got {self.leaf_mechanism!r}"
-            )
-        if self.epsilon is not None:
-            check_positive("epsilon", self.epsilon)
-            check_open_unit("delta", self.delta)
+        object.__setattr__(self, "leaf_mechanism", LeafMechanism.parse(self.leaf_mechanism))
+        object.__setattr__(self, "split_features", SplitFeatures.parse(self.split_features))
         check_count("gate", self.gate, minimum=0)
         check_count("stage_height", self.stage_height)
         if self.stage_height > 10:
@@ -149,15 +147,15 @@ class LumberjackConfig:
     @property
     def heights(self) -> list[int]:
         """The stages' heights: ``stage_height`` levels each, the last one shorter."""
-        return stage_heights(self.max_depth, self.stage_height)
+        return stage_heights(self.depth, self.stage_height)
 
     @property
     def m(self) -> int:
         """Queries one record can enter: k·Σ_s (1 + ⌊log₂ h_s⌋) (Lemma 3 per stage)."""
-        return staged_queries_per_record(self.n_trees, self.heights)
+        return staged_queries_per_record(self.trees, self.heights)
 
     @property
-    def n_rounds(self) -> int:
+    def rounds(self) -> int:
         """One round per stage, then the leaf counts."""
         return len(self.heights) + 1
 
@@ -167,9 +165,12 @@ class LumberjackStrategy:
 
     method = METHOD
 
-    def __init__(self, config: LumberjackConfig, *, space: FeatureSpace) -> None:
+    def __init__(
+        self, config: LumberjackConfig, *, space: FeatureSpace, n_classes: int = 2
+    ) -> None:
         self.config = config
         self.space = space
+        self.n_classes = check_count("n_classes", n_classes, minimum=2)
         self.noise_multiplier_ = None  # DP-SGD/boosting API compatibility: not one z here
         self.calibration_ = None
         self._model: ForestModel | None = None
@@ -191,8 +192,8 @@ class LumberjackStrategy:
         self._ledger, self._t = ledger, 0
         self._secret_rng = check_private("secret_rng", secret_rng)  # noise, EM draws
         # Public per-tree keys and split salts, from the server's generator.
-        keys = rng.integers(0, 2**63, size=cfg.n_trees, dtype=np.int64).astype(np.uint64)
-        self._salts = rng.integers(0, 2**62, size=cfg.n_trees, dtype=np.int64)
+        keys = rng.integers(0, 2**63, size=cfg.trees, dtype=np.int64).astype(np.uint64)
+        self._salts = rng.integers(0, 2**62, size=cfg.trees, dtype=np.int64)
         self._roots: list[Layer] | None = [
             root_layer(int(k), self.space, np.zeros(1)) for k in keys
         ]
@@ -203,16 +204,14 @@ class LumberjackStrategy:
         self._trees: list[PrunedTree] | None = None
         self._model = None
         self.gate_ = cfg.gate
-        if cfg.epsilon is None:
+        # (ε, δ) are the ledger's; no ledger: the non-private reference.
+        self._budget = budget = budget_of(ledger)
+        if budget is None:
             self._events = []
             return
-        if ledger is None:
-            raise ValueError("a private run needs a PrivacyLedger")
-        eps1, eps2 = (
-            cfg.structure_fraction * cfg.epsilon,
-            (1 - cfg.structure_fraction) * cfg.epsilon,
-        )
-        d1, d2 = cfg.structure_fraction * cfg.delta, (1 - cfg.structure_fraction) * cfg.delta
+        eps, delta = budget.epsilon, budget.delta
+        eps1, eps2 = cfg.structure_fraction * eps, (1 - cfg.structure_fraction) * eps
+        d1, d2 = cfg.structure_fraction * delta, (1 - cfg.structure_fraction) * delta
         self.calibration_ = calibrate_sparse_threshold(
             epsilon=eps1, delta=d1, m=cfg.m, two_sided=cfg.two_sided
         )
@@ -230,20 +229,20 @@ class LumberjackStrategy:
         # whose zCDP conversion can be a hair looser than Lemma 9, so the
         # parameter is shrunk until the ledger certifies the whole plan.
         scale = largest_certified(
-            lambda x: [(structure, 1), (self._leaf_event(self.rho_ * x), cfg.n_trees)],
-            epsilon=cfg.epsilon,
-            delta=cfg.delta,
+            lambda x: [(structure, 1), (self._leaf_event(self.rho_ * x), cfg.trees)],
+            epsilon=eps,
+            delta=delta,
             upper=1.0,
         )
         self.rho_ *= scale
         leaf = self._leaf_event(self.rho_)
         self._events = [(structure, "structure (sparse threshold)"), (leaf, "leaf labels")]
         ledger.reserve(structure, 1)
-        ledger.reserve(leaf, cfg.n_trees)
+        ledger.reserve(leaf, cfg.trees)
 
     def _leaf_event(self, rho: float) -> dp_event.DpEvent:
         """One tree's leaf release at ρ/k-zCDP: η = √(8ρ/k) EM, or std √(k/(2ρ)) counts."""
-        k = self.config.n_trees
+        k = self.config.trees
         if self.config.leaf_mechanism == "exponential":
             self.eta_ = math.sqrt(8.0 * rho / k)
             return BoundedRangeDpEvent(self.eta_)
@@ -287,8 +286,8 @@ class LumberjackStrategy:
             config={
                 "kind": "stage",
                 "height": height,
-                "n_classes": cfg.n_classes,
-                "n_trees": cfg.n_trees,
+                "n_classes": self.n_classes,
+                "n_trees": cfg.trees,
             },
         )
 
@@ -301,7 +300,7 @@ class LumberjackStrategy:
             round=t,
             method=METHOD,
             sampling_rate=1.0,
-            reply_length=cfg.n_classes * n_leaves,
+            reply_length=self.n_classes * n_leaves,
             record_bound=1.0,  # one record, one leaf per tree
             arrays={
                 "tree_sizes": np.array([tr.left.size for tr in trees], dtype=np.int64),
@@ -310,7 +309,7 @@ class LumberjackStrategy:
                 "left": cat("left"),
                 "right": cat("right"),
             },
-            config={"kind": "leaves", "n_classes": cfg.n_classes, "n_trees": cfg.n_trees},
+            config={"kind": "leaves", "n_classes": self.n_classes, "n_trees": cfg.trees},
         )
 
     def update(self, query: Query, aggregate: np.ndarray | None) -> None:
@@ -329,15 +328,14 @@ class LumberjackStrategy:
     # -- release --------------------------------------------------------------
     def _check(self):
         """CheckThreshold: Algorithm 2 (or 3), or ``count > 0`` without privacy."""
-        if self.config.epsilon is None:
+        if self._budget is None:
             return lambda c: c > 0  # non-private: every non-empty node splits
         mech = self.calibration_.mechanism(gate=self.gate_)
         return lambda c: mech.check(c, rng=self._secret_rng)
 
     def _finish_stage(self, counts: np.ndarray, *, last: bool) -> None:
         """Algorithm 1 on every tree's stage; keep the released bits, drop the counts."""
-        cfg = self.config
-        if self._t == 0 and cfg.epsilon is not None:
+        if self._t == 0 and self._budget is not None:
             # The stage's Heavy bits are released (the next query carries them):
             # the whole structure's (ε₁, δ₁) covers every stage (module docstring).
             self._ledger.spend(self._events[0][0], label=self._events[0][1])
@@ -398,14 +396,14 @@ class LumberjackStrategy:
 
     def _release_leaves(self, counts: np.ndarray) -> None:
         cfg = self.config
-        counts = counts.reshape(-1, cfg.n_classes)
-        private = cfg.epsilon is not None
+        counts = counts.reshape(-1, self.n_classes)
+        private = self._budget is not None
         scores, start = [], 0
         for tree in self._trees:
             leaf = tree.is_leaf
             mine = counts[start : start + int(leaf.sum())]
             start += mine.shape[0]
-            out = np.zeros((tree.left.size, cfg.n_classes))
+            out = np.zeros((tree.left.size, self.n_classes))
             if not private:
                 out[np.flatnonzero(leaf), np.argmax(mine, axis=1)] = 1.0
             elif cfg.leaf_mechanism == "exponential":
@@ -418,7 +416,7 @@ class LumberjackStrategy:
         if start != counts.shape[0]:
             raise ValueError(f"reply holds {counts.shape[0]} leaves; the forest has {start}")
         if private:
-            for k in range(cfg.n_trees):
+            for k in range(cfg.trees):
                 self._ledger.spend(self._events[1][0], label=f"tree {k}: leaf labels")
         pooled = private and cfg.leaf_mechanism == "gaussian"
         self._model = ForestModel(tuple(self._trees), tuple(scores), pooled=pooled)
@@ -426,3 +424,19 @@ class LumberjackStrategy:
     def model(self) -> ForestModel | None:
         """The released forest; ``None`` until the leaf round is in."""
         return self._model
+
+
+def build(config: LumberjackConfig, context: StrategyContext) -> LumberjackStrategy:
+    """The registry's factory: the feature space of the public schema (or the unit box)."""
+    return LumberjackStrategy(
+        config,
+        space=feature_space(context, config.split_features),
+        n_classes=context.n_classes,
+    )
+
+
+def feature_space(context: StrategyContext, split_features: SplitFeatures) -> FeatureSpace:
+    """The public feature space: the schema's, or [0, 1]^d for bare arrays."""
+    if context.schema is not None:
+        return FeatureSpace.from_schema(context.schema, split_features)
+    return FeatureSpace.unit_box(context.n_features)

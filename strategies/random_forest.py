@@ -33,6 +33,7 @@ import numpy as np
 from dp_accounting import dp_event
 
 from fedpriv.federation.protocol import Query
+from fedpriv.methods import StrategyContext
 from fedpriv.models.heavy_hitters import (
     exponential_labels,
 )
@@ -43,46 +44,47 @@ from fedpriv.models.lumberjack import (
     root_layer,
 )
 from fedpriv.models.trees import RandomTree, route
+from fedpriv.options import ForestMode, LeafMechanism, SplitFeatures
 from fedpriv.privacy import GaussianMechanism
-from fedpriv.privacy._validation import check_count, check_open_unit, check_positive
+from fedpriv.privacy._validation import check_count
 from fedpriv.privacy.calibration import largest_certified
 from fedpriv.privacy.events import BoundedRangeDpEvent
 from fedpriv.privacy.ledger import PrivacyLedger
+from fedpriv.privacy.noise_stage import budget_of
 from fedpriv.privacy.randomness import check_private
 
 METHOD = "random_forest"
-MODES = ("all", "disjoint")
 
 
 @dataclass(frozen=True, kw_only=True)
 class RandomForestConfig:
-    """k trees of depth D; leaves by ``leaf_mechanism``; ``mode`` as in the module docstring."""
+    """k trees of depth D; leaves by ``leaf_mechanism``; ``mode`` as in the module docstring.
 
-    n_trees: int = 10
+    One federated round (the leaf counts). The privacy budget (paper: δ = 1e-6)
+    is the run ledger's.
+    """
+
+    trees: int = 10
     depth: int = 8
-    epsilon: float | None = 1.0
-    delta: float = 1e-6
-    mode: str = "all"
-    leaf_mechanism: str = "gaussian"
-    n_classes: int = 2
+    mode: ForestMode = ForestMode.ALL
+    leaf_mechanism: LeafMechanism = LeafMechanism.GAUSSIAN
+    split_features: SplitFeatures = SplitFeatures.COLUMNS
 
     def __post_init__(self) -> None:
-        check_count("n_trees", self.n_trees)
+        check_count("trees", self.trees)
         check_count("depth", self.depth)
         if self.depth > 16:
             raise ValueError(
                 f"depth must lie in [1, 16] (2^depth leaves per tree); got {self.depth}"
             )
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {list(MODES)}; got {self.mode!r}")
-        if self.leaf_mechanism not in ("exponential", "gaussian"):
-            raise ValueError(
-                f"leaf_mechanism must be 'exponential' or 'gaussian'; got {self.leaf_mechanism!r}"
-            )
-        check_count("n_classes", self.n_classes, minimum=2)
-        if self.epsilon is not None:
-            check_positive("epsilon", self.epsilon)
-            check_open_unit("delta", self.delta)
+        object.__setattr__(self, "mode", ForestMode.parse(self.mode))
+        object.__setattr__(self, "leaf_mechanism", LeafMechanism.parse(self.leaf_mechanism))
+        object.__setattr__(self, "split_features", SplitFeatures.parse(self.split_features))
+
+    @property
+    def rounds(self) -> int:
+        """One round: every tree's leaf counts at once."""
+        return 1
 
 
 @dataclass(frozen=True)
@@ -132,9 +134,12 @@ class RandomForestStrategy:
 
     method = METHOD
 
-    def __init__(self, config: RandomForestConfig, *, space: FeatureSpace) -> None:
+    def __init__(
+        self, config: RandomForestConfig, *, space: FeatureSpace, n_classes: int = 2
+    ) -> None:
         self.config = config
         self.space = space
+        self.n_classes = check_count("n_classes", n_classes, minimum=2)
         self.noise_multiplier_ = None
         self._model: RandomForestModel | None = None
 
@@ -151,44 +156,45 @@ class RandomForestStrategy:
             raise ValueError(f"data has {n_features} features; the space {self.space.n_features}")
         self._ledger, self._rng, self._done = ledger, rng, False
         self._secret_rng = check_private("secret_rng", secret_rng)  # noise, EM draws
-        keys = rng.integers(0, 2**63, size=cfg.n_trees, dtype=np.int64)
-        salts = rng.integers(0, 2**62, size=cfg.n_trees, dtype=np.int64)
+        keys = rng.integers(0, 2**63, size=cfg.trees, dtype=np.int64)
+        salts = rng.integers(0, 2**62, size=cfg.trees, dtype=np.int64)
         self._trees = tuple(
             random_complete_tree(cfg.depth, self.space, int(k), int(s))
             for k, s in zip(keys, salts, strict=True)
         )
         self._model = None
-        if cfg.epsilon is None:
+        # (ε, δ) are the ledger's; no ledger: the non-private reference.
+        self._budget = budget = budget_of(ledger)
+        if budget is None:
             return
-        if ledger is None:
-            raise ValueError("a private run needs a PrivacyLedger")
-        k = cfg.n_trees
+        eps, delta = budget.epsilon, budget.delta
+        k = cfg.trees
         if cfg.leaf_mechanism == "gaussian":
             sens = 1.0 if cfg.mode == "disjoint" else float(np.sqrt(k))
             # The analytic Gaussian (Balle & Wang 2018), widened if the ledger's
             # pessimistic PLD puts it a hair above ε: fitted on 1/z.
             z0 = GaussianMechanism.for_budget(
-                epsilon=cfg.epsilon, delta=cfg.delta, l2_sensitivity=sens
+                epsilon=eps, delta=delta, l2_sensitivity=sens
             ).noise_multiplier
             inv_z = largest_certified(
                 lambda x: [(dp_event.GaussianDpEvent(1.0 / x), 1)],
-                epsilon=cfg.epsilon,
-                delta=cfg.delta,
+                epsilon=eps,
+                delta=delta,
                 upper=1.0 / z0,
             )
             self._mechanism = GaussianMechanism(l2_sensitivity=sens, noise_multiplier=1.0 / inv_z)
             self.noise_multiplier_ = self._mechanism.noise_multiplier
             self._events = [(self._mechanism.dp_event, 1)]
         elif cfg.mode == "disjoint":
-            self.eta_ = cfg.epsilon  # parallel composition: one ε-BR release
+            self.eta_ = eps  # parallel composition: one ε-BR release
             self._events = [(BoundedRangeDpEvent(self.eta_), 1)]
         else:
             # k η-BR events; η as large as the ledger certifies.
             self.eta_ = largest_certified(
                 lambda x: [(BoundedRangeDpEvent(x), k)],
-                epsilon=cfg.epsilon,
-                delta=cfg.delta,
-                upper=cfg.epsilon,
+                epsilon=eps,
+                delta=delta,
+                upper=eps,
             )
             self._events = [(BoundedRangeDpEvent(self.eta_), k)]
         for event, count in self._events:
@@ -203,7 +209,7 @@ class RandomForestStrategy:
             round=0,
             method=METHOD,
             sampling_rate=1.0,
-            reply_length=cfg.n_trees * leaves * cfg.n_classes,
+            reply_length=cfg.trees * leaves * self.n_classes,
             record_bound=1.0,
             arrays={
                 "feature": np.stack([t.feature for t in self._trees]),
@@ -211,7 +217,7 @@ class RandomForestStrategy:
             },
             config={
                 "depth": cfg.depth,
-                "n_classes": cfg.n_classes,
+                "n_classes": self.n_classes,
                 "mode": cfg.mode,
             },
         )
@@ -220,26 +226,37 @@ class RandomForestStrategy:
         cfg = self.config
         if aggregate is None:
             raise RuntimeError("the leaf-count round was aborted: nothing to release")
-        counts = np.rint(aggregate).reshape(cfg.n_trees, 1 << cfg.depth, cfg.n_classes)
+        counts = np.rint(aggregate).reshape(cfg.trees, 1 << cfg.depth, self.n_classes)
         scores = np.zeros(counts.shape)
-        if cfg.epsilon is None:
+        if self._budget is None:
             lab = np.argmax(counts, axis=2)
             np.put_along_axis(scores, lab[..., None], 1.0, axis=2)
         elif cfg.leaf_mechanism == "exponential":
             for event, count in self._events:
                 for _ in range(count):
                     self._ledger.spend(event, label="leaf labels")
-            lab = exponential_labels(counts.reshape(-1, cfg.n_classes), self.eta_, self._secret_rng)
-            np.put_along_axis(scores, lab.reshape(cfg.n_trees, -1)[..., None], 1.0, axis=2)
+            lab = exponential_labels(
+                counts.reshape(-1, self.n_classes), self.eta_, self._secret_rng
+            )
+            np.put_along_axis(scores, lab.reshape(cfg.trees, -1)[..., None], 1.0, axis=2)
         else:
             noisy = self._ledger.release(
                 self._mechanism, counts.ravel(), rng=self._secret_rng, label="leaf class counts"
             ).reshape(counts.shape)
             noisy = np.maximum(noisy, 0.0)
             tot = noisy.sum(axis=2, keepdims=True)
-            scores = np.where(tot > 0, noisy / np.where(tot > 0, tot, 1.0), 1.0 / cfg.n_classes)
+            scores = np.where(tot > 0, noisy / np.where(tot > 0, tot, 1.0), 1.0 / self.n_classes)
         self._model = RandomForestModel(self._trees, scores)
         self._done = True
 
     def model(self) -> RandomForestModel | None:
         return self._model
+
+
+def build(config: RandomForestConfig, context: StrategyContext) -> RandomForestStrategy:
+    """The registry's factory: the feature space of the public schema (or the unit box)."""
+    from strategies.lumberjack import feature_space
+
+    return RandomForestStrategy(
+        config, space=feature_space(context, config.split_features), n_classes=context.n_classes
+    )

@@ -6,11 +6,13 @@ is counted in a load report.
 """
 
 from fedpriv.data.corpora import (
+    client_counts,
     data_dir,
     load_adult,
     load_brfss,
     load_dataset,
     load_diabetes130,
+    load_for_run,
     load_heart,
     load_synthetic,
     schema,
@@ -59,6 +61,7 @@ __all__ = [
     "box_standardisation",
     "check_labels",
     "check_partition",
+    "client_counts",
     "data_dir",
     "dirichlet",
     "encode",
@@ -71,6 +74,7 @@ __all__ = [
     "load_csv",
     "load_dataset",
     "load_diabetes130",
+    "load_for_run",
     "load_heart",
     "load_synthetic",
     "make_split",

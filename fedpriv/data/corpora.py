@@ -261,6 +261,36 @@ LOADERS = {
 }
 
 
+def client_counts(name: str) -> tuple[int, int | None]:
+    """How many clients can hold corpus ``name``: (fewest, most), ``None`` = no limit.
+
+    From the public schema alone, before any row is read: Heart is held by its
+    4 hospitals, Diabetes 130-US by its K−1 largest specialties plus "other"
+    (K ≤ the schema's list + 1); the others are split IID among any K.
+    """
+    if name not in LOADERS:
+        raise ValueError(f"dataset must be one of {sorted(LOADERS)}; got {name!r}")
+    if name == "heart":
+        return len(HEART_CENTRES), len(HEART_CENTRES)
+    if name == "diabetes130":
+        return 2, len(schema("diabetes130").extra["largest_specialties"]) + 1
+    return 1, None
+
+
+def load_for_run(name: str, *, num_clients: int, split_seed: int) -> TabularDataset:
+    """Corpus ``name`` as a run of ``num_clients`` clients uses it (checked by
+    :func:`client_counts`; a corpus whose clients depend on K is loaded for K)."""
+    lo, hi = client_counts(name)
+    if not lo <= num_clients <= (hi or num_clients):
+        allowed = f"[{lo}, {hi}]" if hi is not None else f"[{lo}, inf)"
+        raise ValueError(
+            f"num_clients must lie in {allowed} for dataset {name!r}; got {num_clients}"
+        )
+    if name == "diabetes130":
+        return load_diabetes130(n_clients=num_clients, split_seed=split_seed)
+    return load_dataset(name, split_seed=split_seed)
+
+
 def load_dataset(name: str, **options) -> TabularDataset:
     """Load a corpus by name: ``adult``, ``heart``, ``diabetes130``, ``brfss``, ``synthetic``."""
     try:

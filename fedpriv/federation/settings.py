@@ -1,162 +1,268 @@
-"""Run settings shared by the Flower ServerApp, the ClientApp and the launcher.
+"""Run settings: one federated run, as the launchers, the ServerApp and the ClientApp read it.
 
-They mirror ``[tool.flwr.app.config]`` in ``pyproject.toml`` (kebab-case keys
-there, snake_case here). Flower-free, so every layer can read them.
+A run config is flat (``[tool.flwr.app.config]`` in ``pyproject.toml``, and
+``--set key=value`` / ``--run-config``): the run's own keys
+(:class:`RunSettings`) plus the chosen method's, which are the fields of its
+configuration dataclass in the registry (:mod:`fedpriv.methods`). Keys are
+kebab-case there, snake_case here. The value ``""`` means "the default": the
+defaults live once, in these dataclasses, and ``pyproject.toml`` lists every
+key with ``""`` so that Flower accepts it as an override.
+
+Parsing is strict, before any process starts: an integer key refuses 2.7 and
+``true``, a boolean refuses ``"false"``, a float refuses NaN (and ∞, except
+ε = ∞, the non-private reference), a choice refuses anything outside its
+Enum, a key of another method is refused, and the number of clients is
+checked against the dataset's public client counts. Each error is one line
+naming the key, the value and the allowed range.
 """
 
 from __future__ import annotations
 
+import math
+import types
+import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields
+from enum import Enum
 from typing import Any
 
-from fedpriv.models.lumberjack import lumberjack_rounds
-from fedpriv.privacy._validation import check_count, check_positive, check_probability
+from fedpriv.methods import Method, get_method, methods
+from fedpriv.privacy._validation import check_count, check_delta, check_probability
 
 #: Values of ``participation-accounting`` (:mod:`fedpriv.privacy.participation`;
-#: "paper" is not a valid guarantee, comparison only). Spelled out here so the
-#: ClientApp's settings do not import the accountants.
+#: "paper" is not a valid guarantee, comparison only).
 PARTICIPATION_ACCOUNTINGS = ("valid", "tight", "paper")
+#: The run-config spelling of "use the default".
+UNSET = ""
 
-METHODS = ("boosting", "logistic", "mlp", "lumberjack", "random_forest")
-#: Settings each method's paper configuration changes from the boosting defaults
-#: of ``[tool.flwr.app.config]`` (benchmark paper, Table 5). The launchers
-#: (``server.simulate``, ``server.deploy``) apply them for ``--set method=...``
-#: unless the same keys are set too; a bare ``flwr run`` must pass them itself.
-METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
-    "boosting": {},
-    "logistic": {"rounds": 800, "learning-rate": 2.0, "sampling-rate": 0.02},
-    "mlp": {"rounds": 800, "learning-rate": 3.0, "sampling-rate": 0.02},
-    # Lumberjack §6: 30 trees, δ = 1e-6; depth 49 = 7 stages of 7 levels, one
-    # round each, then the leaf round (strategies/lumberjack.py).
-    "lumberjack": {"rounds": lumberjack_rounds(49), "depth": 49, "delta": 1e-6},
-    # The fully random forest: one round of leaf counts.
-    "random_forest": {"rounds": 1, "depth": 8, "delta": 1e-6, "trees": 10},
-}
+
+class SettingError(ValueError):
+    """A run-config or estimator value outside its allowed range (one line)."""
+
+
+def kebab(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def typed_value(key: str, annotation: Any, value: Any) -> Any:
+    """``value`` checked against ``annotation`` without any lossy cast.
+
+    ``int`` takes integers only (not 2.7, not ``True``); ``float`` takes finite
+    reals (an integer is widened); ``bool`` takes booleans only; an Enum takes
+    one of its values; ``str`` takes strings.
+    """
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        parse = getattr(annotation, "parse", None)
+        try:
+            return parse(value) if parse else annotation(value)
+        except ValueError:
+            allowed = [m.value for m in annotation]
+            raise SettingError(f"{key} must be one of {allowed}; got {value!r}") from None
+    if annotation is bool:
+        if not isinstance(value, bool):
+            raise SettingError(f"{key} must be true or false; got {value!r}")
+        return value
+    if annotation is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SettingError(f"{key} must be an integer; got {value!r}")
+        return value
+    if annotation is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise SettingError(f"{key} must be a number; got {value!r}")
+        x = float(value)
+        if key == "epsilon" and not x > 0:
+            raise SettingError(f"epsilon must lie in (0, inf] (inf = non-private); got {value!r}")
+        if math.isnan(x) or (math.isinf(x) and key != "epsilon"):
+            raise SettingError(f"{key} must be a finite number; got {value!r}")
+        return x
+    if annotation is str:
+        if not isinstance(value, str):
+            raise SettingError(f"{key} must be a string; got {value!r}")
+        return value
+    raise TypeError(f"{key}: unsupported setting type {annotation!r}")
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    """Each field's type, ``X | None`` read as ``X`` (``None`` is spelled ``""``)."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in fields(cls):
+        tp = hints[f.name]
+        if typing.get_origin(tp) in (typing.Union, types.UnionType):
+            (tp,) = [a for a in typing.get_args(tp) if a is not type(None)]
+        out[f.name] = tp
+    return out
+
+
+def config_from_values(method: Method, values: Mapping[str, Any]) -> Any:
+    """``method``'s configuration from snake_case ``values`` (strictly typed)."""
+    hints = _hints(method.config_class)
+    kwargs = {k: typed_value(kebab(k), hints[k], v) for k, v in values.items() if v != UNSET}
+    try:
+        return method.make_config(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise SettingError(str(exc)) from None
+
+
+def method_defaults(method: Method) -> dict[str, Any]:
+    """The method's settings and their defaults (the paper's), snake_case."""
+    out = {}
+    for f in fields(method.config_class):
+        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+        out[f.name] = default.value if isinstance(default, Enum) else default
+    return out
 
 
 @dataclass(frozen=True, kw_only=True)
 class RunSettings:
-    """One federated run. ``epsilon = 0`` means the non-private reference.
+    """One federated run: the run's own settings plus the method's configuration.
 
-    ``rounds``, ``learning_rate`` and ``sampling_rate`` are the method's own:
-    boosting rounds (trees) or DP-SGD steps. ``depth`` and ``split_features``
-    apply to boosting; ``clip_norm``, ``hidden``, ``backend`` and ``standardise``
-    to DP-SGD; ``trees``, ``depth`` (``rounds`` = its stages + 1, see
-    :func:`fedpriv.models.lumberjack.lumberjack_rounds`), ``structure_fraction``
-    and ``leaf_mechanism`` to Lumberjack.
+    ``epsilon = inf`` is the non-private reference (no noise, no ledger).
+    ``delta`` defaults to the method's paper δ. ``config`` is the method's
+    configuration dataclass (default: its paper settings).
     """
 
     method: str = "boosting"
     dataset: str = "diabetes130"
     num_clients: int = 5
     epsilon: float = 2.0
-    delta: float = 1e-5
-    rounds: int = 75
-    depth: int = 5
-    learning_rate: float = 0.4
-    sampling_rate: float = 0.05
+    delta: float | None = None
     participation: float = 1.0
-    participation_accounting: str = "valid"  # "valid", "tight" or "paper" (not valid)
     seed: int = 0
     split_seed: int = 0
     out_dir: str = ""
     secure_aggregation: bool = True
-    secagg_threshold: float = 0.5  # Shamir t = max(2, ⌊secagg_threshold·n⌋ + 1) of n per round
-    split_features: str = "columns"
+    #: Shamir t = max(2, ⌊secagg_threshold·n⌋ + 1) of a round's n participants.
+    secagg_threshold: float = 0.5
     round_timeout: float = 300.0
     node_wait_timeout: float = 300.0
-    ping_rounds: int = 0  # empty rounds timed before training (a same-run baseline)
-    poll_interval: float = 0.1  # seconds between the server's pulls for replies
+    #: Empty rounds timed before training (a same-run baseline).
+    ping_rounds: int = 0
+    #: Seconds between the server's pulls for replies.
+    poll_interval: float = 0.1
     #: Write per-round wall times (communication.json) and the run time (log). They
     #: track the clients' work on their rows, a release no mechanism accounts for,
     #: so the privacy report then says ``certified: false``. For benchmarks only.
     timings: bool = False
-    clip_norm: float = 3.0  # DP-SGD: per-example L2 clipping bound C
-    hidden: int = 16  # DP-SGD MLP width
-    backend: str = "fast"  # DP-SGD per-example gradients: "fast" or "opacus"
-    standardise: bool = True  # DP-SGD: public box standardisation of numeric features
-    trees: int = 30  # Lumberjack: number of trees k
-    structure_fraction: float = 0.75  # Lumberjack: ε₁/ε for the structure
-    leaf_mechanism: str = "gaussian"  # forests: "gaussian" (pooled counts) or "exponential"
-    forest_mode: str = "all"  # random forest: "all" (composition) or "disjoint" (parallel)
-    forest_split_features: str = "columns"  # forests: "columns" first, or "uniform" features
+    config: Any = field(default=None)
 
     def __post_init__(self) -> None:
+        m = get_method(self.method)
+        if self.config is None:
+            object.__setattr__(self, "config", m.make_config())
+        elif not isinstance(self.config, m.config_class):
+            raise SettingError(
+                f"config must be a {m.config_class.__name__} for method {self.method!r}; "
+                f"got {type(self.config).__name__}"
+            )
+        if self.delta is None:
+            object.__setattr__(self, "delta", m.delta)
+        try:
+            self._check()
+        except (TypeError, ValueError) as exc:
+            raise SettingError(str(exc)) from None
+
+    def _check(self) -> None:
+        from fedpriv.data import client_counts
+
+        if math.isnan(self.epsilon) or self.epsilon <= 0:
+            raise ValueError(
+                f"epsilon must lie in (0, inf] (inf = non-private); got {self.epsilon!r}"
+            )
+        if self.private:
+            check_delta("delta", self.delta)
+            if self.delta == 0:
+                raise ValueError(f"delta must lie in (0, 1); got {self.delta!r}")
         check_count("num_clients", self.num_clients)
-        check_count("rounds", self.rounds)
-        check_count("depth", self.depth)
+        lo, hi = client_counts(self.dataset)
+        if not lo <= self.num_clients <= (hi or self.num_clients):
+            allowed = f"[{lo}, {hi}]" if hi is not None else f"[{lo}, inf)"
+            raise ValueError(
+                f"num_clients must lie in {allowed} for dataset {self.dataset!r}; "
+                f"got {self.num_clients}"
+            )
         check_count("ping_rounds", self.ping_rounds, minimum=0)
-        check_positive("learning_rate", self.learning_rate)
+        check_count("seed", self.seed, minimum=0)
+        check_count("split_seed", self.split_seed, minimum=0)
+        check_probability("participation", self.participation)
         if not 0.0 < self.poll_interval <= 10.0:
             raise ValueError(f"poll_interval must lie in (0, 10] seconds; got {self.poll_interval}")
-        check_probability("sampling_rate", self.sampling_rate)
-        check_probability("participation", self.participation)
+        for name in ("round_timeout", "node_wait_timeout"):
+            if not 0.0 < getattr(self, name) <= 86_400.0:
+                raise ValueError(
+                    f"{name} must lie in (0, 86400] seconds; got {getattr(self, name)}"
+                )
         if not 0.0 <= self.secagg_threshold < 1.0:
             raise ValueError(f"secagg_threshold must lie in [0, 1); got {self.secagg_threshold}")
-        if self.participation_accounting not in PARTICIPATION_ACCOUNTINGS:
-            raise ValueError(
-                f"participation_accounting must be one of {list(PARTICIPATION_ACCOUNTINGS)}; "
-                f"got {self.participation_accounting!r}"
-            )
-        if self.epsilon < 0:
-            raise ValueError(f"epsilon must lie in [0, inf) (0 = non-private); got {self.epsilon}")
-        if self.split_features not in ("columns", "uniform"):
-            raise ValueError(
-                f"split_features must be 'columns' or 'uniform'; got {self.split_features!r}"
-            )
-        if self.method not in METHODS:
-            raise ValueError(f"method must be one of {list(METHODS)}; got {self.method!r}")
-        check_positive("clip_norm", self.clip_norm)
-        check_count("trees", self.trees)
-        if not 0.0 < self.structure_fraction < 1.0:
-            raise ValueError(
-                f"structure_fraction must lie in (0, 1); got {self.structure_fraction}"
-            )
-        if self.forest_split_features not in ("uniform", "columns"):
-            raise ValueError(
-                f"forest_split_features must be 'uniform' or 'columns'; "
-                f"got {self.forest_split_features!r}"
-            )
-        if self.forest_mode not in ("all", "disjoint"):
-            raise ValueError(f"forest_mode must be 'all' or 'disjoint'; got {self.forest_mode!r}")
-        if self.method == "random_forest" and self.rounds != 1:
-            raise ValueError(f"random_forest takes one round; got rounds={self.rounds}")
-        if self.method == "lumberjack" and self.rounds != lumberjack_rounds(self.depth):
-            raise ValueError(
-                f"lumberjack takes one round per stage of its depth, then the leaf round: "
-                f"rounds must be {lumberjack_rounds(self.depth)} for depth={self.depth}; "
-                f"got rounds={self.rounds}"
-            )
-        check_count("hidden", self.hidden)
-        if self.backend not in ("fast", "opacus"):
-            raise ValueError(f"backend must be 'fast' or 'opacus'; got {self.backend!r}")
 
     @property
     def private(self) -> bool:
-        return self.epsilon > 0
+        return math.isfinite(self.epsilon)
+
+    @property
+    def method_record(self) -> Method:
+        return get_method(self.method)
+
+    @property
+    def rounds(self) -> int:
+        """Federated rounds the method's strategy asks for (derived, never set twice)."""
+        return self.config.rounds
+
+    @classmethod
+    def run_keys(cls) -> tuple[str, ...]:
+        """The run's own keys (snake_case), without the method's."""
+        return tuple(f.name for f in fields(cls) if f.name != "config")
+
+    @classmethod
+    def all_keys(cls) -> tuple[str, ...]:
+        """Every run-config key (snake_case): the run's, then each method's."""
+        keys = list(cls.run_keys())
+        for m in methods():
+            keys += [k for k in m.config_fields if k not in keys]
+        return tuple(keys)
 
     @classmethod
     def from_run_config(cls, config: Mapping[str, Any]) -> RunSettings:
-        """Build from a Flower run config (``num-clients`` → ``num_clients``)."""
-        known = {f.name: f.type for f in fields(cls)}
-        kwargs = {}
-        for key, value in config.items():
-            name = key.replace("-", "_")
-            if name not in known:
-                raise ValueError(f"unknown run-config key {key!r}; known: {sorted(known)}")
-            kwargs[name] = value
-        casts = {"int": int, "float": float, "bool": bool, "str": str}
-        for name, value in kwargs.items():
-            kwargs[name] = casts[str(known[name])](value)
-        return cls(**kwargs)
-
-    @staticmethod
-    def with_method_defaults(config: Mapping[str, Any], explicit: Mapping[str, Any]) -> dict:
-        """``config`` with the method's :data:`METHOD_DEFAULTS` for keys not in ``explicit``."""
-        method = str(explicit.get("method", config.get("method", "boosting")))
-        extra = {k: v for k, v in METHOD_DEFAULTS.get(method, {}).items() if k not in explicit}
-        return {**config, **extra}
+        """Parse a run config (kebab-case keys; ``""`` = default) strictly."""
+        values = {k.replace("-", "_"): v for k, v in config.items()}
+        known = set(cls.all_keys())
+        for key in values:
+            if key not in known:
+                raise SettingError(
+                    f"unknown run-config key {kebab(key)!r}; known: {sorted(map(kebab, known))}"
+                )
+        method = values.get("method", UNSET)
+        if method == UNSET:
+            method = cls.method
+        try:
+            m = get_method(typed_value("method", str, method))
+        except ValueError as exc:
+            raise SettingError(str(exc)) from None
+        mine = set(m.config_fields)
+        hints = _hints(cls)
+        run = {}
+        for key in cls.run_keys():
+            value = values.get(key, UNSET)
+            if value == UNSET and key != "method":
+                continue
+            run[key] = m.name if key == "method" else typed_value(kebab(key), hints[key], value)
+        other = sorted(
+            k for k, v in values.items() if v != UNSET and k not in run and k not in mine
+        )
+        if other:
+            raise SettingError(
+                f"run-config key {kebab(other[0])!r} does not apply to method {m.name!r}; "
+                f"{m.name} takes: {sorted(map(kebab, mine))}"
+            )
+        mvals = {k: values[k] for k in mine if k in values}
+        return cls(**run, config=config_from_values(m, mvals))
 
     def to_run_config(self) -> dict[str, Any]:
-        return {f.name.replace("_", "-"): getattr(self, f.name) for f in fields(self)}
+        """The resolved run config, every default filled in (kebab-case keys)."""
+        out: dict[str, Any] = {}
+        for name in self.run_keys():
+            out[kebab(name)] = getattr(self, name)
+        for f in fields(self.config):
+            v = getattr(self.config, f.name)
+            out[kebab(f.name)] = v.value if isinstance(v, Enum) else v
+        return out

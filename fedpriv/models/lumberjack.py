@@ -93,15 +93,18 @@ class FeatureSpace:
         return int(self.numeric.size)
 
     @classmethod
+    def unit_box(cls, n_features: int) -> FeatureSpace:
+        """``n_features`` numeric features in the public box [0, 1] (bare arrays)."""
+        return cls(np.ones(n_features, dtype=bool))
+
+    @classmethod
     def from_schema(cls, schema, split_features: str = "uniform") -> FeatureSpace:
         """The space of ``schema``'s encoded features; ``"columns"`` or ``"uniform"`` choice."""
         from fedpriv.data.encode import feature_columns, feature_space_numeric
+        from fedpriv.options import SplitFeatures
 
-        if split_features not in ("columns", "uniform"):
-            raise ValueError(
-                f"split_features must be 'columns' or 'uniform'; got {split_features!r}"
-            )
-        columns = feature_columns(schema) if split_features == "columns" else None
+        mode = SplitFeatures.parse(split_features)
+        columns = feature_columns(schema) if mode is SplitFeatures.COLUMNS else None
         return cls(feature_space_numeric(schema), columns)
 
 

@@ -1,0 +1,113 @@
+"""The noise stage of a learner whose every round is one subsampled Gaussian release.
+
+Boosting (benchmark paper §3.4) and DP-SGD (§3.5; Abadi et al. 2016, Alg. 1)
+release, in each of T rounds, the securely aggregated sum of a Poisson(q)
+sample's clipped statistics plus N(0, (zΔ)² I). The sequence is the same for
+both, so it lives here once:
+
+1. **calibrate** z so that T such events fit the ledger's (ε, δ), accounting
+   client participation ρ as chosen
+   (:func:`~fedpriv.privacy.participation.calibrate_participation_noise_multiplier`);
+2. build the **mechanism** (L2 sensitivity Δ, multiplier z);
+3. **reserve** the whole plan in the ledger, so a plan over budget raises
+   before any noise is drawn;
+4. each round, **release** the sum through the ledger as the round's event.
+
+The budget is the ledger's: a stage reads (ε, δ) from it and from nowhere
+else. A run without a ledger is the non-private reference and gets no stage.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from dp_accounting import dp_event
+
+from fedpriv.privacy.ledger import PrivacyBudget, PrivacyLedger
+from fedpriv.privacy.mechanisms import GaussianMechanism
+from fedpriv.privacy.participation import (
+    ParticipationAccounting,
+    calibrate_participation_noise_multiplier,
+    participation_event,
+)
+from fedpriv.privacy.randomness import check_private
+
+
+def budget_of(ledger: PrivacyLedger | None) -> PrivacyBudget | None:
+    """The (ε, δ) a strategy must meet: its ledger's, or ``None`` for a non-private run
+    (no ledger, or a ledger whose ε is infinite)."""
+    if ledger is None or math.isinf(ledger.budget.epsilon):
+        return None
+    return ledger.budget
+
+
+@dataclass(frozen=True)
+class GaussianRounds:
+    """T Poisson-subsampled Gaussian releases, calibrated to and reserved in a ledger.
+
+    Build with :meth:`plan`; call :meth:`release` once per round.
+    """
+
+    ledger: PrivacyLedger
+    mechanism: GaussianMechanism
+    event: dp_event.DpEvent
+    sampling_rate: float
+    rounds: int
+    rng: np.random.Generator
+
+    @property
+    def noise_multiplier(self) -> float:
+        return self.mechanism.noise_multiplier
+
+    @classmethod
+    def plan(
+        cls,
+        ledger: PrivacyLedger | None,
+        *,
+        l2_sensitivity: float,
+        sampling_rate: float,
+        rounds: int,
+        participation: float,
+        accounting: ParticipationAccounting,
+        rng: np.random.Generator,
+    ) -> GaussianRounds | None:
+        """Calibrate z for ``rounds`` events on the ledger's budget and reserve them.
+
+        Returns ``None`` without a ledger (the non-private reference).
+        """
+        budget = budget_of(ledger)
+        if budget is None:
+            return None
+        check_private("rng", rng)
+        cal = calibrate_participation_noise_multiplier(
+            target_epsilon=budget.epsilon,
+            target_delta=budget.delta,
+            sampling_probability=sampling_rate,
+            participation=participation,
+            steps=rounds,
+            accounting=accounting,
+        )
+        mechanism = GaussianMechanism(
+            l2_sensitivity=l2_sensitivity, noise_multiplier=cal.noise_multiplier
+        )
+        event = participation_event(
+            mechanism.dp_event,
+            sampling_probability=sampling_rate,
+            participation=participation,
+            accounting=accounting,
+        )
+        ledger.reserve(event, rounds)
+        return cls(ledger, mechanism, event, sampling_rate, rounds, rng)
+
+    def release(self, aggregate: np.ndarray, *, label: str) -> np.ndarray:
+        """The noisy ``aggregate``, recorded in the ledger as one round's event."""
+        return self.ledger.release(
+            self.mechanism,
+            aggregate,
+            rng=self.rng,
+            sampling_probability=self.sampling_rate,
+            event=self.event,
+            label=label,
+        )
