@@ -61,7 +61,7 @@ def speed_once(repeats: int = 7) -> dict[str, float]:
     clients = make_clients(
         X, y, dirichlet(y, n_clients=5, alpha=0.5, rng=derive_generator(0, "speed-partition"))
     )
-    cfg = BoostingConfig(n_rounds=75, depth=5, epsilon=2.0, sampling_rate=0.05)
+    cfg = BoostingConfig(rounds=75, depth=5, sampling_rate=0.05)
     calibrate_gaussian_noise_multiplier(  # warm the cache: calibration is reported separately
         target_epsilon=2.0, target_delta=1e-5, sampling_probability=0.05, steps=75
     )
@@ -93,7 +93,7 @@ def speed_once(repeats: int = 7) -> dict[str, float]:
 
     def client_pass() -> float:
         handler, state, spent = BoostingClient(), {}, 0.0
-        strategy = DPBoostingStrategy(BoostingConfig(n_rounds=75, depth=5, epsilon=None))
+        strategy = DPBoostingStrategy(BoostingConfig(rounds=75, depth=5))
         strategy.begin(
             n_features=X.shape[1],
             ledger=None,
@@ -177,7 +177,7 @@ def utility(seeds: int) -> None:
             aucs = [
                 _auc(
                     DPBoostingClassifier(
-                        n_rounds=T, epsilon=eps, seed=s, secure_aggregation=False
+                        rounds=T, epsilon=eps, seed=s, secure_aggregation=False
                     ).fit(ds, part="train+val"),
                     Xte,
                     yte,
@@ -199,7 +199,7 @@ def utility(seeds: int) -> None:
         for T, d in grid:
             fits = [
                 DPBoostingClassifier(
-                    n_rounds=T, depth=d, epsilon=eps, seed=s, secure_aggregation=False
+                    rounds=T, depth=d, epsilon=eps, seed=s, secure_aggregation=False
                 ).fit(ds)
                 for s in range(seeds)
             ]
@@ -207,7 +207,7 @@ def utility(seeds: int) -> None:
         (T, d), (_, fits) = max(scores.items(), key=lambda kv: kv[1][0])
         aucs = [_auc(f, Xte, yte) for f in fits]
         t0 = time.perf_counter()
-        DPBoostingClassifier(n_rounds=T, depth=d, epsilon=eps, seed=0).fit(ds)
+        DPBoostingClassifier(rounds=T, depth=d, epsilon=eps, seed=0).fit(ds)
         fit_s = time.perf_counter() - t0
         print(
             f"  adult        ε={eps:<4} T={T:<4} depth {d}  AUC {np.mean(aucs):.3f} ± "

@@ -24,6 +24,8 @@ Usage::
 
 from __future__ import annotations
 
+import math
+
 import argparse
 import json
 import statistics
@@ -62,8 +64,8 @@ def speed_once(repeats: int = 5) -> dict[str, float]:
     from fedpriv.federation.runtime import InProcessRuntime
     from fedpriv.privacy import PrivacyBudget, PrivacyLedger, calibrate_gaussian_noise_multiplier
     from fedpriv.seeding import derive_generator
-    from server.estimators import DPSGDClassifier
-    from strategies.dpsgd import DPSGDConfig, DPSGDStrategy
+    from fedpriv.methods import get_method
+    from strategies.dpsgd import DPSGDStrategy
 
     torch.set_num_threads(1)
     ds = load_synthetic()
@@ -81,7 +83,8 @@ def speed_once(repeats: int = 5) -> dict[str, float]:
         rt = InProcessRuntime(
             clients=clients, handler=DPSGDClient(), seed=0, secure_aggregation=secure
         )
-        strategy = DPSGDStrategy(DPSGDConfig(model=model, backend=backend), n_records=y.size)
+        config = get_method(model).make_config(backend=backend)
+        strategy = DPSGDStrategy(config, n_records=y.size)
         t0 = time.perf_counter()
         rt.run(strategy, ledger=ledger)
         return time.perf_counter() - t0
@@ -100,7 +103,8 @@ def speed_once(repeats: int = 5) -> dict[str, float]:
     Xte, yte = brfss.xy("test")
     for model in ("logistic", "mlp"):
         t0 = time.perf_counter()
-        clf = DPSGDClassifier(model=model, epsilon=2.0, seed=0).fit(brfss, part="train+val")
+        estimator = get_method(model).estimator_class
+        clf = estimator(epsilon=2.0, seed=0).fit(brfss, part="train+val")
         out[f"brfss_{model}_seconds"] = time.perf_counter() - t0
         out[f"brfss_{model}_auc"] = _auc(clf, Xte, yte)
         out[f"brfss_{model}_epsilon"] = clf.epsilon_spent_
@@ -151,7 +155,7 @@ def speed(processes: int = 3) -> None:
 
 def utility(seeds: int) -> None:
     from fedpriv.data import load_brfss, load_diabetes130, load_synthetic
-    from server.estimators import DPSGDClassifier
+    from fedpriv.methods import get_method
 
     print(
         f"test AUC, mean ± sd over {seeds} seeds; C 3.0, q 0.02, 800 steps, δ = 1e-5, "
@@ -168,20 +172,20 @@ def utility(seeds: int) -> None:
         partition = ds.client_partition(5, "train+val", **part_kw)
         for model in ("logistic", "mlp"):
             cells = []
-            for k, eps in enumerate((*EPSILONS, None)):
+            for k, eps in enumerate((*EPSILONS, math.inf)):
                 t0 = time.perf_counter()
                 aucs = [
                     _auc(
-                        DPSGDClassifier(
-                            model=model, epsilon=eps, seed=s, secure_aggregation=False
-                        ).fit(ds, part="train+val", partition=partition),
+                        get_method(model)
+                        .estimator_class(epsilon=eps, seed=s, secure_aggregation=False)
+                        .fit(ds, part="train+val", partition=partition),
                         Xte,
                         yte,
                     )
                     for s in range(seeds)
                 ]
                 per_fit = (time.perf_counter() - t0) / seeds
-                paper = f" ({PAPER[(name, model)][k]:.3f})" if eps is not None else ""
+                paper = f" ({PAPER[(name, model)][k]:.3f})" if eps != math.inf else ""
                 cells.append(f"{np.mean(aucs):.3f} ± {np.std(aucs):.3f}{paper}")
             print(
                 f"  {name:<12} {model:<8} ε=0.5 / 2 / 8 / ∞: {' | '.join(cells)}"

@@ -12,6 +12,8 @@ Usage::
 
 from __future__ import annotations
 
+import math
+
 import argparse
 import json
 import sys
@@ -27,18 +29,21 @@ def client_compute_per_round(config: dict) -> float:
 
     from clients.boosting import BoostingClient
     from experiments.keys import secret_key_for
-    from fedpriv.data import load_dataset
+    from fedpriv.data import load_for_run
     from fedpriv.federation.protocol import make_clients, poisson_sample
     from fedpriv.federation.settings import RunSettings
     from server.app import build_strategy
 
     s = RunSettings.from_run_config(config)
-    ds = load_dataset(s.dataset, split_seed=s.split_seed)
+    ds = load_for_run(s.dataset, num_clients=s.num_clients, split_seed=s.split_seed)
     X, y = ds.xy("train")
     clients = make_clients(X, y, ds.client_partition(s.num_clients))
     # The job's own strategy, without noise: only the clients' work is timed.
     strategy = build_strategy(
-        dataclasses.replace(s, epsilon=0.0), ds.schema, n_records=int(X.shape[0])
+        dataclasses.replace(s, epsilon=math.inf),
+        ds.schema,
+        n_records=int(X.shape[0]),
+        n_features=int(X.shape[1]),
     )
     strategy.begin(
         n_features=X.shape[1],

@@ -85,7 +85,7 @@ def _one_fit(kind: str) -> dict:
         ds, trees = (load_brfss(), 50) if kind == "lumberjack-brfss" else (load_adult(), 30)
         X, y = ds.xy("test")
         t0 = time.perf_counter()
-        clf = LumberjackClassifier(n_trees=trees, epsilon=1.0, seed=0).fit(ds, part="train+val")
+        clf = LumberjackClassifier(trees=trees, epsilon=1.0, seed=0).fit(ds, part="train+val")
         seconds = time.perf_counter() - t0
         proba = clf.predict_proba(X)[:, 1]
     else:
@@ -202,7 +202,7 @@ def evaluate(seeds: int) -> None:
             forest_grid,
             key=lambda g: _scores(
                 DPRandomForestClassifier(
-                    n_trees=20, depth=g[0], leaf_mechanism=g[1], mode=g[2], epsilon=eps
+                    trees=20, depth=g[0], leaf_mechanism=g[1], mode=g[2], epsilon=eps
                 )
                 .fit(ds)
                 .predict_proba(X_va)[:, 1],
@@ -212,7 +212,7 @@ def evaluate(seeds: int) -> None:
         cells[f"random forest (20 × d{best[0]}, {best[1][:3]}, {best[2]})"] = [
             _scores(
                 DPRandomForestClassifier(
-                    n_trees=20,
+                    trees=20,
                     depth=best[0],
                     leaf_mechanism=best[1],
                     mode=best[2],

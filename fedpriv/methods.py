@@ -105,6 +105,10 @@ class Method:
         The paper's δ for this learner (the run's default δ).
     multiclass : bool
         Whether it learns more than two classes.
+    family : str
+        ``"gaussian-rounds"``: every round is one Poisson-subsampled Gaussian
+        release (the matched-accounting benchmark's learners); ``"forest"``:
+        a DP forest (the forest benchmark's).
     """
 
     name: str
@@ -117,6 +121,7 @@ class Method:
     maths: str
     delta: float = 1e-5
     multiclass: bool = False
+    family: str = "gaussian-rounds"
 
     @cached_property
     def config_class(self) -> type:
@@ -244,6 +249,7 @@ register_method(
         maths="fedpriv.models.lumberjack",
         delta=1e-6,
         multiclass=True,
+        family="forest",
     )
 )
 register_method(
@@ -258,5 +264,6 @@ register_method(
         maths="fedpriv.models.heavy_hitters",
         delta=1e-6,
         multiclass=True,
+        family="forest",
     )
 )

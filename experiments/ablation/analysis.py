@@ -93,7 +93,7 @@ def tight_epsilon(learner: str, params: dict, z: float, rho: float, delta: float
     from fedpriv.privacy.participation import plan_event
     from fedpriv.privacy.pld import flatten
 
-    steps = int(params["n_rounds"] if learner == "boosting" else params["n_steps"])
+    steps = int(params["rounds"])
     event = plan_event(
         z,
         sampling_probability=float(params["sampling_rate"]),

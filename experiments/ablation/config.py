@@ -31,9 +31,9 @@ ACCOUNTINGS = ("valid", "tight", "paper")
 SETTINGS_SOURCES = ("paper", "custom")
 #: The hyper-parameters each learner accepts in ``[settings.<learner>]``.
 SETTING_KEYS = {
-    "boosting": ("n_rounds", "depth", "learning_rate", "sampling_rate"),
-    "logistic": ("n_steps", "learning_rate", "clip_norm", "sampling_rate"),
-    "mlp": ("hidden", "n_steps", "learning_rate", "clip_norm", "sampling_rate"),
+    "boosting": ("rounds", "depth", "learning_rate", "sampling_rate"),
+    "logistic": ("rounds", "learning_rate", "clip_norm", "sampling_rate"),
+    "mlp": ("hidden", "rounds", "learning_rate", "clip_norm", "sampling_rate"),
 }
 
 

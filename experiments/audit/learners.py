@@ -36,7 +36,7 @@ only private randomness the audit has to beat).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -53,7 +53,7 @@ from fedpriv.privacy import GaussianMechanism
 from fedpriv.privacy.randomness import SecretKey
 from fedpriv.seeding import derive_generator
 from strategies.boosting import BoostingConfig, DPBoostingStrategy
-from strategies.dpsgd import DPSGDConfig, DPSGDStrategy
+from strategies.dpsgd import DPSGDStrategy, LogisticConfig, MLPConfig
 from strategies.lumberjack import LumberjackConfig, LumberjackStrategy
 from strategies.random_forest import RandomForestConfig, RandomForestStrategy
 
@@ -92,6 +92,13 @@ class ExactRelease:
         return np.array(value, dtype=np.float64)
 
 
+def _cut_noise(strategy: Any, factor: float) -> None:
+    # The noise stage keeps its calibrated event (the ledger says the honest ε)
+    # and releases through a mechanism with 1/factor of the noise.
+    stage = strategy._noise
+    strategy._noise = replace(stage, mechanism=UnderNoisedGaussian(stage.mechanism, factor))
+
+
 class NoiseCutDPSGD(DPSGDStrategy):
     """DP-SGD whose noise is divided by ``factor`` after calibration (ledger: honest ε)."""
 
@@ -99,7 +106,7 @@ class NoiseCutDPSGD(DPSGDStrategy):
 
     def begin(self, **kwargs: Any) -> None:
         super().begin(**kwargs)
-        self._mechanism = UnderNoisedGaussian(self._mechanism, self.factor)
+        _cut_noise(self, self.factor)
 
 
 class NoiseCutBoosting(DPBoostingStrategy):
@@ -109,7 +116,7 @@ class NoiseCutBoosting(DPBoostingStrategy):
 
     def begin(self, **kwargs: Any) -> None:
         super().begin(**kwargs)
-        self._mechanism = UnderNoisedGaussian(self._mechanism, self.factor)
+        _cut_noise(self, self.factor)
 
 
 class ExactCountForest(RandomForestStrategy):
@@ -223,7 +230,7 @@ def dpsgd_audit(
     *,
     epsilon: float = 2.0,
     delta: float = 1e-5,
-    n_steps: int = 3,
+    rounds: int = 3,
     n_rows: int = 40,
     twin_factor: float = 5.0,
 ) -> LearnerAudit:
@@ -231,15 +238,9 @@ def dpsgd_audit(
     data = random_rows(n_rows, f"dpsgd-{model}")
     # C below every per-example gradient norm at these parameters: the canary is clipped.
     clip = 0.25 if model == "logistic" else 0.05
-    config = DPSGDConfig(
-        model=model,
-        hidden=4,
-        n_steps=n_steps,
-        learning_rate=1.0,
-        clip_norm=clip,
-        sampling_rate=1.0,
-        epsilon=epsilon,
-        delta=delta,
+    shape = {"hidden": 4} if model == "mlp" else {}
+    config = (MLPConfig if model == "mlp" else LogisticConfig)(
+        **shape, rounds=rounds, learning_rate=1.0, clip_norm=clip, sampling_rate=1.0
     )
     n_public = data.n + 1  # public record count, the same for D and D'
 
@@ -280,20 +281,18 @@ def boosting_audit(
     *,
     epsilon: float = 2.0,
     delta: float = 1e-5,
-    n_rounds: int = 2,
+    rounds: int = 2,
     n_rows: int = 20,
     twin_factor: float = 10.0,
 ) -> LearnerAudit:
     """Boosting, 2 rounds of depth 2, λ = 50 (leaf values ≈ linear in Σg)."""
     data = corner_rows(n_rows)
     config = BoostingConfig(
-        n_rounds=n_rounds,
+        rounds=rounds,
         depth=2,
         learning_rate=1.0,
         sampling_rate=1.0,
         reg_lambda=50.0,
-        epsilon=epsilon,
-        delta=delta,
     )
 
     def make_strategy(twin: bool):
@@ -321,9 +320,7 @@ def forest_audit(
 ) -> LearnerAudit:
     """Fully random forest, 2 trees of depth 2, Gaussian leaves; twin: exact counts."""
     data = point_rows(n_rows)
-    config = RandomForestConfig(
-        n_trees=2, depth=2, epsilon=epsilon, delta=delta, mode=mode, leaf_mechanism="gaussian"
-    )
+    config = RandomForestConfig(trees=2, depth=2, mode=mode, leaf_mechanism="gaussian")
     space = FeatureSpace(numeric=np.ones(N_FEATURES, dtype=bool))
     cx = data.canary_x[None, :]
     return LearnerAudit(
@@ -345,7 +342,7 @@ def lumberjack_audit(
 ) -> LearnerAudit:
     """Lumberjack, 2 trees of depth 3, pooled Gaussian leaves; twin: exact counts."""
     data = point_rows(n_rows)
-    config = LumberjackConfig(n_trees=2, max_depth=3, epsilon=epsilon, delta=delta)
+    config = LumberjackConfig(trees=2, depth=3)
     space = FeatureSpace(numeric=np.ones(N_FEATURES, dtype=bool))
     cx = data.canary_x[None, :]
     return LearnerAudit(

@@ -52,7 +52,7 @@ class Cell:
     dataset: str
     learner: str
     params: tuple[tuple[str, Any], ...]
-    epsilon: float | None
+    epsilon: float  # math.inf: the non-private reference
     delta: float
     seed: int
     train_part: str = "train+val"
@@ -68,8 +68,8 @@ class Cell:
             raise ValueError(f"train_part must be one of {list(PARTS)}; got {self.train_part!r}")
         if self.eval_part not in EVAL_PARTS:
             raise ValueError(f"eval_part must be one of {list(EVAL_PARTS)}; got {self.eval_part!r}")
-        if self.epsilon is not None and not (0.0 < self.epsilon <= 100.0):
-            raise ValueError(f"epsilon must be None or in (0, 100]; got {self.epsilon!r}")
+        if not (0.0 < self.epsilon <= 100.0 or self.epsilon == math.inf):
+            raise ValueError(f"epsilon must lie in (0, 100] or be inf; got {self.epsilon!r}")
         if not (0.0 < self.delta < 1.0):
             raise ValueError(f"delta must lie in (0, 1); got {self.delta!r}")
         if self.seed < 0:

@@ -14,9 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fedpriv.methods import methods
+
 DATASETS = ("synthetic", "brfss", "diabetes130")
-LEARNERS = ("boosting", "logistic", "mlp")
-FORESTS = ("lumberjack", "random_forest")
+#: The matched-accounting learners (every round one subsampled Gaussian) and the
+#: forests, from the method registry.
+LEARNERS = tuple(m.name for m in methods() if m.family == "gaussian-rounds")
+FORESTS = tuple(m.name for m in methods() if m.family == "forest")
 TUNING_MODES = ("validation", "paper")
 LOSSES = ("1-auc", "logloss")
 
@@ -67,8 +71,8 @@ class Forests:
     """Fixed, cheaper forest rows (issue 7): no tuning, fewer seeds (documented in the report)."""
 
     seeds: int = 5
-    lumberjack: tuple[tuple[str, Any], ...] = (("n_trees", 10), ("max_depth", 30))
-    random_forest: tuple[tuple[str, Any], ...] = (("n_trees", 20), ("depth", 10))
+    lumberjack: tuple[tuple[str, Any], ...] = (("trees", 10), ("depth", 30))
+    random_forest: tuple[tuple[str, Any], ...] = (("trees", 20), ("depth", 10))
     learners: tuple[str, ...] = FORESTS
 
     def __post_init__(self) -> None:
@@ -146,7 +150,7 @@ class MIA:
     members: int = 1200
     epsilons: tuple[float, ...] = (0.5, 2.0, 8.0)
     offpath: tuple[tuple[str, Any], ...] = (
-        ("n_rounds", 200),
+        ("rounds", 200),
         ("depth", 6),
         ("learning_rate", 0.4),
         ("sampling_rate", 1.0),

@@ -1,8 +1,8 @@
 """Learner factory and dataset access, shared by every cell (benchmark paper §4.1, §4.2).
 
-A learner is named (``boosting``, ``logistic``, ``mlp``, ``lumberjack``,
-``random_forest``) and configured by a flat parameter dict; this module turns
-the pair into a fedpriv in-process estimator. Datasets are loaded once per
+A learner is named by its method (:mod:`fedpriv.methods`) and configured by
+a flat parameter dict of its settings; this module turns the pair into the
+method's in-process estimator. Datasets are loaded once per
 process and partitioned as the paper does: synthetic by Dirichlet(0.5) over
 K = 5 clients, BRFSS IID over K = 5, 130-US by medical specialty.
 """
@@ -16,15 +16,6 @@ import numpy as np
 
 #: Keyword arguments of each dataset's partition (``TabularDataset.client_partition``).
 PARTITION = {"synthetic": {"alpha": 0.5}, "brfss": {}, "diabetes130": {}}
-
-_ESTIMATORS = {
-    "boosting": ("DPBoostingClassifier", {}),
-    "logistic": ("DPSGDClassifier", {"model": "logistic"}),
-    "mlp": ("DPSGDClassifier", {"model": "mlp"}),
-    "lumberjack": ("LumberjackClassifier", {}),
-    "random_forest": ("DPRandomForestClassifier", {}),
-}
-
 
 @functools.cache
 def dataset(name: str):
@@ -51,7 +42,7 @@ def make_estimator(
     learner: str,
     params: dict[str, Any],
     *,
-    epsilon: float | None,
+    epsilon: float,
     delta: float,
     seed: int,
     n_clients: int = 5,
@@ -64,14 +55,9 @@ def make_estimator(
     private randomness (``None``: fresh OS entropy at every fit; cells pass
     :func:`experiments.keys.secret_key_for` of their content key).
     """
-    import server.estimators as est
+    from fedpriv.methods import get_method
 
-    if learner not in _ESTIMATORS:
-        raise ValueError(f"learner must be one of {sorted(_ESTIMATORS)}; got {learner!r}")
-    cls_name, fixed = _ESTIMATORS[learner]
-    cls = getattr(est, cls_name)
-    return cls(
-        **fixed,
+    return get_method(learner).estimator_class(
         **params,
         epsilon=epsilon,
         delta=delta,
@@ -85,15 +71,13 @@ def make_estimator(
 def label(learner: str, params: dict[str, Any]) -> str:
     """A short, stable description of a configuration (report tables)."""
     short = {
-        "n_rounds": "T",
-        "n_steps": "steps",
+        "rounds": "T",
         "depth": "D",
-        "max_depth": "D",
         "learning_rate": "lr",
         "sampling_rate": "q",
         "clip_norm": "C",
         "hidden": "h",
-        "n_trees": "trees",
+        "trees": "trees",
         "leaf_mechanism": "leaves",
     }
     return " ".join(

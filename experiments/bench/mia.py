@@ -20,6 +20,7 @@ the advantage max_t (TPR − FPR).
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import numpy as np
@@ -76,7 +77,7 @@ def _attack(clf, ds) -> dict[str, Any]:
     return out
 
 
-def _fit(cell, epsilon: float | None):
+def _fit(cell, epsilon: float):
     import time
 
     from experiments.bench.learners import make_estimator
@@ -133,7 +134,7 @@ def offpath_cell(cell) -> dict[str, Any]:
     from experiments.keys import secret_key_for
     from fedpriv.privacy import GaussianMechanism, PrivacyBudget, PrivacyLedger
 
-    clf, ds = _fit(cell, None)  # the predictor: no noise at all
+    clf, ds = _fit(cell, math.inf)  # the predictor: no noise at all
     out = _attack(clf, ds)
     X_in, _ = ds.xy("train")
     clean = routing_counts(clf.model_, X_in)

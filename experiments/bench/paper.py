@@ -140,12 +140,12 @@ SELECTED: dict[str, dict[str, float | int]] = {
     "boosting": {"depth": 5, "learning_rate": 0.4, "sampling_rate": 0.05},
     "mlp": {
         "hidden": 16,
-        "n_steps": 800,
+        "rounds": 800,
         "learning_rate": 3.0,
         "clip_norm": 3.0,
         "sampling_rate": 0.02,
     },
-    "logistic": {"n_steps": 800, "learning_rate": 2.0, "clip_norm": 3.0, "sampling_rate": 0.02},
+    "logistic": {"rounds": 800, "learning_rate": 2.0, "clip_norm": 3.0, "sampling_rate": 0.02},
 }
 
 
@@ -167,7 +167,7 @@ def selected(dataset: str, learner: str, epsilon: float) -> dict[str, float | in
     """The paper's selected configuration for ``learner`` at ``epsilon`` (nearest paper ε)."""
     params = dict(SELECTED[learner])
     if learner == "boosting":
-        params["n_rounds"] = BOOSTING_ROUNDS[dataset][nearest_index(epsilon)]
+        params["rounds"] = BOOSTING_ROUNDS[dataset][nearest_index(epsilon)]
     return params
 
 

@@ -97,7 +97,7 @@ def rows_of(stage: str, variant: str, cell: Cell, result: dict[str, Any]) -> lis
         "learner": cell.learner,
         "variant": variant,
         "config": label(cell.learner, cell.param_dict),
-        "epsilon": np.nan if cell.epsilon is None else cell.epsilon,
+        "epsilon": cell.epsilon,
         "seed": cell.seed,
     }
     return [
@@ -170,9 +170,9 @@ def run_ablations(ctx: Context, chosen: dict) -> list[dict]:
         mlp = base_params(ctx, chosen, d, a.epsilon, "mlp")
         variants = {
             ("boosting", "boosting per-ε T"): boost,
-            ("boosting", "boosting fixed T"): {**boost, "n_rounds": a.boosting_fixed_rounds},
+            ("boosting", "boosting fixed T"): {**boost, "rounds": a.boosting_fixed_rounds},
             ("mlp", "mlp fair"): mlp,
-            ("mlp", "mlp few steps"): {**mlp, "n_steps": a.mlp_few_steps},
+            ("mlp", "mlp few steps"): {**mlp, "rounds": a.mlp_few_steps},
             ("mlp", "mlp wide"): {**mlp, "hidden": a.mlp_wide_hidden},
         }
         plan += [
@@ -188,19 +188,19 @@ def run_sweep(ctx: Context) -> list[dict]:
     """Figure 3 (boosting vs T, DP-SGD vs steps at ε_sweep) and the T* fit's round sweep."""
     sw = ctx.cfg.sweep
     d = sw.dataset
-    boost = {k: v for k, v in paper.selected(d, "boosting", sw.epsilon).items() if k != "n_rounds"}
+    boost = {k: v for k, v in paper.selected(d, "boosting", sw.epsilon).items() if k != "rounds"}
     plan: list[tuple[str, Cell]] = []
     for eps in dict.fromkeys((sw.epsilon, *sw.fit_epsilons)):
         seeds = sw.seeds if eps == sw.epsilon else sw.fit_seeds
         plan += [
-            ("rounds", ctx.fit(d, "boosting", {**boost, "n_rounds": t}, eps, s))
+            ("rounds", ctx.fit(d, "boosting", {**boost, "rounds": t}, eps, s))
             for t in sw.rounds
             for s in range(seeds)
         ]
     for learner in ("mlp", "logistic"):
         params = paper.selected(d, learner, sw.epsilon)
         plan += [
-            ("steps", ctx.fit(d, learner, {**params, "n_steps": t}, sw.epsilon, s))
+            ("steps", ctx.fit(d, learner, {**params, "rounds": t}, sw.epsilon, s))
             for t in sw.steps
             for s in range(sw.seeds)
         ]

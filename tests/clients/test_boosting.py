@@ -19,7 +19,7 @@ def _clients(rng, sizes=(120, 75, 200), d=6):
 def _replies(mode: str, rounds: int = 8):
     rng = np.random.default_rng(0)
     clients = _clients(rng)
-    strategy = DPBoostingStrategy(BoostingConfig(n_rounds=rounds, depth=4, epsilon=None))
+    strategy = DPBoostingStrategy(BoostingConfig(rounds=rounds, depth=4))
     strategy.begin(
         n_features=6, ledger=None, rng=np.random.default_rng(1), secret_rng=private_rng(1)
     )
@@ -65,7 +65,7 @@ def test_reply_bounds_follow_the_clipping():
 def test_refuses_samples_outside_the_client_and_inconsistent_queries():
     rng = np.random.default_rng(3)
     (c,) = _clients(rng, sizes=(10,))
-    strategy = DPBoostingStrategy(BoostingConfig(n_rounds=2, depth=2, epsilon=None))
+    strategy = DPBoostingStrategy(BoostingConfig(rounds=2, depth=2))
     strategy.begin(
         n_features=6, ledger=None, rng=np.random.default_rng(0), secret_rng=private_rng(0)
     )

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from clients.dpsgd import DPSGDClient
 from fedpriv.federation.protocol import make_clients
 from fedpriv.models.networks import InputMap
-from strategies.dpsgd import DPSGDConfig, DPSGDStrategy
+from strategies.dpsgd import DPSGDStrategy, LogisticConfig, MLPConfig
 from tests.keys import private_rng
 
 
@@ -21,7 +21,9 @@ def _setup(model, seed=0, sizes=(30, 0, 45, 12), backend="fast"):
     X, y = rng.random((n, d)), (rng.random(n) < 0.3).astype(float)
     bounds = np.cumsum([0, *sizes])
     clients = make_clients(X, y, [np.arange(a, b) for a, b in itertools.pairwise(bounds)])
-    cfg = DPSGDConfig(model=model, hidden=6, n_steps=5, epsilon=None, backend=backend)
+    cfg = (MLPConfig if model == "mlp" else LogisticConfig)(
+        **({"hidden": 6} if model == "mlp" else {}), rounds=5, backend=backend
+    )
     imap = InputMap(np.full(d, 0.5), np.full(d, np.sqrt(12)))
     strategy = DPSGDStrategy(cfg, n_records=n, input_map=imap)
     strategy.begin(

@@ -27,7 +27,7 @@ from fedpriv.models.lumberjack import FeatureSpace
 from fedpriv.models.networks import InputMap
 from server.estimators import DPBoostingClassifier, DPSGDClassifier
 from strategies.boosting import GRAD_BOUND, HESS_BOUND, L2_SENSITIVITY
-from strategies.dpsgd import DPSGDConfig, DPSGDStrategy
+from strategies.dpsgd import DPSGDStrategy, LogisticConfig, MLPConfig
 from strategies.random_forest import RandomForestConfig, RandomForestStrategy
 from tests.keys import key_for, private_rng
 
@@ -118,7 +118,9 @@ def test_removing_any_one_record_moves_the_boosting_reply_by_at_most_the_sensiti
 
 
 def _dpsgd_query(model: str, backend: str = "fast") -> Query:
-    cfg = DPSGDConfig(model=model, hidden=4, n_steps=2, epsilon=None, backend=backend)
+    cfg = (MLPConfig if model == "mlp" else LogisticConfig)(
+        **({"hidden": 4} if model == "mlp" else {}), rounds=2, backend=backend
+    )
     imap = InputMap(np.full(D, 0.5), np.full(D, np.sqrt(12)))
     strategy = DPSGDStrategy(cfg, n_records=10, input_map=imap)
     strategy.begin(
@@ -143,7 +145,7 @@ def test_a_single_record_dpsgd_reply_is_clipped_whatever_its_label(model, backen
 
 
 def _forest_query(mode: str, n_trees: int = 3, depth: int = 2) -> Query:
-    cfg = RandomForestConfig(n_trees=n_trees, depth=depth, epsilon=None, mode=mode)
+    cfg = RandomForestConfig(trees=n_trees, depth=depth, mode=mode)
     strategy = RandomForestStrategy(cfg, space=FeatureSpace(np.ones(D, dtype=bool)))
     strategy.begin(
         n_features=D, ledger=None, rng=np.random.default_rng(1), secret_rng=private_rng(1)

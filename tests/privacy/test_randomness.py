@@ -193,7 +193,7 @@ def _boosting_run(key):
     clients = make_clients(X, y, iid(300, n_clients=3, rng=np.random.default_rng(1)))
     ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=2.0, delta=1e-5))
     rt = InProcessRuntime(clients=clients, handler=BoostingClient(), seed=0, secret_key=key)
-    rt.run(DPBoostingStrategy(BoostingConfig(n_rounds=3, depth=2, epsilon=2.0)), ledger=ledger)
+    rt.run(DPBoostingStrategy(BoostingConfig(rounds=3, depth=2)), ledger=ledger)
     return ledger.report()
 
 

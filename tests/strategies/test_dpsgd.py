@@ -17,7 +17,7 @@ from fedpriv.privacy import (
     ks_noise_test,
 )
 from fedpriv.privacy.pld import flatten
-from strategies.dpsgd import DPSGDConfig, DPSGDStrategy
+from strategies.dpsgd import DPSGDStrategy, LogisticConfig, MLPConfig
 from tests.keys import private_rng
 
 DELTA = 1e-5
@@ -45,20 +45,25 @@ def _start(config, data, *, eps=None, seed=0, **kw):
 
 
 def test_config_defaults_are_the_papers_and_ranges_are_checked():
-    assert DPSGDConfig(model="logistic").learning_rate == 2.0
-    assert DPSGDConfig(model="mlp").learning_rate == 3.0
-    cfg = DPSGDConfig()
-    assert (cfg.n_steps, cfg.clip_norm, cfg.sampling_rate, cfg.hidden) == (800, 3.0, 0.02, 16)
+    assert LogisticConfig().learning_rate == 2.0
+    assert MLPConfig().learning_rate == 3.0
+    cfg = LogisticConfig()
+    assert (cfg.rounds, cfg.clip_norm, cfg.sampling_rate, MLPConfig().hidden) == (
+        800,
+        3.0,
+        0.02,
+        16,
+    )
     with pytest.raises(ValueError, match=r"clip_norm must lie in \(0, inf\); got -1"):
-        DPSGDConfig(clip_norm=-1)
+        LogisticConfig(clip_norm=-1)
     with pytest.raises(ValueError, match=r"sampling_rate must lie in \(0, 1\]; got 1.5"):
-        DPSGDConfig(sampling_rate=1.5)
+        LogisticConfig(sampling_rate=1.5)
     with pytest.raises(ValueError, match="backend must be one of"):
-        DPSGDConfig(backend="jax")
+        LogisticConfig(backend="jax")
 
 
 def test_ledger_holds_one_subsampled_gaussian_per_step_within_budget():
-    cfg = DPSGDConfig(model="mlp", hidden=3, n_steps=20, sampling_rate=0.1, epsilon=1.0)
+    cfg = MLPConfig(hidden=3, rounds=20, sampling_rate=0.1)
     data = _data()
     strategy, ledger = _start(cfg, data, eps=1.0)
     client = DPSGDClient()
@@ -78,7 +83,7 @@ def test_ledger_holds_one_subsampled_gaussian_per_step_within_budget():
 
 def test_released_step_is_sum_plus_gaussian_noise_over_the_expected_batch():
     # θ_{t+1} = θ_t − η (Σ clip(g) + N(0, (zC)² I)) / (ρ q n): recover the noise and test its law.
-    cfg = DPSGDConfig(model="mlp", hidden=8, n_steps=60, sampling_rate=0.25, epsilon=2.0)
+    cfg = MLPConfig(hidden=8, rounds=60, sampling_rate=0.25)
     data = _data(d=10)
     strategy, _ = _start(cfg, data, eps=2.0, participation=0.5)
     client = DPSGDClient()
@@ -100,7 +105,7 @@ def test_released_step_is_sum_plus_gaussian_noise_over_the_expected_batch():
 
 
 def test_aborted_step_releases_nothing_and_keeps_the_parameters():
-    cfg = DPSGDConfig(n_steps=2, epsilon=1.0)
+    cfg = LogisticConfig(rounds=2)
     strategy, ledger = _start(cfg, _data(), eps=1.0)
     q = strategy.next_query()
     strategy.update(q, None)
@@ -111,7 +116,7 @@ def test_aborted_step_releases_nothing_and_keeps_the_parameters():
 
 
 def test_non_private_mode_adds_no_noise_and_needs_no_ledger():
-    cfg = DPSGDConfig(n_steps=3, epsilon=None)
+    cfg = LogisticConfig(rounds=3)
     data = _data()
     strategy, _ = _start(cfg, data)
     assert strategy.noise_multiplier_ is None
@@ -120,13 +125,13 @@ def test_non_private_mode_adds_no_noise_and_needs_no_ledger():
     strategy.update(q, total)
     np.testing.assert_allclose(strategy.model().params, -2.0 * total / (0.02 * data.n))
     with pytest.raises(ValueError, match="a private run needs a PrivacyLedger"):
-        DPSGDStrategy(DPSGDConfig(), n_records=10).begin(
+        DPSGDStrategy(LogisticConfig(), n_records=10).begin(
             n_features=4, ledger=None, rng=np.random.default_rng(0), secret_rng=private_rng(0)
         )
 
 
 def test_divergence_is_reported_not_released_silently():
-    cfg = DPSGDConfig(n_steps=2, epsilon=None, learning_rate=1e308)
+    cfg = LogisticConfig(rounds=2, learning_rate=1e308)
     data = _data()
     strategy, _ = _start(cfg, data)
     q = strategy.next_query()
@@ -165,7 +170,7 @@ def test_audit_one_step_does_not_leak_more_than_claimed(broken):
     # clip at 4C while the noise is calibrated for C, so the canary moves the
     # sum by ≈ 3.6 C — the audit must catch that.
     # ε = 2: at ε = 1 a few thousand trials cannot resolve a bound worth testing.
-    cfg = DPSGDConfig(n_steps=1, sampling_rate=1.0, epsilon=2.0, clip_norm=1.0)
+    cfg = LogisticConfig(rounds=1, sampling_rate=1.0, clip_norm=1.0)
     data = _data(n=59, d=4)
     canary = ClientData(
         client_id=0,

@@ -55,7 +55,7 @@ def _release(X, y, *, seed=0, epsilon=2.0):
     from fedpriv.privacy import PrivacyBudget, PrivacyLedger
 
     space = FeatureSpace(feature_space_numeric(load_heart().schema))
-    cfg = LumberjackConfig(n_trees=4, max_depth=12, epsilon=epsilon)
+    cfg = LumberjackConfig(trees=4, depth=12)
     strategy = LumberjackStrategy(cfg, space=space)
     ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=epsilon, delta=1e-6))
     strategy.begin(
@@ -118,7 +118,7 @@ def test_the_forest_is_released_only_after_the_last_level(heart):
     X, y = heart.xy("train")
     space = FeatureSpace(np.zeros(X.shape[1], dtype=bool) | True)
     strategy = LumberjackStrategy(
-        LumberjackConfig(n_trees=2, max_depth=3, epsilon=None), space=space
+        LumberjackConfig(trees=2, depth=3), space=space
     )
     strategy.begin(
         n_features=X.shape[1], ledger=None, rng=np.random.default_rng(0), secret_rng=private_rng(0)
@@ -139,7 +139,7 @@ def test_config_and_client_refusals(heart):
     X, y = heart.xy("train")
     space = FeatureSpace(np.ones(X.shape[1], dtype=bool))
     strategy = LumberjackStrategy(
-        LumberjackConfig(n_trees=2, max_depth=10, epsilon=None),
+        LumberjackConfig(trees=2, depth=10),
         space=space,  # 2 stages
     )
     strategy.begin(

@@ -14,7 +14,7 @@ from fedpriv.privacy import (
 )
 from server.estimators import DPBoostingClassifier, DPSGDClassifier
 from strategies.boosting import BoostingConfig
-from strategies.dpsgd import DPSGDConfig, DPSGDStrategy
+from strategies.dpsgd import DPSGDStrategy, LogisticConfig
 from tests.keys import key_for
 
 RHO = 0.5
@@ -86,7 +86,7 @@ def test_each_mode_calibrates_records_and_reports_as_documented(make):
 
 def test_default_is_valid_and_full_participation_makes_modes_agree():
     assert BoostingConfig().participation_accounting is ParticipationAccounting.VALID
-    assert DPSGDConfig().participation_accounting is ParticipationAccounting.VALID
+    assert LogisticConfig().participation_accounting is ParticipationAccounting.VALID
     assert DPBoostingClassifier().participation_accounting == "valid"
     X, y = _data()
     full = {mode: _boosting(mode, participation=1.0).fit(X, y) for mode in ("valid", "paper")}
@@ -98,12 +98,12 @@ def test_config_refuses_an_unknown_mode():
     with pytest.raises(ValueError, match=r"must be one of \['valid', 'tight', 'paper'\]; got 'x'"):
         BoostingConfig(participation_accounting="x")
     with pytest.raises(ValueError, match=r"must be one of \['valid', 'tight', 'paper'\]; got 'x'"):
-        DPSGDConfig(participation_accounting="x")
+        LogisticConfig(participation_accounting="x")
 
 
 @pytest.mark.parametrize("mode", list(ParticipationAccounting))
 def test_dpsgd_divides_by_the_expected_batch_in_every_mode(mode):
-    cfg = DPSGDConfig(sampling_rate=0.05, participation_accounting=mode)
+    cfg = LogisticConfig(sampling_rate=0.05, participation_accounting=mode)
     strategy = DPSGDStrategy(cfg, n_records=1000, participation=0.25)
     assert strategy.expected_batch == pytest.approx(0.25 * 0.05 * 1000)
 

@@ -23,7 +23,7 @@ from fedpriv.data import load_heart
 from fedpriv.federation.protocol import Query, make_clients
 from fedpriv.models.lumberjack import FeatureSpace
 from strategies.boosting import BoostingConfig, DPBoostingStrategy
-from strategies.dpsgd import DPSGDConfig, DPSGDStrategy
+from strategies.dpsgd import DPSGDStrategy, LogisticConfig
 from strategies.random_forest import RandomForestConfig, RandomForestStrategy
 from tests.strategies.release_boundary import differences, run, with_canary
 
@@ -42,12 +42,12 @@ def heart():
 
 def _learners(space, n):
     """(name, strategy factory, handler); n: the public record count (README)."""
-    boost = BoostingConfig(n_rounds=6, depth=3, sampling_rate=0.5, epsilon=EPS, delta=DELTA)
-    sgd = DPSGDConfig(model="logistic", n_steps=5, sampling_rate=0.5, epsilon=EPS, delta=DELTA)
+    boost = BoostingConfig(rounds=6, depth=3, sampling_rate=0.5)
+    sgd = LogisticConfig(rounds=5, sampling_rate=0.5)
 
     def forest(mode, leaves):
         cfg = RandomForestConfig(
-            n_trees=3, depth=3, epsilon=EPS, delta=DELTA, mode=mode, leaf_mechanism=leaves
+            trees=3, depth=3, mode=mode, leaf_mechanism=leaves
         )
         return lambda: RandomForestStrategy(cfg, space=space)
 

@@ -27,7 +27,7 @@ from tests.keys import key_for
 from tests.strategies.release_boundary import differences, flatten, run, with_canary
 
 EPS, DELTA = 4.0, 1e-6
-CFG = LumberjackConfig(n_trees=4, max_depth=16, epsilon=EPS, delta=DELTA)  # stages 7, 7, 2
+CFG = LumberjackConfig(trees=4, depth=16)  # stages 7, 7, 2
 
 
 class Forced(LumberjackStrategy):

@@ -45,7 +45,7 @@ def setup():
     X, y = ds.xy("train")
     rows = ds.client_partition(5, "train")[0]  # heart's first hospital: 160 rows
     space = FeatureSpace.from_schema(ds.schema, "columns")
-    cfg = RandomForestConfig(n_trees=K, depth=DEPTH, epsilon=None, mode="disjoint")
+    cfg = RandomForestConfig(trees=K, depth=DEPTH, mode="disjoint")
     strategy = RandomForestStrategy(cfg, space=space)
     strategy.begin(
         n_features=X.shape[1], ledger=None, rng=np.random.default_rng(3), secret_rng=private_rng()
