@@ -53,8 +53,7 @@ if TYPE_CHECKING:  # the accountant (dp_accounting, scipy) costs a ClientApp ~0.
 DEFAULT_SCALE = 1.0 / GRID  # = 2.0**32 exactly
 #: Fewest clients whose sum may be revealed; below it a round is aborted.
 MIN_PARTIES = 2
-#: Bytes of one client's X25519 public key, uploaded once per run.
-PUBLIC_KEY_BYTES = 32
+PUBLIC_KEY_BYTES = 32  # one client's X25519 public key, uploaded once per run
 
 
 @dataclass
@@ -351,7 +350,7 @@ class RoundEngine:
             comm.aborted_rounds += 1
         return aggregate
 
-    def round(self, query: Query) -> np.ndarray | None:
+    def run_round(self, query: Query) -> np.ndarray | None:
         """One whole round through the transport: plan, ask (unless aborted), sum."""
         plan = self.plan(query)
         return self.finish(plan, None if plan.aborted else self.transport.ask(plan))
@@ -359,7 +358,7 @@ class RoundEngine:
     def run(self, strategy: Strategy) -> Strategy:
         """Every round of an already begun ``strategy``; returns it."""
         while (query := strategy.next_query()) is not None:
-            strategy.update(query, self.round(query))
+            strategy.update(query, self.run_round(query))
         return strategy
 
     def _secure_sum(self, plan: RoundPlan, replies: Replies) -> np.ndarray | None:
