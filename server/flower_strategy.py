@@ -3,8 +3,9 @@
 Flower users expect strategies to be Flower strategies (ARCHITECTURE.md):
 someone with their own ServerApp calls ``strategy.start(grid=..., ...)`` and
 gets a Flower ``Result``. :class:`FlowerStrategy` is a thin adapter over the
-transport-agnostic core (``strategies/``) and the round logic of
-:class:`server.grid_runtime.GridRuntime`, so a run started this way sends the
+transport-agnostic core (``strategies/``) and the shared round engine
+(:class:`fedpriv.federation.engine.RoundEngine`, over Flower messages by
+:class:`server.grid_runtime.GridRuntime`), so a run started this way sends the
 same messages and releases the same model as ``python -m server.simulate``:
 
 * ``configure_train`` of round 1 first runs the run's key exchange (keys, pinned key book), then

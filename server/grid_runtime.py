@@ -20,31 +20,16 @@ partition order, so results do not depend on arrival order.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
+from fedpriv.federation.engine import Communication, Replies, RoundEngine, RoundPlan
 from fedpriv.federation.protocol import Query, Strategy
-from fedpriv.federation.runtime import (
-    DEFAULT_SCALE,
-    MIN_PARTIES,
-    Communication,
-    begin_strategy,
-    codec_for,
-    participation_streams,
-    round_plan,
-)
-from fedpriv.federation.secagg import (
-    FixedPointCodec,
-    SecAggAbort,
-    SecAggConfig,
-    SecAggServer,
-    UnmaskAnswer,
-)
+from fedpriv.federation.secagg import FixedPointCodec, MaskedInput, SecAggConfig, UnmaskAnswer
 from fedpriv.federation.settings import RunSettings
 from fedpriv.federation.wire import query_to_wire
 from fedpriv.privacy.ledger import PrivacyLedger
@@ -55,11 +40,21 @@ from fedpriv.privacy.randomness import SecretKey
 class PlannedRound:
     """One round between :meth:`GridRuntime.plan_round` and :meth:`GridRuntime.finish_round`."""
 
-    query: Query
-    asked: list[int]
+    plan: RoundPlan
     started: float
-    codec: FixedPointCodec | None = None  # None: aborted, nothing sent
     replies: int = 0
+
+    @property
+    def query(self) -> Query:
+        return self.plan.query
+
+    @property
+    def asked(self) -> list[int]:
+        return self.plan.asked
+
+    @property
+    def codec(self) -> FixedPointCodec | None:
+        return self.plan.codec  # None: aborted, nothing sent
 
 
 @dataclass
@@ -146,21 +141,27 @@ class PollingGrid:
         return out
 
 
-class GridRuntime:
-    """The in-process runtime's round logic, over Flower messages."""
+class GridTransport:
+    """The round engine's transport over a Flower ``Grid`` (module docstring).
 
-    def __init__(self, grid: Grid, settings: RunSettings, *, max_records: int) -> None:
-        if not settings.secure_aggregation:
-            # Plain sums exist for in-process benchmarks only: over a network
-            # the server must never see a single client's vector.
-            raise ValueError("secure-aggregation must be true for a Flower run")
+    Error replies are printed (:func:`report_error`) and counted in
+    ``report.client_errors``; their senders count as dropped.
+    """
+
+    def __init__(self, grid: Grid, settings: RunSettings, report: GridReport) -> None:
         self.grid = grid
         self.settings = settings
-        self.max_records = max_records
-        self.report = GridReport(Communication(settings.num_clients))
+        self.report = report
         self.secagg = SecAggConfig(threshold_fraction=settings.secagg_threshold)
+        self.node_of: dict[int, int] = {}
+        self.public_keys: dict[int, bytes] = {}
 
-    def connect(self) -> None:
+    def _send(self, kind: str, content: dict[int, RecordDict]) -> dict[int, Message]:
+        replies, errors = _send(self.grid, kind, content, self.settings.round_timeout)
+        self.report.client_errors += errors
+        return replies
+
+    def setup_keys(self) -> None:
         """Wait for the nodes and run the run's key exchange: collect keys, pin the book."""
         s = self.settings
         nodes = wait_for_nodes(self.grid, s.num_clients, s.node_wait_timeout)
@@ -174,8 +175,6 @@ class GridRuntime:
                 f"key exchange: {len(replies)} of {len(nodes)} nodes answered, "
                 f"{errors} client errors"
             )
-        self.node_of: dict[int, int] = {}
-        self.public_keys: dict[int, bytes] = {}
         for node, rep in replies.items():
             meta = rep.content["meta"]
             pid = int(meta["partition-id"])
@@ -193,9 +192,115 @@ class GridRuntime:
             raise RuntimeError(
                 f"key book: {len(replies)} of {len(pids)} nodes pinned it, {errors} client errors"
             )
-        comm = self.report.communication
-        comm.round_trips += 2
-        comm.bytes_uploaded += 32
+
+    def messages(self, plan: RoundPlan) -> list[Message]:
+        """The ``query.fedpriv`` messages that ask ``plan.asked`` (none if aborted)."""
+        if plan.aborted:
+            return []
+        arrays, config = query_to_wire(plan.query)
+        config.update(
+            {
+                "participants": plan.asked,
+                "public-keys": [self.public_keys[p] for p in plan.asked],
+                "secagg-threshold": self.secagg.threshold(len(plan.asked)),
+                "codec-scale": plan.codec.scale,
+                "codec-max-abs": plan.codec.max_abs,
+            }
+        )
+        record = ArrayRecord({k: _arr(v) for k, v in arrays.items()})
+        return [
+            Message(
+                RecordDict({"query": record, "config": ConfigRecord(config)}),
+                dst_node_id=self.node_of[p],
+                message_type="query.fedpriv",
+            )
+            for p in plan.asked
+        ]
+
+    def collect(self, plan: RoundPlan, replies: Iterable[Message]) -> Replies:
+        """The usable uploads among ``replies``, read in partition order."""
+        masked: dict[int, MaskedInput] = {}
+        for rep in replies:
+            if rep.has_error():
+                report_error(rep)
+                self.report.client_errors += 1
+                continue
+            pid = int(rep.content["meta"]["partition-id"])
+            if pid not in plan.asked or pid in masked:
+                self.report.client_errors += 1  # never asked, or a duplicate: ignore it
+                continue
+            sealed = rep.content["shares"]
+            masked[pid] = MaskedInput(
+                vector=rep.content["reply"]["masked"].numpy(),
+                shares=dict(zip(sealed["to"], sealed["ct"], strict=True)),
+            )
+        return Replies(senders=tuple(sorted(masked)), masked=masked)
+
+    def ask(self, plan: RoundPlan) -> Replies:
+        msgs = self.messages(plan)
+        return self.collect(
+            plan, self.grid.send_and_receive(msgs, timeout=self.settings.round_timeout)
+        )
+
+    def unmask(
+        self,
+        plan: RoundPlan,
+        survivors: list[int],
+        dropped: list[int],
+        inboxes: Mapping[int, Mapping[int, bytes]],
+    ) -> dict[int, UnmaskAnswer]:
+        r, asked = plan.query.round, plan.asked
+        keys = [self.public_keys[p] for p in asked]
+        content = {}
+        for p in survivors:
+            cfg = {"round": r, "survivors": survivors, "dropped": dropped}
+            cfg.update({"n": plan.query.reply_length, "participants": asked, "public-keys": keys})
+            cfg.update({"from": list(inboxes[p]), "ct": list(inboxes[p].values())})
+            content[self.node_of[p]] = RecordDict({"config": ConfigRecord(cfg)})
+        answers = {}
+        for rep in self._send("unmask", content).values():
+            pid = int(rep.content["meta"]["partition-id"])
+            got, rec = rep.content["unmask"], rep.content["masks"]
+            answers[pid] = UnmaskAnswer(
+                shares=dict(zip(got["of"], got["share"], strict=True)),
+                masks={int(k): rec[k].numpy() for k in rec.keys()},
+            )
+        return answers
+
+
+class GridRuntime:
+    """The shared round engine (:mod:`fedpriv.federation.engine`) over Flower messages."""
+
+    def __init__(self, grid: Grid, settings: RunSettings, *, max_records: int) -> None:
+        if not settings.secure_aggregation:
+            # Plain sums exist for in-process benchmarks only: over a network
+            # the server must never see a single client's vector.
+            raise ValueError("secure-aggregation must be true for a Flower run")
+        self.grid = grid
+        self.settings = settings
+        self.max_records = max_records
+        self.report = GridReport(Communication(settings.num_clients))
+        self.transport = GridTransport(grid, settings, self.report)
+        self.engine = RoundEngine(
+            self.transport,
+            n_clients=settings.num_clients,
+            max_records=max_records,
+            participation=settings.participation,
+            secagg=self.transport.secagg,
+            communication=self.report.communication,
+        )
+
+    @property
+    def node_of(self) -> dict[int, int]:
+        return self.transport.node_of
+
+    @property
+    def public_keys(self) -> dict[int, bytes]:
+        return self.transport.public_keys
+
+    def connect(self) -> None:
+        """Wait for the nodes and run the run's key exchange: collect keys, pin the book."""
+        self.engine.setup_keys()
 
     def ping(self, rounds: int) -> None:
         """Time ``rounds`` empty round trips to every node: Flower's own cost per round."""
@@ -222,82 +327,30 @@ class GridRuntime:
         The same derivations as :class:`~fedpriv.federation.runtime.InProcessRuntime`,
         so one injected key gives the same run in both.
         """
-        begin_strategy(
+        self.engine.begin(
             strategy,
             n_features=n_features,
             ledger=ledger,
             seed=self.settings.seed,
             secret_key=secret_key,
         )
-        self._fates = participation_streams(secret_key)
 
     def plan_round(self, query: Query) -> tuple[PlannedRound, list[Message]]:
         """Who is asked in ``query``'s round, and the messages that ask them.
 
-        No message at all if fewer than :data:`MIN_PARTIES` are asked: a
-        "sum" of one vector would be that client's vector, so the round is
-        aborted before anything is sent.
+        No message at all if fewer than :data:`~fedpriv.federation.engine.MIN_PARTIES`
+        are asked: the engine aborts the round before anything is sent.
         """
-        s = self.settings
-        r = query.round
-        asked, _ = round_plan(self._fates, r, s.num_clients, s.participation)
-        planned = PlannedRound(query=query, asked=asked, started=time.perf_counter())
-        if len(asked) < MIN_PARTIES:
-            return planned, []
-        planned.codec = codec_for(query.record_bound, self.max_records, len(asked), DEFAULT_SCALE)
-        arrays, config = query_to_wire(query)
-        config.update(
-            {
-                "participants": asked,
-                "public-keys": [self.public_keys[p] for p in asked],
-                "secagg-threshold": self.secagg.threshold(len(asked)),
-                "codec-scale": planned.codec.scale,
-                "codec-max-abs": planned.codec.max_abs,
-            }
-        )
-        record = ArrayRecord({k: _arr(v) for k, v in arrays.items()})
-        msgs = [
-            Message(
-                RecordDict({"query": record, "config": ConfigRecord(config)}),
-                dst_node_id=self.node_of[p],
-                message_type="query.fedpriv",
-            )
-            for p in asked
-        ]
-        return planned, msgs
+        plan = self.engine.plan(query)
+        return PlannedRound(plan=plan, started=time.perf_counter()), self.transport.messages(plan)
 
     def finish_round(self, planned: PlannedRound, replies: Iterable[Message]) -> np.ndarray | None:
         """The unmasked sum of the round's replies (after the round's unmask exchange),
         or ``None`` if the round had to be aborted."""
-        comm, query = self.report.communication, planned.query
-        comm.rounds += 1
-        if planned.codec is None:
-            comm.aborted_rounds += 1
-            return None
-        comm.round_trips += 1
-        masked, shares = {}, {}
-        for rep in replies:
-            if rep.has_error():
-                report_error(rep)
-                self.report.client_errors += 1
-                continue
-            pid = int(rep.content["meta"]["partition-id"])
-            if pid not in planned.asked or pid in masked:
-                self.report.client_errors += 1  # never asked, or a duplicate: ignore it
-                continue
-            vec = rep.content["reply"]["masked"].numpy()
-            masked[pid] = vec
-            sealed = rep.content["shares"]
-            shares[pid] = dict(zip(sealed["to"], sealed["ct"], strict=True))
-            comm.floats_uploaded[pid] += query.reply_length
-            comm.bytes_uploaded[pid] += 8 * vec.size + sum(len(c) for c in sealed["ct"])
-        aggregate = self._aggregate(
-            query.round, planned.asked, masked, shares, planned.codec, query.reply_length
-        )
-        if aggregate is None:
-            comm.aborted_rounds += 1
-        planned.replies = len(masked)
-        return aggregate
+        plan = planned.plan
+        got = None if plan.aborted else self.transport.collect(plan, replies)
+        planned.replies = 0 if got is None else len(got.senders)
+        return self.engine.finish(plan, got)
 
     def log_round(self, planned: PlannedRound, ledger: PrivacyLedger | None) -> float | None:
         """Record the round's wall time and print one progress line.
@@ -316,48 +369,6 @@ class GridRuntime:
             flush=True,
         )
         return bound
-
-    def _aggregate(
-        self,
-        r: int,
-        asked: list[int],
-        masked: dict[int, np.ndarray],
-        shares: dict[int, dict[int, bytes]],
-        codec: Any,
-        n: int,
-    ) -> np.ndarray | None:
-        server = SecAggServer(codec=codec, config=self.secagg)
-        try:
-            survivors, dropped = server.unmask_plan(round_id=r, participants=asked, masked=masked)
-            inboxes = server.inboxes(survivors, shares)
-        except (SecAggAbort, ValueError):
-            return None  # fewer than t survivors, or a malformed reply: release nothing
-        keys = [self.public_keys[p] for p in asked]
-        content = {}
-        for p in survivors:
-            cfg = {"round": r, "survivors": survivors, "dropped": dropped, "n": n}
-            cfg.update({"participants": asked, "public-keys": keys})
-            cfg.update({"from": list(inboxes[p]), "ct": list(inboxes[p].values())})
-            content[self.node_of[p]] = RecordDict({"config": ConfigRecord(cfg)})
-        replies, errors = _send(self.grid, "unmask", content, self.settings.round_timeout)
-        self.report.client_errors += errors
-        comm = self.report.communication
-        comm.round_trips += 1
-        comm.recoveries += bool(dropped)
-        answers = {}
-        for rep in replies.values():
-            pid = int(rep.content["meta"]["partition-id"])
-            got = rep.content["unmask"]
-            rec = rep.content["masks"]
-            answers[pid] = ans = UnmaskAnswer(
-                shares=dict(zip(got["of"], got["share"], strict=True)),
-                masks={int(k): rec[k].numpy() for k in rec.keys()},
-            )
-            comm.bytes_uploaded[pid] += ans.nbytes
-        try:
-            return server.aggregate(round_id=r, participants=asked, masked=masked, answers=answers)
-        except (SecAggAbort, ValueError):
-            return None
 
 
 def _arr(v: np.ndarray):

@@ -1,0 +1,401 @@
+"""One round engine for every runtime: plan, send, collect, secure sum, strategy update.
+
+A federated round is the same whatever carries the messages:
+
+1. **plan**: the strategy's query, and which clients are asked (each independently
+   w.p. ρ, from the server's private participation coins, :func:`round_plan`);
+   under secure aggregation a round with fewer than :data:`MIN_PARTIES` asked is
+   aborted *before anything is sent* (a "sum" of one vector is that vector);
+2. **send / collect**: the :class:`Transport` asks the clients and returns what
+   arrived (masked inputs with their encrypted shares, or plain vectors);
+3. **secure sum**: the shim's server (:class:`~fedpriv.federation.secagg.SecAggServer`)
+   decides who survived, or aborts below the Shamir threshold t; otherwise one unmask
+   exchange through the transport, whose answers remove every self-mask and every
+   pair mask with a dropped client;
+4. **update**: the decoded sum (``None`` if aborted: nothing is released) goes to
+   ``strategy.update``, which adds the noise through the ledger.
+
+:class:`RoundEngine` states these rules and the communication counts once; the
+in-process runtime (:mod:`fedpriv.federation.runtime`) and the Flower Grid runtime
+(``server/grid_runtime.py``) are two :class:`Transport` implementations. This module
+never imports Flower.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from fedpriv.federation.protocol import Query, Strategy
+from fedpriv.federation.secagg import (
+    FixedPointCodec,
+    MaskedInput,
+    SecAggAbort,
+    SecAggConfig,
+    SecAggServer,
+    UnmaskAnswer,
+    sum_plain,
+)
+from fedpriv.privacy._validation import check_probability
+from fedpriv.privacy.randomness import GRID, PrivateStreams, SecretKey
+from fedpriv.seeding import derive_generator
+
+if TYPE_CHECKING:  # the accountant (dp_accounting, scipy) costs a ClientApp ~0.7 s to import
+    from fedpriv.privacy.ledger import PrivacyLedger
+
+#: Fixed-point scale of the shim: 2^-32 ≈ 2.3e-10 resolution per summand. It must be
+#: the noise grid's 1/γ: the mechanisms' rounding margin γ√d (γd in L1) covers the
+#: codec's rounding of the one client a record changes only then (see
+#: :func:`codec_for`), and the decoded sum then lies on the grid already.
+DEFAULT_SCALE = 1.0 / GRID  # = 2.0**32 exactly
+#: Fewest clients whose sum may be revealed; below it a round is aborted.
+MIN_PARTIES = 2
+PUBLIC_KEY_BYTES = 32  # one client's X25519 public key, uploaded once per run
+
+
+@dataclass
+class Communication:
+    """What crossed the network in a run."""
+
+    n_clients: int
+    floats_uploaded: np.ndarray = field(init=False)
+    bytes_uploaded: np.ndarray = field(init=False)
+    round_trips: int = 0
+    rounds: int = 0
+    aborted_rounds: int = 0
+    recoveries: int = 0
+
+    def __post_init__(self) -> None:
+        self.floats_uploaded = np.zeros(self.n_clients, dtype=np.int64)
+        self.bytes_uploaded = np.zeros(self.n_clients, dtype=np.int64)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "floats_uploaded_per_client": self.floats_uploaded.tolist(),
+            "bytes_uploaded_per_client": self.bytes_uploaded.tolist(),
+            "mean_floats_uploaded_per_client": float(self.floats_uploaded.mean()),
+            "round_trips": self.round_trips,
+            "rounds": self.rounds,
+            "aborted_rounds": self.aborted_rounds,
+            "dropout_recoveries": self.recoveries,
+        }
+
+
+def codec_for(
+    record_bound: float, max_records: int, n_clients: int, scale: float
+) -> FixedPointCodec:
+    """Fixed-point codec whose range holds the largest possible sum.
+
+    One client's coordinate is at most ``record_bound · max_records`` in
+    absolute value (clipping bound times a public bound on its record count),
+    and at most ``n_clients`` vectors are summed; the codec refuses a scale
+    that could overflow instead of wrapping silently.
+
+    Rounding and DP: one record changes one client's vector v by Δ (L2); its
+    encoding rint(v·s)/s moves by at most Δ + √d/s (each coordinate's rounding
+    error is ≤ 1/(2s), so two roundings differ by ≤ 1/s), and no other
+    client's encoding moves. With s = 1/γ = 2^32 that is Δ₂ + γ√d, exactly the
+    margin every Gaussian/Laplace mechanism adds to its sensitivity
+    (:func:`fedpriv.privacy.randomness.rounding_margin`); the decoded sum is
+    then on the grid γℤ, so the mechanism's own rounding adds nothing more. A
+    coarser scale would leave the margin short (√d/s > γ√d), a finer one
+    would round twice: both are refused.
+    """
+    if scale != DEFAULT_SCALE:
+        raise ValueError(
+            f"scale must be 2**32 = {DEFAULT_SCALE!r} (the noise grid's 1/γ, which the "
+            f"mechanisms' rounding margin assumes); got {scale!r}"
+        )
+    return FixedPointCodec(scale=scale, max_abs=record_bound * max_records, max_summands=n_clients)
+
+
+def round_plan(
+    fates: PrivateStreams,
+    round_id: int,
+    n_clients: int,
+    participation: float,
+    dropout_rate: float = 0.0,
+) -> tuple[list[int], set[int]]:
+    """Which clients are asked in ``round_id`` (each w.p. ρ) and whose replies get lost.
+
+    Drawn from the server's private streams (participation coins are private
+    randomness: the ρ-amplification assumes no one can predict them); every
+    runtime draws the same substream from the same key, so the in-process and
+    Flower runs ask the same clients.
+    """
+    if participation >= 1.0 and not dropout_rate:
+        # Everyone, for sure: the draws below could only say so (u < 1 always).
+        return list(range(n_clients)), set()
+    fate = fates.at(round_id)
+    asked = [i for i in range(n_clients) if fate.random() < participation]
+    lost = {i for i in asked if dropout_rate and fate.random() < dropout_rate}
+    return asked, lost
+
+
+def client_key(key: SecretKey, client_id: int) -> SecretKey:
+    """Client ``client_id``'s own key: its coins are secret from the server and its peers."""
+    return key.derive("client", client_id)
+
+
+def participation_streams(key: SecretKey) -> PrivateStreams:
+    """The server's private per-round participation coins."""
+    return key.derive("server").streams("participation")
+
+
+def begin_strategy(
+    strategy: Strategy,
+    *,
+    n_features: int,
+    ledger: PrivacyLedger | None,
+    seed: int,
+    secret_key: SecretKey,
+) -> None:
+    """Start ``strategy`` as every runtime does: public generator from ``seed``, the
+    server's private one from ``secret_key`` (a debug key voids the ledger's guarantee)."""
+    if ledger is not None and not secret_key.certified:
+        ledger.mark_uncertified(secret_key.public_reason)
+    strategy.begin(
+        n_features=n_features,
+        ledger=ledger,
+        rng=derive_generator(seed, "server"),
+        secret_rng=secret_key.derive("server").generator("noise"),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundPlan:
+    """One round as planned: the query, who is asked, and the codec of their sum.
+
+    Clients are named by position 0..K−1 (the partition id over Flower).
+    ``lost`` are simulated losses (the in-process runtime's ``dropout_rate``):
+    those clients answer but their upload never arrives. ``codec`` is ``None``
+    when the round was aborted before anything was sent.
+    """
+
+    query: Query
+    asked: list[int]
+    lost: frozenset[int] = frozenset()
+    codec: FixedPointCodec | None = None
+
+    @property
+    def aborted(self) -> bool:
+        return self.codec is None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Replies:
+    """The uploads that arrived for one round, by client position.
+
+    Secure aggregation fills ``masked`` (y_u and u's encrypted shares); plain
+    sums fill ``plain`` with the senders' float vectors in ``senders`` order,
+    either one array per sender or one 2-D array (a row per sender). Error
+    replies and losses are simply absent (the transport reports them).
+    """
+
+    senders: tuple[int, ...]
+    masked: Mapping[int, MaskedInput] = field(default_factory=dict)
+    plain: Sequence[np.ndarray] | np.ndarray = ()
+
+
+class Transport(Protocol):
+    """What carries a round: the engine calls these and nothing else.
+
+    Implementations: :class:`fedpriv.federation.runtime.InProcessTransport`
+    (handlers and ``SecAggClient`` objects in this process) and
+    ``server.grid_runtime.GridTransport`` (Flower messages over a Grid).
+    """
+
+    def setup_keys(self) -> None:
+        """The run's key exchange: every client uploads its public key, then pins the
+        key book. Raises if it cannot complete (no keys, no secure aggregation)."""
+        ...
+
+    def ask(self, plan: RoundPlan) -> Replies:
+        """Send ``plan.query`` to ``plan.asked`` and return what arrived."""
+        ...
+
+    def unmask(
+        self,
+        plan: RoundPlan,
+        survivors: list[int],
+        dropped: list[int],
+        inboxes: Mapping[int, Mapping[int, bytes]],
+    ) -> dict[int, UnmaskAnswer]:
+        """The round's one unmask exchange with ``survivors`` (each gets its inbox of
+        encrypted shares); returns the answers that arrived, by survivor."""
+        ...
+
+
+class RoundEngine:
+    """Runs rounds over a :class:`Transport`: the abort rules and counts live here only.
+
+    Parameters
+    ----------
+    transport : Transport
+        What carries the messages.
+    n_clients : int
+        K; clients are positions 0..K−1.
+    max_records : int
+        Public bound on records per client (the fixed-point range).
+    participation : float
+        ρ in (0, 1]: each client is asked independently w.p. ρ.
+    dropout_rate : float
+        Probability that an asked client's upload is lost (simulated; in-process only).
+    secure_aggregation : bool
+        Masked sums (default) or plain fixed-point sums (in-process benchmarks).
+    secagg : SecAggConfig, optional
+        The Shamir threshold rule (default: a strict majority).
+    scale : float
+        Fixed-point scale; must be :data:`DEFAULT_SCALE`.
+    communication : Communication, optional
+        Where to count (default: a fresh one); a runtime passes its own to keep a
+        tally across runs.
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        n_clients: int,
+        max_records: int,
+        participation: float = 1.0,
+        dropout_rate: float = 0.0,
+        secure_aggregation: bool = True,
+        secagg: SecAggConfig | None = None,
+        scale: float = DEFAULT_SCALE,
+        communication: Communication | None = None,
+    ) -> None:
+        if not 0.0 <= dropout_rate < 1.0:
+            raise ValueError(f"dropout_rate must lie in [0, 1); got {dropout_rate!r}")
+        self.transport = transport
+        self.n_clients = n_clients
+        self.max_records = max_records
+        self.participation = check_probability("participation", participation)
+        self.dropout_rate = dropout_rate
+        self.secure = secure_aggregation
+        self.secagg = secagg or SecAggConfig()
+        self.scale = scale
+        self.communication = communication or Communication(n_clients)
+        self._codecs: dict[tuple[float, int], FixedPointCodec] = {}
+        self._fates: PrivateStreams | None = None
+
+    # -- set-up ----------------------------------------------------------------
+    def setup_keys(self) -> None:
+        """The key exchange (two exchanges, as over Flower: upload keys, pin the book)."""
+        self.transport.setup_keys()
+        self.communication.round_trips += 2
+        self.communication.bytes_uploaded += PUBLIC_KEY_BYTES
+
+    def begin(
+        self,
+        strategy: Strategy,
+        *,
+        n_features: int,
+        ledger: PrivacyLedger | None,
+        seed: int,
+        secret_key: SecretKey,
+    ) -> None:
+        """Start ``strategy`` (:func:`begin_strategy`); participation coins from ``secret_key``."""
+        begin_strategy(
+            strategy, n_features=n_features, ledger=ledger, seed=seed, secret_key=secret_key
+        )
+        self._fates = participation_streams(secret_key)
+
+    # -- rounds ------------------------------------------------------------------
+    def plan(self, query: Query) -> RoundPlan:
+        """Who is asked in ``query``'s round; aborted (no codec) if too few for a secure sum."""
+        if self._fates is None:
+            raise RuntimeError("begin() must run before the first round")
+        asked, lost = round_plan(
+            self._fates, query.round, self.n_clients, self.participation, self.dropout_rate
+        )
+        if self.secure and len(asked) < MIN_PARTIES:
+            # A "sum" of one vector is that client's vector: send nothing, release nothing.
+            return RoundPlan(query=query, asked=asked, lost=frozenset(lost))
+        shape = (query.record_bound, len(asked))
+        if (codec := self._codecs.get(shape)) is None:
+            codec = self._codecs[shape] = codec_for(
+                query.record_bound, self.max_records, len(asked) or 1, self.scale
+            )
+        return RoundPlan(query=query, asked=asked, lost=frozenset(lost), codec=codec)
+
+    def finish(self, plan: RoundPlan, replies: Replies | None) -> np.ndarray | None:
+        """Count the round's uploads and sum them: the decoded sum, or ``None`` (aborted)."""
+        comm = self.communication
+        comm.rounds += 1
+        if plan.aborted:
+            comm.aborted_rounds += 1
+            return None
+        if replies is None:
+            raise ValueError(f"round {plan.query.round} was sent: its replies are required")
+        if stray := sorted(set(replies.senders) - set(plan.asked)):
+            raise ValueError(f"the transport returned uploads from clients never asked: {stray}")
+        comm.round_trips += 1
+        n = plan.query.reply_length
+        for u in replies.senders:
+            comm.floats_uploaded[u] += n
+            if self.secure:
+                m = replies.masked[u]
+                comm.bytes_uploaded[u] += 8 * m.vector.size + sum(map(len, m.shares.values()))
+            else:
+                comm.bytes_uploaded[u] += 8 * n
+        if self.secure:
+            aggregate = self._secure_sum(plan, replies)
+        else:
+            aggregate = _plain_sum(plan, replies)
+        if aggregate is None:
+            comm.aborted_rounds += 1
+        return aggregate
+
+    def run_round(self, query: Query) -> np.ndarray | None:
+        """One whole round through the transport: plan, ask (unless aborted), sum."""
+        plan = self.plan(query)
+        return self.finish(plan, None if plan.aborted else self.transport.ask(plan))
+
+    def run(self, strategy: Strategy) -> Strategy:
+        """Every round of an already begun ``strategy``; returns it."""
+        while (query := strategy.next_query()) is not None:
+            strategy.update(query, self.run_round(query))
+        return strategy
+
+    def _secure_sum(self, plan: RoundPlan, replies: Replies) -> np.ndarray | None:
+        r, asked = plan.query.round, plan.asked
+        server = SecAggServer(codec=plan.codec, config=self.secagg)
+        masked = {u: replies.masked[u] for u in replies.senders}
+        try:
+            survivors, dropped = server.unmask_plan(round_id=r, participants=asked, masked=masked)
+            inboxes = server.inboxes(survivors, {u: m.shares for u, m in masked.items()})
+        except (SecAggAbort, ValueError):
+            return None  # fewer than t survivors, or a malformed upload: release nothing
+        # The unmask exchange, every round: survivors return shares of the survivors'
+        # self-mask seeds and their pair masks with the dropped clients.
+        answers = self.transport.unmask(plan, survivors, dropped, inboxes)
+        comm = self.communication
+        comm.round_trips += 1
+        comm.recoveries += bool(dropped)
+        for u, ans in answers.items():
+            comm.bytes_uploaded[u] += ans.nbytes
+        vectors = {u: m.vector for u, m in masked.items()}
+        try:
+            return server.aggregate(round_id=r, participants=asked, masked=vectors, answers=answers)
+        except (SecAggAbort, ValueError):
+            return None  # too few or inconsistent answers: the sum would be noise
+
+
+def _plain_sum(plan: RoundPlan, replies: Replies) -> np.ndarray:
+    """The plain ring sum (the same ring as the secure path, so the same bits)."""
+    n, codec = plan.query.reply_length, plan.codec
+    if not replies.senders:
+        return np.zeros(n)
+    if isinstance(replies.plain, np.ndarray) and replies.plain.ndim == 2:
+        return sum_plain(replies.plain, codec)
+    if len(replies.senders) > codec.max_summands:
+        raise ValueError(f"{len(replies.senders)} replies for {codec.max_summands} summands")
+    # One vector at a time: memory O(n), not O(K·n).
+    acc = np.zeros(n, dtype=np.uint64)
+    for vec in replies.plain:
+        acc += codec.encode(vec)
+    return codec.decode(acc)
