@@ -42,12 +42,6 @@ from fedpriv.models.trees import (
     sample_tree,
 )
 from fedpriv.privacy import GaussianMechanism
-from fedpriv.privacy._validation import (
-    check_count,
-    check_open_unit,
-    check_positive,
-    check_probability,
-)
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.participation import (
     ParticipationAccounting,
@@ -56,6 +50,12 @@ from fedpriv.privacy.participation import (
     participation_event,
 )
 from fedpriv.privacy.randomness import check_private
+from fedpriv.validation import (
+    check_count,
+    check_open_unit,
+    check_positive,
+    check_probability,
+)
 
 METHOD = "boosting"
 # GRAD_BOUND (|g| ≤ 1) and HESS_BOUND (h ≤ 1/4) live with the client kernel, which

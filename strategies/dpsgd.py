@@ -41,12 +41,6 @@ from dp_accounting import dp_event
 from fedpriv.federation.protocol import Query
 from fedpriv.models.networks import InputMap, ModelKind, NetworkSpec
 from fedpriv.privacy import GaussianMechanism
-from fedpriv.privacy._validation import (
-    check_count,
-    check_open_unit,
-    check_positive,
-    check_probability,
-)
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.participation import (
     ParticipationAccounting,
@@ -55,6 +49,12 @@ from fedpriv.privacy.participation import (
     participation_event,
 )
 from fedpriv.privacy.randomness import check_private
+from fedpriv.validation import (
+    check_count,
+    check_open_unit,
+    check_positive,
+    check_probability,
+)
 
 METHOD = "dpsgd"
 BACKENDS = ("fast", "opacus")

@@ -93,11 +93,11 @@ from fedpriv.privacy import (
     largest_rho,
     staged_queries_per_record,
 )
-from fedpriv.privacy._validation import check_count, check_open_unit, check_positive
 from fedpriv.privacy.calibration import largest_certified
 from fedpriv.privacy.events import ApproxDpEvent, BoundedRangeDpEvent
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.randomness import check_private, gaussian_on_grid
+from fedpriv.validation import check_count, check_open_unit, check_positive
 
 METHOD = "lumberjack"
 LEAF_MECHANISMS = ("exponential", "gaussian")

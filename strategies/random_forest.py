@@ -44,11 +44,11 @@ from fedpriv.models.lumberjack import (
 )
 from fedpriv.models.trees import RandomTree, route
 from fedpriv.privacy import GaussianMechanism
-from fedpriv.privacy._validation import check_count, check_open_unit, check_positive
 from fedpriv.privacy.calibration import largest_certified
 from fedpriv.privacy.events import BoundedRangeDpEvent
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.randomness import check_private
+from fedpriv.validation import check_count, check_open_unit, check_positive
 
 METHOD = "random_forest"
 MODES = ("all", "disjoint")

@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from fedpriv.models.lumberjack import lumberjack_rounds
-from fedpriv.privacy._validation import check_count, check_positive, check_probability
+from fedpriv.validation import check_count, check_positive, check_probability
 
 #: Values of ``participation-accounting`` (:mod:`fedpriv.privacy.participation`;
 #: "paper" is not a valid guarantee, comparison only). Spelled out here so the
