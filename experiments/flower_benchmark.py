@@ -20,6 +20,10 @@ import time
 
 import numpy as np
 
+from fedpriv import logs
+
+log = logs.get_logger(__name__)
+
 
 def client_compute_per_round(config: dict) -> float:
     """Seconds all clients spend answering one round (sequential), measured in process."""
@@ -77,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         "are quantised by the simulation engine's 0.1 s message loop)",
     )
     args = ap.parse_args(argv)
+    logs.configure(tag="flower_benchmark")
     job = {**default_config(), **parse_set(args.set)}
     overrides = {
         **parse_set(args.set),
@@ -88,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     code, out = simulate(overrides, quiet=True)
     wall = time.perf_counter() - t0
     if code != 0 or out is None:
-        print(f"simulation failed with exit code {code}")
+        log.error("simulation failed with exit code %d", code)
         return 1
     comm = json.loads((out / "communication.json").read_text())
     metrics = json.loads((out / "metrics.json").read_text())
