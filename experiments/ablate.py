@@ -45,6 +45,9 @@ from experiments.ablation import analysis, figures, report, shift, shift_report
 from experiments.ablation.cells import AblationCell, execute
 from experiments.ablation.config import STUDIES, AblationConfig, config_path, load
 from experiments.bench.cells import CellCache, make_pool, run_cells
+from fedpriv import logs
+
+log = logs.get_logger(__name__)
 
 DEFAULT_OUT = Path("experiments/reports/ablations")
 
@@ -180,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         "--processes", type=int, choices=(1, 2), default=None, help="override the configs' pool"
     )
     args = ap.parse_args(argv)
+    logs.configure(tag="ablate")
     out = args.out or DEFAULT_OUT.with_name(DEFAULT_OUT.name + ("-quick" if args.quick else ""))
     out.mkdir(parents=True, exist_ok=True)
     logging.getLogger("absl").setLevel(logging.ERROR)
@@ -193,12 +197,12 @@ def main(argv: list[str] | None = None) -> int:
         for s in studies:
             rec = run_study(s, quick=args.quick, out=out, pool=pool, processes=procs)
             done = f"{rec['cells']} cells ({rec['computed']} computed)"
-            print(f"{s}: {done} in {rec['wall_seconds']:.1f} s")
+            log.info("%s: %s in %.1f s", s, done, rec["wall_seconds"])
     finally:
         if pool is not None:
             pool.shutdown()
     path = assemble(out, quick=args.quick)
-    print(f"report: {path} ({time.perf_counter() - t0:.1f} s)")
+    log.info("report: %s (%.1f s)", path, time.perf_counter() - t0)
     return 0
 
 

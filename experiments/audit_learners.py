@@ -25,7 +25,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import logging
 import platform
 import sys
 import time
@@ -42,8 +41,9 @@ from experiments.audit.reliability import bootstrap_failure_rate
 from experiments.audit.report import write_report
 from experiments.audit.runs import Run
 from experiments.audit.sampler_cost import sampler_cost
+from fedpriv import logs
 
-log = logging.getLogger("experiments.audit_learners")
+log = logs.get_logger(__name__)
 DEFAULT_OUT = Path("experiments/reports/audit")
 
 
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--learners", nargs="*", default=None, help="subset of learner names")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    logs.configure(tag="audit_learners")
     plan = QUICK if args.quick else FULL
     out = args.out or Path(f"{DEFAULT_OUT}{'-quick' if args.quick else ''}")
     t0 = time.perf_counter()

@@ -36,6 +36,9 @@ import pandas as pd
 from experiments.bench import analysis, figures, report, stages
 from experiments.bench.cells import CellCache, make_pool
 from experiments.bench.config import load
+from fedpriv import logs
+
+log = logs.get_logger(__name__)
 
 
 def run(config: Path, *, quick: bool, out: Path) -> Path:
@@ -80,7 +83,7 @@ def run(config: Path, *, quick: bool, out: Path) -> Path:
         "wall time (this invocation)": f"{time.perf_counter() - t0:.1f} s",
     }
     path = report.write(out, cfg, tables, figs, meta)
-    print(f"report: {path} ({meta['wall time (this invocation)']})")
+    log.info("report: %s (%s)", path, meta["wall time (this invocation)"])
     return path
 
 
@@ -128,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         help="output directory (default experiments/reports/<name>[-quick])",
     )
     args = ap.parse_args(argv)
+    logs.configure(tag="benchmark")
     out = args.out
     if out is None:
         name = load(args.config, quick=args.quick).name

@@ -24,10 +24,9 @@ Usage::
 
 from __future__ import annotations
 
-import math
-
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -62,9 +61,9 @@ def speed_once(repeats: int = 5) -> dict[str, float]:
     from fedpriv.data.partition import dirichlet
     from fedpriv.federation.protocol import make_clients
     from fedpriv.federation.runtime import InProcessRuntime
+    from fedpriv.methods import get_method
     from fedpriv.privacy import PrivacyBudget, PrivacyLedger, calibrate_gaussian_noise_multiplier
     from fedpriv.seeding import derive_generator
-    from fedpriv.methods import get_method
     from strategies.dpsgd import DPSGDStrategy
 
     torch.set_num_threads(1)

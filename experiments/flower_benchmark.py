@@ -12,15 +12,18 @@ Usage::
 
 from __future__ import annotations
 
-import math
-
 import argparse
 import json
+import math
 import sys
 import tempfile
 import time
 
 import numpy as np
+
+from fedpriv import logs
+
+log = logs.get_logger(__name__)
 
 
 def client_compute_per_round(config: dict) -> float:
@@ -82,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         "are quantised by the simulation engine's 0.1 s message loop)",
     )
     args = ap.parse_args(argv)
+    logs.configure(tag="flower_benchmark")
     job = {**default_config(), **parse_set(args.set)}
     overrides = {
         **parse_set(args.set),
@@ -93,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     code, out = simulate(overrides, quiet=True)
     wall = time.perf_counter() - t0
     if code != 0 or out is None:
-        print(f"simulation failed with exit code {code}")
+        log.error("simulation failed with exit code %d", code)
         return 1
     comm = json.loads((out / "communication.json").read_text())
     metrics = json.loads((out / "metrics.json").read_text())

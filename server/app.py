@@ -18,6 +18,7 @@ import numpy as np
 from flwr.app import ArrayRecord, Context
 from flwr.serverapp import Grid, ServerApp
 
+from fedpriv import logs
 from fedpriv.data import load_for_run
 from fedpriv.evaluation import binary_metrics
 from fedpriv.federation.protocol import Strategy
@@ -28,6 +29,7 @@ from server.flower_strategy import FlowerStrategy
 from server.grid_runtime import PollingGrid
 
 app = ServerApp()
+log = logs.get_logger(__name__)
 
 
 def build_strategy(s: RunSettings, schema, *, n_records: int, n_features: int) -> Strategy:
@@ -78,6 +80,7 @@ def communication_report(report, *, timings: bool) -> dict:
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
+    logs.configure(tag="fedpriv", stream="stdout")  # the lines the launchers follow
     t0 = time.perf_counter()
     s = RunSettings.from_run_config(context.run_config)
     grid = PollingGrid(grid, interval=s.poll_interval)
@@ -126,14 +129,15 @@ def main(grid: Grid, context: Context) -> None:
     save_model(out / "model.npz", model)
     eps_pld = report.get("epsilon_pld", "inf")
     eps_rdp = report.get("epsilon_rdp", "inf")
-    print(
-        f"[fedpriv] done: {s.method} on {s.dataset}, K={s.num_clients}, T={s.rounds}\n"
-        f"[fedpriv] test AUC {metrics['auc']:.4f}  AUPRC {metrics['auprc']:.4f}  "
-        f"Brier {metrics['brier']:.4f}\n"
-        f"[fedpriv] ε spent {eps_pld} (PLD), {eps_rdp} (RDP) at δ={s.delta:g}\n"
-        f"[fedpriv] floats uploaded per client {comm['mean_floats_uploaded_per_client']:.0f}, "
-        f"round trips {comm['round_trips']}"
-        f"{f', {time.perf_counter() - t0:.1f} s' if s.timings else ''}\n"
-        f"[fedpriv] results in {out}",
-        flush=True,
+    log.info("done: %s on %s, K=%d, T=%d", s.method, s.dataset, s.num_clients, s.rounds)
+    log.info(
+        "test AUC %.4f  AUPRC %.4f  Brier %.4f", metrics["auc"], metrics["auprc"], metrics["brier"]
     )
+    log.info("ε spent %s (PLD), %s (RDP) at δ=%s", eps_pld, eps_rdp, f"{s.delta:g}")
+    log.info(
+        "floats uploaded per client %.0f, round trips %s%s",
+        comm["mean_floats_uploaded_per_client"],
+        comm["round_trips"],
+        f", {time.perf_counter() - t0:.1f} s" if s.timings else "",
+    )
+    log.info("results in %s", out)

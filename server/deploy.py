@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from fedpriv import logs
 from fedpriv.federation.settings import SettingError
 from server.launch import (
     BIN,
@@ -54,6 +55,7 @@ from server.launch import (
     wait_healthy,
     write_connection,
 )
+from server.progress import RoundProgress
 from server.tls import NodeKey, TlsFiles, write_node_key, write_tls
 
 CONNECTION = "fedpriv-deploy"
@@ -63,8 +65,7 @@ SMALL_JOB = {"dataset": "brfss", "num-clients": 3, "rounds": 5, "depth": 4, "eps
 SUPEREXEC_POLL = "0.1"
 
 
-def log(msg: str) -> None:
-    print(f"[deploy] {msg}", file=sys.stderr, flush=True)
+log = logs.get_logger(__name__)
 
 
 def superlink_command(*, host: str, port: int, tls: TlsFiles | None) -> list[str]:
@@ -193,7 +194,7 @@ class Federation:
             timeout,
             ca_cert=None if self.tls is None else self.tls.ca_cert,
         )
-        log(f"SuperLink pid {self.superlink.pid} on 127.0.0.1:{self.port}")
+        log.info(f"SuperLink pid {self.superlink.pid} on 127.0.0.1:{self.port}")
 
     def register(self, *indices: int, timeout: float = 60.0) -> None:
         """Add the public keys of nodes ``indices`` to the SuperLink's allow-list.
@@ -312,7 +313,7 @@ class Federation:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{k} of {n} SuperNodes online after {timeout:.0f} s")
             time.sleep(0.1)
-        log(f"{n} SuperNodes online")
+        log.info(f"{n} SuperNodes online")
 
     def stop_node(self, index: int, *, kill: bool = False) -> None:
         """Stop one SuperNode and its ClientApps (``kill``: SIGKILL at once, a crash)."""
@@ -338,7 +339,7 @@ class Federation:
     def __exit__(self, *exc) -> None:
         left = self.stop()
         if left:
-            log(f"processes still alive after shutdown: {left}")
+            log.error(f"processes still alive after shutdown: {left}")
 
 
 def _count_online(data) -> int:
@@ -396,38 +397,40 @@ def deploy(
                 fed.start_node(i, env=node_env.get(i, {}))
             fed.wait_online(K - late_nodes)
             run_id = submit(CONNECTION, fed.env, config)
-            log(
+            log.info(
                 f"run {run_id} submitted: {settings.method} on {settings.dataset}, K={K}, "
                 f"T={settings.rounds}, TLS and node authentication {'off' if insecure else 'on'}"
             )
             if late_nodes:
                 late.start()
 
+            progress = RoundProgress(bar=False if quiet else None)
+
             def on_line(line: str) -> None:
                 if not quiet and ("[fedpriv]" in line or "ERROR" in line):
-                    sys.stdout.write(line)
-                    sys.stdout.flush()
+                    progress.on_line(line)
                 if hook is not None:
                     hook(fed, line)
 
-            status, details = follow(
-                run_id,
-                CONNECTION,
-                fed.env,
-                timeout=timeout,
-                on_line=on_line,
-                healthy=lambda: fed.superlink is not None and fed.superlink.poll() is None,
-            )
-            log(f"run {run_id}: {status} {details}".rstrip())
+            with progress:
+                status, details = follow(
+                    run_id,
+                    CONNECTION,
+                    fed.env,
+                    timeout=timeout,
+                    on_line=on_line,
+                    healthy=lambda: fed.superlink is not None and fed.superlink.poll() is None,
+                )
+            log.info(f"run {run_id}: {status} {details}".rstrip())
             code = {"finished:completed": 0, "lost": 2}.get(status, 1)
             late.cancel()
             if late_nodes:
                 late.join(timeout=60)  # a node still starting is stopped with the rest
     except KeyboardInterrupt:
-        log("interrupted; stopping")
+        log.warning("interrupted; stopping")
         code = 1
     except Exception as exc:  # a process could not be started or answered: report, clean up
-        log(f"error: {exc}")
+        log.error(f"error: {exc}")
         code = 2
     finally:
         late.cancel()
@@ -435,7 +438,7 @@ def deploy(
         if own and code == 0:
             shutil.rmtree(workdir, ignore_errors=True)
         elif code:
-            log(f"logs kept in {workdir}")
+            log.info(f"logs kept in {workdir}")
     out = Path(settings.out_dir) / run_id if run_id else None
     return code, out
 
@@ -454,6 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         "--insecure", action="store_true", help="debugging only: no TLS, no node authentication"
     )
     args = ap.parse_args(argv)
+    logs.configure(tag="deploy")
     overrides = parse_set(args.set)
     if args.num_clients is not None:
         overrides["num-clients"] = args.num_clients

@@ -27,6 +27,7 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
+from fedpriv import logs
 from fedpriv.federation.engine import Communication, Replies, RoundEngine, RoundPlan
 from fedpriv.federation.protocol import Query, Strategy
 from fedpriv.federation.secagg import FixedPointCodec, MaskedInput, SecAggConfig, UnmaskAnswer
@@ -34,6 +35,8 @@ from fedpriv.federation.settings import RunSettings
 from fedpriv.federation.wire import query_to_wire
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.randomness import SecretKey
+
+log = logs.get_logger(__name__)
 
 
 @dataclass
@@ -78,17 +81,18 @@ def wait_for_nodes(grid: Grid, n: int, timeout: float) -> list[int]:
 
 
 def report_error(rep: Message) -> None:
-    """Print a client's error reply (it is counted, and the client treated as dropped).
+    """Log a client's error reply (it is counted, and the client treated as dropped).
 
     The reason is Flower's ``<class ...>:<'str(exc)'>`` of what the ClientApp
     raised, which ``clients.app.sanitised`` reduces to an error code and a
     schema column (e.g. ``DataError(code='not_a_number', column='BMI')``): no
     cell value, line number or path reaches this log.
     """
-    print(
-        f"[fedpriv] client error from node {rep.metadata.src_node_id}: "
-        f"{rep.error.code} {rep.error.reason}",
-        flush=True,
+    log.warning(
+        "client error from node %s: %s %s",
+        rep.metadata.src_node_id,
+        rep.error.code,
+        rep.error.reason,
     )
 
 
@@ -165,7 +169,7 @@ class GridTransport:
         """Wait for the nodes and run the run's key exchange: collect keys, pin the book."""
         s = self.settings
         nodes = wait_for_nodes(self.grid, s.num_clients, s.node_wait_timeout)
-        print(f"[fedpriv] {len(nodes)} nodes connected", flush=True)
+        log.info("%d nodes connected", len(nodes))
         # Nothing secret or seeded goes out: each node draws its own key locally.
         content = {n: RecordDict({"config": ConfigRecord({})}) for n in nodes}
         replies, errors = _send(self.grid, "keys", content, s.round_timeout)
@@ -353,7 +357,7 @@ class GridRuntime:
         return self.engine.finish(plan, got)
 
     def log_round(self, planned: PlannedRound, ledger: PrivacyLedger | None) -> float | None:
-        """Record the round's wall time and print one progress line.
+        """Record the round's wall time and log one progress line.
 
         About every tenth round (and the last) the line carries an upper bound
         on ε spent, which is returned (``None`` on the other rounds).
@@ -364,10 +368,7 @@ class GridRuntime:
         if ledger is not None and ((r + 1) % max(1, T // 10) == 0 or r + 1 == T):
             bound = float(ledger.epsilon_upper_bound())
         eps = "" if bound is None else f", ε spent ≤ {bound:.3f}"
-        print(
-            f"[fedpriv] round {r + 1}/{T}: {planned.replies}/{len(planned.asked)} replies{eps}",
-            flush=True,
-        )
+        log.info("round %d/%d: %d/%d replies%s", r + 1, T, planned.replies, len(planned.asked), eps)
         return bound
 
 

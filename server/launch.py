@@ -30,10 +30,6 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
 
-def log(msg: str, *, tag: str = "fedpriv") -> None:
-    print(f"[{tag}] {msg}", file=sys.stderr, flush=True)
-
-
 def _descendants(pid: int) -> list[int]:
     out, stack = [], [pid]
     while stack:

@@ -27,6 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from fedpriv import logs
 from fedpriv.federation.settings import SettingError
 from server.launch import (
     BIN,
@@ -45,6 +46,7 @@ from server.launch import (
     wait_healthy,
     write_connection,
 )
+from server.progress import RoundProgress
 
 CONNECTION = "fedpriv-sim"
 #: In a simulation the server's pulls are in-process calls to the SuperLink's
@@ -53,10 +55,7 @@ CONNECTION = "fedpriv-sim"
 #: 0.1 s or 0.2 s depending on how the two phases drifted.
 SIMULATION_DEFAULTS = {"poll-interval": 0.01}
 __all__ = ["ROOT", "default_config", "main", "simulate"]
-
-
-def log(msg: str) -> None:
-    print(f"[simulate] {msg}", file=sys.stderr, flush=True)
+log = logs.get_logger(__name__)
 
 
 def simulate(
@@ -96,33 +95,34 @@ def simulate(
     previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         wait_healthy(port, proc, timeout=60)
-        log(f"SuperLink pid {proc.pid} on 127.0.0.1:{port}; {settings.num_clients} SuperNodes")
+        log.info(f"SuperLink pid {proc.pid} on 127.0.0.1:{port}; {settings.num_clients} SuperNodes")
         fed = f"num-supernodes={settings.num_clients} client-resources-num-cpus=1"
         run_id = submit(CONNECTION, env, config, extra=["--federation-config", fed])
-        log(f"run {run_id} submitted")
-        status, details = follow(
-            run_id,
-            CONNECTION,
-            env,
-            timeout=timeout,
-            on_line=(lambda _: None) if quiet else sys.stdout.write,
-            healthy=lambda: proc.poll() is None,
-        )
-        log(f"run {run_id}: {status} {details}".rstrip())
+        log.info("run %s submitted", run_id)
+        with RoundProgress(bar=False if quiet else None) as progress:
+            status, details = follow(
+                run_id,
+                CONNECTION,
+                env,
+                timeout=timeout,
+                on_line=(lambda _: None) if quiet else progress.on_line,
+                healthy=lambda: proc.poll() is None,
+            )
+        log.info(f"run {run_id}: {status} {details}".rstrip())
         code = 0 if status == "finished:completed" else 1
     except KeyboardInterrupt:
-        log("interrupted; stopping")
+        log.warning("interrupted; stopping")
         if run_id:
             flwr(["stop", run_id, CONNECTION], env, capture_output=True, timeout=60)
         code = 1
     except Exception as exc:  # infrastructure failure: report and clean up
-        log(f"error: {exc}")
+        log.error("error: %s", exc)
         code = 2
     finally:
         signal.signal(signal.SIGTERM, previous)
         left = tracker.stop_all(proc)
         if left:
-            log(f"processes still alive after shutdown: {left}")
+            log.error("processes still alive after shutdown: %s", left)
             code = code or 2
         shutil.rmtree(home, ignore_errors=True)
     out = Path(settings.out_dir) / run_id if run_id else None
@@ -145,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out-dir", default=None, help="results directory (default ./results/flower)")
     ap.add_argument("--timeout", type=float, default=3600.0)
     args = ap.parse_args(argv)
+    logs.configure(tag="simulate")
     overrides = parse_set(args.set)
     if args.out_dir:
         overrides["out-dir"] = str(Path(args.out_dir).resolve())

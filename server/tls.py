@@ -26,6 +26,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from fedpriv import logs
+
+log = logs.get_logger(__name__)
+
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 
 
@@ -150,11 +154,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--host", action="append", default=[], help="extra server host name")
     args = ap.parse_args(argv)
+    logs.configure(tag="tls")
     if args.nodes < 1:
         raise SystemExit(f"--nodes must be >= 1; got {args.nodes}")
     tls = write_tls(args.out, extra_hosts=tuple(args.host))
     keys = [write_node_key(args.out / "keys", f"node-{i}") for i in range(args.nodes)]
-    print(f"wrote {tls.ca_cert}, {tls.server_cert} and {len(keys)} node keys")
+    log.info("wrote %s, %s and %d node keys", tls.ca_cert, tls.server_cert, len(keys))
     return 0
 
 

@@ -43,11 +43,15 @@ from fedpriv.models.trees import (
     sample_tree,
 )
 from fedpriv.options import SplitFeatures
-from fedpriv.privacy._validation import check_count, check_positive, check_probability
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.noise_stage import GaussianRounds
 from fedpriv.privacy.participation import ParticipationAccounting, parse_accounting
 from fedpriv.privacy.randomness import check_private
+from fedpriv.validation import (
+    check_count,
+    check_positive,
+    check_probability,
+)
 
 METHOD = "boosting"
 # GRAD_BOUND (|g| ≤ 1) and HESS_BOUND (h ≤ 1/4) live with the client kernel, which

@@ -42,11 +42,15 @@ from fedpriv.federation.protocol import Query
 from fedpriv.methods import StrategyContext
 from fedpriv.models.networks import InputMap, ModelKind, NetworkSpec
 from fedpriv.options import Backend
-from fedpriv.privacy._validation import check_count, check_positive, check_probability
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.noise_stage import GaussianRounds
 from fedpriv.privacy.participation import ParticipationAccounting, parse_accounting
 from fedpriv.privacy.randomness import check_private
+from fedpriv.validation import (
+    check_count,
+    check_positive,
+    check_probability,
+)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -95,12 +95,12 @@ from fedpriv.privacy import (
     largest_rho,
     staged_queries_per_record,
 )
-from fedpriv.privacy._validation import check_count, check_open_unit
 from fedpriv.privacy.calibration import largest_certified
 from fedpriv.privacy.events import ApproxDpEvent, BoundedRangeDpEvent
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.noise_stage import budget_of
 from fedpriv.privacy.randomness import check_private, gaussian_on_grid
+from fedpriv.validation import check_count, check_open_unit
 
 METHOD = "lumberjack"
 

@@ -46,12 +46,12 @@ from fedpriv.models.lumberjack import (
 from fedpriv.models.trees import RandomTree, route
 from fedpriv.options import ForestMode, LeafMechanism, SplitFeatures
 from fedpriv.privacy import GaussianMechanism
-from fedpriv.privacy._validation import check_count
 from fedpriv.privacy.calibration import largest_certified
 from fedpriv.privacy.events import BoundedRangeDpEvent
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.noise_stage import budget_of
 from fedpriv.privacy.randomness import check_private
+from fedpriv.validation import check_count
 
 METHOD = "random_forest"
 

@@ -21,7 +21,7 @@ from fedpriv.data.errors import DataError
 from fedpriv.data.schema import Schema
 from fedpriv.data.split import make_split, stratified_indices
 from fedpriv.data.table import read_table
-from fedpriv.privacy._validation import check_count
+from fedpriv.validation import check_count
 
 ADULT_COLUMNS = [
     "age",

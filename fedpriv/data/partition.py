@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from fedpriv.data.errors import DataError
-from fedpriv.privacy._validation import check_count, check_generator, check_positive
 from fedpriv.records import check_partition
+from fedpriv.validation import check_count, check_generator, check_positive
 
 Partition = list[np.ndarray]
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedpriv.privacy._validation import check_open_unit
+from fedpriv.validation import check_open_unit
 
 
 @dataclass(frozen=True)

@@ -39,9 +39,9 @@ from fedpriv.federation.secagg import (
     UnmaskAnswer,
     sum_plain,
 )
-from fedpriv.privacy._validation import check_probability
 from fedpriv.privacy.randomness import GRID, PrivateStreams, SecretKey
 from fedpriv.seeding import derive_generator
+from fedpriv.validation import check_probability
 
 if TYPE_CHECKING:  # the accountant (dp_accounting, scipy) costs a ClientApp ~0.7 s to import
     from fedpriv.privacy.ledger import PrivacyLedger

@@ -16,7 +16,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from fedpriv.privacy._validation import check_count, check_finite_array, check_positive
+from fedpriv.validation import check_count, check_finite_array, check_positive
 
 _INT64_MAX = 2**63 - 1
 

@@ -39,8 +39,8 @@ from fedpriv.federation.engine import (
 )
 from fedpriv.federation.protocol import ClientData, ClientHandler, Strategy, poisson_sample
 from fedpriv.federation.secagg import SecAggClient, SecAggConfig, UnmaskAnswer
-from fedpriv.privacy._validation import check_probability
 from fedpriv.privacy.randomness import SecretKey
+from fedpriv.validation import check_probability
 
 if TYPE_CHECKING:  # the accountant (dp_accounting, scipy) costs a ClientApp ~0.7 s to import
     from fedpriv.privacy.ledger import PrivacyLedger

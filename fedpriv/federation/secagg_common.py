@@ -15,7 +15,7 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
 from fedpriv.federation import shamir
-from fedpriv.privacy._validation import check_count
+from fedpriv.validation import check_count
 
 _SELF_TAG = b"fpSM"  # nonce domain tag: self-mask keystreams and nothing else
 _SHARE_TAG = b"fpSS"  # nonce domain tag: encrypted shares

@@ -27,7 +27,7 @@ from enum import Enum
 from typing import Any
 
 from fedpriv.methods import Method, get_method, methods
-from fedpriv.privacy._validation import check_count, check_delta, check_probability
+from fedpriv.validation import check_count, check_delta, check_probability
 
 #: Values of ``participation-accounting`` (:mod:`fedpriv.privacy.participation`;
 #: "paper" is not a valid guarantee, comparison only).

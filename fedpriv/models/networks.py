@@ -25,7 +25,7 @@ from enum import StrEnum
 
 import numpy as np
 
-from fedpriv.privacy._validation import check_count, check_generator
+from fedpriv.validation import check_count, check_generator
 
 
 class ModelKind(StrEnum):

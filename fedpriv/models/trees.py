@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedpriv.models import _kernels
-from fedpriv.privacy._validation import check_count, check_generator
+from fedpriv.validation import check_count, check_generator
 
 
 @dataclass(frozen=True)

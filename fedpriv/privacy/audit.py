@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from fedpriv.privacy._validation import check_count, check_delta, check_generator, check_open_unit
+from fedpriv.validation import check_count, check_delta, check_generator, check_open_unit
 
 
 def clopper_pearson(successes: int, trials: int, alpha: float) -> tuple[float, float]:

@@ -28,14 +28,14 @@ from dp_accounting import dp_event
 from scipy import optimize, special, stats
 
 from fedpriv.privacy import accounting
-from fedpriv.privacy._validation import (
+from fedpriv.privacy.cache import JsonCache
+from fedpriv.privacy.pld import flatten
+from fedpriv.validation import (
     check_count,
     check_open_unit,
     check_positive,
     check_probability,
 )
-from fedpriv.privacy.cache import JsonCache
-from fedpriv.privacy.pld import flatten
 
 #: Discretisation used while searching; coarser is faster and still an upper bound.
 SEARCH_DISCRETIZATION = 1e-3

@@ -27,12 +27,12 @@ from dp_accounting import dp_event
 
 from fedpriv import __version__
 from fedpriv.privacy import accounting
-from fedpriv.privacy._validation import check_count, check_delta, check_positive, check_probability
 from fedpriv.privacy.cache import DP_ACCOUNTING_VERSION
 from fedpriv.privacy.events import PAPER_CAVEAT, event_to_dict
 from fedpriv.privacy.mechanisms import Mechanism
 from fedpriv.privacy.pld import flatten
 from fedpriv.privacy.randomness import check_private
+from fedpriv.validation import check_count, check_delta, check_positive, check_probability
 
 
 def release_event(mechanism: Mechanism, sampling_probability: float = 1.0) -> dp_event.DpEvent:

@@ -20,8 +20,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 from dp_accounting import dp_event
 
-from fedpriv.privacy._validation import check_finite_array, check_positive
 from fedpriv.privacy.randomness import gaussian_on_grid, laplace_on_grid, rounding_margin
+from fedpriv.validation import check_finite_array, check_positive
 
 
 @runtime_checkable

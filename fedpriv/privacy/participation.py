@@ -67,15 +67,15 @@ from enum import StrEnum
 from dp_accounting import dp_event
 
 from fedpriv.privacy import calibration
-from fedpriv.privacy._validation import (
+from fedpriv.privacy.accounting import PLD_DISCRETIZATION
+from fedpriv.privacy.cache import JsonCache
+from fedpriv.privacy.events import PAPER_CAVEAT, EffectiveRateDpEvent, ParticipationDpEvent
+from fedpriv.validation import (
     check_count,
     check_open_unit,
     check_positive,
     check_probability,
 )
-from fedpriv.privacy.accounting import PLD_DISCRETIZATION
-from fedpriv.privacy.cache import JsonCache
-from fedpriv.privacy.events import PAPER_CAVEAT, EffectiveRateDpEvent, ParticipationDpEvent
 
 _CACHE = JsonCache("participation_calibration", version="participation-1")
 

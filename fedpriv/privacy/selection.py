@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 from dp_accounting import dp_event
 
-from fedpriv.privacy._validation import check_finite_array, check_positive
 from fedpriv.privacy.events import BoundedRangeDpEvent, PureDpEvent
 from fedpriv.privacy.randomness import check_private, gaussian_on_grid, rounding_margin
+from fedpriv.validation import check_finite_array, check_positive
 
 
 def _scale(epsilon: float, sensitivity: float, monotone: bool) -> float:

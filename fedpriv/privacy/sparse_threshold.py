@@ -40,12 +40,12 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, special
 
-from fedpriv.privacy._validation import (
+from fedpriv.privacy.randomness import gaussian_on_grid
+from fedpriv.validation import (
     check_count,
     check_open_unit,
     check_positive,
 )
-from fedpriv.privacy.randomness import gaussian_on_grid
 
 
 def _gaussian_curve(e: np.ndarray, j: np.ndarray, sigma: float) -> np.ndarray:

@@ -40,10 +40,10 @@ def test_participation_accounting_values_are_the_library_enum():
             r"method must be one of \['boosting', 'logistic', 'mlp', 'lumberjack', "
             r"'random_forest'\]",
         ),
-        ("trees", 0, "trees must be an integer >= 1; got 0"),
+        ("trees", 0, r"trees must be an integer in \[1, inf\); got 0"),
         ("structure_fraction", 1.0, r"structure_fraction must lie in \(0, 1\); got 1.0"),
         ("clip_norm", 0.0, r"clip_norm must lie in \(0, inf\); got 0.0"),
-        ("hidden", 0, "hidden must be an integer >= 1; got 0"),
+        ("hidden", 0, r"hidden must be an integer in \[1, inf\); got 0"),
         ("backend", "jax", "backend must be 'fast' or 'opacus'; got 'jax'"),
         ("epsilon", -1.0, r"epsilon must lie in \[0, inf\)"),
         (

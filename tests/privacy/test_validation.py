@@ -108,7 +108,7 @@ def test_global_rng_module_is_refused(rng, got):
         ({"target_epsilon": -1.0}, r"target_epsilon must lie in \(0, inf\)"),
         ({"target_delta": 0.0}, r"target_delta must lie in \(0, 1\); got 0.0"),
         ({"sampling_probability": 1.5}, r"sampling_probability must lie in \(0, 1\]; got 1.5"),
-        ({"steps": 0}, r"steps must be an integer >= 1; got 0"),
+        ({"steps": 0}, r"steps must be an integer in \[1, inf\); got 0"),
     ],
 )
 def test_calibration_inputs_are_checked(kwargs, message):

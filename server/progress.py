@@ -1,0 +1,87 @@
+"""A launcher's view of a run's rounds: a progress bar on a terminal, plain lines otherwise.
+
+The launchers follow the ServerApp's log (``flwr log --stream``); the
+ServerApp logs ``[fedpriv] round r/T: ...`` once per round
+(:meth:`server.grid_runtime.GridRuntime.log_round`). :class:`RoundProgress`
+turns those lines into a ``rich`` progress bar on stderr when stderr is a
+terminal, and forwards every other line unchanged. Without a terminal (CI,
+pipes, a log file) it forwards every line, round lines included, as before.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable
+from typing import TextIO
+
+ROUND = re.compile(r"\[fedpriv\] round (\d+)/(\d+)\b")
+EPSILON = re.compile(r"ε spent ≤ (\S+)")
+
+
+def parse_round(line: str) -> tuple[int, int] | None:
+    """``(r, T)`` of a ServerApp round line, e.g. ``"[fedpriv] round 3/75: 5/5 replies"``."""
+    m = ROUND.search(line)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+class RoundProgress:
+    """Context manager; :meth:`on_line` takes each followed line.
+
+    Parameters
+    ----------
+    write : callable
+        Where lines that are not drawn as the bar go (default: ``sys.stdout``,
+        looked up per line so a redirected stdout is honoured).
+    bar : bool, optional
+        Draw the bar; default: only when ``sys.stderr`` is a terminal.
+    """
+
+    def __init__(self, write: Callable[[str], object] | None = None, *, bar: bool | None = None):
+        self._write = write
+        self.bar = sys.stderr.isatty() if bar is None else bar
+        self._progress = None
+        self._task = None
+
+    def __enter__(self) -> RoundProgress:
+        if self.bar:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+            self._progress = Progress(
+                "[progress.description]{task.description}",
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=Console(file=sys.stderr),
+                transient=False,
+            )
+            self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    def _out(self, line: str) -> None:
+        if self._write is not None:
+            self._write(line)
+            return
+        stream: TextIO = sys.stdout
+        stream.write(line)
+        stream.flush()
+
+    def on_line(self, line: str) -> None:
+        """Advance the bar on a round line (when drawing one); forward any other line."""
+        rt = parse_round(line) if self._progress is not None else None
+        if rt is None:
+            self._out(line)
+            return
+        r, total = rt
+        if self._task is None:
+            self._task = self._progress.add_task("rounds", total=total)
+        # About every tenth round line carries an upper bound on ε spent: keep it in view.
+        eps = EPSILON.search(line)
+        extra = {"description": f"rounds, ε spent ≤ {eps.group(1)}"} if eps else {}
+        self._progress.update(self._task, completed=r, total=total, **extra)
