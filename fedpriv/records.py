@@ -11,6 +11,8 @@ silently break that bound before any mechanism runs:
 
 :func:`check_labels` and :func:`check_partition` refuse both at every entry
 point (estimators, dataset loading, the Flower ClientApp, ``make_clients``).
+:func:`public_label_set` and :func:`encode_labels` let an estimator take any
+public label set (strings included): each label becomes its class index.
 The label set always comes from a public schema or a public parameter, never
 from the rows (privacy rule 2). The kernels clip as well, so a caller that
 bypasses these checks still cannot exceed the sensitivity (rule 6).
@@ -71,6 +73,84 @@ def check_labels(y, labels: Sequence[float], *, column: str = "y") -> np.ndarray
             column=column,
         )
     return arr
+
+
+def public_label_set(classes, *, n_classes: int | None = None, key: str = "classes") -> np.ndarray:
+    """A public label set as a sorted array of distinct labels (scikit-learn's ``classes_`` order).
+
+    Parameters
+    ----------
+    classes : array-like
+        The labels, from a public source (a schema, a parameter): never from
+        the private rows (privacy rule 2).
+    n_classes : int, optional
+        The exact number of classes a learner takes (2 for a binary learner).
+    key : str
+        The parameter's name, for the error message.
+
+    Raises
+    ------
+    ValueError
+        Fewer than two labels, a repeated label, labels that cannot be
+        ordered, or not ``n_classes`` of them.
+    """
+    try:
+        arr = np.asarray(classes)
+        labels = np.unique(arr) if arr.ndim == 1 else None
+    except TypeError:  # labels of mixed types cannot be ordered
+        raise ValueError(f"{key} must be labels of one type; got {classes!r}") from None
+    if labels is None or arr.dtype.kind not in "biufUSO":
+        raise ValueError(f"{key} must be a 1-D sequence of labels; got {classes!r}")
+    if labels.size != arr.size:
+        raise ValueError(f"{key} must not repeat a label; got {list(arr.tolist())}")
+    if labels.size < 2 or (n_classes is not None and labels.size != n_classes):
+        need = "at least 2" if n_classes is None else f"exactly {n_classes}"
+        raise ValueError(f"{key} must hold {need} labels; got {list(arr.tolist())}")
+    return labels
+
+
+def encode_labels(y, classes: np.ndarray, *, column: str = "y", note: str = "") -> np.ndarray:
+    """Each label of ``y`` as its index into the public label set ``classes`` (float64).
+
+    ``classes`` is a :func:`public_label_set` (sorted); a numeric label set
+    takes the vectorised path of :func:`check_labels`, any other set (e.g.
+    strings) a lookup by equality.
+
+    Raises
+    ------
+    DataError
+        ``code="label_outside_label_set"``, as :func:`check_labels`, with
+        ``note`` appended to the message.
+    """
+    classes = np.asarray(classes)
+    arr = np.asarray(y)
+    if arr.ndim != 1:
+        raise DataError(
+            f"labels must be a 1-D array; got shape {arr.shape}",
+            code="bad_label_shape",
+            column=column,
+        )
+    try:
+        if classes.dtype.kind in "biuf" and arr.dtype.kind in "biuf":
+            return np.searchsorted(classes, check_labels(arr, classes, column=column)).astype(
+                np.float64
+            )
+        index = {c: i for i, c in enumerate(classes.tolist())}
+        codes = np.fromiter((index.get(v, -1) for v in arr.tolist()), np.int64, arr.size)
+        if (codes >= 0).all():
+            return codes.astype(np.float64)
+        i = int(np.flatnonzero(codes < 0)[0])
+        raise DataError(
+            f"label {arr[i].item()!r} (row {i}) is outside the label set {classes.tolist()}",
+            code="label_outside_label_set",
+            column=column,
+        )
+    except DataError as err:
+        if not note or err.code != "label_outside_label_set":
+            raise
+        noted = DataError(f"{err.args[0]}. {note}", code=err.code)  # args[0] names the column
+        noted.column = err.column
+        raise noted from None
 
 
 def _number(v: float) -> str:

@@ -1,20 +1,82 @@
-"""What every in-process estimator shares: training data, parameters, the run, prediction."""
+"""What every in-process estimator shares: the scikit-learn contract, training data, the run.
+
+The estimators are scikit-learn classifiers (:class:`sklearn.base.BaseEstimator`
+and :class:`~sklearn.base.ClassifierMixin`): ``__init__`` only stores its
+parameters, ``fit`` validates them and the data and returns ``self``,
+``clone``, ``get_params``/``set_params``, ``cross_val_score``, ``Pipeline``
+and ``GridSearchCV`` work, and a fitted estimator has ``classes_`` and
+``n_features_in_``.
+
+Label set. A DP learner never reads its label set off the private rows
+(privacy rule 2: ``np.unique(y)`` would release which labels occur). It is
+public: a :class:`~fedpriv.data.TabularDataset`'s schema ``target.classes``,
+else the ``classes`` parameter (any labels, strings included, sorted as
+``classes_``), else {0, 1}. A label outside it is refused with a
+:class:`~fedpriv.errors.DataError` naming the label. ``predict`` returns
+labels from ``classes_``; ``predict_proba``'s columns follow ``classes_``.
+Boosting and DP-SGD are binary (``classes`` of exactly two labels, the
+second the positive class); the forests take any number.
+
+Secret key. ``secret_key`` is stored as given (``clone`` needs the very
+object back) and becomes a :class:`~fedpriv.privacy.randomness.SecretKey` in
+``fit``. The repr (text and HTML) shows ``secret_key=<hidden>``, never key
+bytes, and pickling stores a redacted placeholder (raw bytes included).
+
+Tags. ``non_deterministic=True`` (without ``secret_key`` every fit draws
+fresh noise), ``requires_fit=True``, ``poor_score=True`` (a DP model on a
+few dozen rows is noise), ``multi_class`` only for the forests.
+
+scikit-learn's ``check_estimator`` (1.9; ``tests/server/test_sklearn_contract.py``
+runs every check on every estimator, with an injected ``secret_key`` so that
+two fits can be compared). The API checks pass (clone, repr, no attributes
+set in ``__init__``, parameters not overwritten, fit returns self,
+``NotFittedError``, ``n_features_in_``, mixin order, tags), as do the
+input-validation checks (dtypes, NaN/inf, complex, object, sparse refused,
+empty data, one sample, 2-D ``y``, read-only memmaps, lists), pickling,
+``check_fit_idempotent`` (same key, same model) and, for the binary
+learners, ``check_classifier_not_supporting_multiclass`` and
+``check_classifiers_train``. :func:`expected_failed_checks` lists the
+failures by design and why; they share one cause: the checks read the label
+set off the data (``np.unique(y)``), which a DP learner must not do.
+
+The sample-order and subset invariance checks are not run
+(``non_deterministic``); there is no ``sample_weight`` (a weight would scale
+a record's contribution beyond its sensitivity).
+"""
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.validation import (
+    check_consistent_length,
+    check_is_fitted,
+    column_or_1d,
+    validate_data,
+)
 
 from fedpriv.data import TabularDataset, iid
 from fedpriv.federation.runtime import InProcessRuntime
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
 from fedpriv.privacy.randomness import SecretKey
-from fedpriv.records import BINARY_LABELS, check_labels, check_partition
+from fedpriv.records import (
+    BINARY_LABELS,
+    check_labels,
+    check_partition,
+    encode_labels,
+    public_label_set,
+)
 from fedpriv.seeding import derive_generator
+
+#: What the message of a binary learner's label error adds.
+_BINARY_NOTE = (
+    "Only binary classification is supported by this learner: pass its two "
+    "labels as classes=[negative, positive]"
+)
 
 
 def federated_training_data(
@@ -24,14 +86,17 @@ def federated_training_data(
     n_clients: int,
     part: str = "train",
     *,
-    classes: Sequence[float] = BINARY_LABELS,
+    classes: Sequence = BINARY_LABELS,
 ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-    """Training rows and who holds them (see :meth:`TabularDataset.client_partition`).
+    """Training rows, their class indices and who holds them.
 
     The labels must lie in the public label set: the schema's for a dataset,
-    else ``classes`` (the learner's: {0, 1} for a binary learner). A
-    partition must give each row to at most one client. Both are refused with
-    a :class:`~fedpriv.errors.DataError` naming the bad label or the shared row.
+    else ``classes`` (the learner's: {0, 1} for a binary learner); each
+    becomes its index into the sorted label set. A partition must give each
+    row to at most one client (default: the dataset's
+    :meth:`TabularDataset.client_partition`, or an IID split of the arrays).
+    Both are refused with a :class:`~fedpriv.errors.DataError` naming the bad
+    label or the shared row.
     """
     if isinstance(data, TabularDataset):
         X, yy = data.xy(part)
@@ -42,7 +107,8 @@ def federated_training_data(
         return X, yy, check_partition(partition, yy.size)
     if y is None:
         raise ValueError("fit(X, y): y is required with an array X")
-    X, yy = np.asarray(data, dtype=np.float64), check_labels(y, classes)
+    X = np.asarray(data, dtype=np.float64)
+    yy = encode_labels(y, public_label_set(classes))
     if X.ndim != 2 or X.shape[0] != yy.size:
         raise ValueError(f"fit(X, y): X must be (n, d) with n = len(y); got {X.shape}, {yy.shape}")
     if partition is None:
@@ -50,31 +116,147 @@ def federated_training_data(
     return X, yy, check_partition(partition, yy.size)
 
 
-class Estimator:
-    """scikit-learn parameter handling, the in-process run, and prediction from ``model_``."""
+_FROM_DATA = "the check reads the label set off the data; a DP learner takes it from `classes`"
+_NOT_BINARY = "the check's labels {0, 1, 2} are not the binary learner's public label set {0, 1}"
 
-    @property
-    def secret_key(self) -> SecretKey | None:
-        """Key of the private randomness (``None``: fresh OS entropy at every fit)."""
-        return self._secret_key
 
-    @secret_key.setter
-    def secret_key(self, key: SecretKey | bytes | None) -> None:
-        # Raw bytes become a SecretKey at once: a bytes attribute would be pickled,
-        # copied and shown by get_params() as is; a SecretKey hides and redacts itself.
-        self._secret_key = None if key is None else SecretKey.coerce(key)
+def expected_failed_checks(estimator: Estimator) -> dict[str, str]:
+    """scikit-learn checks ``estimator`` fails by design, and why (``check_estimator``'s
+    ``expected_failed_checks``). For a forest, with ``classes=[0, 1, 2]`` (the
+    checks' multiclass labels); for a binary learner, with the default {0, 1}."""
+    out = {
+        "check_classifiers_classes": f"string labels: {_FROM_DATA}",
+        "check_classifiers_regression_target": (
+            "a continuous target is refused label by label against the public label set "
+            "(DataError naming the first), not typed from the private rows"
+        ),
+    }
+    if estimator._multi_class:
+        return out | {
+            "check_classifiers_train": f"binary and 3-class problems alike: {_FROM_DATA}",
+            "check_dtype_object": f"labels 0..3 against classes [0, 1, 2]: {_FROM_DATA}",
+        }
+    return out | {
+        "check_estimators_dtypes": _NOT_BINARY,
+        "check_classifier_data_not_an_array": _NOT_BINARY,
+        "check_fit2d_1feature": _NOT_BINARY,
+    }
 
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        # The constructor's keyword arguments are the parameters (scikit-learn rule).
-        names = inspect.signature(type(self).__init__).parameters
-        return {k: getattr(self, k) for k in names if k != "self"}
 
-    def set_params(self, **params: Any):
-        for k, v in params.items():
-            if k not in self.get_params():
-                raise ValueError(f"unknown parameter {k!r}")
-            setattr(self, k, v)
-        return self
+class _Hidden:
+    """What the repr shows for a secret key."""
+
+    def __repr__(self) -> str:
+        return "<hidden>"
+
+
+_HIDDEN = _Hidden()
+
+
+class Estimator(ClassifierMixin, BaseEstimator):
+    """The scikit-learn contract, the in-process run, and prediction from ``model_``.
+
+    Subclasses store their parameters in ``__init__`` (among them ``classes``,
+    ``n_clients``, ``epsilon``, ``delta``, ``seed``, ``secret_key``,
+    ``secure_aggregation``) and in ``fit`` call :meth:`_training_data`, then
+    :meth:`_fit_on`.
+    """
+
+    #: Whether the learner takes more than two classes (the forests do).
+    _multi_class: ClassVar[bool] = False
+
+    # -- scikit-learn plumbing -------------------------------------------
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.non_deterministic = True  # fresh noise at every fit without a secret_key
+        tags.requires_fit = True
+        tags.input_tags.allow_nan = False
+        tags.classifier_tags.multi_class = self._multi_class
+        tags.classifier_tags.poor_score = True  # DP noise swamps the checks' tiny data
+        return tags
+
+    def _public_view(self) -> Estimator:
+        """This estimator with its secret key replaced by a ``<hidden>`` marker (for display)."""
+        if getattr(self, "secret_key", None) is None:
+            return self
+        view = object.__new__(type(self))
+        view.__dict__.update(self.__dict__, secret_key=_HIDDEN)
+        return view
+
+    def __repr__(self, N_CHAR_MAX: int = 700) -> str:
+        return BaseEstimator.__repr__(self._public_view(), N_CHAR_MAX)
+
+    def _get_params_html(self, deep: bool = True, doc_link: str = ""):
+        return BaseEstimator._get_params_html(self._public_view(), deep, doc_link)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        key = state.get("secret_key")
+        if isinstance(key, (bytes, bytearray)):
+            # A SecretKey pickles as a redacted placeholder; raw bytes would be stored as is.
+            state = {**state, "secret_key": SecretKey.coerce(key)}
+        return state
+
+    def set_params(self, **params: Any) -> Estimator:
+        allowed = self.get_params(deep=False)
+        for k in params:
+            if k.split("__", 1)[0] not in allowed:
+                raise ValueError(
+                    f"unknown parameter {k!r} of {type(self).__name__}; allowed: {sorted(allowed)}"
+                )
+        return super().set_params(**params)
+
+    # -- fit --------------------------------------------------------------
+    def _label_set(self, data: TabularDataset | np.ndarray) -> np.ndarray:
+        """The public label set: the schema's, else ``classes``, else {0, 1} (never the rows)."""
+        n = None if self._multi_class else 2
+        if isinstance(data, TabularDataset):
+            target = data.schema.target
+            labels = public_label_set(target.classes, n_classes=n, key="target.classes")
+            if self.classes is not None and not np.array_equal(
+                public_label_set(self.classes), labels
+            ):
+                raise ValueError(
+                    f"classes: a dataset's label set is its schema's target.classes "
+                    f"{labels.tolist()}; got {list(self.classes)}"
+                )
+            return labels
+        classes = BINARY_LABELS if self.classes is None else self.classes
+        return public_label_set(classes, n_classes=n)
+
+    def _training_data(
+        self,
+        data: TabularDataset | np.ndarray,
+        y: Any,
+        partition: list[np.ndarray] | None,
+        part: str,
+    ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """Validated rows, class indices into ``classes_``, and the partition; sets
+        ``classes_`` and ``n_features_in_``."""
+        classes = self._label_set(data)
+        note = "" if self._multi_class else _BINARY_NOTE
+        label_set: Sequence = classes
+        if not isinstance(data, TabularDataset):
+            data = validate_data(self, data, dtype=np.float64)  # sparse, NaN, empty: refused
+            if y is None:
+                raise ValueError(
+                    f"{type(self).__name__} requires y to be passed, but the target y is None"
+                )
+            # Labels as codes, by our check: a NaN or foreign label is named in a DataError.
+            y = encode_labels(column_or_1d(y, warn=True), classes, note=note)
+            label_set = range(classes.size)
+            check_consistent_length(data, y)
+            if partition is None and data.shape[0] < self.n_clients:
+                raise ValueError(
+                    f"n_samples={data.shape[0]} rows cannot be split IID over "
+                    f"n_clients={self.n_clients} clients (each needs a row)"
+                )
+        X, yy, partition = federated_training_data(
+            data, y, partition, self.n_clients, part, classes=label_set
+        )
+        self.classes_ = classes
+        self.n_features_in_ = X.shape[1]
+        return X, yy, partition
 
     def _fit_on(
         self,
@@ -88,17 +270,18 @@ class Estimator:
     ):
         """Train ``strategy`` against ``handler`` clients under a fresh ledger; keep the results.
 
-        The runtime takes the estimator's ``seed``, ``secret_key`` and
-        ``secure_aggregation``, the ledger its ``epsilon`` and ``delta``
-        (``epsilon=None``: no ledger).
+        The runtime takes the estimator's ``seed``, ``secret_key`` (coerced
+        here, not in ``__init__``) and ``secure_aggregation``, the ledger its
+        ``epsilon`` and ``delta`` (``epsilon=None``: no ledger).
         """
         from fedpriv.federation.protocol import make_clients
 
+        key = None if self.secret_key is None else SecretKey.coerce(self.secret_key)
         runtime = InProcessRuntime(
             clients=make_clients(X, y, partition),
             handler=handler,
             seed=self.seed,
-            secret_key=self.secret_key,
+            secret_key=key,
             participation=participation,
             secure_aggregation=self.secure_aggregation,
         )
@@ -114,15 +297,31 @@ class Estimator:
         self.n_features_in_ = X.shape[1]
         return strategy
 
-    def decision_function(self, X: np.ndarray) -> np.ndarray:
-        return self.model_.decision_function(np.asarray(X, dtype=np.float64))
+    # -- prediction -------------------------------------------------------
+    def _rows(self, X: Any) -> np.ndarray:
+        check_is_fitted(self)
+        return validate_data(self, X, reset=False, dtype=np.float64)
 
-    def predict_proba(self, X: np.ndarray) -> np.ndarray:
-        p = self.model_.predict_proba(np.asarray(X, dtype=np.float64))
+    def _class_scores(self, X: np.ndarray) -> np.ndarray:
+        """(n, len(classes_)) class probabilities of validated rows (binary: 1 − p, p)."""
+        p = self.model_.predict_proba(X)
         return np.column_stack([1.0 - p, p])
 
-    def predict(self, X: np.ndarray) -> np.ndarray:
-        return (self.decision_function(X) > 0).astype(np.int64)
+    def decision_function(self, X: Any) -> np.ndarray:
+        """Score of the positive class ``classes_[1]`` (> 0: predict it)."""
+        X = self._rows(X)  # first: an unfitted estimator raises NotFittedError
+        return self.model_.decision_function(X)
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Class probabilities, columns in the order of ``classes_``."""
+        return self._class_scores(self._rows(X))
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Labels from ``classes_``."""
+        check_is_fitted(self)
+        if self.classes_.size == 2:
+            return self.classes_[(self.decision_function(X) > 0).astype(np.int64)]
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
     @property
     def epsilon_spent_(self) -> float:

@@ -1,13 +1,20 @@
-"""scikit-learn style estimators that run a strategy/client pair in process.
+"""scikit-learn estimators that run a strategy/client pair in process.
 
 ``fit`` takes a :class:`fedpriv.data.TabularDataset` (its training rows,
-held by its natural clients or partitioned IID) or arrays plus a partition,
-trains through :class:`fedpriv.federation.runtime.InProcessRuntime` and keeps
-the released model, the privacy report and the communication figures.
+held by its natural clients or partitioned IID) or arrays ``X, y`` (plus a
+partition, else an IID split over ``n_clients``), trains through
+:class:`fedpriv.federation.runtime.InProcessRuntime` and keeps the released
+model, the privacy report and the communication figures.
+
+They are scikit-learn classifiers (``clone``, ``cross_val_score``,
+pipelines), with a public label set instead of one read off the data; the
+contract, the tags and which of scikit-learn's ``check_estimator`` checks
+do not apply to a DP learner, and why, are in :mod:`server.estimator_base`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -49,14 +56,27 @@ class DPBoostingClassifier(Estimator):
         How random splits pick a feature: each schema column equally likely
         (shared among its one-hot levels; needs a dataset with a schema) or
         each encoded feature equally likely.
+    classes : sequence of two labels, optional
+        The public label set of array labels (e.g. ``["no", "yes"]``; sorted,
+        the second is the positive class). Default {0, 1}. Never read off the
+        data; a dataset's label set is its schema's.
     seed : int
         Public seed of the public randomness (the random trees).
     secret_key : SecretKey, bytes or None
         Key of the private randomness (noise, Poisson coins, participation).
         ``None``: a fresh key from OS entropy at every fit. Pass one only to
-        reproduce a fit; it is never logged, and pickling the estimator drops
-        it. ``SecretKey.from_public_seed(s)`` is a debug mode whose privacy
+        reproduce a fit; it is never logged or shown (the repr says
+        ``<hidden>``), and pickling the estimator drops it.
+        ``SecretKey.from_public_seed(s)`` is a debug mode whose privacy
         report says ``certified: false``.
+
+    Attributes
+    ----------
+    classes_ : ndarray
+        The public label set; ``predict`` returns its labels.
+    n_features_in_ : int
+    model_, ledger_, privacy_report_, noise_multiplier_, communication_ :
+        The released model, the run's ledger and report, σ, the traffic.
     """
 
     def __init__(
@@ -74,6 +94,7 @@ class DPBoostingClassifier(Estimator):
         n_clients: int = 5,
         secure_aggregation: bool = True,
         split_features: str = "columns",
+        classes: Sequence | None = None,
         seed: int = 0,
         secret_key: SecretKey | bytes | None = None,
     ) -> None:
@@ -89,6 +110,7 @@ class DPBoostingClassifier(Estimator):
         self.n_clients = n_clients
         self.secure_aggregation = secure_aggregation
         self.split_features = split_features
+        self.classes = classes
         self.seed = seed
         self.secret_key = secret_key
 
@@ -113,7 +135,7 @@ class DPBoostingClassifier(Estimator):
         part: str = "train",
     ) -> DPBoostingClassifier:
         """Train on ``part`` of a dataset (``"train"``, or ``"train+val"`` once tuned)."""
-        X, yy, partition = federated_training_data(data, y, partition, self.n_clients, part)
+        X, yy, partition = self._training_data(data, y, partition, part)
         widths = data.schema.column_widths if isinstance(data, TabularDataset) else None
         weights = split_feature_weights(self.split_features, widths)
         strategy = DPBoostingStrategy(
@@ -166,6 +188,8 @@ class DPSGDClassifier(Estimator):
     module : torch.nn.Module, optional
         Train this module instead of a built-in model (Opacus backend; its
         initial parameters must be public, e.g. from a seeded generator).
+    classes : sequence of two labels, optional
+        As for :class:`DPBoostingClassifier`.
     seed : int
         Public seed of the public randomness (initial parameters).
     secret_key : SecretKey, bytes or None
@@ -190,6 +214,7 @@ class DPSGDClassifier(Estimator):
         backend: str = "fast",
         standardise: bool = True,
         module: Any = None,
+        classes: Sequence | None = None,
         seed: int = 0,
         secret_key: SecretKey | bytes | None = None,
     ) -> None:
@@ -208,6 +233,7 @@ class DPSGDClassifier(Estimator):
         self.backend = backend
         self.standardise = standardise
         self.module = module
+        self.classes = classes
         self.seed = seed
         self.secret_key = secret_key
 
@@ -234,7 +260,7 @@ class DPSGDClassifier(Estimator):
         part: str = "train",
     ) -> DPSGDClassifier:
         """Train on ``part`` of a dataset (``"train"``, or ``"train+val"`` once tuned)."""
-        X, yy, partition = federated_training_data(data, y, partition, self.n_clients, part)
+        X, yy, partition = self._training_data(data, y, partition, part)
         custom = None
         if self.module is not None:
             from fedpriv.models.opacus_backend import TorchSpec

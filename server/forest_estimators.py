@@ -1,6 +1,16 @@
-"""scikit-learn style DP forests in process: Lumberjack and the fully random forest."""
+"""scikit-learn DP forests in process: Lumberjack and the fully random forest.
+
+Both take any public label set (``classes``, or a dataset's schema) and so
+multiclass arrays. Their feature space comes from a dataset's schema; with
+arrays, every feature is numeric on the public box [0, 1] (scale features
+with public bounds first: a random threshold is drawn in [0, 1]). The
+scikit-learn contract is in :mod:`server.estimator_base`.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -9,12 +19,36 @@ from clients.random_forest import RandomForestClient
 from fedpriv.data import TabularDataset
 from fedpriv.models.lumberjack import STAGE_HEIGHT, FeatureSpace
 from fedpriv.privacy.randomness import SecretKey
-from server.estimator_base import Estimator, federated_training_data
+from server.estimator_base import Estimator
 from strategies.lumberjack import LumberjackConfig, LumberjackStrategy
 from strategies.random_forest import RandomForestConfig, RandomForestStrategy
 
 
-class LumberjackClassifier(Estimator):
+def _space(data: TabularDataset | np.ndarray, X: np.ndarray, split_features: str) -> FeatureSpace:
+    """The forest's feature space: the dataset's public schema, or for arrays ``X.shape[1]``
+    numeric features on [0, 1] (never the rows' values)."""
+    if isinstance(data, TabularDataset):
+        return FeatureSpace.from_schema(data.schema, split_features)
+    if split_features not in ("columns", "uniform"):
+        raise ValueError(f"split_features must be 'columns' or 'uniform'; got {split_features!r}")
+    return FeatureSpace(np.ones(X.shape[1], dtype=bool))  # each feature its own column
+
+
+class _Forest(Estimator):
+    """Prediction from a forest's class scores (any number of classes)."""
+
+    _multi_class = True
+
+    def _class_scores(self, X: np.ndarray) -> np.ndarray:
+        return self.model_.class_scores(X)
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """Binary: P(``classes_[1]``) − ½; else the (n, C) class scores."""
+        scores = self._class_scores(self._rows(X))
+        return scores[:, 1] - 0.5 if scores.shape[1] == 2 else scores
+
+
+class LumberjackClassifier(_Forest):
     """Lumberjack DP random forest, federated (Lebeda et al.; ``strategies/lumberjack.py``).
 
     Parameters
@@ -45,6 +79,9 @@ class LumberjackClassifier(Estimator):
         Levels per growth stage (m = k·Σ_s (1 + ⌊log₂ h_s⌋) threshold
         queries per record) and the most Heavy nodes a stage grows from per
         tree (a public memory bound). See ``strategies/lumberjack.py``.
+    classes : sequence of labels, optional
+        Public label set of array labels (any number of classes; default
+        {0, 1}); a dataset's is its schema's.
     n_clients, secure_aggregation, seed, secret_key :
         As for the other estimators.
     """
@@ -65,6 +102,7 @@ class LumberjackClassifier(Estimator):
         max_frontier: int = 128,
         n_clients: int = 5,
         secure_aggregation: bool = True,
+        classes: Sequence | None = None,
         seed: int = 0,
         secret_key: SecretKey | bytes | None = None,
     ) -> None:
@@ -81,18 +119,21 @@ class LumberjackClassifier(Estimator):
         self.max_frontier = max_frontier
         self.n_clients = n_clients
         self.secure_aggregation = secure_aggregation
+        self.classes = classes
         self.seed = seed
         self.secret_key = secret_key
 
     def fit(
         self,
-        data: TabularDataset,
+        data: TabularDataset | np.ndarray,
         y: np.ndarray | None = None,
         *,
         partition: list[np.ndarray] | None = None,
         part: str = "train",
     ) -> LumberjackClassifier:
-        """Train on ``part`` of a dataset with a schema (it says which features are numeric)."""
+        """Train on ``part`` of a dataset (its schema says which features are numeric) or on
+        arrays in [0, 1]."""
+        X, yy, partition = self._training_data(data, y, partition, part)
         config = LumberjackConfig(
             n_trees=self.n_trees,
             max_depth=self.max_depth,
@@ -104,22 +145,21 @@ class LumberjackClassifier(Estimator):
             gate=self.gate,
             stage_height=self.stage_height,
             max_frontier=self.max_frontier,
+            n_classes=self.classes_.size,
         )
-        strategy = _fit_forest(
-            self,
-            data,
-            y,
+        strategy = self._fit_on(
+            X,
+            yy,
             partition,
-            part,
-            LumberjackStrategy(config, space=_space(data, self)),
-            LumberjackClient(),
+            handler=LumberjackClient(),
+            strategy=LumberjackStrategy(config, space=_space(data, X, self.split_features)),
         )
         self.calibration_ = strategy.calibration_  # σ, Δ of the structure (None if non-private)
         self.gate_ = strategy.gate_
         return self
 
 
-class DPRandomForestClassifier(Estimator):
+class DPRandomForestClassifier(_Forest):
     """Fully random DP forest with federated leaf aggregation (``strategies/random_forest.py``).
 
     Parameters
@@ -133,6 +173,9 @@ class DPRandomForestClassifier(Estimator):
     leaf_mechanism : {"exponential", "gaussian"}
     split_features : {"columns", "uniform"}
         As for :class:`LumberjackClassifier`.
+    classes : sequence of labels, optional
+        Public label set of array labels (any number of classes; default
+        {0, 1}); a dataset's is its schema's.
     n_clients, secure_aggregation, seed, secret_key :
         As for the other estimators.
     """
@@ -149,6 +192,7 @@ class DPRandomForestClassifier(Estimator):
         split_features: str = "columns",
         n_clients: int = 5,
         secure_aggregation: bool = True,
+        classes: Sequence | None = None,
         seed: int = 0,
         secret_key: SecretKey | bytes | None = None,
     ) -> None:
@@ -161,18 +205,20 @@ class DPRandomForestClassifier(Estimator):
         self.leaf_mechanism = leaf_mechanism
         self.n_clients = n_clients
         self.secure_aggregation = secure_aggregation
+        self.classes = classes
         self.seed = seed
         self.secret_key = secret_key
 
     def fit(
         self,
-        data: TabularDataset,
+        data: TabularDataset | np.ndarray,
         y: np.ndarray | None = None,
         *,
         partition: list[np.ndarray] | None = None,
         part: str = "train",
     ) -> DPRandomForestClassifier:
-        """Train on ``part`` of a dataset with a schema."""
+        """Train on ``part`` of a dataset or on arrays in [0, 1]."""
+        X, yy, partition = self._training_data(data, y, partition, part)
         config = RandomForestConfig(
             n_trees=self.n_trees,
             depth=self.depth,
@@ -180,27 +226,19 @@ class DPRandomForestClassifier(Estimator):
             delta=self.delta,
             mode=self.mode,
             leaf_mechanism=self.leaf_mechanism,
+            n_classes=self.classes_.size,
         )
-        _fit_forest(
-            self,
-            data,
-            y,
+        self._fit_on(
+            X,
+            yy,
             partition,
-            part,
-            RandomForestStrategy(config, space=_space(data, self)),
-            RandomForestClient(),
+            handler=RandomForestClient(),
+            strategy=RandomForestStrategy(config, space=_space(data, X, self.split_features)),
         )
         return self
 
 
-def _space(data: TabularDataset, est: Estimator) -> FeatureSpace:
-    """The forest's feature space, from the dataset's public schema (never its rows)."""
-    if not isinstance(data, TabularDataset):
-        raise TypeError(f"{type(est).__name__} needs a TabularDataset: its schema is the space")
-    return FeatureSpace.from_schema(data.schema, est.split_features)
-
-
 def _fit_forest(est: Estimator, data, y, partition, part: str, strategy, handler):
-    """Run ``strategy`` against ``handler`` clients on ``part`` of ``data``; keep the results."""
-    X, yy, partition = federated_training_data(data, y, partition, est.n_clients, part)
+    """Run a ready ``strategy`` against ``handler`` clients on ``part`` of ``data`` (tests)."""
+    X, yy, partition = est._training_data(data, y, partition, part)
     return est._fit_on(X, yy, partition, handler=handler, strategy=strategy)
