@@ -157,7 +157,7 @@ class Estimator(ClassifierMixin, BaseEstimator):
     """The scikit-learn contract, the in-process run, and prediction from ``model_``.
 
     Subclasses store their parameters in ``__init__`` (among them ``classes``,
-    ``n_clients``, ``epsilon``, ``delta``, ``seed``, ``secret_key``,
+    ``num_clients``, ``epsilon``, ``delta``, ``seed``, ``secret_key``,
     ``secure_aggregation``) and in ``fit`` call :meth:`_training_data`, then
     :meth:`_fit_on`.
     """
@@ -246,13 +246,13 @@ class Estimator(ClassifierMixin, BaseEstimator):
             y = encode_labels(column_or_1d(y, warn=True), classes, note=note)
             label_set = range(classes.size)
             check_consistent_length(data, y)
-            if partition is None and data.shape[0] < self.n_clients:
+            if partition is None and data.shape[0] < self.num_clients:
                 raise ValueError(
                     f"n_samples={data.shape[0]} rows cannot be split IID over "
-                    f"n_clients={self.n_clients} clients (each needs a row)"
+                    f"num_clients={self.num_clients} clients (each needs a row)"
                 )
         X, yy, partition = federated_training_data(
-            data, y, partition, self.n_clients, part, classes=label_set
+            data, y, partition, self.num_clients, part, classes=label_set
         )
         self.classes_ = classes
         self.n_features_in_ = X.shape[1]
@@ -272,7 +272,8 @@ class Estimator(ClassifierMixin, BaseEstimator):
 
         The runtime takes the estimator's ``seed``, ``secret_key`` (coerced
         here, not in ``__init__``) and ``secure_aggregation``, the ledger its
-        ``epsilon`` and ``delta`` (``epsilon=None``: no ledger).
+        ``epsilon`` and ``delta`` (``epsilon=math.inf``: no ledger, the non-private
+        reference).
         """
         from fedpriv.federation.protocol import make_clients
 
@@ -286,7 +287,7 @@ class Estimator(ClassifierMixin, BaseEstimator):
             secure_aggregation=self.secure_aggregation,
         )
         ledger = None
-        if self.epsilon is not None:
+        if math.isfinite(self.epsilon):
             ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=self.epsilon, delta=self.delta))
         strategy = runtime.run(strategy, ledger=ledger)
         self.model_ = strategy.model()

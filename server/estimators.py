@@ -1,296 +1,225 @@
-"""scikit-learn estimators that run a strategy/client pair in process.
+"""scikit-learn estimators that run a method's strategy/client pair in process.
+
+One class per registered method (:mod:`fedpriv.methods`). Its parameters are
+derived, not written out: the method's settings (the fields of its
+configuration dataclass, with the paper's defaults stated there), then the
+run's own, named and defaulted as in the run config
+(:class:`fedpriv.federation.settings.RunSettings`):
+
+``epsilon``, ``delta``
+    The budget of the whole fit, owned by the fit's ledger;
+    ``epsilon=math.inf`` is the non-private reference (no noise, no ledger);
+    ``delta=None`` is the method's paper δ.
+``participation``
+    Per-round client participation ρ.
+``num_clients``
+    Clients of an IID split when the data has no natural clients.
+``secure_aggregation``
+    Sum replies through the masking shim (default) or plain fixed point.
+``seed``
+    Public seed of the public randomness (random trees, initial weights).
+``classes``
+    The public label set of array labels (sorted as ``classes_``; binary
+    learners: two labels, the second positive); a dataset's is its schema's.
+``secret_key``
+    Key of the private randomness (noise, Poisson coins, participation).
+    ``None``: fresh OS entropy at every fit. Pass one only to reproduce a
+    fit; it is never logged or shown, and pickling drops it.
+    ``SecretKey.from_public_seed(s)`` is a debug mode (``certified: false``).
 
 ``fit`` takes a :class:`fedpriv.data.TabularDataset` (its training rows,
-held by its natural clients or partitioned IID) or arrays ``X, y`` (plus a
-partition, else an IID split over ``n_clients``), trains through
+held by its natural clients or partitioned IID) or arrays ``X, y`` in the
+public box [0, 1] (plus a partition, else an IID split over
+``num_clients``), trains through
 :class:`fedpriv.federation.runtime.InProcessRuntime` and keeps the released
-model, the privacy report and the communication figures.
-
-They are scikit-learn classifiers (``clone``, ``cross_val_score``,
-pipelines), with a public label set instead of one read off the data; the
-contract, the tags and which of scikit-learn's ``check_estimator`` checks
-do not apply to a DP learner, and why, are in :mod:`server.estimator_base`.
+model (``model_``), the ledger and its report (``ledger_``,
+``privacy_report_``), σ (``noise_multiplier_``) and the traffic
+(``communication_``). The scikit-learn contract, the tags and the
+``check_estimator`` checks that do not apply to a DP learner are in
+:mod:`server.estimator_base`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import inspect
+from dataclasses import fields
+from typing import Any, ClassVar
 
 import numpy as np
 
-from clients.boosting import BoostingClient
-from clients.dpsgd import DPSGDClient
-from fedpriv.data import TabularDataset, box_standardisation
-from fedpriv.models.networks import InputMap
-from fedpriv.privacy.randomness import SecretKey
-from server.estimator_base import Estimator, federated_training_data
-from server.forest_estimators import DPRandomForestClassifier, LumberjackClassifier
-from strategies.boosting import BoostingConfig, DPBoostingStrategy, split_feature_weights
-from strategies.dpsgd import DPSGDConfig, DPSGDStrategy
+from fedpriv.data import TabularDataset
+from fedpriv.federation.settings import (
+    RunSettings,
+    SettingError,
+    check_run_values,
+    config_from_values,
+)
+from fedpriv.methods import Method, StrategyContext, get_method
+from server.estimator_base import Estimator
+
+#: The run settings an estimator takes, under their run-config names.
+RUN_PARAMS = ("epsilon", "delta", "participation", "num_clients", "secure_aggregation", "seed")
 
 
-class DPBoostingClassifier(Estimator):
+def _signature(cls: type[MethodEstimator]) -> inspect.Signature:
+    """The estimator's keyword-only parameters: the method's settings, then the run's."""
+    m = get_method(cls.method)
+    run = RunSettings.__dataclass_fields__
+    params = [
+        inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default)
+        for f in fields(m.config_class)
+    ]
+    for name in RUN_PARAMS:
+        default = m.delta if name == "delta" else run[name].default
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default))
+    for name, default in {**cls.extra_params, "classes": None, "secret_key": None}.items():
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default))
+    self_ = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return inspect.Signature([self_, *params])
+
+
+class MethodEstimator(Estimator):
+    """An estimator whose parameters and fit come from a registry record."""
+
+    #: The registry name of the method (set by each subclass).
+    method: ClassVar[str]
+    #: Parameters only the estimator has (not run-config keys), with defaults.
+    extra_params: ClassVar[dict[str, Any]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "method" not in cls.__dict__:
+            return
+        signature = _signature(cls)
+        defaults = {p.name: p.default for p in signature.parameters.values() if p.name != "self"}
+
+        def __init__(self, **params: Any) -> None:
+            unknown = sorted(set(params) - set(defaults))
+            if unknown:
+                raise TypeError(
+                    f"{type(self).__name__} got unknown parameter {unknown[0]!r}; "
+                    f"allowed: {sorted(defaults)}"
+                )
+            for name, default in defaults.items():
+                setattr(self, name, params.get(name, default))
+
+        __init__.__signature__ = signature  # what get_params, clone and help() read
+        __init__.__doc__ = f"Parameters: {', '.join(defaults)} (module docstring)."
+        __init__.__qualname__ = f"{cls.__name__}.__init__"
+        cls.__init__ = __init__
+        cls._multi_class = get_method(cls.method).multiclass
+
+    @property
+    def method_record(self) -> Method:
+        return get_method(self.method)
+
+    def _config(self) -> Any:
+        """The method's configuration from this estimator's parameters, strictly typed."""
+        m = self.method_record
+        values = {k: getattr(self, k) for k in m.config_fields}
+        return config_from_values(m, values, spell=str)
+
+    def _check_run_params(self) -> None:
+        try:
+            check_run_values({k: getattr(self, k) for k in RUN_PARAMS})
+        except (TypeError, ValueError) as exc:
+            raise SettingError(str(exc)) from None
+
+    def _context_extra(self) -> dict[str, Any]:
+        return {}
+
+    def _handler(self) -> Any:
+        return self.method_record.client_handler()
+
+    def _after_fit(self, strategy: Any) -> None:
+        """Keep method-specific fitted attributes (none by default)."""
+
+    def fit(
+        self,
+        data: TabularDataset | np.ndarray,
+        y: np.ndarray | None = None,
+        *,
+        partition: list[np.ndarray] | None = None,
+        part: str = "train",
+    ):
+        """Train on ``part`` of a dataset (``"train"``, or ``"train+val"`` once tuned)
+        or on arrays ``X, y``; returns ``self``."""
+        config = self._config()  # every parameter checked before any data is touched
+        self._check_run_params()
+        X, yy, partition = self._training_data(data, y, partition, part)
+        context = StrategyContext(
+            schema=data.schema if isinstance(data, TabularDataset) else None,
+            n_features=X.shape[1],
+            n_records=int(sum(len(p) for p in partition)),  # public under the trust model
+            n_classes=int(self.classes_.size),
+            participation=self.participation,
+            extra=self._context_extra(),
+        )
+        strategy = self.method_record.build_strategy(config, context)
+        strategy = self._fit_on(
+            X,
+            yy,
+            partition,
+            handler=self._handler(),
+            strategy=strategy,
+            participation=self.participation,
+        )
+        self._after_fit(strategy)
+        return self
+
+
+class DPBoostingClassifier(MethodEstimator):
     """DP federated gradient boosting with random trees (benchmark paper §3.4).
 
-    Parameters
-    ----------
-    n_rounds, depth, learning_rate, sampling_rate, reg_lambda :
-        See :class:`strategies.boosting.BoostingConfig`.
-    epsilon, delta : float
-        Privacy budget of the whole fit; ``epsilon=None`` is the non-private
-        reference (no noise, no ledger).
-    participation : float
-        Per-round client participation ρ (lowers the noise only under
-        ``participation_accounting="tight"`` or ``"paper"``).
-    participation_accounting : {"valid", "tight", "paper"}
-        How ρ is accounted (:mod:`fedpriv.privacy.participation`): ``valid``
-        (default) at the record rate q; ``tight``, the mixture PLD; ``paper``,
-        the rate ρ·q: *not a valid guarantee (comparison only)*, the privacy
-        report then has ``certified=False``.
-    n_clients : int
-        Clients for an IID split when the data has no natural clients.
-    secure_aggregation : bool
-        Sum replies through the masking shim (default) or plain fixed point.
-    split_features : {"columns", "uniform"}
-        How random splits pick a feature: each schema column equally likely
-        (shared among its one-hot levels; needs a dataset with a schema) or
-        each encoded feature equally likely.
-    classes : sequence of two labels, optional
-        The public label set of array labels (e.g. ``["no", "yes"]``; sorted,
-        the second is the positive class). Default {0, 1}. Never read off the
-        data; a dataset's label set is its schema's.
-    seed : int
-        Public seed of the public randomness (the random trees).
-    secret_key : SecretKey, bytes or None
-        Key of the private randomness (noise, Poisson coins, participation).
-        ``None``: a fresh key from OS entropy at every fit. Pass one only to
-        reproduce a fit; it is never logged or shown (the repr says
-        ``<hidden>``), and pickling the estimator drops it.
-        ``SecretKey.from_public_seed(s)`` is a debug mode whose privacy
-        report says ``certified: false``.
-
-    Attributes
-    ----------
-    classes_ : ndarray
-        The public label set; ``predict`` returns its labels.
-    n_features_in_ : int
-    model_, ledger_, privacy_report_, noise_multiplier_, communication_ :
-        The released model, the run's ledger and report, σ, the traffic.
+    Settings: :class:`strategies.boosting.BoostingConfig`; run parameters:
+    module docstring.
     """
 
-    def __init__(
-        self,
-        *,
-        n_rounds: int = 50,
-        depth: int = 5,
-        learning_rate: float = 0.4,
-        sampling_rate: float = 0.05,
-        reg_lambda: float = 1.0,
-        epsilon: float | None = 2.0,
-        delta: float = 1e-5,
-        participation: float = 1.0,
-        participation_accounting: str = "valid",
-        n_clients: int = 5,
-        secure_aggregation: bool = True,
-        split_features: str = "columns",
-        classes: Sequence | None = None,
-        seed: int = 0,
-        secret_key: SecretKey | bytes | None = None,
-    ) -> None:
-        self.n_rounds = n_rounds
-        self.depth = depth
-        self.learning_rate = learning_rate
-        self.sampling_rate = sampling_rate
-        self.reg_lambda = reg_lambda
-        self.epsilon = epsilon
-        self.delta = delta
-        self.participation = participation
-        self.participation_accounting = participation_accounting
-        self.n_clients = n_clients
-        self.secure_aggregation = secure_aggregation
-        self.split_features = split_features
-        self.classes = classes
-        self.seed = seed
-        self.secret_key = secret_key
-
-    def _config(self) -> BoostingConfig:
-        return BoostingConfig(
-            n_rounds=self.n_rounds,
-            depth=self.depth,
-            learning_rate=self.learning_rate,
-            sampling_rate=self.sampling_rate,
-            reg_lambda=self.reg_lambda,
-            epsilon=self.epsilon,
-            delta=self.delta,
-            participation_accounting=self.participation_accounting,
-        )
-
-    def fit(
-        self,
-        data: TabularDataset | np.ndarray,
-        y: np.ndarray | None = None,
-        *,
-        partition: list[np.ndarray] | None = None,
-        part: str = "train",
-    ) -> DPBoostingClassifier:
-        """Train on ``part`` of a dataset (``"train"``, or ``"train+val"`` once tuned)."""
-        X, yy, partition = self._training_data(data, y, partition, part)
-        widths = data.schema.column_widths if isinstance(data, TabularDataset) else None
-        weights = split_feature_weights(self.split_features, widths)
-        strategy = DPBoostingStrategy(
-            self._config(), feature_weights=weights, participation=self.participation
-        )
-        self._fit_on(
-            X,
-            yy,
-            partition,
-            handler=BoostingClient(),
-            strategy=strategy,
-            participation=self.participation,
-        )
-        return self
+    method = "boosting"
 
 
-class DPSGDClassifier(Estimator):
-    """DP-SGD logistic regression or one-hidden-layer MLP, federated (benchmark paper §3.5).
+class DPLogisticClassifier(MethodEstimator):
+    """DP-SGD logistic regression, federated (benchmark paper §3.5).
 
-    Clients return clipped per-example gradient sums of their Poisson(q)
-    samples; the server adds Gaussian noise to the securely aggregated sum,
-    divides by the expected batch ρ·q·n (n public) and takes an SGD step.
-
-    Parameters
-    ----------
-    model : {"logistic", "mlp"}
-        Built-in model (ignored when ``module`` is given).
-    hidden : int
-        MLP width h.
-    n_steps, learning_rate, clip_norm, sampling_rate :
-        T, η, C and q (see :class:`strategies.dpsgd.DPSGDConfig`;
-        ``learning_rate=None`` is the paper's 2.0 / 3.0).
-    epsilon, delta : float
-        Privacy budget of the whole fit; ``epsilon=None`` is the non-private
-        reference (no noise, no ledger; still clipped).
-    participation : float
-        Per-step client participation ρ (expected batch ρ·q·n).
-    participation_accounting : {"valid", "tight", "paper"}
-        As for :class:`DPBoostingClassifier`; ``paper`` is not a valid guarantee.
-    n_clients : int
-        Clients for an IID split when the data has no natural clients.
-    secure_aggregation : bool
-        Sum replies through the masking shim (default) or plain fixed point.
-    backend : {"fast", "opacus"}
-        Per-example gradients from compiled closed forms or from Opacus.
-    standardise : bool
-        Map numeric features x ∈ [0, 1] to √12 (x − ½) (uniform on the public
-        box; :func:`fedpriv.data.box_standardisation`) when ``fit`` gets a
-        dataset with a schema. Never uses data statistics.
-    module : torch.nn.Module, optional
-        Train this module instead of a built-in model (Opacus backend; its
-        initial parameters must be public, e.g. from a seeded generator).
-    classes : sequence of two labels, optional
-        As for :class:`DPBoostingClassifier`.
-    seed : int
-        Public seed of the public randomness (initial parameters).
-    secret_key : SecretKey, bytes or None
-        As for :class:`DPBoostingClassifier`.
+    Settings: :class:`strategies.dpsgd.LogisticConfig`; run parameters: module
+    docstring. ``module``: a user's torch module instead of the built-in model
+    (``backend="opacus"`` only).
     """
 
-    def __init__(
-        self,
-        *,
-        model: str = "logistic",
-        hidden: int = 16,
-        n_steps: int = 800,
-        learning_rate: float | None = None,
-        clip_norm: float = 3.0,
-        sampling_rate: float = 0.02,
-        epsilon: float | None = 2.0,
-        delta: float = 1e-5,
-        participation: float = 1.0,
-        participation_accounting: str = "valid",
-        n_clients: int = 5,
-        secure_aggregation: bool = True,
-        backend: str = "fast",
-        standardise: bool = True,
-        module: Any = None,
-        classes: Sequence | None = None,
-        seed: int = 0,
-        secret_key: SecretKey | bytes | None = None,
-    ) -> None:
-        self.model = model
-        self.hidden = hidden
-        self.n_steps = n_steps
-        self.learning_rate = learning_rate
-        self.clip_norm = clip_norm
-        self.sampling_rate = sampling_rate
-        self.epsilon = epsilon
-        self.delta = delta
-        self.participation = participation
-        self.participation_accounting = participation_accounting
-        self.n_clients = n_clients
-        self.secure_aggregation = secure_aggregation
-        self.backend = backend
-        self.standardise = standardise
-        self.module = module
-        self.classes = classes
-        self.seed = seed
-        self.secret_key = secret_key
+    method = "logistic"
+    extra_params: ClassVar[dict[str, Any]] = {"module": None}
 
-    def _config(self) -> DPSGDConfig:
-        return DPSGDConfig(
-            model=self.model,
-            hidden=self.hidden,
-            n_steps=self.n_steps,
-            learning_rate=self.learning_rate,
-            clip_norm=self.clip_norm,
-            sampling_rate=self.sampling_rate,
-            epsilon=self.epsilon,
-            delta=self.delta,
-            backend=self.backend,
-            participation_accounting=self.participation_accounting,
-        )
+    def _context_extra(self) -> dict[str, Any]:
+        if self.module is None:
+            return {}
+        from fedpriv.models.opacus_backend import TorchSpec
 
-    def fit(
-        self,
-        data: TabularDataset | np.ndarray,
-        y: np.ndarray | None = None,
-        *,
-        partition: list[np.ndarray] | None = None,
-        part: str = "train",
-    ) -> DPSGDClassifier:
-        """Train on ``part`` of a dataset (``"train"``, or ``"train+val"`` once tuned)."""
-        X, yy, partition = self._training_data(data, y, partition, part)
-        custom = None
-        if self.module is not None:
-            from fedpriv.models.opacus_backend import TorchSpec
+        return {"custom_spec": TorchSpec(self.module)}
 
-            custom = TorchSpec(self.module)
-        input_map = None
-        if self.standardise and isinstance(data, TabularDataset):
-            input_map = InputMap(*box_standardisation(data.schema))
-        strategy = DPSGDStrategy(
-            self._config(),
-            n_records=sum(len(p) for p in partition),
-            participation=self.participation,
-            input_map=input_map,
-            custom_spec=custom,
-        )
-        self._fit_on(
-            X,
-            yy,
-            partition,
-            handler=DPSGDClient(module=self.module),
-            strategy=strategy,
-            participation=self.participation,
-        )
-        return self
+    def _handler(self) -> Any:
+        from clients.dpsgd import DPSGDClient
 
+        return DPSGDClient(module=self.module)
+
+
+class DPMLPClassifier(DPLogisticClassifier):
+    """DP-SGD one-hidden-layer MLP, federated (benchmark paper §3.5).
+
+    Settings: :class:`strategies.dpsgd.MLPConfig`; otherwise as
+    :class:`DPLogisticClassifier`.
+    """
+
+    method = "mlp"
+
+
+# The forests subclass MethodEstimator, so they are imported after it.
+from server.forest_estimators import DPRandomForestClassifier, LumberjackClassifier  # noqa: E402
 
 __all__ = [
     "DPBoostingClassifier",
+    "DPLogisticClassifier",
+    "DPMLPClassifier",
     "DPRandomForestClassifier",
-    "DPSGDClassifier",
     "LumberjackClassifier",
-    "federated_training_data",
+    "MethodEstimator",
 ]

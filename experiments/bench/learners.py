@@ -62,7 +62,7 @@ def make_estimator(
         epsilon=epsilon,
         delta=delta,
         seed=seed,
-        n_clients=n_clients,
+        num_clients=n_clients,
         secure_aggregation=secure_aggregation,
         secret_key=secret_key,
     )

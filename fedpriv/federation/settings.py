@@ -24,7 +24,10 @@ import typing
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from enum import Enum
+from numbers import Integral, Real
 from typing import Any
+
+import numpy as np
 
 from fedpriv.methods import Method, get_method, methods
 from fedpriv.validation import check_count, check_delta, check_probability
@@ -58,16 +61,17 @@ def typed_value(key: str, annotation: Any, value: Any) -> Any:
         except ValueError:
             allowed = [m.value for m in annotation]
             raise SettingError(f"{key} must be one of {allowed}; got {value!r}") from None
+    boolean = isinstance(value, bool | np.bool_)
     if annotation is bool:
-        if not isinstance(value, bool):
+        if not boolean:
             raise SettingError(f"{key} must be true or false; got {value!r}")
-        return value
+        return bool(value)
     if annotation is int:
-        if isinstance(value, bool) or not isinstance(value, int):
+        if boolean or not isinstance(value, Integral):
             raise SettingError(f"{key} must be an integer; got {value!r}")
-        return value
+        return int(value)
     if annotation is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        if boolean or not isinstance(value, Real):
             raise SettingError(f"{key} must be a number; got {value!r}")
         x = float(value)
         if key == "epsilon" and not x > 0:
@@ -94,10 +98,11 @@ def _hints(cls: type) -> dict[str, Any]:
     return out
 
 
-def config_from_values(method: Method, values: Mapping[str, Any]) -> Any:
-    """``method``'s configuration from snake_case ``values`` (strictly typed)."""
+def config_from_values(method: Method, values: Mapping[str, Any], *, spell=kebab) -> Any:
+    """``method``'s configuration from snake_case ``values`` (strictly typed; errors
+    name each key as ``spell`` writes it: kebab-case for a run config)."""
     hints = _hints(method.config_class)
-    kwargs = {k: typed_value(kebab(k), hints[k], v) for k, v in values.items() if v != UNSET}
+    kwargs = {k: typed_value(spell(k), hints[k], v) for k, v in values.items() if v != UNSET}
     try:
         return method.make_config(**kwargs)
     except (TypeError, ValueError) as exc:
@@ -111,6 +116,40 @@ def method_defaults(method: Method) -> dict[str, Any]:
         default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
         out[f.name] = default.value if isinstance(default, Enum) else default
     return out
+
+
+def check_budget(epsilon: Any, delta: Any) -> None:
+    """ε in (0, ∞] (∞: the non-private reference) and, for a private run, δ in (0, 1)."""
+    eps = typed_value("epsilon", float, epsilon)
+    if math.isfinite(eps):
+        check_delta("delta", typed_value("delta", float, delta))
+        if delta == 0:
+            raise SettingError(f"delta must lie in (0, 1); got {delta!r}")
+
+
+def check_run_values(values: Mapping[str, Any]) -> None:
+    """Strict types and ranges of the run's own settings in ``values`` (snake_case)."""
+    hints = _hints(RunSettings)
+    for key, value in values.items():
+        if value is not None:
+            typed_value(key, hints[key], value)
+    if "epsilon" in values:
+        check_budget(values["epsilon"], values.get("delta"))
+    for key in ("num_clients",):
+        if key in values:
+            check_count(key, values[key])
+    for key in ("ping_rounds", "seed", "split_seed"):
+        if key in values:
+            check_count(key, values[key], minimum=0)
+    if "participation" in values:
+        check_probability("participation", values["participation"])
+    if not 0.0 < (poll := values.get("poll_interval", 0.1)) <= 10.0:
+        raise ValueError(f"poll_interval must lie in (0, 10] seconds; got {poll}")
+    for key in ("round_timeout", "node_wait_timeout"):
+        if key in values and not 0.0 < values[key] <= 86_400.0:
+            raise ValueError(f"{key} must lie in (0, 86400] seconds; got {values[key]}")
+    if not 0.0 <= values.get("secagg_threshold", 0.5) < 1.0:
+        raise ValueError(f"secagg_threshold must lie in [0, 1); got {values['secagg_threshold']}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,15 +204,9 @@ class RunSettings:
     def _check(self) -> None:
         from fedpriv.data import client_counts
 
-        if math.isnan(self.epsilon) or self.epsilon <= 0:
-            raise ValueError(
-                f"epsilon must lie in (0, inf] (inf = non-private); got {self.epsilon!r}"
-            )
-        if self.private:
-            check_delta("delta", self.delta)
-            if self.delta == 0:
-                raise ValueError(f"delta must lie in (0, 1); got {self.delta!r}")
-        check_count("num_clients", self.num_clients)
+        check_run_values(
+            {f.name: getattr(self, f.name) for f in fields(self) if f.name != "config"}
+        )
         lo, hi = client_counts(self.dataset)
         if not lo <= self.num_clients <= (hi or self.num_clients):
             allowed = f"[{lo}, {hi}]" if hi is not None else f"[{lo}, inf)"
@@ -181,19 +214,6 @@ class RunSettings:
                 f"num_clients must lie in {allowed} for dataset {self.dataset!r}; "
                 f"got {self.num_clients}"
             )
-        check_count("ping_rounds", self.ping_rounds, minimum=0)
-        check_count("seed", self.seed, minimum=0)
-        check_count("split_seed", self.split_seed, minimum=0)
-        check_probability("participation", self.participation)
-        if not 0.0 < self.poll_interval <= 10.0:
-            raise ValueError(f"poll_interval must lie in (0, 10] seconds; got {self.poll_interval}")
-        for name in ("round_timeout", "node_wait_timeout"):
-            if not 0.0 < getattr(self, name) <= 86_400.0:
-                raise ValueError(
-                    f"{name} must lie in (0, 86400] seconds; got {getattr(self, name)}"
-                )
-        if not 0.0 <= self.secagg_threshold < 1.0:
-            raise ValueError(f"secagg_threshold must lie in [0, 1); got {self.secagg_threshold}")
 
     @property
     def private(self) -> bool:
