@@ -466,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         resolve_run(SMALL_JOB, overrides)
     except SettingError as exc:  # one line, exit 2, before any process starts
-        log(f"error: {exc}")
+        log.error("error: %s", exc)
         return 2
     code, out = deploy(overrides, insecure=args.insecure, timeout=args.timeout)
     if code == 0 and out is not None:
