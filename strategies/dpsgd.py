@@ -102,7 +102,6 @@ class MLPConfig(LogisticConfig):
     hidden: int = 16
 
 
-DPSGDConfig = LogisticConfig | MLPConfig
 
 
 class DPSGDStrategy:
