@@ -119,9 +119,7 @@ def test_gaussian_leaves_release_counts_that_the_forest_pools(heart):
 def test_the_forest_is_released_only_after_the_last_level(heart):
     X, y = heart.xy("train")
     space = FeatureSpace(np.zeros(X.shape[1], dtype=bool) | True)
-    strategy = LumberjackStrategy(
-        LumberjackConfig(trees=2, depth=3), space=space
-    )
+    strategy = LumberjackStrategy(LumberjackConfig(trees=2, depth=3), space=space)
     strategy.begin(
         n_features=X.shape[1], ledger=None, rng=np.random.default_rng(0), secret_rng=private_rng(0)
     )

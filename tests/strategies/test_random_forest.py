@@ -49,9 +49,7 @@ def test_every_mode_spends_at_most_its_budget(heart, mode, leaves, eps):
 
 def _disjoint_reply(heart, X, y, key, mode="disjoint"):
     space = FeatureSpace(feature_space_numeric(heart.schema))
-    strategy = RandomForestStrategy(
-        RandomForestConfig(trees=4, depth=3, mode=mode), space=space
-    )
+    strategy = RandomForestStrategy(RandomForestConfig(trees=4, depth=3, mode=mode), space=space)
     strategy.begin(
         n_features=X.shape[1], ledger=None, rng=np.random.default_rng(0), secret_rng=private_rng(0)
     )
