@@ -53,6 +53,7 @@ from fedpriv.federation.settings import (
     SettingError,
     check_run_values,
     config_from_values,
+    method_defaults,
 )
 from fedpriv.methods import Method, StrategyContext, get_method
 from server.estimator_base import Estimator
@@ -65,9 +66,11 @@ def _signature(cls: type[MethodEstimator]) -> inspect.Signature:
     """The estimator's keyword-only parameters: the method's settings, then the run's."""
     m = get_method(cls.method)
     run = RunSettings.__dataclass_fields__
+    # A choice's default is its plain string (scikit-learn accepts str defaults, not an
+    # Enum subclass: check_parameters_default_constructible), as a run config spells it.
     params = [
-        inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default)
-        for f in fields(m.config_class)
+        inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default)
+        for f, default in zip(fields(m.config_class), method_defaults(m).values(), strict=True)
     ]
     for name in RUN_PARAMS:
         default = m.delta if name == "delta" else run[name].default

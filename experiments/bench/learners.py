@@ -17,6 +17,7 @@ import numpy as np
 #: Keyword arguments of each dataset's partition (``TabularDataset.client_partition``).
 PARTITION = {"synthetic": {"alpha": 0.5}, "brfss": {}, "diabetes130": {}}
 
+
 @functools.cache
 def dataset(name: str):
     """The corpus ``name`` (cached per process; fedpriv caches the encoding on disk)."""

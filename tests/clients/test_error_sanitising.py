@@ -87,7 +87,9 @@ def bad_node(tmp_path, monkeypatch):
     path = _bad_csv(tmp_path)
     monkeypatch.setattr(client_app, "_dataset", lambda *a: load_csv(path, SCHEMA, use_cache=False))
     client_app._client_data.cache_clear()
-    run_config = RunSettings(dataset="heart", num_clients=2).to_run_config()
+    # A corpus split among any K (heart is held by exactly its 4 hospitals); the
+    # rows are the patched CSV's two hospitals either way.
+    run_config = RunSettings(dataset="synthetic", num_clients=2).to_run_config()
     context = Context(
         run_id=1,
         node_id=7,

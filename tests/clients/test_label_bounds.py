@@ -25,7 +25,7 @@ from fedpriv.errors import DataError
 from fedpriv.federation.protocol import ClientData, Query
 from fedpriv.models.lumberjack import FeatureSpace
 from fedpriv.models.networks import InputMap
-from server.estimators import DPBoostingClassifier, DPSGDClassifier
+from server.estimators import DPBoostingClassifier, DPLogisticClassifier
 from strategies.boosting import GRAD_BOUND, HESS_BOUND, L2_SENSITIVITY
 from strategies.dpsgd import DPSGDStrategy, LogisticConfig, MLPConfig
 from strategies.random_forest import RandomForestConfig, RandomForestStrategy
@@ -224,11 +224,11 @@ def test_lumberjack_counts_never_leave_the_records_own_slot():
 
 
 @pytest.mark.parametrize("bad", [[0, 1, -1, 1], [0, 5, 0, 1], [0, 1, 0.5, 1], [0, np.nan, 1, 0]])
-@pytest.mark.parametrize("estimator", [DPBoostingClassifier, DPSGDClassifier])
+@pytest.mark.parametrize("estimator", [DPBoostingClassifier, DPLogisticClassifier])
 def test_estimators_refuse_labels_outside_the_learner_label_set(estimator, bad):
     X = np.random.default_rng(0).random((4, D))
     with pytest.raises(DataError, match=r"outside the label set \[0, 1\]") as err:
-        estimator(n_clients=2).fit(X, np.array(bad, dtype=float))
+        estimator(num_clients=2).fit(X, np.array(bad, dtype=float))
     assert err.value.code == "label_outside_label_set"
     i = next(i for i, v in enumerate(bad) if v not in (0, 1))
     value = "nan" if np.isnan(bad[i]) else repr(int(bad[i]) if bad[i] == int(bad[i]) else bad[i])
@@ -238,7 +238,7 @@ def test_estimators_refuse_labels_outside_the_learner_label_set(estimator, bad):
 def test_boosting_estimator_fits_on_its_public_label_set():
     X = np.random.default_rng(0).random((40, D))
     y = (X[:, 0] > 0.5).astype(float)
-    clf = DPBoostingClassifier(n_rounds=2, depth=2, epsilon=None, n_clients=2).fit(X, y)
+    clf = DPBoostingClassifier(rounds=2, depth=2, epsilon=math.inf, num_clients=2).fit(X, y)
     assert clf.predict(X).shape == (40,)
 
 

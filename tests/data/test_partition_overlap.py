@@ -5,6 +5,8 @@ a negative index silently wraps to another row. Before, every entry point
 accepted both without a word.
 """
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -89,7 +91,7 @@ def test_training_data_and_fit_refuse_a_bad_partition(parts):
     with pytest.raises(DataError):
         federated_training_data(X, Y, parts, 3)
     with pytest.raises(DataError):
-        DPBoostingClassifier(n_rounds=1, depth=2, epsilon=None).fit(X, Y, partition=parts)
+        DPBoostingClassifier(rounds=1, depth=2, epsilon=math.inf).fit(X, Y, partition=parts)
 
 
 @pytest.fixture(scope="module")

@@ -45,7 +45,7 @@ def test_configs_load_and_have_the_paper_grids():
     assert sum(quick.values()) <= 100
     cfg = load(config_path("participation"))
     assert cfg.params("boosting") == {
-        "n_rounds": 75,
+        "rounds": 75,
         "depth": 5,
         "learning_rate": 0.4,
         "sampling_rate": 0.05,
@@ -67,7 +67,7 @@ def _cell(**kw):
         n_clients=5,
         covariate_shift=0.0,
     )
-    return AblationCell.make("boosting", {"n_rounds": 75}, **{**base, **kw})
+    return AblationCell.make("boosting", {"rounds": 75}, **{**base, **kw})
 
 
 def test_cells_normalise_so_equal_experiments_share_a_key():

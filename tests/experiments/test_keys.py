@@ -8,7 +8,7 @@ from fedpriv.privacy.randomness import KEY_ENV
 from tests.keys import key_hex
 
 CELL = Cell.make(
-    "fit", "synthetic", "boosting", {"n_rounds": 3, "depth": 2}, epsilon=1.0, delta=1e-5, seed=0
+    "fit", "synthetic", "boosting", {"rounds": 3, "depth": 2}, epsilon=1.0, delta=1e-5, seed=0
 )
 
 
@@ -43,7 +43,7 @@ def test_a_cell_replays_under_an_injected_key_and_not_under_another(inject):
 
 def test_one_subkey_per_cell_and_fresh_entropy_without_a_key(inject):
     other_cell = Cell.make(
-        "fit", "synthetic", "boosting", {"n_rounds": 3, "depth": 2}, epsilon=1.0, delta=1e-5, seed=1
+        "fit", "synthetic", "boosting", {"rounds": 3, "depth": 2}, epsilon=1.0, delta=1e-5, seed=1
     )
     inject(0)
     key, cache_key = keys.secret_key_for("cell", CELL.key), CELL.key

@@ -22,7 +22,7 @@ from experiments.audit.learners import (
     forest_audit,
     lumberjack_audit,
 )
-from server.estimators import DPBoostingClassifier, DPSGDClassifier
+from server.estimators import DPBoostingClassifier, DPLogisticClassifier
 from tests.keys import key_for
 
 # name: (audit factory, honest shift range); trials per side: CI_TRIALS. Refutation
@@ -68,7 +68,7 @@ def test_the_audited_fits_are_the_estimators_fits():
     boost = boosting_audit()
     run = boost.fit(canary=True, seed=3, key=key_for(7))
     est = DPBoostingClassifier(
-        n_rounds=2,
+        rounds=2,
         depth=2,
         learning_rate=1.0,
         sampling_rate=1.0,
@@ -85,9 +85,8 @@ def test_the_audited_fits_are_the_estimators_fits():
     data = sgd.data
     X = np.vstack([*data.X, data.canary_x[None, :]])
     y = np.concatenate([*data.y, [data.canary_y]])
-    est = DPSGDClassifier(
-        model="logistic",
-        n_steps=3,
+    est = DPLogisticClassifier(
+        rounds=3,
         learning_rate=1.0,
         clip_norm=0.25,
         sampling_rate=1.0,

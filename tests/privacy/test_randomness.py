@@ -41,7 +41,7 @@ def heart():
 
 
 def _fit(data, **kw):
-    args = {"n_rounds": 3, "depth": 2, "epsilon": 2.0, "seed": 0, **kw}
+    args = {"rounds": 3, "depth": 2, "epsilon": 2.0, "seed": 0, **kw}
     return DPBoostingClassifier(**args).fit(data)
 
 
@@ -83,7 +83,7 @@ def test_a_pickled_key_is_redacted_and_refuses_to_generate():
 def test_a_pickled_estimator_holds_neither_the_key_nor_a_private_generator(heart, as_bytes):
     raw = _raw(4)
     est = DPBoostingClassifier(
-        n_rounds=3, depth=2, epsilon=2.0, secret_key=raw if as_bytes else key_for(4)
+        rounds=3, depth=2, epsilon=2.0, secret_key=raw if as_bytes else key_for(4)
     )
     assert raw not in pickle.dumps(est)
     blob = pickle.dumps(est.fit(heart))
@@ -102,7 +102,7 @@ def test_deepcopy_and_clone_keep_the_key_usable(heart):
     np.testing.assert_array_equal(
         copy.deepcopy(key).generator("a").random(4), key.generator("a").random(4)
     )
-    est = DPBoostingClassifier(n_rounds=3, depth=2, epsilon=2.0, secret_key=key)
+    est = DPBoostingClassifier(rounds=3, depth=2, epsilon=2.0, secret_key=key)
     twin = clone(est)
     assert twin.secret_key == key
     reference = np.array(est.fit(heart).model_.leaf_values)

@@ -35,7 +35,7 @@ STEPS = 20  # 20 steps × 3 parameters: 60 noise coordinates per run
 
 
 def _sgd_run(debug: bool):
-    audit = dpsgd_audit("logistic", n_steps=STEPS)
+    audit = dpsgd_audit("logistic", rounds=STEPS)
     key = SecretKey.from_public_seed(SEED) if debug else key_for(201)
     run = audit.fit(canary=True, seed=SEED, key=key)
     n_params = run.queries[0].reply_length
@@ -97,7 +97,7 @@ def test_a_peer_client_cannot_recover_the_other_clients_sum_unless_in_debug_mode
 
 @pytest.mark.parametrize("debug", [False, True])
 def test_seed_brute_forced_from_boosting_thresholds_no_longer_yields_the_noise(debug):
-    audit = boosting_audit(n_rounds=10)  # 10 rounds × 8 leaf sums: 80 noise coordinates
+    audit = boosting_audit(rounds=10)  # 10 rounds × 8 leaf sums: 80 noise coordinates
     key = SecretKey.from_public_seed(SEED) if debug else key_for(202)
     run = audit.fit(canary=True, seed=SEED, key=key)
     # The public randomness is public: the released trees give the seed away.

@@ -4,10 +4,16 @@ import inspect
 
 import pytest
 
-from server.estimators import DPBoostingClassifier, DPSGDClassifier
+from server.estimators import DPBoostingClassifier, DPLogisticClassifier, DPMLPClassifier
 from server.forest_estimators import DPRandomForestClassifier, LumberjackClassifier
 
-ESTIMATORS = [DPBoostingClassifier, DPSGDClassifier, LumberjackClassifier, DPRandomForestClassifier]
+ESTIMATORS = [
+    DPBoostingClassifier,
+    DPLogisticClassifier,
+    DPMLPClassifier,
+    LumberjackClassifier,
+    DPRandomForestClassifier,
+]
 
 
 @pytest.mark.parametrize("estimator", ESTIMATORS, ids=lambda e: e.__name__)

@@ -1,4 +1,6 @@
-"""In-process DP-SGD estimator: runtime paths agree, seeds, backends, custom modules."""
+"""In-process DP-SGD estimators: runtime paths agree, seeds, backends, custom modules."""
+
+import math
 
 import numpy as np
 import pytest
@@ -7,10 +9,11 @@ from sklearn.metrics import roc_auc_score
 from torch import nn
 
 from fedpriv.data import box_standardisation, load_heart, load_synthetic
-from server.estimators import DPSGDClassifier
+from server.estimators import DPLogisticClassifier, DPMLPClassifier
 from tests.keys import key_for
 
 KEY = key_for(3)
+ESTIMATOR = {"logistic": DPLogisticClassifier, "mlp": DPMLPClassifier}
 
 
 @pytest.fixture(scope="module")
@@ -18,10 +21,10 @@ def heart():
     return load_heart()
 
 
-def _fit(data, **kw):
+def _fit(data, model="logistic", **kw):
     # An injected key: fits compared across paths and backends draw the same noise and coins.
-    args = {"n_steps": 25, "sampling_rate": 0.1, "epsilon": 2.0, "seed": 3, "secret_key": KEY, **kw}
-    return DPSGDClassifier(**args).fit(data)
+    args = {"rounds": 25, "sampling_rate": 0.1, "epsilon": 2.0, "seed": 3, "secret_key": KEY, **kw}
+    return ESTIMATOR[model](**args).fit(data)
 
 
 @pytest.mark.parametrize("model", ["logistic", "mlp"])
@@ -83,8 +86,8 @@ def test_non_private_mlp_learns_the_interactions():
     # The synthetic task defeats linear models (≈ .72) but not a network (paper: .93).
     ds = load_synthetic()
     X, y = ds.xy("test")
-    mlp = DPSGDClassifier(model="mlp", epsilon=None, seed=0, secret_key=KEY).fit(ds)
-    logistic = DPSGDClassifier(model="logistic", epsilon=None, seed=0, secret_key=KEY).fit(ds)
+    mlp = DPMLPClassifier(epsilon=math.inf, seed=0, secret_key=KEY).fit(ds)
+    logistic = DPLogisticClassifier(epsilon=math.inf, seed=0, secret_key=KEY).fit(ds)
     assert mlp.privacy_report_ is None and mlp.epsilon_spent_ == np.inf
     assert roc_auc_score(y, mlp.predict_proba(X)[:, 1]) > 0.88
     assert roc_auc_score(y, logistic.predict_proba(X)[:, 1]) < 0.75
@@ -97,7 +100,7 @@ def test_any_torch_module_trains_through_opacus(heart):
     )
     init = np.random.default_rng(0).normal(0, 0.2, sum(p.numel() for p in module.parameters()))
     nn.utils.vector_to_parameters(torch.from_numpy(init), module.parameters())
-    clf = _fit(heart, module=module, backend="opacus", n_steps=40, epsilon=4.0)
+    clf = _fit(heart, module=module, backend="opacus", rounds=40, epsilon=4.0)
     X, y = heart.xy("test")
     assert clf.predict_proba(X).shape == (y.size, 2)
     assert clf.epsilon_spent_ <= 4.0
@@ -107,7 +110,7 @@ def test_any_torch_module_trains_through_opacus(heart):
 
 
 def test_get_and_set_params():
-    clf = DPSGDClassifier(model="mlp")
+    clf = DPMLPClassifier()
     assert clf.get_params()["hidden"] == 16
     assert clf.set_params(hidden=8).hidden == 8
     with pytest.raises(ValueError, match="unknown parameter 'depth'"):

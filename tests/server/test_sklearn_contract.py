@@ -13,30 +13,32 @@ from sklearn.utils.estimator_checks import check_estimator
 from fedpriv.data import load_synthetic
 from fedpriv.errors import DataError
 from server.estimator_base import expected_failed_checks
-from server.estimators import DPBoostingClassifier, DPSGDClassifier
+from server.estimators import DPBoostingClassifier, DPLogisticClassifier, DPMLPClassifier
 from server.forest_estimators import DPRandomForestClassifier, LumberjackClassifier
 from tests.keys import key_for
 
 # Small and fast; a generous ε (these test the plumbing, not the privacy).
 SMALL = {
-    DPBoostingClassifier: {"n_rounds": 6, "depth": 2, "sampling_rate": 0.5},
-    DPSGDClassifier: {"n_steps": 30, "sampling_rate": 0.5, "learning_rate": 2.0},
-    LumberjackClassifier: {"n_trees": 4, "max_depth": 8},
-    DPRandomForestClassifier: {"n_trees": 4, "depth": 4},
+    DPBoostingClassifier: {"rounds": 6, "depth": 2, "sampling_rate": 0.5},
+    DPLogisticClassifier: {"rounds": 30, "sampling_rate": 0.5, "learning_rate": 2.0},
+    DPMLPClassifier: {"rounds": 30, "sampling_rate": 0.5, "learning_rate": 2.0, "hidden": 4},
+    LumberjackClassifier: {"trees": 4, "depth": 8},
+    DPRandomForestClassifier: {"trees": 4, "depth": 4},
 }
 #: Tinier still for check_estimator's ~60 fits per estimator.
 TINY = {
-    DPBoostingClassifier: {"n_rounds": 2, "depth": 2},
-    DPSGDClassifier: {"n_steps": 5, "sampling_rate": 0.5},
-    LumberjackClassifier: {"n_trees": 2, "max_depth": 4},
-    DPRandomForestClassifier: {"n_trees": 2, "depth": 3},
+    DPBoostingClassifier: {"rounds": 2, "depth": 2},
+    DPLogisticClassifier: {"rounds": 5, "sampling_rate": 0.5},
+    DPMLPClassifier: {"rounds": 5, "sampling_rate": 0.5},
+    LumberjackClassifier: {"trees": 2, "depth": 4},
+    DPRandomForestClassifier: {"trees": 2, "depth": 3},
 }
 ALL = list(SMALL)
 FORESTS = [LumberjackClassifier, DPRandomForestClassifier]
 
 
 def small(cls, **kw):
-    return cls(**{**SMALL[cls], "epsilon": 30.0, "n_clients": 2, "secret_key": key_for(1), **kw})
+    return cls(**{**SMALL[cls], "epsilon": 30.0, "num_clients": 2, "secret_key": key_for(1), **kw})
 
 
 def blobs(n=240, seed=0):

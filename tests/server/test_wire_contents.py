@@ -108,7 +108,9 @@ def _run(monkeypatch, rounds: int = 3):
     runtime = GridRuntime(grid, settings, max_records=int(X.shape[0]))
     runtime.connect()
     ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=2.0, delta=settings.delta))
-    strategy = build_strategy(settings, ds.schema, n_records=int(X.shape[0]))
+    strategy = build_strategy(
+        settings, ds.schema, n_records=int(X.shape[0]), n_features=int(X.shape[1])
+    )
     runtime.begin(strategy, n_features=X.shape[1], ledger=ledger, secret_key=key_for(7))
     while (query := strategy.next_query()) is not None:
         planned, msgs = runtime.plan_round(query)
@@ -145,7 +147,7 @@ def test_no_message_carries_a_seed_a_key_or_a_timing(monkeypatch):
 def test_the_flower_path_releases_the_in_process_model_under_one_key(monkeypatch):
     _, strategy, ledger = _run(monkeypatch)
     ref = DPBoostingClassifier(
-        n_rounds=3, depth=2, epsilon=2.0, seed=SEED, n_clients=4, secret_key=key_for(7)
+        rounds=3, depth=2, epsilon=2.0, seed=SEED, num_clients=4, secret_key=key_for(7)
     ).fit(load_heart())
     model = strategy.model()
     for got, want in zip(model.trees, ref.model_.trees, strict=True):

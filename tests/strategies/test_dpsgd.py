@@ -124,10 +124,15 @@ def test_non_private_mode_adds_no_noise_and_needs_no_ledger():
     total = DPSGDClient().answer(q, data, np.arange(data.n), {})
     strategy.update(q, total)
     np.testing.assert_allclose(strategy.model().params, -2.0 * total / (0.02 * data.n))
-    with pytest.raises(ValueError, match="a private run needs a PrivacyLedger"):
-        DPSGDStrategy(LogisticConfig(), n_records=10).begin(
-            n_features=4, ledger=None, rng=np.random.default_rng(0), secret_rng=private_rng(0)
-        )
+    # The budget is the ledger's (configs hold no ε): a finite-ε ledger always gets
+    # calibrated noise with the whole plan reserved, and ε = ∞ is the non-private
+    # reference like no ledger (this replaces the old "private config without a
+    # ledger" refusal, which the design made impossible).
+    private, ledger = _start(cfg, data, eps=2.0)
+    assert private.noise_multiplier_ is not None and private.noise_multiplier_ > 0
+    assert ledger.report().reserved
+    reference, _ = _start(cfg, data, eps=float("inf"))
+    assert reference.noise_multiplier_ is None
 
 
 def test_divergence_is_reported_not_released_silently():
@@ -151,7 +156,7 @@ def _one_step_release(config, data, canary, clip_seen_by_client, secret_rng):
     strategy = DPSGDStrategy(config, n_records=60, initial_params=start, input_map=box)
     strategy.begin(
         n_features=4,
-        ledger=_ledger(config.epsilon),
+        ledger=_ledger(2.0),  # ε = 2 (test below)
         rng=np.random.default_rng(0),  # public; unused: the initial parameters are given
         secret_rng=secret_rng,
     )

@@ -1,5 +1,7 @@
 """Lumberjack learner: accounting, release, runtime paths, structure independence."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -22,7 +24,7 @@ def heart():
 
 def _fit(data, **kw):
     # An injected key: repeated fits (secure vs plain sums) draw the same noise.
-    args = {"n_trees": 4, "max_depth": 12, "epsilon": 2.0, "seed": 1, "secret_key": KEY, **kw}
+    args = {"trees": 4, "depth": 12, "epsilon": 2.0, "seed": 1, "secret_key": KEY, **kw}
     return LumberjackClassifier(**args).fit(data)
 
 
@@ -87,7 +89,7 @@ def test_a_neighbouring_dataset_changes_only_what_the_mechanisms_decide(heart):
 
 def test_non_private_forest_fits_the_training_data(heart):
     # Every non-empty node splits (a frontier cap above heart's nodes per level).
-    clf = _fit(heart, epsilon=None, n_trees=10, max_depth=15, max_frontier=1024)
+    clf = _fit(heart, epsilon=math.inf, trees=10, depth=15, max_frontier=1024)
     X, y = heart.xy("train")
     assert clf.privacy_report_ is None
     assert np.mean(clf.predict(X) == y) > 0.9
@@ -117,9 +119,7 @@ def test_gaussian_leaves_release_counts_that_the_forest_pools(heart):
 def test_the_forest_is_released_only_after_the_last_level(heart):
     X, y = heart.xy("train")
     space = FeatureSpace(np.zeros(X.shape[1], dtype=bool) | True)
-    strategy = LumberjackStrategy(
-        LumberjackConfig(trees=2, depth=3), space=space
-    )
+    strategy = LumberjackStrategy(LumberjackConfig(trees=2, depth=3), space=space)
     strategy.begin(
         n_features=X.shape[1], ledger=None, rng=np.random.default_rng(0), secret_rng=private_rng(0)
     )
@@ -158,7 +158,7 @@ def test_the_default_gate_is_the_papers_and_non_private_runs_have_none(heart):
     # The gate no longer steers growth (stages do), so τ = 1 + Δ, the paper's.
     clf = _fit(heart)
     assert clf.gate_ == 0 and clf.calibration_.mechanism(gate=0).tau == clf.calibration_.tau
-    assert _fit(heart, epsilon=None).gate_ == 0
+    assert _fit(heart, epsilon=math.inf).gate_ == 0
 
 
 @pytest.mark.parametrize("secure", [False, True])

@@ -12,7 +12,7 @@ from fedpriv.privacy import (
     ParticipationDpEvent,
     calibrate_participation_noise_multiplier,
 )
-from server.estimators import DPBoostingClassifier, DPSGDClassifier
+from server.estimators import DPBoostingClassifier, DPLogisticClassifier
 from strategies.boosting import BoostingConfig
 from strategies.dpsgd import DPSGDStrategy, LogisticConfig
 from tests.keys import key_for
@@ -34,26 +34,26 @@ def _data(n=400, d=5, seed=0):
 
 def _boosting(mode, participation=RHO):
     return DPBoostingClassifier(
-        n_rounds=6,
+        rounds=6,
         depth=3,
         sampling_rate=0.2,
         epsilon=2.0,
         participation=participation,
         participation_accounting=mode,
-        n_clients=4,
+        num_clients=4,
         seed=1,
         secret_key=key_for(1),  # fixed participation and Poisson coins
     )
 
 
 def _dpsgd(mode):
-    return DPSGDClassifier(
-        n_steps=8,
+    return DPLogisticClassifier(
+        rounds=8,
         sampling_rate=0.2,
         epsilon=2.0,
         participation=RHO,
         participation_accounting=mode,
-        n_clients=4,
+        num_clients=4,
         seed=1,
         secret_key=key_for(1),  # fixed participation and Poisson coins
     )
@@ -66,7 +66,7 @@ def test_each_mode_calibrates_records_and_reports_as_documented(make):
     for mode in ParticipationAccounting:
         clf = make(mode).fit(X, y)
         cfg = clf._config()
-        steps = getattr(cfg, "n_rounds", None) or cfg.n_steps
+        steps = cfg.rounds
         expected = calibrate_participation_noise_multiplier(
             target_epsilon=2.0,
             target_delta=1e-5,
@@ -114,9 +114,14 @@ def test_flower_server_builds_strategies_from_the_run_config_key():
 
     schema = public_schema("heart")
     for method in ("boosting", "logistic"):
-        s = RunSettings(
-            method=method, participation=0.25, participation_accounting="tight", rounds=5
+        s = RunSettings.from_run_config(
+            {
+                "method": method,
+                "participation": 0.25,
+                "participation-accounting": "tight",
+                "rounds": 5,
+            }
         )
-        strategy = build_strategy(s, schema, n_records=500)
+        strategy = build_strategy(s, schema, n_records=500, n_features=schema.n_features)
         assert strategy.config.participation_accounting is ParticipationAccounting.TIGHT
         assert strategy.participation == 0.25

@@ -1,5 +1,7 @@
 """Fully random DP forest: budget modes, leaf mechanisms, disjoint assignment, runtimes."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -22,7 +24,8 @@ def heart():
 
 def _fit(data, **kw):
     # An injected key: repeated fits (secure vs plain sums) draw the same noise.
-    args = {"n_trees": 6, "depth": 5, "seed": 2, "secret_key": key_for(2), **kw}
+    # ε = 1 stated (the estimator's default is now 2).
+    args = {"trees": 6, "depth": 5, "epsilon": 1.0, "seed": 2, "secret_key": key_for(2), **kw}
     return DPRandomForestClassifier(**args).fit(data)
 
 
@@ -46,9 +49,7 @@ def test_every_mode_spends_at_most_its_budget(heart, mode, leaves, eps):
 
 def _disjoint_reply(heart, X, y, key, mode="disjoint"):
     space = FeatureSpace(feature_space_numeric(heart.schema))
-    strategy = RandomForestStrategy(
-        RandomForestConfig(trees=4, depth=3, mode=mode), space=space
-    )
+    strategy = RandomForestStrategy(RandomForestConfig(trees=4, depth=3, mode=mode), space=space)
     strategy.begin(
         n_features=X.shape[1], ledger=None, rng=np.random.default_rng(0), secret_rng=private_rng(0)
     )
@@ -118,7 +119,7 @@ def test_secure_and_plain_sums_release_the_same_forest(heart):
 
 
 def test_non_private_and_validation(heart):
-    clf = _fit(heart, epsilon=None, n_trees=30, depth=6)
+    clf = _fit(heart, epsilon=math.inf, trees=30, depth=6)
     X, y = heart.xy("test")
     assert np.mean(clf.predict(X) == y) > 0.7
     with pytest.raises(ValueError, match=r"depth must lie in \[1, 16\]"):

@@ -46,9 +46,7 @@ def _learners(space, n):
     sgd = LogisticConfig(rounds=5, sampling_rate=0.5)
 
     def forest(mode, leaves):
-        cfg = RandomForestConfig(
-            trees=3, depth=3, mode=mode, leaf_mechanism=leaves
-        )
+        cfg = RandomForestConfig(trees=3, depth=3, mode=mode, leaf_mechanism=leaves)
         return lambda: RandomForestStrategy(cfg, space=space)
 
     return {

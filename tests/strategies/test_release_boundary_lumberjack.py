@@ -133,7 +133,7 @@ def _estimator_pair(data, cls, tmp_path):
         if rows.shape[0] > X.shape[0]:
             partition[0] = np.append(parts[0], X.shape[0])  # the canary, client 0's last row
         est = LumberjackClassifier(
-            n_trees=CFG.n_trees, max_depth=CFG.max_depth, epsilon=EPS, seed=3, secret_key=key_for(5)
+            trees=CFG.trees, depth=CFG.depth, epsilon=EPS, seed=3, secret_key=key_for(5)
         )
         strategy = cls(CFG, space=space, bits=bits)
         _fit_forest(est, rows, labels, partition, "train", strategy, LumberjackClient())
