@@ -19,11 +19,13 @@ seed, metric, value), one CSV per analysis table, ``report.md`` and PNGs.
 Usage::
 
     python -m experiments.benchmark --config experiments/configs/matched.toml [--quick] [--out DIR]
+        [--processes {1,2}]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import platform
@@ -41,10 +43,15 @@ from fedpriv import logs
 log = logs.get_logger(__name__)
 
 
-def run(config: Path, *, quick: bool, out: Path) -> Path:
-    """Run every configured stage into ``out``; returns the report's path."""
+def run(config: Path, *, quick: bool, out: Path, processes: int | None = None) -> Path:
+    """Run every configured stage into ``out``; returns the report's path.
+
+    ``processes`` overrides the config's pool size (1: every cell in this process).
+    """
     t0 = time.perf_counter()
     cfg = load(config, quick=quick)
+    if processes is not None:
+        cfg = dataclasses.replace(cfg, processes=processes)
     out.mkdir(parents=True, exist_ok=True)
     logging.getLogger("absl").setLevel(logging.ERROR)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
@@ -130,13 +137,16 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="output directory (default experiments/reports/<name>[-quick])",
     )
+    ap.add_argument(
+        "--processes", type=int, choices=(1, 2), default=None, help="override the config's pool"
+    )
     args = ap.parse_args(argv)
     logs.configure(tag="benchmark")
     out = args.out
     if out is None:
         name = load(args.config, quick=args.quick).name
         out = Path("experiments/reports") / (f"{name}-quick" if args.quick else name)
-    run(args.config, quick=args.quick, out=out)
+    run(args.config, quick=args.quick, out=out, processes=args.processes)
     return 0
 
 

@@ -42,6 +42,7 @@ from fedpriv.federation.settings import SettingError
 from server.launch import (
     BIN,
     ProcessTracker,
+    _descendants,
     flwr,
     flwr_env,
     follow,
@@ -315,6 +316,19 @@ class Federation:
             time.sleep(0.1)
         log.info(f"{n} SuperNodes online")
 
+    def serverapp_running(self) -> bool:
+        """Whether a ServerApp process (``flwr-serverapp``, started by the SuperLink's
+        SuperExec when a run is submitted) runs under the SuperLink."""
+        if self.superlink is None:
+            return False
+        for pid in _descendants(self.superlink.pid):
+            try:
+                if b"flwr-serverapp" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    return True
+            except OSError:
+                pass  # gone meanwhile
+        return False
+
     def stop_node(self, index: int, *, kill: bool = False) -> None:
         """Stop one SuperNode and its ClientApps (``kill``: SIGKILL at once, a crash)."""
         node = self.nodes.pop(index)
@@ -360,16 +374,19 @@ def deploy(
     quiet: bool = False,
     workdir: Path | None = None,
     late_nodes: int = 0,
-    late_delay: float = 5.0,
+    late_delay: float = 0.0,
     node_env: Mapping[int, Mapping[str, str]] | None = None,
     hook: Callable[[Federation, str], None] | None = None,
+    on_submit: Callable[[Federation], None] | None = None,
 ) -> tuple[int, Path | None]:
     """Run one job on a fresh loopback federation; returns (exit code, result directory).
 
-    ``late_nodes``: the last that many SuperNodes start only ``late_delay`` s
-    after the run is submitted (the ServerApp waits up to ``node-wait-timeout``
-    for them). ``node_env``: extra environment per node index. ``hook`` sees
-    every line of the run's log with the federation (tests inject faults).
+    ``late_nodes``: the last that many SuperNodes start only once the run's
+    ServerApp process runs, plus ``late_delay`` s (the ServerApp waits up to
+    ``node-wait-timeout`` for them). ``node_env``: extra environment per node
+    index. ``hook`` sees every line of the run's log with the federation;
+    ``on_submit`` gets the federation once the run is submitted, before any
+    line is streamed (tests inject faults).
     """
     if not overrides.get("out-dir"):
         overrides = {**overrides, "out-dir": str((Path.cwd() / "results" / "deploy").resolve())}
@@ -384,10 +401,18 @@ def deploy(
     code, run_id = 2, None
     previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     fed = Federation(workdir=workdir, num_clients=K, insecure=insecure)
-    late = threading.Timer(
-        late_delay,
-        lambda: [fed.start_node(i, env=node_env.get(i, {})) for i in range(K - late_nodes, K)],
-    )
+    no_late = threading.Event()
+
+    def start_late_nodes() -> None:
+        # After the ServerApp started (it then waits for them), however slow the
+        # machine: not a fixed time after the submission.
+        while not (no_late.is_set() or fed.serverapp_running()):
+            no_late.wait(0.1)
+        if not no_late.wait(late_delay):
+            for i in range(K - late_nodes, K):
+                fed.start_node(i, env=node_env.get(i, {}))
+
+    late = threading.Thread(target=start_late_nodes, daemon=True)
     try:
         with fed:
             fed.start_superlink()
@@ -403,6 +428,8 @@ def deploy(
             )
             if late_nodes:
                 late.start()
+            if on_submit is not None:
+                on_submit(fed)
 
             progress = RoundProgress(bar=False if quiet else None)
 
@@ -423,7 +450,7 @@ def deploy(
                 )
             log.info(f"run {run_id}: {status} {details}".rstrip())
             code = {"finished:completed": 0, "lost": 2}.get(status, 1)
-            late.cancel()
+            no_late.set()
             if late_nodes:
                 late.join(timeout=60)  # a node still starting is stopped with the rest
     except KeyboardInterrupt:
@@ -433,7 +460,7 @@ def deploy(
         log.error(f"error: {exc}")
         code = 2
     finally:
-        late.cancel()
+        no_late.set()
         signal.signal(signal.SIGTERM, previous)
         if own and code == 0:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -1,5 +1,11 @@
-"""The CI smoke run of the ablations: ``python -m experiments.ablate all --quick`` into tmp."""
+"""The CI smoke run of the ablations: ``python -m experiments.ablate all --quick`` into tmp.
 
+It runs with ``--processes 1`` (every cell in the command's own process): a
+pool of spawned workers would cost two more interpreter start-ups and imports
+on a machine whose two cores the test suite's workers already use.
+"""
+
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -66,10 +72,22 @@ def check_outputs(out: Path) -> None:
 def test_quick_ablations_write_a_sane_report(tmp_path):
     out = tmp_path / "ablations-quick"
     proc = subprocess.run(
-        [sys.executable, "-m", "experiments.ablate", "all", "--quick", "--out", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "experiments.ablate",
+            "all",
+            "--quick",
+            "--processes",
+            "1",
+            "--out",
+            str(out),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     check_outputs(out)
+    for study in STUDIES:
+        assert json.loads((out / f"timing_{study}.json").read_text())["processes"] == 1

@@ -1,4 +1,9 @@
-"""The CI smoke run: ``python -m experiments.benchmark --quick`` into a temporary directory."""
+"""The CI smoke run: ``python -m experiments.benchmark --quick`` into a temporary directory.
+
+It runs with ``--processes 1`` (every cell in the command's own process): a
+pool of spawned workers would cost two more interpreter start-ups and imports
+on a machine whose two cores the test suite's workers already use.
+"""
 
 import subprocess
 import sys
@@ -19,6 +24,8 @@ def test_quick_run_writes_a_sane_report(tmp_path):
             "--config",
             "experiments/configs/matched.toml",
             "--quick",
+            "--processes",
+            "1",
             "--out",
             str(out),
         ],
@@ -39,6 +46,7 @@ def test_quick_run_writes_a_sane_report(tmp_path):
         "not** include",
     ):
         assert section in report
+    assert "| processes | 1 |" in report
     for png in out.glob("*.png"):
         assert 0 < png.stat().st_size < 300_000
     assert len(list(out.glob("*.png"))) == 4

@@ -3,14 +3,19 @@
 Each test starts Flower 1.42's deployment engine through ``server.deploy``
 (one process per SuperLink, SuperNode, SuperExec and ClientApp); a round
 takes several seconds (SuperNodes poll every 3 s and start one ClientApp
-process per message), so configs are tiny. The whole file takes about 3.5
-minutes alone, most of it the killed node's test waiting for Flower's fixed
-30 s heartbeat (a crashed node is declared offline 40-60 s after it died).
+process per message), so configs are tiny. Faults are injected on events
+(a message reaching a node, the ServerApp process starting), never after a
+fixed sleep, so a slow machine changes when they happen, not what they hit;
+the round timeout is long (a fault never waits for it) except in the killed
+node's test, whose dead node's round must time out (Flower declares a
+crashed node offline only 40-60 s after it died: a fixed 30 s heartbeat).
 """
 
 import gzip
 import json
+import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -22,7 +27,32 @@ from server.estimators import DPBoostingClassifier
 from server.tls import write_node_key
 from tests.keys import key_for, key_hex
 
-SMALL = {"num-clients": 3, "depth": 3, "epsilon": 2.0, "seed": 3, "round-timeout": 30.0}
+SMALL = {"num-clients": 3, "depth": 3, "epsilon": 2.0, "seed": 3, "round-timeout": 300.0}
+
+
+def _received(fed: Federation, index: int, kind: str) -> int:
+    """How many ``query.<kind>`` messages SuperNode ``index`` logged receiving."""
+    try:
+        text = (fed.workdir / f"node-{index}.log").read_text()
+    except OSError:
+        return 0
+    return text.count(f"Receiving: query.{kind} message")
+
+
+def _when(condition: Callable[[], bool], action: Callable[[], None]) -> threading.Event:
+    """Run ``action`` in a thread as soon as ``condition()`` holds (polled every 50 ms).
+
+    Returns the event that ends the wait (set it once the run is over)."""
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.05):
+            if condition():
+                action()
+                return
+
+    threading.Thread(target=watch, daemon=True).start()
+    return done
 
 
 def _results(out):
@@ -38,10 +68,15 @@ def test_late_node_is_waited_for_and_the_tls_run_releases_the_in_process_model(
     # The SuperLink's ServerApp and every SuperNode's ClientApps inherit the key;
     # the in-process fit gets the same one: same noise and Poisson coins.
     monkeypatch.setenv(KEY_ENV, key_hex(3))
+    at_submission = []
     code, out = deploy(
-        {**SMALL, "rounds": 2, "out-dir": str(tmp_path)}, late_nodes=1, late_delay=8.0, quiet=True
+        {**SMALL, "rounds": 2, "out-dir": str(tmp_path)},
+        late_nodes=1,
+        quiet=True,
+        on_submit=lambda fed: at_submission.append(sorted(fed.nodes)),
     )
     assert code == 0
+    assert at_submission == [[0, 1]]  # node 2 started only after the run (and its ServerApp)
     saved = np.load(out / "model.npz")
     ref = DPBoostingClassifier(
         n_rounds=2, depth=3, epsilon=2.0, seed=3, n_clients=3, secret_key=key_for(3)
@@ -79,40 +114,52 @@ def test_unregistered_or_ca_less_supernodes_are_refused_and_never_get_a_message(
 
 def test_killed_supernode_mid_run_is_recovered_and_the_ledger_matches_the_releases(tmp_path):
     killed = []
+    watches = []
 
-    def kill_node_2_after_round_1(fed, line):
-        if "round 1/" in line and not killed:
-            fed.stop_node(2, kill=True)
-            killed.append(time.monotonic())
+    def kill_node_2(fed):
+        killed.append(time.monotonic())
+        fed.stop_node(2, kill=True)
+
+    def kill_node_2_as_round_2_reaches_it(fed):
+        # Node 2 answered round 1 (query and unmask) and is starting the ClientApp
+        # for round 2's query, which takes seconds: its round-2 reply never leaves.
+        watches.append(_when(lambda: _received(fed, 2, "fedpriv") >= 2, lambda: kill_node_2(fed)))
 
     code, out = deploy(
-        {**SMALL, "rounds": 3, "out-dir": str(tmp_path)}, hook=kill_node_2_after_round_1
+        # The dead node's round-2 query waits out the round timeout: a short one.
+        {**SMALL, "rounds": 2, "round-timeout": 30.0, "out-dir": str(tmp_path)},
+        on_submit=kill_node_2_as_round_2_reaches_it,
     )
+    watches[0].set()
     assert code == 0 and killed
     r = _results(out)
     comm = r["communication"]
-    assert comm["dropout_recoveries"] >= 1  # survivors revealed their masks with the dead node
-    released = comm["rounds"] - comm["aborted_rounds"]
-    assert r["privacy"]["n_releases"] == released == 3
+    assert comm["dropout_recoveries"] == 1  # survivors revealed their masks with the dead node
+    assert comm["rounds"] == 2 and comm["aborted_rounds"] == 0
+    assert r["privacy"]["n_releases"] == 2
     assert r["privacy"]["epsilon"] <= 2.0
-    assert r["rounds"]["1"]["replies"] == 3
-    assert all(r["rounds"][k]["replies"] == 2 for k in ("2", "3"))
+    assert [r["rounds"][k]["replies"] for k in ("1", "2")] == [3, 2]
 
 
 def test_killed_superlink_makes_the_launcher_exit_non_zero_quickly_without_orphans(tmp_path):
     stopped = []
+    watches = []
 
-    def kill_superlink_in_the_key_exchange(fed, line):
-        # Killed while the ServerApp, SuperExecs and the first ClientApps run: the
-        # launcher must notice and leave none of them behind (a later kill would
-        # only add rounds, ~12 s each, to wait for).
-        if "nodes connected" in line and not stopped:
-            fed.superlink.kill()
-            stopped.append(time.monotonic())
+    def kill_superlink(fed):
+        stopped.append(time.monotonic())
+        fed.superlink.kill()
+
+    def kill_superlink_in_the_key_exchange(fed):
+        # Killed as the key exchange reaches node 0, while the ServerApp, the
+        # SuperExecs and the first ClientApps run: the launcher must notice and
+        # leave none of them behind (a later kill would only add rounds to wait for).
+        watches.append(_when(lambda: _received(fed, 0, "keys") >= 1, lambda: kill_superlink(fed)))
 
     code, _ = deploy(
-        {**SMALL, "rounds": 4, "out-dir": str(tmp_path)}, hook=kill_superlink_in_the_key_exchange
+        {**SMALL, "rounds": 2, "out-dir": str(tmp_path)},
+        on_submit=kill_superlink_in_the_key_exchange,
     )
+    watches[0].set()
     assert stopped and code == 2
     assert time.monotonic() - stopped[0] < 60  # detected and cleaned up within a minute
 

@@ -1,0 +1,224 @@
+"""The ServerApp and ClientApp of every method, in one process: same model as in process.
+
+``server.app.main`` (the real ServerApp: run config, launcher defaults,
+Flower's round loop, the files it writes) runs over a loopback grid whose
+nodes are the real ClientApp handlers (``clients/app.py``, one ``Context``
+per node), so a whole Flower run of a method takes about a second instead of
+~30 s of Ray start-up. The launched processes' side (``flwr run``, SuperLink,
+Ray, exit codes, no daemons) is tested once, bit for bit, in
+``test_flower_simulation.py``; the key reaches both sides as there, through
+``$FEDPRIV_SECRET_KEY``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+
+import numpy as np
+import pytest
+from flwr.app import Context, Message, Metadata, RecordDict
+from flwr.common.serde import (
+    context_from_proto,
+    context_to_proto,
+    message_from_proto,
+    message_to_proto,
+)
+from flwr.supercore.task_identity import TaskIdentity
+
+from clients import app as client_app
+from fedpriv.data import load_heart
+from fedpriv.federation.settings import RunSettings
+from fedpriv.models.networks import NetworkModel
+from fedpriv.privacy.randomness import KEY_ENV
+from server import app as server_app
+from server.estimators import DPRandomForestClassifier, DPSGDClassifier, LumberjackClassifier
+from server.launch import default_config
+from server.simulate import SIMULATION_DEFAULTS
+from tests.keys import key_for, key_hex
+
+KEY = 5  # test key injected into both runtimes
+RUN_ID = 4242
+HANDLERS = {
+    "query.keys": client_app.keys,
+    "query.keybook": client_app.keybook,
+    "query.ping": client_app.ping,
+    "query.fedpriv": client_app.answer,
+    "query.unmask": client_app.unmask,
+}
+
+
+def _wire(msg: Message) -> Message:
+    return message_from_proto(message_to_proto(msg))
+
+
+class LoopbackGrid:
+    """A Flower ``Grid`` (push/pull and send-and-receive) whose nodes are the
+    ClientApp's query handlers, called in this process when a message is pushed."""
+
+    def __init__(self, run_config: dict, num_nodes: int) -> None:
+        self._ids = itertools.count(1)
+        self._replies: dict[str, Message] = {}
+        self.contexts = {
+            100 + p: Context(
+                run_id=RUN_ID,
+                node_id=100 + p,
+                node_config={"partition-id": p, "num-partitions": num_nodes},
+                state=RecordDict(),
+                run_config=run_config,
+            )
+            for p in range(num_nodes)
+        }
+
+    def get_node_ids(self):
+        return list(self.contexts)
+
+    def push_messages(self, messages):
+        ids = []
+        for msg in messages:
+            meta = Metadata(
+                run_id=RUN_ID,
+                message_id=f"m{next(self._ids)}",
+                src_node_id=0,
+                dst_node_id=msg.metadata.dst_node_id,
+                reply_to_message_id="",
+                group_id="",
+                created_at=time.time(),
+                ttl=600.0,
+                message_type=msg.metadata.message_type,
+            )
+            # Through Flower's protobuf encoding, as over the network: every message
+            # and each node's state between messages (a deployment starts a fresh
+            # ClientApp process per message) must survive it.
+            incoming = _wire(Message(msg.content, metadata=meta))
+            node = meta.dst_node_id
+            context = context_from_proto(context_to_proto(self.contexts[node]))
+            reply = HANDLERS[meta.message_type](incoming, context)
+            self.contexts[node] = context
+            self._replies[meta.message_id] = _wire(reply)
+            ids.append(meta.message_id)
+        return ids
+
+    def pull_messages(self, message_ids):
+        return [self._replies.pop(i) for i in list(message_ids) if i in self._replies]
+
+    def send_and_receive(self, messages, *, timeout=None):
+        return self.pull_messages(self.push_messages(messages))
+
+
+def run_app(monkeypatch, tmp_path, overrides: dict):
+    """``server.app.main`` as ``server.simulate`` configures it; returns the result folder."""
+    monkeypatch.setattr(TaskIdentity, "_run_id", RUN_ID)
+    monkeypatch.setattr(TaskIdentity, "_node_id", 0, raising=False)
+    monkeypatch.setattr(TaskIdentity, "_task_id", 1, raising=False)
+    monkeypatch.setenv(KEY_ENV, key_hex(KEY))
+    overrides = {**overrides, "out-dir": str(tmp_path)}
+    config = RunSettings.with_method_defaults(
+        {**default_config(), **SIMULATION_DEFAULTS, **overrides}, overrides
+    )
+    settings = RunSettings.from_run_config(config)
+    grid = LoopbackGrid(config, settings.num_clients)
+    context = Context(
+        run_id=RUN_ID, node_id=0, node_config={}, state=RecordDict(), run_config=config
+    )
+    server_app.main(grid, context)
+    return tmp_path / str(RUN_ID)
+
+
+def _json(out, name):
+    return json.loads((out / f"{name}.json").read_text())
+
+
+@pytest.mark.parametrize("model", ["logistic", "mlp"])
+def test_dpsgd_app_releases_the_in_process_parameters(monkeypatch, tmp_path, model):
+    job = {
+        "dataset": "heart",
+        "num-clients": 4,
+        "method": model,
+        "rounds": 6,
+        "sampling-rate": 0.1,
+        "hidden": 4,
+        "epsilon": 2.0,
+        "seed": 5,
+    }
+    out = run_app(monkeypatch, tmp_path, job)
+    saved = NetworkModel.from_arrays(dict(np.load(out / "model.npz")))
+    ref = DPSGDClassifier(
+        model=model,
+        hidden=4,
+        n_steps=6,
+        sampling_rate=0.1,
+        epsilon=2.0,
+        seed=5,
+        secret_key=key_for(KEY),
+    ).fit(load_heart())
+    # Same samples, same fixed-point sums, same noise draws: the same floats.
+    np.testing.assert_array_equal(saved.params, ref.model_.params)
+    np.testing.assert_array_equal(saved.input_map.shift, ref.model_.input_map.shift)
+    privacy = _json(out, "privacy")
+    assert privacy["epsilon"] == pytest.approx(ref.epsilon_spent_) and privacy["epsilon"] <= 2.0
+    assert privacy["n_releases"] == 6
+    comm = _json(out, "communication")
+    assert comm["floats_uploaded_per_client"] == [6 * saved.spec.n_params] * 4
+    assert comm["round_trips"] == 2 + 2 * 6
+    assert _json(out, "config")["learning-rate"] == {"logistic": 2.0, "mlp": 3.0}[model]  # paper
+    rounds = _json(out, "rounds")
+    assert sorted(rounds, key=int) == [str(r) for r in range(1, 7)]
+
+
+def test_lumberjack_app_releases_the_in_process_forest(monkeypatch, tmp_path):
+    job = {
+        "dataset": "heart",
+        "num-clients": 4,
+        "method": "lumberjack",
+        "rounds": 3,  # stages of 7 and 1 levels, then the leaf round
+        "depth": 8,
+        "trees": 3,
+        "epsilon": 4.0,
+        "seed": 5,
+    }
+    out = run_app(monkeypatch, tmp_path, job)
+    saved = np.load(out / "model.npz")
+    ref = LumberjackClassifier(
+        n_trees=3,
+        max_depth=8,
+        epsilon=4.0,
+        seed=5,
+        secure_aggregation=True,
+        secret_key=key_for(KEY),
+    ).fit(load_heart())
+    for key, value in ref.model_.to_arrays().items():
+        np.testing.assert_array_equal(saved[key], value, err_msg=key)
+    privacy = _json(out, "privacy")
+    assert privacy["epsilon"] == pytest.approx(ref.epsilon_spent_) and privacy["epsilon"] <= 4.0
+    assert privacy["delta"] == 1e-6  # the paper's δ, the launcher's default for the method
+    # key exchange (keys, key book) + a query and an unmask for two stages and the leaves
+    assert _json(out, "communication")["round_trips"] == 2 + 2 * 3
+
+
+def test_random_forest_app_releases_the_in_process_forest(monkeypatch, tmp_path):
+    job = {
+        "dataset": "heart",
+        "num-clients": 4,
+        "method": "random_forest",
+        "depth": 4,
+        "trees": 3,
+        "forest-mode": "disjoint",
+        "epsilon": 2.0,
+        "seed": 5,
+    }
+    out = run_app(monkeypatch, tmp_path, job)
+    saved = np.load(out / "model.npz")
+    ref = DPRandomForestClassifier(
+        n_trees=3,
+        depth=4,
+        epsilon=2.0,
+        seed=5,
+        mode="disjoint",
+        secure_aggregation=True,
+        secret_key=key_for(KEY),
+    ).fit(load_heart())
+    for key, value in ref.model_.to_arrays().items():
+        np.testing.assert_array_equal(saved[key], value, err_msg=key)
+    assert _json(out, "privacy")["epsilon"] == pytest.approx(ref.epsilon_spent_)
