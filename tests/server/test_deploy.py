@@ -79,7 +79,7 @@ def test_late_node_is_waited_for_and_the_tls_run_releases_the_in_process_model(
     assert at_submission == [[0, 1]]  # node 2 started only after the run (and its ServerApp)
     saved = np.load(out / "model.npz")
     ref = DPBoostingClassifier(
-        n_rounds=2, depth=3, epsilon=2.0, seed=3, n_clients=3, secret_key=key_for(3)
+        rounds=2, depth=3, epsilon=2.0, seed=3, num_clients=3, secret_key=key_for(3)
     ).fit(load_brfss())
     np.testing.assert_array_equal(saved["feature"], [t.feature for t in ref.model_.trees])
     np.testing.assert_array_equal(saved["threshold"], [t.threshold for t in ref.model_.trees])

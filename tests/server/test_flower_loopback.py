@@ -30,10 +30,11 @@ from flwr.supercore.task_identity import TaskIdentity
 from clients import app as client_app
 from fedpriv.data import load_heart
 from fedpriv.federation.settings import RunSettings
+from fedpriv.methods import get_method
 from fedpriv.models.networks import NetworkModel
 from fedpriv.privacy.randomness import KEY_ENV
 from server import app as server_app
-from server.estimators import DPRandomForestClassifier, DPSGDClassifier, LumberjackClassifier
+from server.estimators import DPRandomForestClassifier, LumberjackClassifier
 from server.launch import default_config
 from server.simulate import SIMULATION_DEFAULTS
 from tests.keys import key_for, key_hex
@@ -138,16 +139,15 @@ def test_dpsgd_app_releases_the_in_process_parameters(monkeypatch, tmp_path, mod
         "method": model,
         "rounds": 6,
         "sampling-rate": 0.1,
-        "hidden": 4,
+        **({"hidden": 4} if model == "mlp" else {}),
         "epsilon": 2.0,
         "seed": 5,
     }
     out = run_app(monkeypatch, tmp_path, job)
     saved = NetworkModel.from_arrays(dict(np.load(out / "model.npz")))
-    ref = DPSGDClassifier(
-        model=model,
-        hidden=4,
-        n_steps=6,
+    ref = get_method(model).estimator_class(
+        **({"hidden": 4} if model == "mlp" else {}),
+        rounds=6,
         sampling_rate=0.1,
         epsilon=2.0,
         seed=5,
@@ -172,8 +172,7 @@ def test_lumberjack_app_releases_the_in_process_forest(monkeypatch, tmp_path):
         "dataset": "heart",
         "num-clients": 4,
         "method": "lumberjack",
-        "rounds": 3,  # stages of 7 and 1 levels, then the leaf round
-        "depth": 8,
+        "depth": 8,  # stages of 7 and 1 levels, then the leaf round: 3 rounds
         "trees": 3,
         "epsilon": 4.0,
         "seed": 5,
@@ -181,8 +180,8 @@ def test_lumberjack_app_releases_the_in_process_forest(monkeypatch, tmp_path):
     out = run_app(monkeypatch, tmp_path, job)
     saved = np.load(out / "model.npz")
     ref = LumberjackClassifier(
-        n_trees=3,
-        max_depth=8,
+        trees=3,
+        depth=8,
         epsilon=4.0,
         seed=5,
         secure_aggregation=True,
@@ -204,14 +203,14 @@ def test_random_forest_app_releases_the_in_process_forest(monkeypatch, tmp_path)
         "method": "random_forest",
         "depth": 4,
         "trees": 3,
-        "forest-mode": "disjoint",
+        "mode": "disjoint",
         "epsilon": 2.0,
         "seed": 5,
     }
     out = run_app(monkeypatch, tmp_path, job)
     saved = np.load(out / "model.npz")
     ref = DPRandomForestClassifier(
-        n_trees=3,
+        trees=3,
         depth=4,
         epsilon=2.0,
         seed=5,

@@ -40,7 +40,7 @@ def test_simulation_releases_the_in_process_model(tmp_path, injected_key):
     assert code == 0
     saved = np.load(out / "model.npz")
     ref = DPBoostingClassifier(
-        n_rounds=3, depth=3, epsilon=2.0, seed=5, secret_key=injected_key
+        rounds=3, depth=3, epsilon=2.0, seed=5, secret_key=injected_key
     ).fit(load_heart())
     np.testing.assert_array_equal(saved["feature"], [t.feature for t in ref.model_.trees])
     np.testing.assert_array_equal(saved["threshold"], [t.threshold for t in ref.model_.trees])
@@ -65,8 +65,12 @@ def test_simulation_releases_the_in_process_model(tmp_path, injected_key):
     assert bounds == sorted(bounds) and bounds[-1] >= privacy["epsilon"] - 1e-9
 
 
-def test_a_failed_run_exits_non_zero(tmp_path):
-    code, _ = simulate(
-        {**SMALL, "dataset": "no-such-dataset", "out-dir": str(tmp_path)}, timeout=600, quiet=True
-    )
+def test_a_failed_run_exits_non_zero(tmp_path, monkeypatch):
+    # A valid run config (bad ones never start: tests/federation/test_settings.py) whose
+    # ServerApp then fails: the corpora folder it is pointed at holds no Heart files.
+    empty = tmp_path / "data"
+    (empty / "adult").mkdir(parents=True)
+    monkeypatch.setenv("FEDPRIV_DATA_DIR", str(empty))
+    monkeypatch.setenv("FEDPRIV_CACHE_DIR", str(tmp_path / "cache"))
+    code, _ = simulate({**SMALL, "out-dir": str(tmp_path / "out")}, timeout=600, quiet=True)
     assert code == 1
