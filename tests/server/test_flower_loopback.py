@@ -29,13 +29,12 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from clients import app as client_app
 from fedpriv.data import load_heart
-from fedpriv.federation.settings import RunSettings
 from fedpriv.methods import get_method
 from fedpriv.models.networks import NetworkModel
 from fedpriv.privacy.randomness import KEY_ENV
 from server import app as server_app
 from server.estimators import DPRandomForestClassifier, LumberjackClassifier
-from server.launch import default_config
+from server.launch import default_config, resolve_run
 from server.simulate import SIMULATION_DEFAULTS
 from tests.keys import key_for, key_hex
 
@@ -115,10 +114,8 @@ def run_app(monkeypatch, tmp_path, overrides: dict):
     monkeypatch.setattr(TaskIdentity, "_task_id", 1, raising=False)
     monkeypatch.setenv(KEY_ENV, key_hex(KEY))
     overrides = {**overrides, "out-dir": str(tmp_path)}
-    config = RunSettings.with_method_defaults(
-        {**default_config(), **SIMULATION_DEFAULTS, **overrides}, overrides
-    )
-    settings = RunSettings.from_run_config(config)
+    settings, resolved = resolve_run(SIMULATION_DEFAULTS, overrides)
+    config = {**default_config(), **resolved}  # as Flower fuses pyproject's keys and the run's
     grid = LoopbackGrid(config, settings.num_clients)
     context = Context(
         run_id=RUN_ID, node_id=0, node_config={}, state=RecordDict(), run_config=config
