@@ -102,8 +102,6 @@ class MLPConfig(LogisticConfig):
     hidden: int = 16
 
 
-
-
 class DPSGDStrategy:
     """Server half of DP-SGD; speaks only :class:`Query` and aggregates.
 

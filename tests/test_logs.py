@@ -38,14 +38,22 @@ def test_configure_prints_tagged_lines_to_the_current_stream(fedpriv_logger, cap
     assert err == ""
 
 
-def test_configure_level_and_stderr_and_no_propagation(fedpriv_logger, capsys, caplog):
-    logs.configure("WARNING", tag="deploy")
-    log = logs.get_logger("server.deploy")
-    log.info("hidden")
-    log.warning("interrupted; stopping")
+def test_configure_level_and_stderr_and_no_propagation(fedpriv_logger, capsys):
+    seen = []
+    catcher = logging.Handler()
+    catcher.emit = seen.append
+    logging.getLogger().addHandler(catcher)
+    try:
+        logs.configure("WARNING", tag="deploy")
+        log = logs.get_logger("server.deploy")
+        log.info("hidden")
+        log.warning("interrupted; stopping")
+    finally:
+        logging.getLogger().removeHandler(catcher)
     out, err = capsys.readouterr()
     assert (out, err) == ("", "[deploy] interrupted; stopping\n")
-    assert caplog.records == []  # not passed on to the root logger's handlers
+    assert fedpriv_logger.propagate is False
+    assert [r for r in seen if r.name.startswith("fedpriv")] == []  # root's handlers: nothing
 
 
 def _configuring_calls(tree):

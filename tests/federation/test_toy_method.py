@@ -7,6 +7,7 @@ federation imports it from ``$FEDPRIV_PLUGINS``), and the Flower run must
 release the in-process model bit for bit under one injected key.
 """
 
+import importlib
 import json
 import math
 import os
@@ -17,33 +18,49 @@ import pytest
 
 from fedpriv.data import load_heart
 from fedpriv.federation.settings import RunSettings, SettingError
-from fedpriv.methods import PLUGINS_ENV, get_method, method_names
+from fedpriv.methods import (
+    PLUGINS_ENV,
+    get_method,
+    method_names,
+    register_method,
+    unregister_method,
+)
 from fedpriv.privacy.randomness import KEY_ENV
-from tests.federation import toy_method
-from tests.federation.toy_method import NAME, ToyClassifier
 from tests.keys import key_for, key_hex
 
 ROOT = Path(__file__).resolve().parents[2]
+TOY = "tests.federation.toy_method"
+NAME = "toy_base_rate"
 
 
-def test_the_registry_alone_makes_the_toy_a_full_method():
+@pytest.fixture(scope="module")
+def toy():
+    """The toy registered for this module's tests only (the registry is per process)."""
+    module = importlib.import_module(TOY)
+    register_method(module.METHOD, replace=True)
+    yield module
+    unregister_method(NAME)
+
+
+def test_the_registry_alone_makes_the_toy_a_full_method(toy):
     assert NAME in method_names()
     m = get_method(NAME)
     assert m.config_fields == ("rounds", "sampling_rate")
     # Estimator parameters: the toy's settings, then the run's, defaults from one place.
-    params = ToyClassifier().get_params()
+    params = toy.ToyClassifier().get_params()
     assert params["rounds"] == 2 and params["sampling_rate"] == 0.5
     assert params["epsilon"] == RunSettings.epsilon and params["delta"] == m.delta
     # Run config: the toy's keys parse; another method's do not apply.
     s = RunSettings.from_run_config(
         {"method": NAME, "rounds": 3, "dataset": "heart", "num-clients": 4}
     )
-    assert s.config == toy_method.ToyConfig(rounds=3) and s.rounds == 3
+    assert s.config == toy.ToyConfig(rounds=3) and s.rounds == 3
     with pytest.raises(SettingError, match="'trees' does not apply to method 'toy_base_rate'"):
         RunSettings.from_run_config({"method": NAME, "trees": 3})
 
 
-def test_the_toy_fits_in_process_with_its_ledger():
+def test_the_toy_fits_in_process_with_its_ledger(toy):
+    ToyClassifier = toy.ToyClassifier
     rng = np.random.default_rng(0)
     X, y = rng.random((400, 3)), (rng.random(400) < 0.3).astype(int)
     clf = ToyClassifier(rounds=3, epsilon=1.0, num_clients=4, secret_key=key_for(1)).fit(X, y)
@@ -54,10 +71,10 @@ def test_the_toy_fits_in_process_with_its_ledger():
     assert exact.privacy_report_ is None
 
 
-def test_the_toy_runs_under_flwr_run_and_releases_the_in_process_model(tmp_path, monkeypatch):
+def test_the_toy_runs_under_flwr_run_and_releases_the_in_process_model(toy, tmp_path, monkeypatch):
     from server.simulate import simulate
 
-    monkeypatch.setenv(PLUGINS_ENV, toy_method.__name__)
+    monkeypatch.setenv(PLUGINS_ENV, TOY)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv(KEY_ENV, key_hex(7))
     run = {
@@ -71,7 +88,7 @@ def test_the_toy_runs_under_flwr_run_and_releases_the_in_process_model(tmp_path,
     }
     code, out = simulate(run, timeout=600, quiet=True)
     assert code == 0
-    ref = ToyClassifier(rounds=2, epsilon=2.0, seed=3, secret_key=key_for(7)).fit(load_heart())
+    ref = toy.ToyClassifier(rounds=2, epsilon=2.0, seed=3, secret_key=key_for(7)).fit(load_heart())
     np.testing.assert_array_equal(np.load(out / "model.npz")["rate"], [ref.model_.rate])
     privacy = json.loads((out / "privacy.json").read_text())
     assert privacy["epsilon"] == pytest.approx(ref.epsilon_spent_) and privacy["epsilon"] <= 2.0

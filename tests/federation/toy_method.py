@@ -118,18 +118,17 @@ def warm_up() -> None:
     """Nothing to compile."""
 
 
-register_method(
-    Method(
-        name=NAME,
-        summary="toy: the DP base rate (tests only)",
-        config=f"{__name__}:ToyConfig",
-        strategy=f"{__name__}:build",
-        client=f"{__name__}:ToyClient",
-        kernels=__name__,
-        estimator=f"{__name__}:ToyClassifier",
-        maths=__name__,
-    )
+METHOD = Method(
+    name=NAME,
+    summary="toy: the DP base rate (tests only)",
+    config=f"{__name__}:ToyConfig",
+    strategy=f"{__name__}:build",
+    client=f"{__name__}:ToyClient",
+    kernels=__name__,
+    estimator=f"{__name__}:ToyClassifier",
+    maths=__name__,
 )
+register_method(METHOD, replace=True)
 
 from server.estimators import MethodEstimator  # noqa: E402  (the registry record comes first)
 

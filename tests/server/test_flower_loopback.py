@@ -142,14 +142,18 @@ def test_dpsgd_app_releases_the_in_process_parameters(monkeypatch, tmp_path, mod
     }
     out = run_app(monkeypatch, tmp_path, job)
     saved = NetworkModel.from_arrays(dict(np.load(out / "model.npz")))
-    ref = get_method(model).estimator_class(
-        **({"hidden": 4} if model == "mlp" else {}),
-        rounds=6,
-        sampling_rate=0.1,
-        epsilon=2.0,
-        seed=5,
-        secret_key=key_for(KEY),
-    ).fit(load_heart())
+    ref = (
+        get_method(model)
+        .estimator_class(
+            **({"hidden": 4} if model == "mlp" else {}),
+            rounds=6,
+            sampling_rate=0.1,
+            epsilon=2.0,
+            seed=5,
+            secret_key=key_for(KEY),
+        )
+        .fit(load_heart())
+    )
     # Same samples, same fixed-point sums, same noise draws: the same floats.
     np.testing.assert_array_equal(saved.params, ref.model_.params)
     np.testing.assert_array_equal(saved.input_map.shift, ref.model_.input_map.shift)

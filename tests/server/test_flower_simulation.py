@@ -39,9 +39,9 @@ def test_simulation_releases_the_in_process_model(tmp_path, injected_key):
     )
     assert code == 0
     saved = np.load(out / "model.npz")
-    ref = DPBoostingClassifier(
-        rounds=3, depth=3, epsilon=2.0, seed=5, secret_key=injected_key
-    ).fit(load_heart())
+    ref = DPBoostingClassifier(rounds=3, depth=3, epsilon=2.0, seed=5, secret_key=injected_key).fit(
+        load_heart()
+    )
     np.testing.assert_array_equal(saved["feature"], [t.feature for t in ref.model_.trees])
     np.testing.assert_array_equal(saved["threshold"], [t.threshold for t in ref.model_.trees])
     # Fixed-point sums are exact integers in both runtimes: leaf values agree bit for bit.
