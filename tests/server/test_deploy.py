@@ -130,7 +130,8 @@ def test_killed_supernode_mid_run_is_recovered_and_the_ledger_matches_the_releas
         {**SMALL, "rounds": 2, "round-timeout": 30.0, "out-dir": str(tmp_path)},
         on_submit=kill_node_2_as_round_2_reaches_it,
     )
-    watches[0].set()
+    for watch in watches:  # no thread outlives the test
+        watch.set()
     assert code == 0 and killed
     r = _results(out)
     comm = r["communication"]
@@ -159,7 +160,8 @@ def test_killed_superlink_makes_the_launcher_exit_non_zero_quickly_without_orpha
         {**SMALL, "rounds": 2, "out-dir": str(tmp_path)},
         on_submit=kill_superlink_in_the_key_exchange,
     )
-    watches[0].set()
+    for watch in watches:  # no thread outlives the test
+        watch.set()
     assert stopped and code == 2
     assert time.monotonic() - stopped[0] < 60  # detected and cleaned up within a minute
 
