@@ -86,6 +86,7 @@ from fedpriv.models.lumberjack import (
     Stage,
     children,
     expand,
+    lumberjack_rounds,
     root_layer,
     stage_heights,
 )
@@ -157,7 +158,7 @@ class LumberjackConfig:
     @property
     def rounds(self) -> int:
         """One round per stage, then the leaf counts."""
-        return len(self.heights) + 1
+        return lumberjack_rounds(self.depth, self.stage_height)
 
 
 class LumberjackStrategy:
