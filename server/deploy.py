@@ -490,12 +490,11 @@ def main(argv: list[str] | None = None) -> int:
         overrides["num-clients"] = args.num_clients
     if args.out_dir:
         overrides["out-dir"] = str(Path(args.out_dir).resolve())
-    try:
-        resolve_run(SMALL_JOB, overrides)
-    except SettingError as exc:  # one line, exit 2, before any process starts
+    try:  # the run config is resolved and checked first, before any process starts
+        code, out = deploy(overrides, insecure=args.insecure, timeout=args.timeout)
+    except SettingError as exc:  # one line, exit 2
         log.error("error: %s", exc)
         return 2
-    code, out = deploy(overrides, insecure=args.insecure, timeout=args.timeout)
     if code == 0 and out is not None:
         timed = bool(overrides.get("timings"))  # round times only when asked (uncertified)
         print(

@@ -295,7 +295,6 @@ class Estimator(ClassifierMixin, BaseEstimator):
         self.ledger_ = ledger
         self.privacy_report_ = ledger.report() if ledger is not None else None
         self.communication_ = runtime.communication
-        self.n_features_in_ = X.shape[1]
         return strategy
 
     # -- prediction -------------------------------------------------------

@@ -149,12 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     overrides = parse_set(args.set)
     if args.out_dir:
         overrides["out-dir"] = str(Path(args.out_dir).resolve())
-    try:
-        resolve_run(SIMULATION_DEFAULTS, overrides)
-    except SettingError as exc:  # one line, exit 2, before any process starts
+    try:  # the run config is resolved and checked first, before any process starts
+        code, out = simulate(overrides, timeout=args.timeout)
+    except SettingError as exc:  # one line, exit 2
         log.error("error: %s", exc)
         return 2
-    code, out = simulate(overrides, timeout=args.timeout)
     if code == 0 and out is not None:
         print(result_line(out, "floats uploaded per client {mean_floats_uploaded_per_client:.0f}"))
     return code

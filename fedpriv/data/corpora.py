@@ -277,15 +277,20 @@ def client_counts(name: str) -> tuple[int, int | None]:
     return 1, None
 
 
-def load_for_run(name: str, *, num_clients: int, split_seed: int) -> TabularDataset:
-    """Corpus ``name`` as a run of ``num_clients`` clients uses it (checked by
-    :func:`client_counts`; a corpus whose clients depend on K is loaded for K)."""
+def check_client_count(name: str, num_clients: int) -> None:
+    """Refuse ``num_clients`` outside :func:`client_counts` of corpus ``name``."""
     lo, hi = client_counts(name)
     if not lo <= num_clients <= (hi or num_clients):
         allowed = f"[{lo}, {hi}]" if hi is not None else f"[{lo}, inf)"
         raise ValueError(
             f"num_clients must lie in {allowed} for dataset {name!r}; got {num_clients}"
         )
+
+
+def load_for_run(name: str, *, num_clients: int, split_seed: int) -> TabularDataset:
+    """Corpus ``name`` as a run of ``num_clients`` clients uses it (checked by
+    :func:`client_counts`; a corpus whose clients depend on K is loaded for K)."""
+    check_client_count(name, num_clients)
     if name == "diabetes130":
         return load_diabetes130(n_clients=num_clients, split_seed=split_seed)
     return load_dataset(name, split_seed=split_seed)

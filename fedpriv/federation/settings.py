@@ -202,18 +202,12 @@ class RunSettings:
             raise SettingError(str(exc)) from None
 
     def _check(self) -> None:
-        from fedpriv.data import client_counts
+        from fedpriv.data.corpora import check_client_count
 
         check_run_values(
             {f.name: getattr(self, f.name) for f in fields(self) if f.name != "config"}
         )
-        lo, hi = client_counts(self.dataset)
-        if not lo <= self.num_clients <= (hi or self.num_clients):
-            allowed = f"[{lo}, {hi}]" if hi is not None else f"[{lo}, inf)"
-            raise ValueError(
-                f"num_clients must lie in {allowed} for dataset {self.dataset!r}; "
-                f"got {self.num_clients}"
-            )
+        check_client_count(self.dataset, self.num_clients)
 
     @property
     def private(self) -> bool:
