@@ -321,7 +321,7 @@ def forest_audit(
     """Fully random forest, 2 trees of depth 2, Gaussian leaves; twin: exact counts."""
     data = point_rows(n_rows)
     config = RandomForestConfig(trees=2, depth=2, mode=mode, leaf_mechanism="gaussian")
-    space = FeatureSpace(numeric=np.ones(N_FEATURES, dtype=bool))
+    space = FeatureSpace.unit_box(N_FEATURES)
     cx = data.canary_x[None, :]
     return LearnerAudit(
         name=f"forest-{mode}",
@@ -343,7 +343,7 @@ def lumberjack_audit(
     """Lumberjack, 2 trees of depth 3, pooled Gaussian leaves; twin: exact counts."""
     data = point_rows(n_rows)
     config = LumberjackConfig(trees=2, depth=3)
-    space = FeatureSpace(numeric=np.ones(N_FEATURES, dtype=bool))
+    space = FeatureSpace.unit_box(N_FEATURES)
     cx = data.canary_x[None, :]
     return LearnerAudit(
         name="lumberjack",
