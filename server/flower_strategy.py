@@ -125,12 +125,12 @@ class FlowerStrategy(_FlowerStrategy):
             raise RuntimeError(f"aggregate_train({server_round}) without its configure_train")
         self._planned = None
         aggregate = runtime.finish_round(planned, replies)
-        self.core.update(planned.query, aggregate)
+        released = runtime.engine.deliver(self.core, planned.query, aggregate)
         bound = runtime.log_round(planned, self.ledger)
         metrics = {
             "replies": planned.replies,
             "asked": len(planned.asked),
-            "aborted": int(aggregate is None),
+            "aborted": int(not released),
         }
         if bound is not None:  # about every tenth round: a PLD is not free
             metrics["epsilon_upper_bound"] = bound

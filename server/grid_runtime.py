@@ -15,6 +15,16 @@ Message types (Flower 1.42 allows ``query.<action>``):
 
 Clients are addressed by partition id (node ids are random); replies are read in
 partition order, so results do not depend on arrival order.
+
+Who sent a reply is the transport's knowledge, never the content's: Flower stamps
+each reply with its authenticated source node id (``metadata.src_node_id``; with
+node authentication, the node's key), which the key exchange bound to one partition
+id. A reply is taken only if it answers a message this round sent to that very node
+(``reply_to_message_id``), once; its ``round`` must be the round's; anything else,
+e.g. a reply naming another partition, a replay of an earlier round, a late reply
+or a second reply, is refused and counted (``rejected_replies``), and its sender
+counts as dropped. A restarted node has a new node id and none of its keys: it cannot
+rejoin the running run.
 """
 
 from __future__ import annotations
@@ -65,9 +75,17 @@ class GridReport:
     """What happened on the wire."""
 
     communication: Communication
-    client_errors: int = 0
     round_seconds: list[float] = field(default_factory=list)
     empty_round_seconds: list[float] = field(default_factory=list)
+
+    @property
+    def client_errors(self) -> int:
+        """Error replies (the engine's count: one tally per run)."""
+        return self.communication.client_errors
+
+    @client_errors.setter
+    def client_errors(self, value: int) -> None:
+        self.communication.client_errors = value
 
 
 def wait_for_nodes(grid: Grid, n: int, timeout: float) -> list[int]:
@@ -96,21 +114,56 @@ def report_error(rep: Message) -> None:
     )
 
 
+class SentMessages:
+    """The messages of one exchange, to bind each reply to the node it was sent to.
+
+    A reply counts only if its authenticated source node is the destination of a
+    message of this exchange and, where the grid assigned message ids (Flower's do,
+    when pushing), if it answers that very message; and only the first per node.
+    """
+
+    def __init__(self, msgs: list[Message]) -> None:
+        self.msgs = msgs
+        self.answered: set[int] = set()
+
+    def sender(self, rep: Message) -> tuple[int | None, str]:
+        """The node that sent ``rep``, or ``None`` and why it is refused."""
+        node = rep.metadata.src_node_id
+        dst = {m.metadata.message_id: m.metadata.dst_node_id for m in self.msgs}
+        if "" in dst or None in dst:  # a grid that does not stamp ids: the node must be asked
+            bound = node in {m.metadata.dst_node_id for m in self.msgs}
+        else:
+            bound = dst.get(rep.metadata.reply_to_message_id) == node
+        if not bound:
+            return None, f"node {node} answered no message of this exchange sent to it"
+        if node in self.answered:
+            return None, f"node {node} replied twice"
+        self.answered.add(node)
+        return node, ""
+
+
 def _send(
     grid: Grid, kind: str, content: dict[int, RecordDict], timeout: float
-) -> tuple[dict[int, Message], int]:
+) -> tuple[dict[int, Message], int, int]:
+    """Send one exchange; the replies bound to their nodes, the error count and the
+    refused count (replies from nodes not asked, or a second reply)."""
     msgs = [
         Message(c, dst_node_id=node, message_type=f"query.{kind}") for node, c in content.items()
     ]
+    sent = SentMessages(msgs)
     replies = grid.send_and_receive(msgs, timeout=timeout)
-    ok, errors = {}, 0
+    ok, errors, refused = {}, 0, 0
     for rep in replies:
-        if rep.has_error():
+        node, why = sent.sender(rep)
+        if node is None:
+            log.warning("%s reply refused: %s", kind, why)
+            refused += 1
+        elif rep.has_error():
             report_error(rep)
             errors += 1
         else:
-            ok[rep.metadata.src_node_id] = rep
-    return ok, errors
+            ok[node] = rep
+    return ok, errors, refused
 
 
 class PollingGrid:
@@ -158,11 +211,22 @@ class GridTransport:
         self.report = report
         self.secagg = SecAggConfig(threshold_fraction=settings.secagg_threshold)
         self.node_of: dict[int, int] = {}
+        self.pid_of: dict[int, int] = {}  # node id -> partition id, bound at the key exchange
         self.public_keys: dict[int, bytes] = {}
+        self._sent = SentMessages([])  # this round's query messages
+
+    def _refuse(self, why: str) -> None:
+        self.report.communication.rejected_replies += 1
+        log.warning("reply refused: %s; its sender counts as dropped", why)
+
+    def _track(self, msgs: list[Message]) -> list[Message]:
+        self._sent = SentMessages(msgs)
+        return msgs
 
     def _send(self, kind: str, content: dict[int, RecordDict]) -> dict[int, Message]:
-        replies, errors = _send(self.grid, kind, content, self.settings.round_timeout)
+        replies, errors, refused = _send(self.grid, kind, content, self.settings.round_timeout)
         self.report.client_errors += errors
+        self.report.communication.rejected_replies += refused
         return replies
 
     def setup_keys(self) -> None:
@@ -172,7 +236,7 @@ class GridTransport:
         log.info("%d nodes connected", len(nodes))
         # Nothing secret or seeded goes out: each node draws its own key locally.
         content = {n: RecordDict({"config": ConfigRecord({})}) for n in nodes}
-        replies, errors = _send(self.grid, "keys", content, s.round_timeout)
+        replies, errors, _ = _send(self.grid, "keys", content, s.round_timeout)
         if errors or len(replies) != len(nodes):
             # No keys, no secure aggregation: the run fails (client errors are printed above).
             raise RuntimeError(
@@ -180,9 +244,15 @@ class GridTransport:
                 f"{errors} client errors"
             )
         for node, rep in replies.items():
+            # The one place a node names its partition; from here on its node id says it.
             meta = rep.content["meta"]
             pid = int(meta["partition-id"])
-            self.node_of[pid] = node
+            if pid in self.node_of:
+                raise RuntimeError(
+                    f"nodes {self.node_of[pid]} and {node} both claim partition {pid}: "
+                    "the key exchange is refused"
+                )
+            self.node_of[pid], self.pid_of[node] = node, pid
             self.public_keys[pid] = bytes(meta["public-key"])
         if sorted(self.node_of) != list(range(s.num_clients)):
             raise RuntimeError(f"partition ids {sorted(self.node_of)} != 0..{s.num_clients - 1}")
@@ -191,7 +261,7 @@ class GridTransport:
             {"participants": pids, "public-keys": [self.public_keys[p] for p in pids]}
         )
         content = {self.node_of[p]: RecordDict({"config": book}) for p in pids}
-        replies, errors = _send(self.grid, "keybook", content, s.round_timeout)
+        replies, errors, _ = _send(self.grid, "keybook", content, s.round_timeout)
         if errors or len(replies) != len(pids):
             raise RuntimeError(
                 f"key book: {len(replies)} of {len(pids)} nodes pinned it, {errors} client errors"
@@ -212,33 +282,47 @@ class GridTransport:
             }
         )
         record = ArrayRecord({k: _arr(v) for k, v in arrays.items()})
-        return [
-            Message(
-                RecordDict({"query": record, "config": ConfigRecord(config)}),
-                dst_node_id=self.node_of[p],
-                message_type="query.fedpriv",
-            )
-            for p in plan.asked
-        ]
+        return self._track(
+            [
+                Message(
+                    RecordDict({"query": record, "config": ConfigRecord(config)}),
+                    dst_node_id=self.node_of[p],
+                    message_type="query.fedpriv",
+                )
+                for p in plan.asked
+            ]
+        )
 
     def collect(self, plan: RoundPlan, replies: Iterable[Message]) -> Replies:
-        """The usable uploads among ``replies``, read in partition order."""
+        """The uploads among ``replies`` bound to their senders, in partition order.
+
+        Only the reply of each asked node to this round's message counts; its
+        content is read defensively (a malformed one is refused and counted) and
+        checked in full by the engine (:mod:`fedpriv.federation.replies`).
+        """
         masked: dict[int, MaskedInput] = {}
+        errors = 0
         for rep in replies:
+            node, why = self._sent.sender(rep)
+            pid = self.pid_of.get(node)
+            if node is None or pid not in plan.asked:
+                self._refuse(why or f"node {node} was not asked in this round")
+                continue
             if rep.has_error():
                 report_error(rep)
-                self.report.client_errors += 1
+                errors += 1
                 continue
-            pid = int(rep.content["meta"]["partition-id"])
-            if pid not in plan.asked or pid in masked:
-                self.report.client_errors += 1  # never asked, or a duplicate: ignore it
-                continue
-            sealed = rep.content["shares"]
-            masked[pid] = MaskedInput(
-                vector=rep.content["reply"]["masked"].numpy(),
-                shares=dict(zip(sealed["to"], sealed["ct"], strict=True)),
-            )
-        return Replies(senders=tuple(sorted(masked)), masked=masked)
+            try:
+                sealed = rep.content["shares"]
+                masked[pid] = MaskedInput(
+                    vector=rep.content["reply"]["masked"].numpy(),
+                    shares=dict(zip(sealed["to"], sealed["ct"], strict=True)),
+                    round_id=int(rep.content["meta"]["round"]),
+                )
+            except (KeyError, TypeError, ValueError) as err:
+                self._refuse(f"partition {pid}'s upload is malformed ({type(err).__name__})")
+        self._sent = SentMessages([])  # the round is closed: a late reply answers nothing
+        return Replies(senders=tuple(sorted(masked)), masked=masked, errors=errors)
 
     def ask(self, plan: RoundPlan) -> Replies:
         msgs = self.messages(plan)
@@ -262,13 +346,19 @@ class GridTransport:
             cfg.update({"from": list(inboxes[p]), "ct": list(inboxes[p].values())})
             content[self.node_of[p]] = RecordDict({"config": ConfigRecord(cfg)})
         answers = {}
-        for rep in self._send("unmask", content).values():
-            pid = int(rep.content["meta"]["partition-id"])
-            got, rec = rep.content["unmask"], rep.content["masks"]
-            answers[pid] = UnmaskAnswer(
-                shares=dict(zip(got["of"], got["share"], strict=True)),
-                masks={int(k): rec[k].numpy() for k in rec.keys()},
-            )
+        for node, rep in self._send("unmask", content).items():
+            pid = self.pid_of.get(node)
+            if pid not in survivors or pid in answers:
+                self._refuse(f"an unmask answer from node {node}, not a survivor's first")
+                continue
+            try:
+                got, rec = rep.content["unmask"], rep.content["masks"]
+                answers[pid] = UnmaskAnswer(
+                    shares=dict(zip(got["of"], got["share"], strict=True)),
+                    masks={int(k): rec[k].numpy() for k in rec.keys()},
+                )
+            except (KeyError, TypeError, ValueError) as err:
+                self._refuse(f"partition {pid}'s unmask answer is malformed ({type(err).__name__})")
         return answers
 
 
@@ -313,7 +403,7 @@ class GridRuntime:
             content = {
                 n: RecordDict({"config": ConfigRecord({"i": i})}) for n in self.node_of.values()
             }
-            replies, _ = _send(self.grid, "ping", content, self.settings.round_timeout)
+            replies, _, _ = _send(self.grid, "ping", content, self.settings.round_timeout)
             if len(replies) != len(content):
                 raise RuntimeError(f"ping {i}: {len(replies)} of {len(content)} nodes answered")
             self.report.empty_round_seconds.append(time.perf_counter() - t0)

@@ -47,6 +47,7 @@ from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.noise_stage import GaussianRounds
 from fedpriv.privacy.participation import ParticipationAccounting, parse_accounting
 from fedpriv.privacy.randomness import check_private
+from fedpriv.privacy.range_guard import sum_bound
 from fedpriv.validation import (
     check_count,
     check_positive,
@@ -124,11 +125,15 @@ class DPBoostingStrategy:
         *,
         feature_weights: np.ndarray | None = None,
         participation: float = 1.0,
+        n_records: int | None = None,
     ) -> None:
         """``feature_weights``: public split-feature probabilities (default uniform);
-        ``participation``: the runtime's client participation ρ (for the accounting).
+        ``participation``: the runtime's client participation ρ (for the accounting);
+        ``n_records``: public bound on the records behind a sum, for the range check of
+        each released sum (:mod:`fedpriv.privacy.range_guard`; ``None``: no check).
         """
         self.config = config
+        self.n_records = None if n_records is None else check_count("n_records", n_records)
         self.feature_weights = feature_weights
         self.participation = check_probability("participation", participation)
         self.noise_multiplier_: float | None = None
@@ -161,6 +166,7 @@ class DPBoostingStrategy:
             participation=self.participation,
             accounting=cfg.participation_accounting,
             rng=check_private("secret_rng", secret_rng),  # private: noise
+            sum_bound=sum_bound(max(GRAD_BOUND, HESS_BOUND), self.n_records),
         )
         if self._noise is not None:
             self.noise_multiplier_ = self._noise.noise_multiplier
@@ -241,4 +247,5 @@ def build(config: BoostingConfig, context: StrategyContext) -> DPBoostingStrateg
         config,
         feature_weights=split_feature_weights(config.split_features, widths),
         participation=context.participation,
+        n_records=context.n_records,
     )

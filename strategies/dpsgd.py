@@ -46,6 +46,7 @@ from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.noise_stage import GaussianRounds
 from fedpriv.privacy.participation import ParticipationAccounting, parse_accounting
 from fedpriv.privacy.randomness import check_private
+from fedpriv.privacy.range_guard import sum_bound
 from fedpriv.validation import (
     check_count,
     check_positive,
@@ -187,6 +188,7 @@ class DPSGDStrategy:
             participation=self.participation,
             accounting=cfg.participation_accounting,
             rng=check_private("secret_rng", secret_rng),  # private: noise
+            sum_bound=sum_bound(cfg.clip_norm, self.n_records),
         )
         if self._noise is not None:
             self.noise_multiplier_ = self._noise.noise_multiplier

@@ -101,6 +101,7 @@ from fedpriv.privacy.events import ApproxDpEvent, BoundedRangeDpEvent
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.noise_stage import budget_of
 from fedpriv.privacy.randomness import check_private, gaussian_on_grid
+from fedpriv.privacy.range_guard import check_release, gaussian_margin, sum_bound
 from fedpriv.validation import check_count, check_open_unit
 
 METHOD = "lumberjack"
@@ -167,9 +168,17 @@ class LumberjackStrategy:
     method = METHOD
 
     def __init__(
-        self, config: LumberjackConfig, *, space: FeatureSpace, n_classes: int = 2
+        self,
+        config: LumberjackConfig,
+        *,
+        space: FeatureSpace,
+        n_classes: int = 2,
+        n_records: int | None = None,
     ) -> None:
+        """``n_records``: public bound on the records behind the counts, for the range
+        check of the released leaf counts (:mod:`fedpriv.privacy.range_guard`)."""
         self.config = config
+        self.n_records = None if n_records is None else check_count("n_records", n_records)
         self.space = space
         self.n_classes = check_count("n_classes", n_classes, minimum=2)
         self.noise_multiplier_ = None  # DP-SGD/boosting API compatibility: not one z here
@@ -419,6 +428,12 @@ class LumberjackStrategy:
         if private:
             for k in range(cfg.trees):
                 self._ledger.spend(self._events[1][0], label=f"tree {k}: leaf labels")
+            if cfg.leaf_mechanism == "gaussian":
+                # One record adds 1 to one leaf count per tree: every honest count is ≤ n.
+                noisy = np.concatenate([s.ravel() for s in scores])
+                margin = gaussian_margin(self.leaf_std_, noisy.size)
+                bound = sum_bound(1.0, self.n_records)
+                check_release(noisy, bound=bound, margin=margin, label="leaf class counts")
         pooled = private and cfg.leaf_mechanism == "gaussian"
         self._model = ForestModel(tuple(self._trees), tuple(scores), pooled=pooled)
 
@@ -433,6 +448,7 @@ def build(config: LumberjackConfig, context: StrategyContext) -> LumberjackStrat
         config,
         space=feature_space(context, config.split_features),
         n_classes=context.n_classes,
+        n_records=context.n_records,
     )
 
 

@@ -51,6 +51,7 @@ from fedpriv.privacy.events import BoundedRangeDpEvent
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.noise_stage import budget_of
 from fedpriv.privacy.randomness import check_private
+from fedpriv.privacy.range_guard import check_release, noise_margin, sum_bound
 from fedpriv.validation import check_count
 
 METHOD = "random_forest"
@@ -135,9 +136,17 @@ class RandomForestStrategy:
     method = METHOD
 
     def __init__(
-        self, config: RandomForestConfig, *, space: FeatureSpace, n_classes: int = 2
+        self,
+        config: RandomForestConfig,
+        *,
+        space: FeatureSpace,
+        n_classes: int = 2,
+        n_records: int | None = None,
     ) -> None:
+        """``n_records``: public bound on the records behind the counts, for the range
+        check of the released counts (:mod:`fedpriv.privacy.range_guard`)."""
         self.config = config
+        self.n_records = None if n_records is None else check_count("n_records", n_records)
         self.space = space
         self.n_classes = check_count("n_classes", n_classes, minimum=2)
         self.noise_multiplier_ = None
@@ -242,7 +251,12 @@ class RandomForestStrategy:
         else:
             noisy = self._ledger.release(
                 self._mechanism, counts.ravel(), rng=self._secret_rng, label="leaf class counts"
-            ).reshape(counts.shape)
+            )
+            # One record adds 1 to one count per tree: every honest count is ≤ n.
+            margin = noise_margin(self._mechanism, noisy.size)
+            bound = sum_bound(1.0, self.n_records)
+            check_release(noisy, bound=bound, margin=margin, label="leaf class counts")
+            noisy = noisy.reshape(counts.shape)
             noisy = np.maximum(noisy, 0.0)
             tot = noisy.sum(axis=2, keepdims=True)
             scores = np.where(tot > 0, noisy / np.where(tot > 0, tot, 1.0), 1.0 / self.n_classes)
@@ -258,5 +272,8 @@ def build(config: RandomForestConfig, context: StrategyContext) -> RandomForestS
     from strategies.lumberjack import feature_space
 
     return RandomForestStrategy(
-        config, space=feature_space(context, config.split_features), n_classes=context.n_classes
+        config,
+        space=feature_space(context, config.split_features),
+        n_classes=context.n_classes,
+        n_records=context.n_records,
     )

@@ -7,13 +7,19 @@ A federated round is the same whatever carries the messages:
    under secure aggregation a round with fewer than :data:`MIN_PARTIES` asked is
    aborted *before anything is sent* (a "sum" of one vector is that vector);
 2. **send / collect**: the :class:`Transport` asks the clients and returns what
-   arrived (masked inputs with their encrypted shares, or plain vectors);
+   arrived (masked inputs with their encrypted shares, or plain vectors), each
+   bound to its sender by the transport itself (never by a field the client wrote);
+   every upload is **checked** (:mod:`fedpriv.federation.replies`: round, dtype,
+   length, shares) and a malformed one is that client's dropout for the round;
 3. **secure sum**: the shim's server (:class:`~fedpriv.federation.secagg.SecAggServer`)
    decides who survived, or aborts below the Shamir threshold t; otherwise one unmask
    exchange through the transport, whose answers remove every self-mask and every
    pair mask with a dropped client;
 4. **update**: the decoded sum (``None`` if aborted: nothing is released) goes to
-   ``strategy.update``, which adds the noise through the ledger.
+   ``strategy.update``, which adds the noise through the ledger and range-checks the
+   noisy value (:mod:`fedpriv.privacy.range_guard`); a sum beyond what honest
+   clients can produce is discarded (:meth:`RoundEngine.deliver`): the round is
+   spent and counted as aborted.
 
 :class:`RoundEngine` states these rules and the communication counts once; the
 in-process runtime (:mod:`fedpriv.federation.runtime`) and the Flower Grid runtime
@@ -23,23 +29,23 @@ never imports Flower.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fedpriv import logs
 from fedpriv.federation.protocol import Query, Strategy
+from fedpriv.federation.replies import check_answer, check_masked, check_plain
+from fedpriv.federation.rounds import Communication, Replies, RoundPlan, Transport
 from fedpriv.federation.secagg import (
     FixedPointCodec,
-    MaskedInput,
     SecAggAbort,
     SecAggConfig,
     SecAggServer,
-    UnmaskAnswer,
     sum_plain,
 )
 from fedpriv.privacy.randomness import GRID, PrivateStreams, SecretKey
+from fedpriv.privacy.range_guard import ReleaseOutOfRange
 from fedpriv.seeding import derive_generator
 from fedpriv.validation import check_probability
 
@@ -55,33 +61,23 @@ DEFAULT_SCALE = 1.0 / GRID  # = 2.0**32 exactly
 MIN_PARTIES = 2
 PUBLIC_KEY_BYTES = 32  # one client's X25519 public key, uploaded once per run
 
+log = logs.get_logger(__name__)
 
-@dataclass
-class Communication:
-    """What crossed the network in a run."""
-
-    n_clients: int
-    floats_uploaded: np.ndarray = field(init=False)
-    bytes_uploaded: np.ndarray = field(init=False)
-    round_trips: int = 0
-    rounds: int = 0
-    aborted_rounds: int = 0
-    recoveries: int = 0
-
-    def __post_init__(self) -> None:
-        self.floats_uploaded = np.zeros(self.n_clients, dtype=np.int64)
-        self.bytes_uploaded = np.zeros(self.n_clients, dtype=np.int64)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "floats_uploaded_per_client": self.floats_uploaded.tolist(),
-            "bytes_uploaded_per_client": self.bytes_uploaded.tolist(),
-            "mean_floats_uploaded_per_client": float(self.floats_uploaded.mean()),
-            "round_trips": self.round_trips,
-            "rounds": self.rounds,
-            "aborted_rounds": self.aborted_rounds,
-            "dropout_recoveries": self.recoveries,
-        }
+__all__ = [
+    "DEFAULT_SCALE",
+    "MIN_PARTIES",
+    "PUBLIC_KEY_BYTES",
+    "Communication",
+    "Replies",
+    "RoundEngine",
+    "RoundPlan",
+    "Transport",
+    "begin_strategy",
+    "client_key",
+    "codec_for",
+    "participation_streams",
+    "round_plan",
+]
 
 
 def codec_for(
@@ -163,70 +159,6 @@ def begin_strategy(
         rng=derive_generator(seed, "server"),
         secret_rng=secret_key.derive("server").generator("noise"),
     )
-
-
-@dataclass(frozen=True, kw_only=True)
-class RoundPlan:
-    """One round as planned: the query, who is asked, and the codec of their sum.
-
-    Clients are named by position 0..K−1 (the partition id over Flower).
-    ``lost`` are simulated losses (the in-process runtime's ``dropout_rate``):
-    those clients answer but their upload never arrives. ``codec`` is ``None``
-    when the round was aborted before anything was sent.
-    """
-
-    query: Query
-    asked: list[int]
-    lost: frozenset[int] = frozenset()
-    codec: FixedPointCodec | None = None
-
-    @property
-    def aborted(self) -> bool:
-        return self.codec is None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Replies:
-    """The uploads that arrived for one round, by client position.
-
-    Secure aggregation fills ``masked`` (y_u and u's encrypted shares); plain
-    sums fill ``plain`` with the senders' float vectors in ``senders`` order,
-    either one array per sender or one 2-D array (a row per sender). Error
-    replies and losses are simply absent (the transport reports them).
-    """
-
-    senders: tuple[int, ...]
-    masked: Mapping[int, MaskedInput] = field(default_factory=dict)
-    plain: Sequence[np.ndarray] | np.ndarray = ()
-
-
-class Transport(Protocol):
-    """What carries a round: the engine calls these and nothing else.
-
-    Implementations: :class:`fedpriv.federation.runtime.InProcessTransport`
-    (handlers and ``SecAggClient`` objects in this process) and
-    ``server.grid_runtime.GridTransport`` (Flower messages over a Grid).
-    """
-
-    def setup_keys(self) -> None:
-        """The run's key exchange: every client uploads its public key, then pins the
-        key book. Raises if it cannot complete (no keys, no secure aggregation)."""
-        ...
-
-    def ask(self, plan: RoundPlan) -> Replies:
-        """Send ``plan.query`` to ``plan.asked`` and return what arrived."""
-        ...
-
-    def unmask(
-        self,
-        plan: RoundPlan,
-        survivors: list[int],
-        dropped: list[int],
-        inboxes: Mapping[int, Mapping[int, bytes]],
-    ) -> dict[int, UnmaskAnswer]:
-        """The round's one unmask exchange with ``survivors`` (each gets its inbox of
-        encrypted shares); returns the answers that arrived, by survivor."""
-        ...
 
 
 class RoundEngine:
@@ -333,7 +265,11 @@ class RoundEngine:
             raise ValueError(f"round {plan.query.round} was sent: its replies are required")
         if stray := sorted(set(replies.senders) - set(plan.asked)):
             raise ValueError(f"the transport returned uploads from clients never asked: {stray}")
+        if len(set(replies.senders)) != len(replies.senders):
+            raise ValueError(f"the transport returned one client twice: {replies.senders}")
         comm.round_trips += 1
+        comm.client_errors += replies.errors
+        replies = self._screen(plan, replies)
         n = plan.query.reply_length
         for u in replies.senders:
             comm.floats_uploaded[u] += n
@@ -350,6 +286,61 @@ class RoundEngine:
             comm.aborted_rounds += 1
         return aggregate
 
+    def _screen(self, plan: RoundPlan, replies: Replies) -> Replies:
+        """The well-formed uploads; each malformed one is its sender's dropout (logged)."""
+        q = plan.query
+        keep, masked, plain, rejected = [], {}, [], 0
+        rows = replies.plain
+        for i, u in enumerate(replies.senders):
+            if self.secure:
+                m = replies.masked.get(u)
+                why = check_masked(
+                    m, sender=u, round_id=q.round, n=q.reply_length, participants=plan.asked
+                )
+            else:
+                m = rows[i]
+                why = check_plain(m, n=q.reply_length, max_abs=plan.codec.max_abs)
+            if why is not None:
+                rejected += 1
+                log.warning(
+                    "round %d: upload of client %d refused (%s); it counts as a dropout",
+                    q.round,
+                    u,
+                    why,
+                )
+                continue
+            keep.append(u)
+            if self.secure:
+                masked[u] = m
+            else:
+                plain.append(m)
+        if not rejected:
+            return replies
+        self.communication.rejected_replies += rejected
+        return Replies(senders=tuple(keep), masked=masked, plain=plain, errors=replies.errors)
+
+    def deliver(self, strategy: Strategy, query: Query, aggregate: np.ndarray | None) -> bool:
+        """``strategy.update`` with the round's sum; ``True`` if the round released it.
+
+        A sum whose noisy release fails the range check
+        (:class:`~fedpriv.privacy.range_guard.ReleaseOutOfRange`, raised before the
+        strategy changes any state) is discarded: the round's event stays in the
+        ledger, and the strategy gets the round as aborted (``None``).
+        """
+        if aggregate is None:
+            strategy.update(query, None)
+            return False
+        try:
+            strategy.update(query, aggregate)
+        except ReleaseOutOfRange as err:
+            comm = self.communication
+            comm.aborted_rounds += 1
+            comm.discarded_rounds += 1
+            log.warning("round %d: %s", query.round, err)
+            strategy.update(query, None)
+            return False
+        return True
+
     def run_round(self, query: Query) -> np.ndarray | None:
         """One whole round through the transport: plan, ask (unless aborted), sum."""
         plan = self.plan(query)
@@ -358,7 +349,7 @@ class RoundEngine:
     def run(self, strategy: Strategy) -> Strategy:
         """Every round of an already begun ``strategy``; returns it."""
         while (query := strategy.next_query()) is not None:
-            strategy.update(query, self.run_round(query))
+            self.deliver(strategy, query, self.run_round(query))
         return strategy
 
     def _secure_sum(self, plan: RoundPlan, replies: Replies) -> np.ndarray | None:
@@ -376,8 +367,20 @@ class RoundEngine:
         comm = self.communication
         comm.round_trips += 1
         comm.recoveries += bool(dropped)
-        for u, ans in answers.items():
-            comm.bytes_uploaded[u] += ans.nbytes
+        n = plan.query.reply_length
+        for u in sorted(answers):
+            why = check_answer(answers[u], survivors=survivors, dropped=dropped, n=n)
+            if u not in survivors or why is not None:
+                comm.rejected_replies += 1
+                log.warning(
+                    "round %d: unmask answer of client %d refused (%s)",
+                    r,
+                    u,
+                    why or "not a survivor",
+                )
+                del answers[u]  # as if silent: the shim aborts if it needs that answer
+                continue
+            comm.bytes_uploaded[u] += answers[u].nbytes
         vectors = {u: m.vector for u, m in masked.items()}
         try:
             return server.aggregate(round_id=r, participants=asked, masked=vectors, answers=answers)

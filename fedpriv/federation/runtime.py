@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fedpriv.errors import public_error
 from fedpriv.federation.engine import (
     DEFAULT_SCALE,
     MIN_PARTIES,
@@ -119,31 +120,36 @@ class InProcessTransport:
                 return Replies(senders=tuple(asked), plain=rows)
             vectors = {i: batch[i] for i in asked}
         else:
-            vectors = {
-                i: self.handler.answer(
-                    query, self.clients[i], samples[i], self.states[i], self.client_keys[i]
-                )
-                for i in asked
-            }
-        senders, plain, masked = [], [], {}
-        for i, vec in vectors.items():
-            if vec.shape != (n,) or vec.dtype != np.float64:
-                vec = np.asarray(vec, dtype=np.float64)
-                if vec.shape != (n,):
-                    raise ValueError(
-                        f"client {self.clients[i].client_id} replied shape {vec.shape}; "
-                        f"expected ({n},)"
+            vectors = {}
+            for i in asked:
+                try:
+                    vectors[i] = self.handler.answer(
+                        query, self.clients[i], samples[i], self.states[i], self.client_keys[i]
                     )
+                except Exception as err:
+                    vectors[i] = err
+        senders, plain, masked, errors = [], [], {}, 0
+        for i, vec in vectors.items():
             if i in lost:
                 continue  # answered, but the upload never arrives
+            try:
+                if isinstance(vec, Exception):
+                    raise vec
+                if self.secure:
+                    # The client's own shim refuses a malformed vector (length, NaN, bound).
+                    masked[i] = self.parties[i].mask(
+                        vec, round_id=r, participants=asked, codec=plan.codec
+                    )
+                else:
+                    plain.append(vec)  # the engine checks it before it enters the sum
+            except Exception as err:
+                errors += 1
+                # The public part at WARNING (a code, a column); the text may quote data.
+                logger.warning("client %d failed in round %d: %s", i, r, public_error(err))
+                logger.debug("client %d's failure in round %d", i, r, exc_info=err)
+                continue
             senders.append(i)
-            if self.secure:
-                masked[i] = self.parties[i].mask(
-                    vec, round_id=r, participants=asked, codec=plan.codec
-                )
-            else:
-                plain.append(vec)
-        return Replies(senders=tuple(senders), masked=masked, plain=plain)
+        return Replies(senders=tuple(senders), masked=masked, plain=plain, errors=errors)
 
     def unmask(
         self,

@@ -274,7 +274,7 @@ class SecAggClient:
             if j != self.client_id
         }
         self._rounds[r] = _Round(frozenset(peers), out.size, t, shares[point(self.client_id)])
-        return MaskedInput(vector=out, shares=sealed)
+        return MaskedInput(vector=out, shares=sealed, round_id=r)
 
     def unmask(
         self,

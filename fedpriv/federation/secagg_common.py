@@ -59,10 +59,12 @@ class SecAggConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class MaskedInput:
-    """A client's step-1 upload: y_u and its encrypted share for each other participant."""
+    """A client's step-1 upload: y_u and its encrypted share for each other participant,
+    for round ``round_id`` (checked against the round before it enters a sum)."""
 
     vector: np.ndarray  # uint64, y_u
     shares: Mapping[int, bytes]  # recipient v -> AEAD ciphertext of v's share of b_u^r
+    round_id: int
 
     @property
     def nbytes(self) -> int:

@@ -11,7 +11,9 @@ both, so it lives here once:
 2. build the **mechanism** (L2 sensitivity Δ, multiplier z);
 3. **reserve** the whole plan in the ledger, so a plan over budget raises
    before any noise is drawn;
-4. each round, **release** the sum through the ledger as the round's event.
+4. each round, **release** the sum through the ledger as the round's event, then
+   **range-check** the noisy value against the public bound on an honest sum
+   (:mod:`fedpriv.privacy.range_guard`): a far-out value is discarded.
 
 The budget is the ledger's: a stage reads (ε, δ) from it and from nowhere
 else. A run without a ledger is the non-private reference and gets no stage.
@@ -33,6 +35,7 @@ from fedpriv.privacy.participation import (
     participation_event,
 )
 from fedpriv.privacy.randomness import check_private
+from fedpriv.privacy.range_guard import check_release, noise_margin
 
 
 def budget_of(ledger: PrivacyLedger | None) -> PrivacyBudget | None:
@@ -56,6 +59,8 @@ class GaussianRounds:
     sampling_rate: float
     rounds: int
     rng: np.random.Generator
+    #: Public bound on |each coordinate| of an honest sum (``None``: no range check).
+    sum_bound: float | None = None
 
     @property
     def noise_multiplier(self) -> float:
@@ -72,10 +77,13 @@ class GaussianRounds:
         participation: float,
         accounting: ParticipationAccounting,
         rng: np.random.Generator,
+        sum_bound: float | None = None,
     ) -> GaussianRounds | None:
         """Calibrate z for ``rounds`` events on the ledger's budget and reserve them.
 
-        Returns ``None`` without a ledger (the non-private reference).
+        ``sum_bound``: public bound on |each coordinate| of an honest round's sum
+        (:func:`fedpriv.privacy.range_guard.sum_bound`). Returns ``None`` without a
+        ledger (the non-private reference).
         """
         budget = budget_of(ledger)
         if budget is None:
@@ -99,11 +107,18 @@ class GaussianRounds:
             accounting=accounting,
         )
         ledger.reserve(event, rounds)
-        return cls(ledger, mechanism, event, sampling_rate, rounds, rng)
+        return cls(ledger, mechanism, event, sampling_rate, rounds, rng, sum_bound)
 
     def release(self, aggregate: np.ndarray, *, label: str) -> np.ndarray:
-        """The noisy ``aggregate``, recorded in the ledger as one round's event."""
-        return self.ledger.release(
+        """The noisy ``aggregate``, recorded in the ledger as one round's event.
+
+        Raises
+        ------
+        ReleaseOutOfRange
+            The noisy sum lies beyond what honest clients can produce; the event
+            stays recorded (its noise was drawn) and the value must be discarded.
+        """
+        noisy = self.ledger.release(
             self.mechanism,
             aggregate,
             rng=self.rng,
@@ -111,3 +126,6 @@ class GaussianRounds:
             event=self.event,
             label=label,
         )
+        margin = noise_margin(self.mechanism, noisy.size)
+        check_release(noisy, bound=self.sum_bound, margin=margin, label=label)
+        return noisy

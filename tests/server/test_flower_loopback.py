@@ -12,22 +12,13 @@ Ray, exit codes, no daemons) is tested once, bit for bit, in
 
 from __future__ import annotations
 
-import itertools
 import json
-import time
 
 import numpy as np
 import pytest
-from flwr.app import Context, Message, Metadata, RecordDict
-from flwr.common.serde import (
-    context_from_proto,
-    context_to_proto,
-    message_from_proto,
-    message_to_proto,
-)
+from flwr.app import Context, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
-from clients import app as client_app
 from fedpriv.data import load_heart
 from fedpriv.methods import get_method
 from fedpriv.models.networks import NetworkModel
@@ -37,77 +28,12 @@ from server.estimators import DPRandomForestClassifier, LumberjackClassifier
 from server.launch import default_config, resolve_run
 from server.simulate import SIMULATION_DEFAULTS
 from tests.keys import key_for, key_hex
+from tests.server.loopback import RUN_ID, LoopbackGrid
 
 KEY = 5  # test key injected into both runtimes
-RUN_ID = 4242
-HANDLERS = {
-    "query.keys": client_app.keys,
-    "query.keybook": client_app.keybook,
-    "query.ping": client_app.ping,
-    "query.fedpriv": client_app.answer,
-    "query.unmask": client_app.unmask,
-}
 
 
-def _wire(msg: Message) -> Message:
-    return message_from_proto(message_to_proto(msg))
-
-
-class LoopbackGrid:
-    """A Flower ``Grid`` (push/pull and send-and-receive) whose nodes are the
-    ClientApp's query handlers, called in this process when a message is pushed."""
-
-    def __init__(self, run_config: dict, num_nodes: int) -> None:
-        self._ids = itertools.count(1)
-        self._replies: dict[str, Message] = {}
-        self.contexts = {
-            100 + p: Context(
-                run_id=RUN_ID,
-                node_id=100 + p,
-                node_config={"partition-id": p, "num-partitions": num_nodes},
-                state=RecordDict(),
-                run_config=run_config,
-            )
-            for p in range(num_nodes)
-        }
-
-    def get_node_ids(self):
-        return list(self.contexts)
-
-    def push_messages(self, messages):
-        ids = []
-        for msg in messages:
-            meta = Metadata(
-                run_id=RUN_ID,
-                message_id=f"m{next(self._ids)}",
-                src_node_id=0,
-                dst_node_id=msg.metadata.dst_node_id,
-                reply_to_message_id="",
-                group_id="",
-                created_at=time.time(),
-                ttl=600.0,
-                message_type=msg.metadata.message_type,
-            )
-            # Through Flower's protobuf encoding, as over the network: every message
-            # and each node's state between messages (a deployment starts a fresh
-            # ClientApp process per message) must survive it.
-            incoming = _wire(Message(msg.content, metadata=meta))
-            node = meta.dst_node_id
-            context = context_from_proto(context_to_proto(self.contexts[node]))
-            reply = HANDLERS[meta.message_type](incoming, context)
-            self.contexts[node] = context
-            self._replies[meta.message_id] = _wire(reply)
-            ids.append(meta.message_id)
-        return ids
-
-    def pull_messages(self, message_ids):
-        return [self._replies.pop(i) for i in list(message_ids) if i in self._replies]
-
-    def send_and_receive(self, messages, *, timeout=None):
-        return self.pull_messages(self.push_messages(messages))
-
-
-def run_app(monkeypatch, tmp_path, overrides: dict):
+def run_app(monkeypatch, tmp_path, overrides: dict, *, tamper=None):
     """``server.app.main`` as ``server.simulate`` configures it; returns the result folder."""
     monkeypatch.setattr(TaskIdentity, "_run_id", RUN_ID)
     monkeypatch.setattr(TaskIdentity, "_node_id", 0, raising=False)
@@ -116,7 +42,7 @@ def run_app(monkeypatch, tmp_path, overrides: dict):
     overrides = {**overrides, "out-dir": str(tmp_path)}
     settings, resolved = resolve_run(SIMULATION_DEFAULTS, overrides)
     config = {**default_config(), **resolved}  # as Flower fuses pyproject's keys and the run's
-    grid = LoopbackGrid(config, settings.num_clients)
+    grid = LoopbackGrid(config, settings.num_clients, tamper=tamper)
     context = Context(
         run_id=RUN_ID, node_id=0, node_config={}, state=RecordDict(), run_config=config
     )

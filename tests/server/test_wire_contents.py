@@ -9,14 +9,10 @@ must also release the in-process model bit for bit under the same key.
 
 from __future__ import annotations
 
-import itertools
-import time
-
 import numpy as np
-from flwr.app import ConfigRecord, Context, Message, Metadata, RecordDict
+from flwr.app import ConfigRecord
 from flwr.supercore.task_identity import TaskIdentity
 
-from clients import app as client_app
 from fedpriv.data import load_heart
 from fedpriv.federation.settings import RunSettings
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
@@ -24,58 +20,9 @@ from server.app import build_strategy
 from server.estimators import DPBoostingClassifier
 from server.grid_runtime import GridRuntime
 from tests.keys import key_for, key_hex
+from tests.server.loopback import HANDLERS, RUN_ID, LoopbackGrid
 
 SEED = 918_273_645  # a public seed no message may carry
-HANDLERS = {
-    "query.keys": client_app.keys,
-    "query.keybook": client_app.keybook,
-    "query.fedpriv": client_app.answer,
-    "query.unmask": client_app.unmask,
-}
-
-
-class LoopbackGrid:
-    """A Flower ``Grid`` whose nodes are the ClientApp's handlers in this process."""
-
-    def __init__(self, run_config: dict, num_nodes: int) -> None:
-        self.sent: list[Message] = []
-        self.received: list[Message] = []
-        self._ids = itertools.count(1)
-        self.contexts = {
-            100 + p: Context(
-                run_id=1,
-                node_id=100 + p,
-                node_config={"partition-id": p, "num-partitions": num_nodes},
-                state=RecordDict(),
-                run_config=run_config,
-            )
-            for p in range(num_nodes)
-        }
-
-    def get_node_ids(self):
-        return list(self.contexts)
-
-    def send_and_receive(self, messages, *, timeout=None):
-        replies = []
-        for msg in messages:
-            node = msg.metadata.dst_node_id
-            meta = Metadata(
-                run_id=1,
-                message_id=f"m{next(self._ids)}",
-                src_node_id=0,
-                dst_node_id=node,
-                reply_to_message_id="",
-                group_id="",
-                created_at=time.time(),
-                ttl=600.0,
-                message_type=msg.metadata.message_type,
-            )
-            incoming = Message(msg.content, metadata=meta)
-            self.sent.append(incoming)
-            reply = HANDLERS[meta.message_type](incoming, self.contexts[node])
-            self.received.append(reply)
-            replies.append(reply)
-        return replies
 
 
 def _walk(record):
@@ -88,7 +35,7 @@ def _walk(record):
 
 def _run(monkeypatch, rounds: int = 3):
     # What a ServerApp process has set before any Message is built.
-    monkeypatch.setattr(TaskIdentity, "_run_id", 1)
+    monkeypatch.setattr(TaskIdentity, "_run_id", RUN_ID)
     monkeypatch.setattr(TaskIdentity, "_node_id", 0, raising=False)
     monkeypatch.setattr(TaskIdentity, "_task_id", 1, raising=False)
     monkeypatch.setenv("FEDPRIV_SECRET_KEY", key_hex(7))
@@ -107,6 +54,7 @@ def _run(monkeypatch, rounds: int = 3):
     grid = LoopbackGrid(settings.to_run_config(), settings.num_clients)
     runtime = GridRuntime(grid, settings, max_records=int(X.shape[0]))
     runtime.connect()
+    runtime.ping(1)  # the empty round trip is inspected too
     ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=2.0, delta=settings.delta))
     strategy = build_strategy(
         settings, ds.schema, n_records=int(X.shape[0]), n_features=int(X.shape[1])
@@ -133,8 +81,13 @@ def test_no_message_carries_a_seed_a_key_or_a_timing(monkeypatch):
                 if isinstance(v, bytes):
                     assert not any(k in v for k in secrets), name
     for reply in grid.received:
-        meta = dict(reply.content["meta"])
-        assert set(meta) <= {"partition-id", "public-key"}  # no handler time, nothing else
+        meta = dict(reply.content["meta"]) if "meta" in reply.content else {}
+        # No handler time, nothing else: a partition id and key once, then the round.
+        expected = {
+            "query.keys": {"partition-id", "public-key"},
+            "query.fedpriv": {"round"},
+        }.get(reply.metadata.message_type, set())
+        assert set(meta) == expected, reply.metadata.message_type
     # Each node's secret stays in its own state and differs from every other node's.
     private = [bytes(c.state["private"]["key"]) for c in grid.contexts.values()]
     assert len(set(private)) == len(private)

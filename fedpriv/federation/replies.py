@@ -1,0 +1,93 @@
+"""What a well-formed upload looks like: checked before it enters a sum.
+
+A participant may be faulty or hostile. Its upload is checked against what the
+round's public plan fixes (the round id, the reply length, the ring's dtype, the
+participants it must share its seed with, the codec's bound) *before* it is
+aggregated; a malformed one is that client's dropout for the round (the shim's
+recovery removes its pair masks), never a crash and never a summand. What cannot
+be checked one upload at a time (secure aggregation hides the values) is checked
+on the released sum (:mod:`fedpriv.privacy.range_guard`).
+
+Each check returns ``None`` for a well-formed upload, else a short public reason
+(the message's shape, never its values): the engine logs it and counts it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from fedpriv.federation.secagg_common import MaskedInput, UnmaskAnswer
+
+#: One Shamir share: an element of GF(2^255 − 19) in 32 bytes (``shamir.to_bytes``).
+SHARE_BYTES = 32
+#: One share sealed by ChaCha20-Poly1305: the share and its 16-byte tag.
+SEALED_SHARE_BYTES = SHARE_BYTES + 16
+
+
+def _ring_vector(name: str, v: object, n: int) -> str | None:
+    if not isinstance(v, np.ndarray):
+        return f"{name} is a {type(v).__name__}, not an array"
+    if v.dtype != np.uint64:
+        return f"{name} has dtype {v.dtype}, not uint64 (the ring)"
+    if v.shape != (n,):
+        return f"{name} has shape {v.shape}, not ({n},)"
+    return None
+
+
+def check_masked(
+    upload: object, *, sender: int, round_id: int, n: int, participants: Sequence[int]
+) -> str | None:
+    """Why ``upload`` is not a round-``round_id`` masked input of ``sender`` (or ``None``).
+
+    It must be a :class:`MaskedInput` of this round, a uint64 vector of length n,
+    and one sealed share for each other participant, each of the AEAD's length.
+    """
+    if not isinstance(upload, MaskedInput):
+        return f"not a masked input ({type(upload).__name__})"
+    if upload.round_id != round_id:
+        return f"round {upload.round_id!r}, not {round_id}"
+    if why := _ring_vector("vector", upload.vector, n):
+        return why
+    peers = set(participants) - {sender}
+    shares = upload.shares
+    if not isinstance(shares, Mapping) or set(shares) != peers:
+        got = sorted(shares) if isinstance(shares, Mapping) else type(shares).__name__
+        return f"shares addressed to {got}, not to the other participants {sorted(peers)}"
+    if any(not isinstance(c, bytes) or len(c) != SEALED_SHARE_BYTES for c in shares.values()):
+        return f"a sealed share is not {SEALED_SHARE_BYTES} bytes"
+    return None
+
+
+def check_plain(vector: object, *, n: int, max_abs: float) -> str | None:
+    """Why ``vector`` is not a plain upload (n finite floats, each |x| ≤ max_abs)."""
+    if not isinstance(vector, np.ndarray) or vector.dtype != np.float64:
+        return f"not a float64 array ({getattr(vector, 'dtype', type(vector).__name__)})"
+    if vector.shape != (n,):
+        return f"shape {vector.shape}, not ({n},)"
+    if vector.size and not np.abs(vector).max() <= max_abs:  # NaN fails ``<=`` too
+        return f"a value is not finite or beyond the codec's bound {max_abs:g}"
+    return None
+
+
+def check_answer(
+    answer: object, *, survivors: Sequence[int], dropped: Sequence[int], n: int
+) -> str | None:
+    """Why ``answer`` is not an unmask answer for (survivors, dropped) (or ``None``).
+
+    One 32-byte share of each survivor's seed, one ring vector per dropped client.
+    """
+    if not isinstance(answer, UnmaskAnswer):
+        return f"not an unmask answer ({type(answer).__name__})"
+    shares, masks = answer.shares, answer.masks
+    if not isinstance(shares, Mapping) or set(shares) != set(survivors):
+        return "shares are not one per survivor"
+    if any(not isinstance(s, bytes) or len(s) != SHARE_BYTES for s in shares.values()):
+        return f"a share is not {SHARE_BYTES} bytes"
+    if not isinstance(masks, Mapping) or set(masks) != set(dropped):
+        return "pair masks are not one per dropped client"
+    for v, m in masks.items():
+        if why := _ring_vector(f"pair mask with {v}", m, n):
+            return why
+    return None

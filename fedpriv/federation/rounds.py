@@ -1,0 +1,128 @@
+"""What a round is made of: the plan, the replies, the transport, the tally.
+
+The data the round engine (:mod:`fedpriv.federation.engine`) passes between its
+steps and its transports, kept apart from the engine's rules so both stay small.
+This module never imports Flower.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from fedpriv.federation.protocol import Query
+from fedpriv.federation.secagg import FixedPointCodec, MaskedInput, UnmaskAnswer
+
+
+@dataclass
+class Communication:
+    """What crossed the network in a run."""
+
+    n_clients: int
+    floats_uploaded: np.ndarray = field(init=False)
+    bytes_uploaded: np.ndarray = field(init=False)
+    round_trips: int = 0
+    rounds: int = 0
+    #: Rounds that released nothing (too few asked or survivors, or a discarded sum).
+    aborted_rounds: int = 0
+    #: Of those, rounds whose released sum failed the range check (spent, discarded).
+    discarded_rounds: int = 0
+    recoveries: int = 0
+    #: Error replies (a client that raised, or whose transport reported a failure).
+    client_errors: int = 0
+    #: Uploads and unmask answers refused as malformed (each its sender's dropout).
+    rejected_replies: int = 0
+
+    def __post_init__(self) -> None:
+        self.floats_uploaded = np.zeros(self.n_clients, dtype=np.int64)
+        self.bytes_uploaded = np.zeros(self.n_clients, dtype=np.int64)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "floats_uploaded_per_client": self.floats_uploaded.tolist(),
+            "bytes_uploaded_per_client": self.bytes_uploaded.tolist(),
+            "mean_floats_uploaded_per_client": float(self.floats_uploaded.mean()),
+            "round_trips": self.round_trips,
+            "rounds": self.rounds,
+            "released_rounds": self.released_rounds,
+            "aborted_rounds": self.aborted_rounds,
+            "discarded_rounds": self.discarded_rounds,
+            "dropout_recoveries": self.recoveries,
+            "client_errors": self.client_errors,
+            "rejected_replies": self.rejected_replies,
+        }
+
+    @property
+    def released_rounds(self) -> int:
+        """Rounds whose sum was released (the others released nothing)."""
+        return self.rounds - self.aborted_rounds
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundPlan:
+    """One round as planned: the query, who is asked, and the codec of their sum.
+
+    Clients are named by position 0..K−1 (the partition id over Flower).
+    ``lost`` are simulated losses (the in-process runtime's ``dropout_rate``):
+    those clients answer but their upload never arrives. ``codec`` is ``None``
+    when the round was aborted before anything was sent.
+    """
+
+    query: Query
+    asked: list[int]
+    lost: frozenset[int] = frozenset()
+    codec: FixedPointCodec | None = None
+
+    @property
+    def aborted(self) -> bool:
+        return self.codec is None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Replies:
+    """The uploads that arrived for one round, by client position.
+
+    Secure aggregation fills ``masked`` (y_u and u's encrypted shares); plain
+    sums fill ``plain`` with the senders' float vectors in ``senders`` order,
+    either one array per sender or one 2-D array (a row per sender). Senders are
+    the transport's knowledge of who sent (the message's authenticated source),
+    never a field of the content. Error replies and losses are absent; ``errors``
+    counts the error replies.
+    """
+
+    senders: tuple[int, ...]
+    masked: Mapping[int, MaskedInput] = field(default_factory=dict)
+    plain: Sequence[np.ndarray] | np.ndarray = ()
+    errors: int = 0
+
+
+class Transport(Protocol):
+    """What carries a round: the engine calls these and nothing else.
+
+    Implementations: :class:`fedpriv.federation.runtime.InProcessTransport`
+    (handlers and ``SecAggClient`` objects in this process) and
+    ``server.grid_runtime.GridTransport`` (Flower messages over a Grid).
+    """
+
+    def setup_keys(self) -> None:
+        """The run's key exchange: every client uploads its public key, then pins the
+        key book. Raises if it cannot complete (no keys, no secure aggregation)."""
+        ...
+
+    def ask(self, plan: RoundPlan) -> Replies:
+        """Send ``plan.query`` to ``plan.asked`` and return what arrived."""
+        ...
+
+    def unmask(
+        self,
+        plan: RoundPlan,
+        survivors: list[int],
+        dropped: list[int],
+        inboxes: Mapping[int, Mapping[int, bytes]],
+    ) -> dict[int, UnmaskAnswer]:
+        """The round's one unmask exchange with ``survivors`` (each gets its inbox of
+        encrypted shares); returns the answers that arrived, by survivor."""
+        ...

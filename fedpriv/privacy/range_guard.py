@@ -1,0 +1,96 @@
+"""The range check of a released sum: honest sums are bounded, so a far-out one is discarded.
+
+Every coordinate of an honest round's sum is bounded by public quantities: one
+record adds at most ``record_bound`` to a coordinate (the query's clipping bound)
+and there are at most ``n_records`` records (a public bound), so
+|Σ_j| ≤ ``record_bound · n_records``. A hostile participant can break that: a
+value past the codec's bound, a vector wrapped in the 2^64 ring, an unmasked or
+replayed upload whose masks do not cancel. Under secure aggregation no single
+upload can be inspected, so the check is on the sum.
+
+**Why on the noisy sum.** Deciding on the *exact* sum would be control flow on
+private data that the peers observe (the round's model update is or is not
+there): a hostile client could choose its own contribution so that the decision
+flips on one honest record, and learn that record from the abort alone. The check
+therefore runs on the released, noisy value: a post-processing of a DP output,
+free under the ledger's accounting (the round's event is recorded before the check;
+the round is spent even when its value is discarded, which is honest).
+
+**Margin.** An honest noisy coordinate exceeds the bound only through the noise.
+For d coordinates of N(0, σ²) noise the union bound gives
+P(max_i |Z_i| > σ·m) ≤ 2d·exp(−m²/2), so with m = √(2 ln(2d/p)) an honest round is
+discarded with probability ≤ p; for Laplace(b) noise P(max_i |L_i| > b·t) ≤ d·e^{−t},
+so t = ln(d/p). The default p = 1e-9 per round: an honest 1,000-round run loses a
+round with probability ≤ 1e-6. This module never imports the accountant: a
+ClientApp imports the engine that catches :class:`ReleaseOutOfRange`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+#: Probability that an honest round's noisy sum fails the check (union bound, per round).
+FALSE_ALARM = 1e-9
+
+
+class ReleaseOutOfRange(RuntimeError):
+    """A released sum lies outside what honest participants can produce.
+
+    The round's event is already in the ledger (its noise was drawn); the
+    caller must discard the value, as for an aborted round, and release nothing
+    derived from it. Raised before the strategy changes any state.
+    """
+
+
+def gaussian_margin(std: float, d: int, false_alarm: float = FALSE_ALARM) -> float:
+    """σ·√(2 ln(2d/p)): P(some honest coordinate's N(0, σ²) noise exceeds it) ≤ p."""
+    return float(std) * math.sqrt(2.0 * math.log(2.0 * max(d, 1) / false_alarm))
+
+
+def laplace_margin(scale: float, d: int, false_alarm: float = FALSE_ALARM) -> float:
+    """b·ln(d/p): P(some honest coordinate's Laplace(b) noise exceeds it) ≤ p."""
+    return float(scale) * math.log(max(d, 1) / false_alarm)
+
+
+def noise_margin(mechanism, d: int, false_alarm: float = FALSE_ALARM) -> float:
+    """The margin of :func:`gaussian_margin` or :func:`laplace_margin` for ``mechanism``.
+
+    The std (scale) is raised by one part in 10^6 to cover the grid's rounding
+    margin γ√d (γd in L1) that ``apply`` adds to the sensitivity (γ = 2^-32).
+    """
+    if hasattr(mechanism, "std"):
+        return gaussian_margin(mechanism.std * (1 + 1e-6), d, false_alarm)
+    if hasattr(mechanism, "scale"):
+        return laplace_margin(mechanism.scale * (1 + 1e-6), d, false_alarm)
+    raise TypeError(f"no noise margin for {type(mechanism).__name__}")
+
+
+def sum_bound(record_bound: float, n_records: int | None) -> float | None:
+    """|Σ_j| ≤ record_bound · n_records for every coordinate of an honest sum.
+
+    ``None`` without a public record bound (a strategy built directly, outside
+    a runtime that knows it): no check.
+    """
+    if n_records is None:
+        return None
+    return float(record_bound) * float(n_records)
+
+
+def check_release(noisy: np.ndarray, *, bound: float | None, margin: float, label: str) -> None:
+    """Raise :class:`ReleaseOutOfRange` if any |noisy_i| > bound + margin.
+
+    ``bound`` ``None`` disables the check. NaN counts as out of range.
+    """
+    if bound is None:
+        return
+    limit = bound + margin
+    arr = np.asarray(noisy, dtype=np.float64)
+    if arr.size and not np.abs(arr).max() <= limit:  # NaN fails ``<=`` too
+        i = int(np.nanargmax(np.abs(arr))) if np.isfinite(arr).any() else 0
+        raise ReleaseOutOfRange(
+            f"{label}: released coordinate {i} is {float(arr.flat[i]):.6g}, beyond what "
+            f"honest participants can produce ({bound:.6g} plus a noise margin of "
+            f"{margin:.6g}): the round's value is discarded"
+        )
