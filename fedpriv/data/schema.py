@@ -359,9 +359,7 @@ def _check_keys(owner: str, where: str, table: object, allowed: frozenset[str]) 
             continue
         close = difflib.get_close_matches(str(key), sorted(allowed), n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
-        raise SchemaError(
-            f"{owner}: unknown key {key!r} {where}; {hint}allowed: {sorted(allowed)}"
-        )
+        raise SchemaError(f"{owner}: unknown key {key!r} {where}; {hint}allowed: {sorted(allowed)}")
 
 
 def _as_tuple(v: object) -> tuple:
