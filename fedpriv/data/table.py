@@ -175,7 +175,9 @@ def _decode_error(path: Path, encoding: str) -> DataError:
 
 def _raw_header(path: Path, opts: dict[str, Any]) -> list[str]:
     """The header line's fields as written (pandas renames a repeated ``x`` to ``x.1``)."""
-    row = _read(path, opts, header=None, names=None, nrows=1, dtype=str, na_filter=False)
+    # Two lines: a first row with one more field than the header would otherwise
+    # silently become pandas' index column (shifting every value one column left).
+    row = _read(path, opts, header=None, names=None, nrows=2, dtype=str, na_filter=False)
     return [str(v) for v in row.iloc[0]] if len(row) else [str(c) for c in row.columns]
 
 

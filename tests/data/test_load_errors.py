@@ -77,6 +77,12 @@ BAD_FILES = {
         r"quoted",
         None,
     ),
+    # pandas would take the first column as an index and shift every value left.
+    "extra_field_first_row": (
+        _rows_with(2, "0,a,40,0,emergency,yes,yes,surplus\n"),
+        r"line 2: the row has 8 fields but the header has 7",
+        None,
+    ),
 }
 
 
@@ -87,7 +93,7 @@ def test_undecodable_or_malformed_file_names_file_and_line(tmp_path, case):
     with pytest.raises(DataError, match=re.escape(str(path)) + ": " + message) as err:
         load_csv(path, EXAMPLE, use_cache=False)
     # What may leave the node: the code only (no file, line or byte).
-    code = "wrong_field_count" if case == "extra_field" else "bad_encoding"
+    code = "wrong_field_count" if case.startswith("extra_field") else "bad_encoding"
     assert str(public_error(err.value)) == f"DataError(code={code!r})"
     if fix is not None:  # the suggested schema key reads the file
         ds = load_csv(path, _schema(tmp_path, top=fix), use_cache=False)
