@@ -61,6 +61,7 @@ from sklearn.utils.validation import (
 
 from fedpriv.data import TabularDataset, iid
 from fedpriv.federation.runtime import InProcessRuntime
+from fedpriv.logs import get_logger
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
 from fedpriv.privacy.randomness import SecretKey
 from fedpriv.records import (
@@ -77,6 +78,43 @@ _BINARY_NOTE = (
     "Only binary classification is supported by this learner: pass its two "
     "labels as classes=[negative, positive]"
 )
+logger = get_logger(__name__)
+
+
+def check_features(X: np.ndarray, *, box: bool = True) -> np.ndarray:
+    """Refuse a NaN or infinite feature, naming its row and column; count values outside the box.
+
+    A CSV's missing cells are declared by its schema (``missing = "indicator"``
+    imputes and flags them); bare arrays have no schema, so a non-finite value
+    is a ``ValueError`` naming the first (row, column) index. Array features
+    are meant to lie in the public box [0, 1] (trees draw their thresholds
+    there): with ``box``, values outside it are counted per column and logged
+    as a WARNING (the curator's own log; never a value, only counts), not clipped.
+    """
+    X = np.asarray(X)
+    if X.ndim == 2 and X.dtype.kind == "f":
+        bad = ~np.isfinite(X)
+        if bad.any():
+            i, j = (int(k) for k in np.argwhere(bad)[0])
+            what = "NaN" if np.isnan(X[i, j]) else "infinity"
+            raise ValueError(
+                f"X contains {what} at row {i}, column {j} ({int(bad.sum())} non-finite "
+                "value(s) in all): features must be finite; impute or drop missing values "
+                "first, or load the data with a schema that declares them "
+                '(missing = "indicator")'
+            )
+        if box:
+            outside = ((X < 0.0) | (X > 1.0)).sum(axis=0)
+            if outside.any():
+                cols = np.flatnonzero(outside)
+                logger.warning(
+                    "X has %d value(s) outside the public box [0, 1] in column(s) %s: "
+                    "trees draw thresholds in [0, 1] and send them to the nearest edge; "
+                    "scale each feature by public bounds (a schema does this)",
+                    int(outside.sum()),
+                    cols[:10].tolist() + (["..."] if cols.size > 10 else []),
+                )
+    return X
 
 
 def federated_training_data(
@@ -107,7 +145,7 @@ def federated_training_data(
         return X, yy, check_partition(partition, yy.size)
     if y is None:
         raise ValueError("fit(X, y): y is required with an array X")
-    X = np.asarray(data, dtype=np.float64)
+    X = check_features(np.asarray(data, dtype=np.float64), box=False)
     yy = encode_labels(y, public_label_set(classes))
     if X.ndim != 2 or X.shape[0] != yy.size:
         raise ValueError(f"fit(X, y): X must be (n, d) with n = len(y); got {X.shape}, {yy.shape}")
@@ -237,7 +275,9 @@ class Estimator(ClassifierMixin, BaseEstimator):
         note = "" if self._multi_class else _BINARY_NOTE
         label_set: Sequence = classes
         if not isinstance(data, TabularDataset):
-            data = validate_data(self, data, dtype=np.float64)  # sparse, NaN, empty: refused
+            # Sparse, empty, complex: refused by scikit-learn; NaN/inf by check_features.
+            data = validate_data(self, data, dtype=np.float64, ensure_all_finite=False)
+            check_features(data)
             if y is None:
                 raise ValueError(
                     f"{type(self).__name__} requires y to be passed, but the target y is None"
@@ -300,7 +340,8 @@ class Estimator(ClassifierMixin, BaseEstimator):
     # -- prediction -------------------------------------------------------
     def _rows(self, X: Any) -> np.ndarray:
         check_is_fitted(self)
-        return validate_data(self, X, reset=False, dtype=np.float64)
+        X = validate_data(self, X, reset=False, dtype=np.float64, ensure_all_finite=False)
+        return check_features(X, box=False)
 
     def _class_scores(self, X: np.ndarray) -> np.ndarray:
         """(n, len(classes_)) class probabilities of validated rows (binary: 1 − p, p)."""

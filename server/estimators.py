@@ -29,8 +29,9 @@ run's own, named and defaulted as in the run config
 
 ``fit`` takes a :class:`fedpriv.data.TabularDataset` (its training rows,
 held by its natural clients or partitioned IID) or arrays ``X, y`` in the
-public box [0, 1] (plus a partition, else an IID split over
-``num_clients``), trains through
+public box [0, 1] (finite: a NaN or inf is refused, named by row and column;
+values outside the box are counted in a warning), plus a partition, else an
+IID split over ``num_clients``; trains through
 :class:`fedpriv.federation.runtime.InProcessRuntime` and keeps the released
 model (``model_``), the ledger and its report (``ledger_``,
 ``privacy_report_``), σ (``noise_multiplier_``) and the traffic

@@ -19,7 +19,7 @@ def load_csv(
     schema: Schema | str | Path,
     *,
     client_column: str | None = None,
-    sep: str = ",",
+    sep: str | None = None,
     test_fraction: float = 0.2,
     val_fraction: float = 0.2,
     split_seed: int = 0,
@@ -30,13 +30,20 @@ def load_csv(
     Clients come from ``client_column`` (default: the schema's
     ``client_column``); without one, partition the training rows with
     :mod:`fedpriv.data.partition`. The split is stratified by label (and by
-    client when there is one) and frozen by ``split_seed``.
+    client when there is one) and frozen by ``split_seed``. The file is read
+    with the schema's ``encoding`` and ``sep`` (``sep`` here overrides it).
+    Columns of the file the schema does not declare are ignored and listed in
+    the load report, as are the values outside a categorical domain (counted
+    per column); both are logged as warnings at every load.
 
     Raises
     ------
     DataError
-        Naming the file, column and line: a missing column, a non-numeric
-        value in a numeric column, a label outside the declared set, an empty
+        Naming the file, column and line: a missing column (with the
+        delimiter the header seems to use), a repeated header, a byte the
+        encoding cannot decode, a row with an extra field, a non-numeric
+        value in a numeric column, a label outside the declared set, a value
+        outside a categorical domain under ``missing = "error"``, an empty
         file, an entirely missing column, or a client without rows.
     SchemaError
         A malformed schema (e.g. a bound with lo >= hi), naming its file.
@@ -44,6 +51,7 @@ def load_csv(
     sch = schema if isinstance(schema, Schema) else Schema.from_toml(schema)
     path = Path(path)
     client_col = client_column or sch.client_column
+    sep = sch.sep if sep is None else sep
 
     def build() -> TabularDataset:
         report = LoadReport(source=str(path))

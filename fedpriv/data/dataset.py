@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from fedpriv.data.encode import Encoded, LoadReport
+from fedpriv.data.encode import Encoded, LoadReport, log_report
 from fedpriv.data.partition import Partition, dirichlet, iid, natural
 from fedpriv.data.schema import Schema
 from fedpriv.data.split import Split
@@ -141,7 +141,7 @@ class TabularDataset:
 # cache: encoded arrays keyed by input checksums + schema digest + options
 # --------------------------------------------------------------------------
 _CHECKSUMS: dict[tuple[str, int, int], str] = {}
-_CACHE_VERSION = "data-1"
+_CACHE_VERSION = "data-2"  # 2: unseen categories refused under missing = "error"
 
 
 def file_checksum(path: Path) -> str:
@@ -236,7 +236,25 @@ def cached(
     *,
     use_cache: bool = True,
 ) -> TabularDataset:
-    """Return the cached dataset for these inputs, building and storing it on a miss."""
+    """Return the cached dataset for these inputs, building and storing it on a miss.
+
+    Either way the load report's warnings (out-of-domain values, ignored
+    columns) are logged: the user sees them at every load, not only the first.
+    """
+    ds = _cached(kind, files, schema, options, build, use_cache=use_cache)
+    log_report(ds.report)
+    return ds
+
+
+def _cached(
+    kind: str,
+    files: list[Path],
+    schema: Schema,
+    options: dict[str, Any],
+    build: Callable[[], TabularDataset],
+    *,
+    use_cache: bool,
+) -> TabularDataset:
     root = cache_dir() if use_cache else None
     if root is None:
         return build()

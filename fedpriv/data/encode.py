@@ -10,8 +10,14 @@ Two views come out of one pass:
 
 * ``X`` — the one-hot view (numeric in [0, 1], one column per category);
 * ``X_ordinal`` — one column per schema column: numeric in [0, 1], binary 0/1,
-  categorical as its integer level (``<missing>`` is the last level; a value
-  outside a domain without a missing level is ``-1``). Forests split on it.
+  categorical as its integer level (``<missing>`` is the last level). Forests
+  split on it.
+
+A value outside a categorical column's domain is an error where the column
+has ``missing = "error"``, else it is encoded as ``<missing>`` and counted per
+column in the report. Columns of the file the schema does not declare
+(neither feature, target, client column nor ``drop``) are ignored and listed
+in the report.
 """
 
 from __future__ import annotations
@@ -32,11 +38,21 @@ from fedpriv.data.schema import (
     Schema,
     canonical,
 )
+from fedpriv.logs import get_logger
+
+logger = get_logger(__name__)
 
 
 @dataclass
 class LoadReport:
-    """What loading did to the rows: drops (with reasons), clips, unseen values, missing cells."""
+    """What loading did to the rows: drops (with reasons), clips, unseen values, missing
+    cells, and the file's columns the schema does not declare (ignored).
+
+    Everything here is about the curator's own rows and stays with the curator:
+    :func:`log_report` writes :meth:`warnings` to the local log at every load
+    (``unseen`` keeps the values themselves, which the log and
+    :meth:`summary` leave out).
+    """
 
     source: str
     n_rows: int = 0
@@ -45,6 +61,7 @@ class LoadReport:
     clipped_high: dict[str, int] = field(default_factory=dict)
     unseen: dict[str, dict[str, int]] = field(default_factory=dict)
     missing: dict[str, int] = field(default_factory=dict)
+    undeclared: list[str] = field(default_factory=list)
 
     def drop(self, reason: str, count: int) -> None:
         if count:
@@ -59,11 +76,33 @@ class LoadReport:
             "clipped_high": dict(self.clipped_high),
             "unseen": {k: dict(v) for k, v in self.unseen.items()},
             "missing": dict(self.missing),
+            "undeclared": list(self.undeclared),
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LoadReport:
         return cls(**d)
+
+    def unseen_counts(self) -> dict[str, int]:
+        """Out-of-domain values per column (mapped to the column's ``<missing>`` level)."""
+        return {col: sum(v.values()) for col, v in self.unseen.items()}
+
+    def warnings(self) -> list[str]:
+        """What the user must see without asking: values that left their declared domain,
+        and file columns the schema ignores. Column names and counts only."""
+        out = []
+        for col, n in self.unseen_counts().items():
+            out.append(
+                f"{self.source}: column {col!r}: {n} value(s) outside the declared categories "
+                "were encoded as <missing>; add them to the schema's categories, or set "
+                'missing = "error" to refuse them'
+            )
+        if self.undeclared:
+            out.append(
+                f"{self.source}: {len(self.undeclared)} column(s) not declared in the schema "
+                f"are ignored: {self.undeclared}; declare them, or list them in drop"
+            )
+        return out
 
     def summary(self) -> str:
         parts = [f"{self.source}: {self.n_rows} rows"]
@@ -72,10 +111,22 @@ class LoadReport:
         n_clip = sum(self.clipped_low.values()) + sum(self.clipped_high.values())
         if n_clip:
             parts.append(f"{n_clip} values clipped to schema bounds")
-        n_unseen = sum(sum(v.values()) for v in self.unseen.values())
-        if n_unseen:
-            parts.append(f"{n_unseen} values outside declared domains")
+        unseen = self.unseen_counts()
+        if unseen:
+            per_column = ", ".join(f"{c} {n}" for c, n in unseen.items())
+            parts.append(
+                f"{sum(unseen.values())} values outside declared domains, encoded as "
+                f"<missing> ({per_column})"
+            )
+        if self.undeclared:
+            parts.append(f"ignored undeclared columns {self.undeclared}")
         return "; ".join(parts)
+
+
+def log_report(report: LoadReport) -> None:
+    """Log ``report``'s :meth:`~LoadReport.warnings` at WARNING (the curator's local log)."""
+    for message in report.warnings():
+        logger.warning(message)
 
 
 @dataclass(frozen=True)
@@ -233,6 +284,17 @@ def encode_features(
             X_ord[:, k] = X[:, j]
         else:
             levels, unseen = _levels(series, spec, report, source, lines, spec.categories)
+            if unseen.any() and spec.missing is Missing.ERROR:
+                bad = np.flatnonzero(unseen)[0]
+                raise DataError(
+                    f"value {series.iloc[bad]!r} is not in the declared categories "
+                    f"{list(spec.categories)}; add it to the schema's categories, or set "
+                    'missing = "category" to encode it as <missing> (counted in the load report)',
+                    code="value_outside_domain",
+                    source=source,
+                    column=spec.name,
+                    line=int(lines[bad]),
+                )
             n_cat = len(spec.categories)
             if spec.missing is Missing.CATEGORY:
                 # Missing and out-of-domain values share the <missing> level.
@@ -337,6 +399,10 @@ def encode(
                 source=source,
                 column=c,
             )
+    declared = {*needed, *schema.drop, schema.client_column}
+    for c in frame.columns:
+        if c not in declared and c not in report.undeclared:
+            report.undeclared.append(str(c))
     y = encode_target(frame, schema, source=source, lines=lines)
     X, X_ord = encode_features(frame, schema, source=source, lines=lines, report=report)
     report.n_rows = len(frame)

@@ -14,6 +14,8 @@ without touching private statistics.
 
 from __future__ import annotations
 
+import codecs
+import difflib
 import hashlib
 import json
 import math
@@ -216,9 +218,23 @@ class Schema:
     missing_tokens: tuple[str, ...] = ("?", "")
     client_column: str | None = None
     description: str = ""
+    sep: str = ","
+    encoding: str = "utf-8"
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.sep, str) or len(self.sep) != 1 or self.sep in _BAD_SEPS:
+            raise SchemaError(
+                f"schema {self.name!r}: sep must be one character other than a quote or a "
+                f"line break (e.g. ',', ';', '\\t', '|'); got {self.sep!r}"
+            )
+        try:
+            codecs.lookup(self.encoding)
+        except (LookupError, TypeError) as exc:
+            raise SchemaError(
+                f"schema {self.name!r}: encoding must be a Python codec name (e.g. 'utf-8', "
+                f"'latin-1', 'utf-16'); got {self.encoding!r}"
+            ) from exc
         names = [c.name for c in self.columns]
         dup = {n for n in names if names.count(n) > 1}
         if dup:
@@ -272,21 +288,30 @@ class Schema:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Schema:
+        """A schema from its TOML tables; an unknown key at any level is a :class:`SchemaError`.
+
+        Loader-specific settings go in the ``[extra]`` table (kept as
+        :attr:`extra`, unchecked): a misspelt key elsewhere must not be
+        stored and silently ignored (e.g. ``client_colum``, which would fall
+        back to an IID split).
+        """
         name = data.get("name", "<unnamed>")
+        _check_keys(f"schema {name!r}", "at the top level", data, _TOP_KEYS)
+        if "target" not in data:
+            raise SchemaError(f"schema {name!r}: missing [target]")
+        _check_keys(f"schema {name!r}", "in [target]", data["target"], _TARGET_KEYS)
         try:
             target = Target(**data["target"])
         except KeyError as exc:
             raise SchemaError(f"schema {name!r}: missing [target] or its key {exc}") from exc
+        except TypeError as exc:
+            raise SchemaError(
+                f"schema {name!r}: [target] needs the keys {sorted(_TARGET_KEYS)}: {exc}"
+            ) from exc
         columns = tuple(_column_from_dict(name, c) for c in data.get("columns", []))
-        known = {
-            "name",
-            "target",
-            "columns",
-            "drop",
-            "missing_tokens",
-            "client_column",
-            "description",
-        }
+        extra = data.get("extra", {})
+        if not isinstance(extra, dict):
+            raise SchemaError(f"schema {name!r}: extra must be a table; got {extra!r}")
         return cls(
             name=name,
             columns=columns,
@@ -295,8 +320,46 @@ class Schema:
             missing_tokens=tuple(data.get("missing_tokens", ("?", ""))),
             client_column=data.get("client_column"),
             description=data.get("description", ""),
-            extra={k: v for k, v in data.items() if k not in known},
+            sep=data.get("sep", ","),
+            encoding=data.get("encoding", "utf-8"),
+            extra=dict(extra),
         )
+
+
+#: Characters that cannot separate fields (the CSV quote and line breaks).
+_BAD_SEPS = frozenset({'"', "\n", "\r"})
+_TOP_KEYS = frozenset(
+    {
+        "name",
+        "description",
+        "target",
+        "columns",
+        "drop",
+        "missing_tokens",
+        "client_column",
+        "sep",
+        "encoding",
+        "extra",
+    }
+)
+_TARGET_KEYS = frozenset({"column", "positive", "labels"})
+_COLUMN_KEYS = {
+    "numeric": frozenset({"name", "type", "bounds", "lo", "hi", "transform", "missing"}),
+    "categorical": frozenset({"name", "type", "categories", "missing"}),
+    "binary": frozenset({"name", "type", "positive", "negative", "missing"}),
+}
+
+
+def _check_keys(owner: str, where: str, table: object, allowed: frozenset[str]) -> None:
+    """Refuse a key of ``table`` outside ``allowed``, suggesting the closest allowed one."""
+    if not isinstance(table, dict):
+        raise SchemaError(f"{owner}: expected a table {where}; got {table!r}")
+    for key in table:
+        if key in allowed:
+            continue
+        close = difflib.get_close_matches(str(key), sorted(allowed), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise SchemaError(f"{owner}: unknown key {key!r} {where}; {hint}allowed: {sorted(allowed)}")
 
 
 def _as_tuple(v: object) -> tuple:
@@ -306,9 +369,14 @@ def _as_tuple(v: object) -> tuple:
 
 
 def _column_from_dict(schema_name: str, c: dict[str, Any]) -> Column:
+    if not isinstance(c, dict):
+        raise SchemaError(f"schema {schema_name!r}: each [[columns]] must be a table; got {c!r}")
     c = dict(c)
-    kind = c.pop("type", None)
+    kind = c.get("type")
     name = c.get("name", "<unnamed>")
+    if kind in _COLUMN_KEYS:
+        _check_keys(f"schema {schema_name!r}", f"in column {name!r}", c, _COLUMN_KEYS[kind])
+    c.pop("type", None)
     try:
         if "missing" in c:
             c["missing"] = Missing(c["missing"])
