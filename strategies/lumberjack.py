@@ -100,11 +100,7 @@ from fedpriv.models.lumberjack import (
     root_layer,
     stage_heights,
 )
-from fedpriv.models.lumberjack_bounds import (
-    GrowthCaps,
-    heavy_level_cap,
-    structural_level_cap,
-)
+from fedpriv.models.lumberjack_bounds import GrowthCaps, growth_caps
 from fedpriv.options import LeafMechanism, SplitFeatures
 from fedpriv.privacy import (
     calibrate_sparse_threshold,
@@ -270,26 +266,15 @@ class LumberjackStrategy:
     def _caps(self, mech) -> GrowthCaps:
         """The public caps (module docstring, Memory); ``mech=None``: no privacy."""
         cfg = self.config
-        level = structural_level_cap(cfg.max_frontier, cfg.heights)
-        if self.n_records is not None:
-            level = min(
-                level,
-                heavy_level_cap(
-                    n_records=self.n_records,
-                    n_trees=cfg.trees,
-                    heights=cfg.heights,
-                    gate=self.gate_,
-                    tau=None if mech is None else mech.tau,
-                    sigma=None if mech is None else mech.sigma,
-                ),
-            )
-        return GrowthCaps(
+        return growth_caps(
+            n_records=self.n_records,
             n_trees=cfg.trees,
-            depth=cfg.depth,
-            heights=tuple(cfg.heights),
+            heights=cfg.heights,
             n_classes=self.n_classes,
-            level=level,
-            frontier=min(cfg.max_frontier, level),
+            max_frontier=cfg.max_frontier,
+            gate=self.gate_,
+            tau=None if mech is None else mech.tau,
+            sigma=None if mech is None else mech.sigma,
         )
 
     def _leaf_event(self, rho: float) -> dp_event.DpEvent:

@@ -179,3 +179,42 @@ class GrowthCaps:
         if round_ < len(self.heights):
             return self.stage_reply(round_)
         return self.leaf_reply
+
+
+def growth_caps(
+    *,
+    n_records: int | None,
+    n_trees: int,
+    heights: list[int],
+    n_classes: int,
+    max_frontier: int,
+    gate: int = 0,
+    tau: float | None = None,
+    sigma: float | None = None,
+) -> GrowthCaps:
+    """The run's caps: B = min(B_F, B(n)) per level, F = min(max_frontier, B).
+
+    ``n_records=None`` (no declared record bound): B = B_F, the frontier's own.
+    ``tau=None``: no privacy (CheckThreshold is ``count > 0``).
+    """
+    level = structural_level_cap(max_frontier, heights)
+    if n_records is not None:
+        level = min(
+            level,
+            heavy_level_cap(
+                n_records=n_records,
+                n_trees=n_trees,
+                heights=heights,
+                gate=gate,
+                tau=tau,
+                sigma=sigma,
+            ),
+        )
+    return GrowthCaps(
+        n_trees=n_trees,
+        depth=sum(heights),
+        heights=tuple(heights),
+        n_classes=n_classes,
+        level=level,
+        frontier=min(max_frontier, level),
+    )
