@@ -57,9 +57,19 @@ at d = 100 (leaky) .835 ± .002 accuracy, .884 AUC; staged, d = 100:
 about 1.8x the one-shot threshold, pruned trees stop shallower and depths
 beyond ~50 only add queries.
 
-Memory: a stage grows from at most ``max_frontier`` Heavy bottom nodes per
-tree (those with the smallest path keys, a public order; the others become
-leaves): at most 2·max_frontier·(2^h − 1) nodes per tree per stage.
+Memory: every data-sized structure is capped by public values
+(:mod:`fedpriv.models.lumberjack_bounds`), so a client that inflates its
+counts cannot blow up memory or time. With n the public record bound, an
+honest level holds at most B Heavy nodes per tree (B ≈ n / (τ − zσ) plus a
+noise slack, B ≤ n / (gate + 1); exceeded with probability ≤ 1e-9; without
+n, B = max_frontier·2^{h − 1}, what the frontier cap alone allows), and the
+Heavy bits are cut to B per level and F = min(max_frontier, B) at a stage's
+bottom, keeping the smallest path keys (a public order; post-processing of
+released bits). Hence, per tree, at most N = Σ_{l=0..d} min(2^l, 2B)
+≤ 1 + 2Bd released nodes and (N + 1)/2 leaves; stage s's reply holds at
+most k·2F·(2^{h_s} − 1) counts (k·(2^{h_0} − 1) at s = 0), the leaf round's
+k·C·(N + 1)/2; the server holds O(k·(N + 2F·2^h·(2·n_numeric + n_binary)))
+numbers whatever the counts (``caps_``).
 """
 
 from __future__ import annotations
@@ -90,6 +100,7 @@ from fedpriv.models.lumberjack import (
     root_layer,
     stage_heights,
 )
+from fedpriv.models.lumberjack_bounds import GrowthCaps, growth_caps
 from fedpriv.options import LeafMechanism, SplitFeatures
 from fedpriv.privacy import (
     calibrate_sparse_threshold,
@@ -127,7 +138,8 @@ class LumberjackConfig:
     gate: int = 0
     #: Levels per stage (module docstring): m = k·Σ_s (1 + ⌊log₂ h_s⌋).
     stage_height: int = STAGE_HEIGHT
-    #: Most Heavy bottom nodes a stage grows from, per tree (a public memory bound).
+    #: Most Heavy bottom nodes a stage grows from, per tree (a public memory bound;
+    #: the record bound's cap B may be lower: module docstring, Memory).
     max_frontier: int = 128
 
     def __post_init__(self) -> None:
@@ -175,11 +187,13 @@ class LumberjackStrategy:
         n_classes: int = 2,
         n_records: int | None = None,
     ) -> None:
-        """``n_records``: public bound on the records behind the counts, for the range
-        check of the released leaf counts (:mod:`fedpriv.privacy.range_guard`)."""
         self.config = config
-        self.n_records = None if n_records is None else check_count("n_records", n_records)
         self.space = space
+        #: The public bound on the run's records (``build`` passes the context's): it
+        #: caps every data-sized structure and bounds an honest leaf count for the range
+        #: check (:mod:`fedpriv.privacy.range_guard`). ``None``: ``max_frontier`` alone
+        #: caps growth, and there is no range check.
+        self.n_records = None if n_records is None else check_count("n_records", n_records)
         self.n_classes = check_count("n_classes", n_classes, minimum=2)
         self.noise_multiplier_ = None  # DP-SGD/boosting API compatibility: not one z here
         self.calibration_ = None
@@ -217,6 +231,7 @@ class LumberjackStrategy:
         # (ε, δ) are the ledger's; no ledger: the non-private reference.
         self._budget = budget = budget_of(ledger)
         if budget is None:
+            self.caps_ = self._caps(None)
             self._events = []
             return
         eps, delta = budget.epsilon, budget.delta
@@ -227,6 +242,7 @@ class LumberjackStrategy:
         )
         self.rho_ = largest_rho(epsilon=eps2, delta=d2)
         cal = self.calibration_
+        self.caps_ = self._caps(cal.mechanism(gate=self.gate_))
         structure = ApproxDpEvent(
             eps1,
             cal.delta_certified,
@@ -249,6 +265,20 @@ class LumberjackStrategy:
         self._events = [(structure, "structure (sparse threshold)"), (leaf, "leaf labels")]
         ledger.reserve(structure, 1)
         ledger.reserve(leaf, cfg.trees)
+
+    def _caps(self, mech) -> GrowthCaps:
+        """The public caps (module docstring, Memory); ``mech=None``: no privacy."""
+        cfg = self.config
+        return growth_caps(
+            n_records=self.n_records,
+            n_trees=cfg.trees,
+            heights=cfg.heights,
+            n_classes=self.n_classes,
+            max_frontier=cfg.max_frontier,
+            gate=self.gate_,
+            tau=None if mech is None else mech.tau,
+            sigma=None if mech is None else mech.sigma,
+        )
 
     def _leaf_event(self, rho: float) -> dp_event.DpEvent:
         """One tree's leaf release at ρ/k-zCDP: η = √(8ρ/k) EM, or std √(k/(2ρ)) counts."""
@@ -387,7 +417,7 @@ class LumberjackStrategy:
         self._roots = self._grow = self._levels = None
 
     def _heavy(self, stage: Stage, block: np.ndarray, check) -> list[np.ndarray]:
-        """The stage's split bits: Heavy, with at most ``max_frontier`` bottom nodes kept."""
+        """The stage's split bits: Heavy, at most B per level and F at the bottom (``caps_``)."""
         widths = [stage.n_roots << level for level in range(len(stage.key))]
         if stage.n_roots == 0:
             return [np.zeros(0, dtype=bool) for _ in widths]
@@ -395,13 +425,17 @@ class LumberjackStrategy:
         parents = [np.zeros(widths[0], dtype=np.int64)]
         parents += [np.arange(w, dtype=np.int64) // 2 for w in widths[1:]]
         heavy, _ = mark_heavy_hitters(levels, parents, check)
-        bottom = np.flatnonzero(heavy[-1])
-        if bottom.size > self.config.max_frontier:
-            # Post-processing of released bits: grow from the Heavy bottom nodes with
-            # the smallest path keys (a public order); the others become leaves.
-            keep = bottom[np.argsort(stage.key[-1][bottom], kind="stable")]
-            heavy[-1] = np.zeros_like(heavy[-1])
-            heavy[-1][keep[: self.config.max_frontier]] = True
+        for level, mask in enumerate(heavy):
+            if level:
+                mask &= heavy[level - 1][parents[level]]  # nothing grows under a cut node
+            cap = self.caps_.frontier if level + 1 == len(heavy) else self.caps_.level
+            on = np.flatnonzero(mask)
+            if on.size > cap:
+                # Post-processing of released bits: keep the Heavy nodes with the
+                # smallest path keys (a public order); the others become leaves.
+                keep = on[np.argsort(stage.key[level][on], kind="stable")[:cap]]
+                mask[:] = False
+                mask[keep] = True
         return heavy
 
     def _release_leaves(self, counts: np.ndarray) -> None:

@@ -58,7 +58,8 @@ def _release(X, y, *, seed=0, epsilon=2.0):
 
     space = FeatureSpace(feature_space_numeric(load_heart().schema))
     cfg = LumberjackConfig(trees=4, depth=12)
-    strategy = LumberjackStrategy(cfg, space=space)
+    # One declared record bound for both neighbours (public, not the row count).
+    strategy = LumberjackStrategy(cfg, space=space, n_records=400)
     ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=epsilon, delta=1e-6))
     strategy.begin(
         n_features=X.shape[1],
@@ -119,7 +120,9 @@ def test_gaussian_leaves_release_counts_that_the_forest_pools(heart):
 def test_the_forest_is_released_only_after_the_last_level(heart):
     X, y = heart.xy("train")
     space = FeatureSpace(np.zeros(X.shape[1], dtype=bool) | True)
-    strategy = LumberjackStrategy(LumberjackConfig(trees=2, depth=3), space=space)
+    strategy = LumberjackStrategy(
+        LumberjackConfig(trees=2, depth=3), space=space, n_records=X.shape[0]
+    )
     strategy.begin(
         n_features=X.shape[1], ledger=None, rng=np.random.default_rng(0), secret_rng=private_rng(0)
     )
@@ -141,6 +144,7 @@ def test_config_and_client_refusals(heart):
     strategy = LumberjackStrategy(
         LumberjackConfig(trees=2, depth=10),
         space=space,  # 2 stages
+        n_records=X.shape[0],
     )
     strategy.begin(
         n_features=X.shape[1], ledger=None, rng=np.random.default_rng(0), secret_rng=private_rng(0)
