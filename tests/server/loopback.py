@@ -16,7 +16,8 @@ import itertools
 import time
 from collections.abc import Callable
 
-from flwr.app import Context, Message, Metadata, RecordDict
+from flwr.app import Context, Error, Message, Metadata, RecordDict
+from flwr.common.constant import ErrorCode
 from flwr.common.serde import (
     context_from_proto,
     context_to_proto,
@@ -85,7 +86,12 @@ class LoopbackGrid:
             self.sent.append(incoming)
             node = meta.dst_node_id
             context = context_from_proto(context_to_proto(self.contexts[node]))
-            reply = wire(HANDLERS[meta.message_type](incoming, context))
+            try:
+                reply = wire(HANDLERS[meta.message_type](incoming, context))
+            except Exception as exc:  # as Flower does: the exception becomes an error reply
+                reason = str(type(exc)) + ":<'" + str(exc) + "'>"
+                error = Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason)
+                reply = wire(Message(error, reply_to=incoming))
             self.contexts[node] = context
             self.received.append(reply)
             pid = node - 100
