@@ -42,12 +42,22 @@ CASES = {
 }
 
 
+#: Plain sums (in-process benchmarks): the server sees each vector, so each is
+#: checked whole; every forged one is its sender's dropout.
+PLAIN_CASES = {
+    "past_codec_bound": lambda v: v + 1e9,
+    "wrong_length": lambda v: np.append(v, 0.0),
+    "float32": lambda v: v.astype(np.float32),
+    "inf": lambda v: np.full_like(v, np.inf),
+}
+
+
 class HostileTransport(InProcessTransport):
     """The in-process transport with one client tampering in one round (module docstring)."""
 
     def __init__(self, case: str, **kwargs) -> None:
         super().__init__(**kwargs)
-        if case not in CASES:
+        if case not in CASES and case not in PLAIN_CASES:
             raise ValueError(f"unknown case {case!r}; one of {sorted(CASES)}")
         self.case = case
         self.honest: dict[int, dict[int, np.ndarray]] = {}  # round -> client -> vector
@@ -64,6 +74,8 @@ class HostileTransport(InProcessTransport):
                 attacked = query.round == ATTACK_ROUND and data.client_id == HOSTILE
                 if attacked and outer.case == "nan":
                     return np.full_like(vec, np.nan)
+                if attacked and not outer.secure and outer.case in PLAIN_CASES:
+                    return PLAIN_CASES[outer.case](vec)
                 return vec
 
         self.handler = Recording()
@@ -75,7 +87,7 @@ class HostileTransport(InProcessTransport):
         mine = masked.get(HOSTILE)
         if r == 0:
             self.previous = mine
-        if r != ATTACK_ROUND or self.case == "nan":
+        if r != ATTACK_ROUND or self.case == "nan" or not self.secure:
             return replies
         case, n = self.case, plan.query.reply_length
         forged = None

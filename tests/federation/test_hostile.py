@@ -20,7 +20,14 @@ from fedpriv.federation.secagg import SecAggConfig
 from fedpriv.methods import StrategyContext, get_method
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
 from fedpriv.privacy.range_guard import ReleaseOutOfRange, check_release, gaussian_margin
-from tests.federation.hostile import ATTACK_ROUND, CASES, HOSTILE, VICTIM, HostileTransport
+from tests.federation.hostile import (
+    ATTACK_ROUND,
+    CASES,
+    HOSTILE,
+    PLAIN_CASES,
+    VICTIM,
+    HostileTransport,
+)
 from tests.keys import key_for
 
 K = 4
@@ -41,7 +48,7 @@ class Recorder:
         self.strategy.update(query, aggregate)
 
 
-def run(case: str | None, method: str = "boosting", **config):
+def run(case: str | None, method: str = "boosting", *, secure: bool = True, **config):
     ds = load_heart()
     X, y = ds.xy("train")
     clients = [
@@ -61,15 +68,18 @@ def run(case: str | None, method: str = "boosting", **config):
         clients=clients,
         handler=record.client_handler(),
         client_keys=[client_key(key, c.client_id) for c in clients],
-        secure_aggregation=True,
+        secure_aggregation=secure,
         secagg=SecAggConfig(),
         vectorised=False,
     )
     if case is None:
         transport.case = "honest"
-    engine = RoundEngine(transport, n_clients=K, max_records=max(c.n for c in clients))
+    engine = RoundEngine(
+        transport, n_clients=K, max_records=max(c.n for c in clients), secure_aggregation=secure
+    )
     engine.begin(strategy, n_features=X.shape[1], ledger=ledger, seed=3, secret_key=key)
-    engine.setup_keys()
+    if secure:
+        engine.setup_keys()
     engine.run(strategy)
     return strategy, transport, engine.communication, ledger
 
@@ -117,6 +127,15 @@ def test_a_hostile_upload_never_enters_the_model(case):
         assert len(ledger.entries) == ROUNDS
         assert np.all(values[ATTACK_ROUND] == 0.0)
     assert np.abs(np.concatenate(values)).max() < 5.0  # honest leaves are a few logits
+
+
+@pytest.mark.parametrize("case", sorted(PLAIN_CASES))
+def test_plain_sums_refuse_a_forged_vector_as_its_senders_dropout(case):
+    strategy, transport, comm, ledger = run(case, secure=False)
+    assert comm.rejected_replies == 1 and comm.aborted_rounds == 0
+    without = honest_sum(transport, ATTACK_ROUND, {HOSTILE})
+    np.testing.assert_allclose(strategy.got[ATTACK_ROUND], without, atol=1e-8)
+    assert len(ledger.entries) == ROUNDS
 
 
 def test_the_victim_of_an_impersonation_is_not_a_summand_either():
