@@ -2,7 +2,7 @@
 
 Lebeda, Erb, Cebere & Bellet, "Lumberjack": k = 30 random trees, ε₁ = 0.75ε
 for the structure, δ = 1e-6; depth d = 49 here (the paper's 100 costs more
-once growth is staged: see Accuracy below).
+once growth is staged: Accuracy in :mod:`strategies.lumberjack_config`).
 
 Federated design: nothing exact reaches a client
 ------------------------------------------------
@@ -51,127 +51,42 @@ the tree grows (h = 1) is *not* the same set of checks: a record enters one
 query per level per tree, m = k·d (3,000 at d = 100; σ and τ ×3.8). Stages
 trade m against 2^h nodes per root.
 
-Accuracy (Adult, ε = 1, 30 trees, 5 injected keys, README): exact growth
-at d = 100 (leaky) .835 ± .002 accuracy, .884 AUC; staged, d = 100:
-.829 / .886; d = 49: .834 / .887; top-down (h = 1): .823 / .884. With τ
-about 1.8x the one-shot threshold, pruned trees stop shallower and depths
-beyond ~50 only add queries.
-
-Memory: every data-sized structure is capped by public values
-(:mod:`fedpriv.models.lumberjack_bounds`), so a client that inflates its
-counts cannot blow up memory or time. With n the public record bound, an
-honest level holds at most B Heavy nodes per tree (B ≈ n / (τ − zσ) plus a
-noise slack, B ≤ n / (gate + 1); exceeded with probability ≤ 1e-9; without
-n, B = max_frontier·2^{h − 1}, what the frontier cap alone allows), and the
-Heavy bits are cut to B per level and F = min(max_frontier, B) at a stage's
-bottom, keeping the smallest path keys (a public order; post-processing of
-released bits). Hence, per tree, at most N = Σ_{l=0..d} min(2^l, 2B)
-≤ 1 + 2Bd released nodes and (N + 1)/2 leaves; stage s's reply holds at
-most k·2F·(2^{h_s} − 1) counts (k·(2^{h_0} − 1) at s = 0), the leaf round's
-k·C·(N + 1)/2; the server holds O(k·(N + 2F·2^h·(2·n_numeric + n_binary)))
-numbers whatever the counts (``caps_``).
+Memory: every data-sized structure is capped by public values, so a client
+that inflates its counts cannot blow up memory or time: at most B Heavy
+nodes per level per tree (from the public record bound n, exceeded by an
+honest run with probability ≤ 1e-9; without n, what the frontier cap
+allows) and F = min(max_frontier, B) at a stage's bottom, keeping the
+smallest path keys (a public order; post-processing of released bits).
+The resulting caps on nodes, leaves, reply lengths and server memory
+(``caps_``), and their derivation: :mod:`fedpriv.models.lumberjack_bounds`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 from dp_accounting import dp_event
 
 from fedpriv.federation.protocol import Query
 from fedpriv.methods import StrategyContext
-from fedpriv.models.heavy_hitters import (
-    ForestModel,
-    PrunedTree,
-    assemble,
-    exponential_labels,
-    mark_heavy_hitters,
-)
-from fedpriv.models.lumberjack import (
-    STAGE_HEIGHT,
-    FeatureSpace,
-    Layer,
-    Stage,
-    children,
-    expand,
-    lumberjack_rounds,
-    root_layer,
-    stage_heights,
-)
-from fedpriv.models.lumberjack_bounds import GrowthCaps, growth_caps
-from fedpriv.options import LeafMechanism, SplitFeatures
-from fedpriv.privacy import (
-    calibrate_sparse_threshold,
-    largest_rho,
-    staged_queries_per_record,
-)
+from fedpriv.models.heavy_hitters import ForestModel, PrunedTree, assemble, exponential_labels
+from fedpriv.models.lumberjack import FeatureSpace, Layer, Stage, children, expand, root_layer
+from fedpriv.models.lumberjack_bounds import GrowthCaps, growth_caps, heavy_bits
+from fedpriv.options import SplitFeatures
+from fedpriv.privacy import calibrate_sparse_threshold, largest_rho
 from fedpriv.privacy.calibration import largest_certified
 from fedpriv.privacy.events import ApproxDpEvent, BoundedRangeDpEvent
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.noise_stage import budget_of
 from fedpriv.privacy.randomness import check_private, gaussian_on_grid
 from fedpriv.privacy.range_guard import check_release, gaussian_margin, sum_bound
-from fedpriv.validation import check_count, check_open_unit
+from fedpriv.validation import check_count
+from strategies.lumberjack_config import LumberjackConfig
+
+__all__ = ["METHOD", "LumberjackConfig", "LumberjackStrategy", "build", "feature_space"]
 
 METHOD = "lumberjack"
-
-
-@dataclass(frozen=True, kw_only=True)
-class LumberjackConfig:
-    """Lumberjack's settings (paper §6: 30 trees, ε₁ = 0.75ε; depth 49 staged).
-
-    The privacy budget (paper: δ = 1e-6) is the run ledger's; ``structure_fraction``
-    splits it between the structure (ε₁, δ₁) and the leaves. The federated
-    rounds follow from ``depth``: one per stage, then the leaf round.
-    """
-
-    trees: int = 30
-    depth: int = 49
-    structure_fraction: float = 0.75
-    leaf_mechanism: LeafMechanism = LeafMechanism.GAUSSIAN
-    split_features: SplitFeatures = SplitFeatures.COLUMNS
-    two_sided: bool = False
-    #: Algorithm 2's deterministic gate: counts ≤ ``gate`` answer ⊥ without noise
-    #: (τ = gate + 1 + Δ; the paper's τ = 1 + Δ is 0). It no longer steers growth.
-    gate: int = 0
-    #: Levels per stage (module docstring): m = k·Σ_s (1 + ⌊log₂ h_s⌋).
-    stage_height: int = STAGE_HEIGHT
-    #: Most Heavy bottom nodes a stage grows from, per tree (a public memory bound;
-    #: the record bound's cap B may be lower: module docstring, Memory).
-    max_frontier: int = 128
-
-    def __post_init__(self) -> None:
-        check_count("trees", self.trees)
-        check_count("depth", self.depth)
-        if self.depth > 200:
-            raise ValueError(f"depth must lie in [1, 200]; got {self.depth}")
-        check_open_unit("structure_fraction", self.structure_fraction)
-        object.__setattr__(self, "leaf_mechanism", LeafMechanism.parse(self.leaf_mechanism))
-        object.__setattr__(self, "split_features", SplitFeatures.parse(self.split_features))
-        check_count("gate", self.gate, minimum=0)
-        check_count("stage_height", self.stage_height)
-        if self.stage_height > 10:
-            raise ValueError(
-                f"stage_height must lie in [1, 10] (2^h nodes per root); got {self.stage_height}"
-            )
-        check_count("max_frontier", self.max_frontier)
-
-    @property
-    def heights(self) -> list[int]:
-        """The stages' heights: ``stage_height`` levels each, the last one shorter."""
-        return stage_heights(self.depth, self.stage_height)
-
-    @property
-    def m(self) -> int:
-        """Queries one record can enter: k·Σ_s (1 + ⌊log₂ h_s⌋) (Lemma 3 per stage)."""
-        return staged_queries_per_record(self.trees, self.heights)
-
-    @property
-    def rounds(self) -> int:
-        """One round per stage, then the leaf counts."""
-        return lumberjack_rounds(self.depth, self.stage_height)
 
 
 class LumberjackStrategy:
@@ -384,7 +299,7 @@ class LumberjackStrategy:
         for k, stage in enumerate(self._stages):
             block = counts[start : start + stage.size]
             start += stage.size
-            split = self._heavy(stage, block, check)
+            split = heavy_bits(stage, block, check, self.caps_)
             for level in range(len(stage.key)):
                 width = stage.n_roots << level
                 kept = (
@@ -415,28 +330,6 @@ class LumberjackStrategy:
             self._levels[k].append((leaves.key, none, np.zeros(leaves.size)))
             self._trees.append(assemble(*map(list, zip(*self._levels[k], strict=True))))
         self._roots = self._grow = self._levels = None
-
-    def _heavy(self, stage: Stage, block: np.ndarray, check) -> list[np.ndarray]:
-        """The stage's split bits: Heavy, at most B per level and F at the bottom (``caps_``)."""
-        widths = [stage.n_roots << level for level in range(len(stage.key))]
-        if stage.n_roots == 0:
-            return [np.zeros(0, dtype=bool) for _ in widths]
-        levels = np.split(block, np.cumsum(widths)[:-1])
-        parents = [np.zeros(widths[0], dtype=np.int64)]
-        parents += [np.arange(w, dtype=np.int64) // 2 for w in widths[1:]]
-        heavy, _ = mark_heavy_hitters(levels, parents, check)
-        for level, mask in enumerate(heavy):
-            if level:
-                mask &= heavy[level - 1][parents[level]]  # nothing grows under a cut node
-            cap = self.caps_.frontier if level + 1 == len(heavy) else self.caps_.level
-            on = np.flatnonzero(mask)
-            if on.size > cap:
-                # Post-processing of released bits: keep the Heavy nodes with the
-                # smallest path keys (a public order); the others become leaves.
-                keep = on[np.argsort(stage.key[level][on], kind="stable")[:cap]]
-                mask[:] = False
-                mask[keep] = True
-        return heavy
 
     def _release_leaves(self, counts: np.ndarray) -> None:
         cfg = self.config

@@ -59,11 +59,14 @@ O(k·(N + 2F·2^h·(2·n_numeric + n_binary))) bytes·8, whatever the counts.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
 
+from fedpriv.models.heavy_hitters import mark_heavy_hitters
+from fedpriv.models.lumberjack import Stage
 from fedpriv.validation import check_count
 
 #: Probability, over an honest run's noise, that a cap binds (removes a Heavy node).
@@ -218,3 +221,36 @@ def growth_caps(
         level=level,
         frontier=min(max_frontier, level),
     )
+
+
+def heavy_bits(
+    stage: Stage,
+    block: np.ndarray,
+    check: Callable[[np.ndarray], np.ndarray],
+    caps: GrowthCaps,
+) -> list[np.ndarray]:
+    """One tree's stage split bits: Algorithm 1's Heavy, at most B per level, F at the bottom.
+
+    ``block`` holds the stage's node counts level by level and ``check`` is
+    CheckThreshold. Nothing grows under a cut node; a level over its cap keeps
+    the Heavy nodes with the smallest path keys (module docstring).
+    """
+    widths = [stage.n_roots << level for level in range(len(stage.key))]
+    if stage.n_roots == 0:
+        return [np.zeros(0, dtype=bool) for _ in widths]
+    levels = np.split(block, np.cumsum(widths)[:-1])
+    parents = [np.zeros(widths[0], dtype=np.int64)]
+    parents += [np.arange(w, dtype=np.int64) // 2 for w in widths[1:]]
+    heavy, _ = mark_heavy_hitters(levels, parents, check)
+    for level, mask in enumerate(heavy):
+        if level:
+            mask &= heavy[level - 1][parents[level]]  # nothing grows under a cut node
+        cap = caps.frontier if level + 1 == len(heavy) else caps.level
+        on = np.flatnonzero(mask)
+        if on.size > cap:
+            # Post-processing of released bits: keep the Heavy nodes with the
+            # smallest path keys (a public order); the others become leaves.
+            keep = on[np.argsort(stage.key[level][on], kind="stable")[:cap]]
+            mask[:] = False
+            mask[keep] = True
+    return heavy
