@@ -1,14 +1,14 @@
 """One round engine for every runtime: plan, send, collect, secure sum, strategy update.
 
-A federated round is the same whatever carries the messages:
+A federated round is the same whatever carries the messages (the runtimes differ only
+in their :class:`Transport`, in-process or Flower Grid: :mod:`fedpriv.federation.rounds`):
 
 1. **plan**: the strategy's query, and which clients are asked (each independently
    w.p. ρ, from the server's private participation coins, :func:`round_plan`);
    under secure aggregation a round with fewer than :data:`MIN_PARTIES` asked is
    aborted *before anything is sent* (a "sum" of one vector is that vector);
 2. **send / collect**: the :class:`Transport` asks the clients and returns what
-   arrived (masked inputs with their encrypted shares, or plain vectors), each
-   bound to its sender by the transport itself (never by a field the client wrote);
+   arrived (:class:`Replies`, each upload bound to its sender by the transport);
    every upload is **checked** (:mod:`fedpriv.federation.replies`: round, dtype,
    length, shares) and a malformed one is that client's dropout for the round;
 3. **secure sum**: the shim's server (:class:`~fedpriv.federation.secagg.SecAggServer`)
@@ -17,14 +17,10 @@ A federated round is the same whatever carries the messages:
    pair mask with a dropped client;
 4. **update**: the decoded sum (``None`` if aborted: nothing is released) goes to
    ``strategy.update``, which adds the noise through the ledger and range-checks the
-   noisy value (:mod:`fedpriv.privacy.range_guard`); a sum beyond what honest
-   clients can produce is discarded (:meth:`RoundEngine.deliver`): the round is
-   spent and counted as aborted.
+   noisy value (:mod:`fedpriv.privacy.range_guard`); a sum beyond what honest clients
+   can produce is discarded (:meth:`RoundEngine.deliver`): spent, counted as aborted.
 
-:class:`RoundEngine` states these rules and the communication counts once; the
-in-process runtime (:mod:`fedpriv.federation.runtime`) and the Flower Grid runtime
-(``server/grid_runtime.py``) are two :class:`Transport` implementations. This module
-never imports Flower.
+:class:`RoundEngine` states these rules and the communication counts once. No Flower imports.
 """
 
 from __future__ import annotations
@@ -183,8 +179,7 @@ class RoundEngine:
     scale : float
         Fixed-point scale; must be :data:`DEFAULT_SCALE`.
     communication : Communication, optional
-        Where to count (default: a fresh one); a runtime passes its own to keep a
-        tally across runs.
+        Where to count (default: a fresh one); a runtime passes its own to tally across runs.
     """
 
     def __init__(
