@@ -299,7 +299,7 @@ class LumberjackStrategy:
         for k, stage in enumerate(self._stages):
             block = counts[start : start + stage.size]
             start += stage.size
-            split = heavy_bits(stage, block, check, self.caps_)
+            split = self._heavy(stage, block, check)
             for level in range(len(stage.key)):
                 width = stage.n_roots << level
                 kept = (
@@ -330,6 +330,10 @@ class LumberjackStrategy:
             self._levels[k].append((leaves.key, none, np.zeros(leaves.size)))
             self._trees.append(assemble(*map(list, zip(*self._levels[k], strict=True))))
         self._roots = self._grow = self._levels = None
+
+    def _heavy(self, stage: Stage, block: np.ndarray, check) -> list[np.ndarray]:
+        """The stage's split bits: Heavy, at most B per level and F at the bottom (``caps_``)."""
+        return heavy_bits(stage, block, check, self.caps_)
 
     def _release_leaves(self, counts: np.ndarray) -> None:
         cfg = self.config
