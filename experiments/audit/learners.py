@@ -72,6 +72,11 @@ class UnderNoisedGaussian:
     def dp_event(self):
         return self.claimed.dp_event
 
+    @property
+    def std(self) -> float:
+        """The noise it really adds (the range check's margin is the real noise's)."""
+        return self.claimed.std / self.factor
+
     def apply(self, value, *, rng: np.random.Generator) -> np.ndarray:
         z = self.claimed.noise_multiplier / self.factor
         real = GaussianMechanism(l2_sensitivity=self.claimed.l2_sensitivity, noise_multiplier=z)
@@ -87,6 +92,8 @@ class ExactRelease:
     @property
     def dp_event(self):
         return self.claimed.dp_event
+
+    std = 0.0  # no noise at all: the range check's margin is nil
 
     def apply(self, value, *, rng: np.random.Generator) -> np.ndarray:
         return np.array(value, dtype=np.float64)

@@ -130,6 +130,6 @@ def test_every_query_of_the_clientapp_is_sanitised():
         fn = getattr(client_app, name)
         assert fn.__wrapped__.__name__ == name  # functools.wraps of ``sanitised``
     context = Context(run_id=1, node_id=7, node_config={}, state=RecordDict(), run_config={})
-    msg = _message("ping", RecordDict({}))
+    msg = _message("keybook", RecordDict({}))
     with pytest.raises(ClientFailure, match=r"^KeyError\(code='client_error'\)$"):
-        client_app.ping(msg, context)  # no partition-id: the key's text stays local
+        client_app.keybook(msg, context)  # no partition-id: the key's text stays local
