@@ -19,6 +19,7 @@ finished.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -112,24 +113,25 @@ def main(grid: Grid, context: Context) -> None:
             ledger.mark_uncertified(TIMING_CAVEAT)
     else:
         write_json_atomic(out / "privacy.json", {"epsilon": "inf", "complete": False})
-    runs: list[GridRuntime] = []
+    progress = Progress()
     try:
-        metrics, comm_out = train(grid, s, out, ledger, runs)
+        metrics, comm_out = train(grid, s, out, ledger, progress)
     except BaseException as exc:
         # Failed whatever the counts; the journal keeps the releases made ("complete": false).
-        comm = runs[0].report.communication if runs else None
+        report = progress.runtime.report if progress.runtime else None
         outcome = run_outcome(
             rounds_planned=s.rounds,
-            rounds=comm.rounds if comm else 0,
-            aborted=comm.aborted_rounds if comm else 0,
+            rounds=report.communication.rounds if report else 0,
+            aborted=report.communication.aborted_rounds if report else 0,
             max_aborted_share=s.max_aborted_share,
-            client_errors=runs[0].report.client_errors if runs else 0,
+            client_errors=report.client_errors if report else 0,
             error=exc,
+            released=progress.released,
         )
         write_status(out, outcome)
         log.error("%s", outcome.line())
         raise
-    runtime = runs[0]
+    runtime = progress.runtime
     comm = runtime.report.communication
     outcome = run_outcome(
         rounds_planned=s.rounds,
@@ -167,30 +169,49 @@ def main(grid: Grid, context: Context) -> None:
         raise RunFailedError(outcome)
 
 
+@dataclass
+class Progress:
+    """How far a run got, for its status if it raises: the runtime (its round
+    counts) once connected, and the rounds whose update went through with a sum."""
+
+    runtime: GridRuntime | None = None
+    released: int = 0
+
+    def count_releases(self, core: Strategy) -> None:
+        """Count ``core``'s updates that completed with a sum (they released)."""
+        update = core.update
+
+        def counted(query, aggregate):
+            out = update(query, aggregate)
+            self.released += aggregate is not None
+            return out
+
+        core.update = counted
+
+
 def train(
-    grid: Grid, s: RunSettings, out: Path, ledger: PrivacyLedger | None, runs: list
+    grid: Grid, s: RunSettings, out: Path, ledger: PrivacyLedger | None, progress: Progress
 ) -> tuple[dict, dict]:
     """Load the public parts, run the strategy, write metrics, traffic and model to
-    ``out``; returns the metrics and the communication report.
-
-    The runtime is appended to ``runs`` as soon as it exists, so that a failure
-    later in the run still reports its round counts.
+    ``out``; returns the metrics and the communication report. ``progress`` follows
+    the run, so that a failure still reports its counts.
     """
     ds = load_for_run(s.dataset, num_clients=s.num_clients, split_seed=s.split_seed)
     X_train, _ = ds.xy("train")
+    # n (the training rows) is public under the trust model, as is the
+    # bound on records per client below.
+    core = build_strategy(
+        s, ds.schema, n_records=int(X_train.shape[0]), n_features=int(X_train.shape[1])
+    )
+    progress.count_releases(core)
     strategy = FlowerStrategy(
-        # n (the training rows) is public under the trust model, as is the
-        # bound on records per client below.
-        build_strategy(
-            s, ds.schema, n_records=int(X_train.shape[0]), n_features=int(X_train.shape[1])
-        ),
+        core,
         settings=s,
         n_features=X_train.shape[1],
         max_records=int(X_train.shape[0]),
         ledger=ledger,
     )
-    runtime = strategy.connect(grid)
-    runs.append(runtime)
+    runtime = progress.runtime = strategy.connect(grid)
     runtime.ping(s.ping_rounds)
     result = strategy.start(
         grid=grid,

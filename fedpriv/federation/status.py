@@ -131,10 +131,15 @@ def run_outcome(
     max_aborted_share: float,
     client_errors: int = 0,
     error: BaseException | None = None,
+    released: int | None = None,
 ) -> RunOutcome:
-    """The run's outcome from its counts; ``error``: what the run raised (then failed)."""
+    """The run's outcome from its counts; ``error``: what the run raised (then failed).
+
+    ``released`` (default ``rounds - aborted``): rounds whose update went through;
+    fewer when the run raised inside a round, after its sum was counted.
+    """
     share = _check_share(max_aborted_share)
-    released = rounds - aborted
+    released = rounds - aborted if released is None else released
     nothing = f"{aborted} of {rounds} rounds released nothing"
     if error is not None:
         status = RunStatus.FAILED
@@ -142,8 +147,7 @@ def run_outcome(
         if len(what) > 300:  # one line in a log, not a traceback
             what = what[:297] + "..."
         reason = (
-            f"the run raised {what} (after {rounds} of {rounds_planned} rounds, "
-            f"{released} released)"
+            f"the run raised {what} ({rounds} of {rounds_planned} rounds run, {released} released)"
         )
     else:
         status = run_status(rounds=rounds, aborted=aborted, max_aborted_share=share)

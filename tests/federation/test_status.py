@@ -65,7 +65,7 @@ def test_outcome_counts_reason_and_a_raised_run_is_failed_whatever_its_counts():
         error=RuntimeError("boom"),
     )
     assert crashed.status is F and crashed.failed and crashed.rounds_released == 2
-    assert "raised RuntimeError: boom (after 2 of 75 rounds, 2 released)" in crashed.reason
+    assert "raised RuntimeError: boom (2 of 75 rounds run, 2 released)" in crashed.reason
     assert crashed.reason.endswith("1 client error replies")
     assert DEFAULT_MAX_ABORTED_SHARE == 0.25
 
