@@ -138,8 +138,12 @@ def test_communication_counts_floats_and_bytes(clients):
 
 
 def test_single_participant_round_is_aborted_under_secure_aggregation():
-    one = make_clients(np.random.default_rng(0).random((50, 3)), np.zeros(50), [np.arange(50)])
-    strategy, rt, ledger = _run(one, epsilon=2.0, rounds=3)
-    assert rt.communication.aborted_rounds == 3
-    assert ledger.entries == ()
-    assert all((v == 0).all() for v in strategy.model().leaf_values)
+    X = np.random.default_rng(0).random((50, 3))
+    one = make_clients(X, np.zeros(50), [np.arange(50)])
+    with pytest.raises(ValueError, match=r"secure aggregation needs at least 2 clients"):
+        _run(one, epsilon=2.0, rounds=3)  # K = 1: every round would abort; refused up front
+    # K = 2 at ρ = 0.3 (test key 0): the rounds asking fewer than two release nothing.
+    two = make_clients(X, np.zeros(50), [np.arange(25), np.arange(25, 50)])
+    _, rt, ledger = _run(two, epsilon=2.0, rounds=6, participation=0.3)
+    aborted = rt.communication.aborted_rounds
+    assert 0 < aborted <= 6 and len(ledger.entries) == 6 - aborted
