@@ -6,12 +6,20 @@ runs the strategy as a Flower strategy (:class:`server.flower_strategy.FlowerStr
 ``strategy.start(grid=...)``), and writes
 the resolved config, the privacy report, the metrics, the communication
 figures and the released model under ``<out-dir>/<run id>/``.
+
+The folder is made before round 1. ``privacy.json`` is the ledger's journal,
+rewritten atomically at every release (``"complete": false`` until the run
+ends), and ``status.json`` (:mod:`fedpriv.federation.status`) says how the
+run ended: completed, degraded (some rounds released nothing) or failed (too
+many did, or the run raised; then it is written before the error propagates).
+The launchers read it: ``flwr`` reports a run that released nothing as
+finished.
 """
 
 from __future__ import annotations
 
-import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -19,14 +27,16 @@ from flwr.app import ArrayRecord, Context
 from flwr.serverapp import Grid, ServerApp
 
 from fedpriv import logs
+from fedpriv.atomic import write_json_atomic
 from fedpriv.data import load_for_run
 from fedpriv.evaluation import binary_metrics
 from fedpriv.federation.protocol import Strategy
 from fedpriv.federation.settings import RunSettings
+from fedpriv.federation.status import RunFailedError, RunStatus, outcome_of, write_status
 from fedpriv.methods import StrategyContext
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
 from server.flower_strategy import FlowerStrategy
-from server.grid_runtime import PollingGrid
+from server.grid_runtime import GridRuntime, PollingGrid
 
 app = ServerApp()
 log = logs.get_logger(__name__)
@@ -56,7 +66,7 @@ def save_model(path: Path, model) -> None:
     np.savez(path, **model.to_arrays())
 
 
-def communication_report(report, *, timings: bool) -> dict:
+def communication_report(report, *, timings: bool, planned: int | None = None) -> dict:
     """communication.json: what crossed the network, from public and released values.
 
     Floats and bytes follow from the queries' reply lengths (public, or functions of
@@ -67,6 +77,8 @@ def communication_report(report, *, timings: bool) -> dict:
     """
     comm = report.communication.to_dict()
     comm["client_errors"] = report.client_errors
+    # How much of the planned training was released (the run's status: status.json).
+    comm["rounds_planned"] = planned
     empty = report.empty_round_seconds
     comm["mean_empty_round_seconds"] = float(np.mean(empty)) if empty else None
     comm["empty_round_seconds"] = [round(x, 4) for x in empty]
@@ -86,47 +98,41 @@ def main(grid: Grid, context: Context) -> None:
     grid = PollingGrid(grid, interval=s.poll_interval)
     if not s.out_dir or not Path(s.out_dir).is_absolute():
         raise ValueError(f"run config out-dir must be an absolute path; got {s.out_dir!r}")
-    ds = load_for_run(s.dataset, num_clients=s.num_clients, split_seed=s.split_seed)
-    X_train, _ = ds.xy("train")
-    ledger = None
-    if s.private:
-        ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=s.epsilon, delta=s.delta))
-        if s.timings:
-            ledger.mark_uncertified(TIMING_CAVEAT)
-    strategy = FlowerStrategy(
-        # n (the training rows) is public under the trust model, as is the
-        # bound on records per client below.
-        build_strategy(
-            s, ds.schema, n_records=int(X_train.shape[0]), n_features=int(X_train.shape[1])
-        ),
-        settings=s,
-        n_features=X_train.shape[1],
-        max_records=int(X_train.shape[0]),
-        ledger=ledger,
-    )
-    runtime = strategy.connect(grid)
-    runtime.ping(s.ping_rounds)
-    result = strategy.start(
-        grid=grid,
-        initial_arrays=ArrayRecord(),
-        num_rounds=s.rounds,
-        timeout=s.round_timeout,
-    )
-    model = strategy.core.model()
-
-    X_test, y_test = ds.xy("test")
-    metrics = binary_metrics(y_test, model.predict_proba(X_test))
-    comm = communication_report(runtime.report, timings=s.timings)
+    # The results folder exists before round 1: the privacy journal and the status
+    # are written there as the run goes, so a crash still leaves them.
     out = Path(s.out_dir) / str(context.run_id)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(s.to_run_config(), indent=1))
-    report = ledger.report().to_dict() if ledger is not None else {"epsilon": "inf"}
-    (out / "privacy.json").write_text(json.dumps(report, indent=1))
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
-    (out / "communication.json").write_text(json.dumps(comm, indent=1))
-    per_round = {str(r): dict(m) for r, m in result.train_metrics_clientapp.items()}
-    (out / "rounds.json").write_text(json.dumps(per_round, indent=1))
-    save_model(out / "model.npz", model)
+    write_json_atomic(out / "config.json", s.to_run_config())
+    ledger = None
+    if s.private:
+        ledger = PrivacyLedger(
+            budget=PrivacyBudget(epsilon=s.epsilon, delta=s.delta), journal=out / "privacy.json"
+        )
+        if s.timings:
+            ledger.mark_uncertified(TIMING_CAVEAT)
+    else:
+        write_json_atomic(out / "privacy.json", {"epsilon": "inf", "complete": False})
+    progress = Progress()
+    try:
+        metrics, comm_out = train(grid, s, out, ledger, progress)
+    except BaseException as exc:
+        # Failed whatever the counts; the journal keeps the releases made ("complete": false).
+        comm = progress.runtime.report.communication if progress.runtime else None
+        outcome = outcome_of(
+            comm, rounds_planned=s.rounds, max_aborted_share=s.max_aborted_share, error=exc
+        )
+        write_status(out, outcome)
+        log.error("%s", outcome.line())
+        raise
+    runtime = progress.runtime
+    comm = runtime.report.communication
+    outcome = outcome_of(comm, rounds_planned=s.rounds, max_aborted_share=s.max_aborted_share)
+    report = {"epsilon": "inf", "complete": True}
+    if ledger is not None:
+        report = ledger.close()
+    else:
+        write_json_atomic(out / "privacy.json", report)
+    write_status(out, outcome)
     eps_pld = report.get("epsilon_pld", "inf")
     eps_rdp = report.get("epsilon_rdp", "inf")
     log.info("done: %s on %s, K=%d, T=%d", s.method, s.dataset, s.num_clients, s.rounds)
@@ -136,8 +142,64 @@ def main(grid: Grid, context: Context) -> None:
     log.info("ε spent %s (PLD), %s (RDP) at δ=%s", eps_pld, eps_rdp, f"{s.delta:g}")
     log.info(
         "floats uploaded per client %.0f, round trips %s%s",
-        comm["mean_floats_uploaded_per_client"],
-        comm["round_trips"],
+        comm_out["mean_floats_uploaded_per_client"],
+        comm_out["round_trips"],
         f", {time.perf_counter() - t0:.1f} s" if s.timings else "",
     )
     log.info("results in %s", out)
+    if outcome.status is RunStatus.COMPLETED:
+        log.info("%s", outcome.line())
+    else:
+        log.warning("%s", outcome.line())
+    if outcome.failed:
+        # Every file is written; failing the run also marks it failed in ``flwr ls``.
+        raise RunFailedError(outcome)
+
+
+@dataclass
+class Progress:
+    """How far a run got, for its status if it raises: the runtime once connected
+    (its tally counts the rounds run, released and aborted)."""
+
+    runtime: GridRuntime | None = None
+
+
+def train(
+    grid: Grid, s: RunSettings, out: Path, ledger: PrivacyLedger | None, progress: Progress
+) -> tuple[dict, dict]:
+    """Load the public parts, run the strategy, write metrics, traffic and model to
+    ``out``; returns the metrics and the communication report. ``progress`` follows
+    the run, so that a failure still reports its counts.
+    """
+    ds = load_for_run(s.dataset, num_clients=s.num_clients, split_seed=s.split_seed)
+    X_train, _ = ds.xy("train")
+    # n (the training rows) is public under the trust model, as is the
+    # bound on records per client below.
+    core = build_strategy(
+        s, ds.schema, n_records=int(X_train.shape[0]), n_features=int(X_train.shape[1])
+    )
+    strategy = FlowerStrategy(
+        core,
+        settings=s,
+        n_features=X_train.shape[1],
+        max_records=int(X_train.shape[0]),
+        ledger=ledger,
+    )
+    runtime = progress.runtime = strategy.connect(grid)
+    runtime.ping(s.ping_rounds)
+    result = strategy.start(
+        grid=grid,
+        initial_arrays=ArrayRecord(),
+        num_rounds=s.rounds,
+        timeout=s.round_timeout,
+    )
+    model = strategy.core.model()
+    X_test, y_test = ds.xy("test")
+    metrics = binary_metrics(y_test, model.predict_proba(X_test))
+    comm = communication_report(runtime.report, timings=s.timings, planned=s.rounds)
+    write_json_atomic(out / "metrics.json", metrics)
+    write_json_atomic(out / "communication.json", comm)
+    per_round = {str(r): dict(m) for r, m in result.train_metrics_clientapp.items()}
+    write_json_atomic(out / "rounds.json", per_round)
+    save_model(out / "model.npz", model)
+    return metrics, comm

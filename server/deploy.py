@@ -18,8 +18,9 @@ Flower's deployment engine as separate processes, the same topology as
   deadline, then SIGKILL), then the SuperLink (with their SuperExecs and
   ClientApps).
 
-Exit code 0 if the run finished ``completed``, 1 if it failed, 2 if the
-federation could not be started or the SuperLink was lost.
+Exit code 0 if the run finished ``completed`` or ``degraded`` (its
+``status.json``), 1 if it failed (raised, or too many rounds released
+nothing), 2 if the federation could not be started or the SuperLink was lost.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from server.launch import (
     BIN,
     ProcessTracker,
     _descendants,
+    exit_code,
     flwr,
     flwr_env,
     follow,
@@ -60,8 +62,17 @@ from server.progress import RoundProgress
 from server.tls import NodeKey, TlsFiles, write_node_key, write_tls
 
 CONNECTION = "fedpriv-deploy"
-#: The small DP-boosting job ``python -m server.deploy`` runs by default.
-SMALL_JOB = {"dataset": "brfss", "num-clients": 3, "rounds": 5, "depth": 4, "epsilon": 2.0}
+#: The small DP-boosting job ``python -m server.deploy`` runs by default. A deployed
+#: round starts a ClientApp process per message: ~26 s on 2 loaded cores (BRFSS, K = 3),
+#: against ~0.4 s simulated, so the round timeout is the simulation's 30 s × 4.
+SMALL_JOB = {
+    "dataset": "brfss",
+    "num-clients": 3,
+    "rounds": 5,
+    "depth": 4,
+    "epsilon": 2.0,
+    "round-timeout": 120.0,
+}
 #: SuperExecs pick up ClientApp/ServerApp tasks this often (Flower's default is 1 s).
 SUPEREXEC_POLL = "0.1"
 
@@ -449,7 +460,7 @@ def deploy(
                     healthy=lambda: fed.superlink is not None and fed.superlink.poll() is None,
                 )
             log.info(f"run {run_id}: {status} {details}".rstrip())
-            code = {"finished:completed": 0, "lost": 2}.get(status, 1)
+            code = exit_code(status, Path(settings.out_dir) / run_id)
             no_late.set()
             if late_nodes:
                 late.join(timeout=60)  # a node still starting is stopped with the rest

@@ -59,8 +59,15 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
+from fedpriv import logs
 from fedpriv.data import TabularDataset, iid
 from fedpriv.federation.runtime import InProcessRuntime
+from fedpriv.federation.status import (
+    DEFAULT_MAX_ABORTED_SHARE,
+    RunFailedError,
+    RunStatus,
+    outcome_of,
+)
 from fedpriv.logs import get_logger
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
 from fedpriv.privacy.randomness import SecretKey
@@ -72,6 +79,8 @@ from fedpriv.records import (
     public_label_set,
 )
 from fedpriv.seeding import derive_generator
+
+log = logs.get_logger(__name__)
 
 #: What the message of a binary learner's label error adds.
 _BINARY_NOTE = (
@@ -307,8 +316,15 @@ class Estimator(ClassifierMixin, BaseEstimator):
         handler: Any,
         strategy: Any,
         participation: float = 1.0,
+        rounds_planned: int | None = None,
     ):
         """Train ``strategy`` against ``handler`` clients under a fresh ledger; keep the results.
+
+        The run's status (:mod:`fedpriv.federation.status`, threshold
+        ``max_aborted_share``) is kept as ``run_status_`` and ``run_outcome_``
+        (rounds planned, released, aborted); a degraded run logs a warning; a
+        failed one raises :class:`~fedpriv.federation.status.RunFailedError`
+        carrying the ledger and its privacy report (the spend stays recorded).
 
         The runtime takes the estimator's ``seed``, ``secret_key`` (coerced
         here, not in ``__init__``) and ``secure_aggregation``, the ledger its
@@ -330,11 +346,25 @@ class Estimator(ClassifierMixin, BaseEstimator):
         if math.isfinite(self.epsilon):
             ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=self.epsilon, delta=self.delta))
         strategy = runtime.run(strategy, ledger=ledger)
+        comm = runtime.communication
+        outcome = outcome_of(
+            comm,
+            rounds_planned=comm.rounds if rounds_planned is None else rounds_planned,
+            max_aborted_share=getattr(self, "max_aborted_share", DEFAULT_MAX_ABORTED_SHARE),
+        )
+        report = ledger.report() if ledger is not None else None
+        if outcome.failed:
+            # No model_: the fit failed. What was spent stays reachable through the error.
+            raise RunFailedError(outcome, ledger=ledger, privacy_report=report, communication=comm)
+        if outcome.status is RunStatus.DEGRADED:
+            log.warning("%s: %s", type(self).__name__, outcome.line())
         self.model_ = strategy.model()
         self.noise_multiplier_ = strategy.noise_multiplier_
         self.ledger_ = ledger
-        self.privacy_report_ = ledger.report() if ledger is not None else None
-        self.communication_ = runtime.communication
+        self.privacy_report_ = report
+        self.communication_ = comm
+        self.run_outcome_ = outcome
+        self.run_status_ = outcome.status
         return strategy
 
     # -- prediction -------------------------------------------------------

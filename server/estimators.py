@@ -13,7 +13,11 @@ run's own, named and defaulted as in the run config
 ``participation``
     Per-round client participation ρ.
 ``num_clients``
-    Clients of an IID split when the data has no natural clients.
+    Clients of an IID split when the data has no natural clients; at least 2
+    (secure aggregation needs two parties).
+``max_aborted_share``
+    Largest share of rounds that may release nothing (``run_status_``:
+    completed, degraded, or ``fit`` raises ``RunFailedError``).
 ``secure_aggregation``
     Sum replies through the masking shim (default) or plain fixed point.
 ``seed``
@@ -34,8 +38,9 @@ values outside the box are counted in a warning), plus a partition, else an
 IID split over ``num_clients``; trains through
 :class:`fedpriv.federation.runtime.InProcessRuntime` and keeps the released
 model (``model_``), the ledger and its report (``ledger_``,
-``privacy_report_``), σ (``noise_multiplier_``) and the traffic
-(``communication_``). The scikit-learn contract, the tags and the
+``privacy_report_``), σ (``noise_multiplier_``), the traffic
+(``communication_``) and the run's status (``run_status_``, ``run_outcome_``:
+rounds planned, released, aborted). The scikit-learn contract, the tags and the
 ``check_estimator`` checks that do not apply to a DP learner are in
 :mod:`server.estimator_base`.
 """
@@ -60,7 +65,15 @@ from fedpriv.methods import Method, StrategyContext, get_method
 from server.estimator_base import Estimator
 
 #: The run settings an estimator takes, under their run-config names.
-RUN_PARAMS = ("epsilon", "delta", "participation", "num_clients", "secure_aggregation", "seed")
+RUN_PARAMS = (
+    "epsilon",
+    "delta",
+    "participation",
+    "num_clients",
+    "secure_aggregation",
+    "seed",
+    "max_aborted_share",
+)
 
 
 def _signature(cls: type[MethodEstimator]) -> inspect.Signature:
@@ -167,6 +180,7 @@ class MethodEstimator(Estimator):
             handler=self._handler(),
             strategy=strategy,
             participation=self.participation,
+            rounds_planned=config.rounds,
         )
         self._after_fit(strategy)
         return self

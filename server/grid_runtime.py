@@ -236,7 +236,7 @@ class GridTransport:
         log.info("%d nodes connected", len(nodes))
         # Nothing secret or seeded goes out: each node draws its own key locally.
         content = {n: RecordDict({"config": ConfigRecord({})}) for n in nodes}
-        replies, errors, _ = _send(self.grid, "keys", content, s.round_timeout)
+        replies, errors, _ = _send(self.grid, "keys", content, s.setup_timeout)
         if errors or len(replies) != len(nodes):
             # No keys, no secure aggregation: the run fails (client errors are printed above).
             raise RuntimeError(

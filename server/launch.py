@@ -5,7 +5,8 @@ Flower 1.42's CLI talks to a SuperLink through a *connection* written to
 processes in their own sessions and remember their trees so they can be
 stopped by PID, wait for health endpoints instead of sleeping, submit a run,
 follow its log and read its real status with ``flwr ls`` (``flwr run
---stream`` exits 0 even when a run failed).
+--stream`` exits 0 even when a run failed), and the run's own status
+(``status.json``: a run whose rounds released nothing still "finishes").
 """
 
 from __future__ import annotations
@@ -24,10 +25,13 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from fedpriv import logs
 from fedpriv.federation.settings import RunSettings, SettingError
+from fedpriv.federation.status import RunStatus, read_status
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+log = logs.get_logger(__name__)
 
 
 def _descendants(pid: int) -> list[int]:
@@ -203,6 +207,27 @@ def run_status(run_id: str, connection: str, env: dict) -> tuple[str, str]:
     return run["status"], run.get("status-details", "")
 
 
+def exit_code(status: str, out: Path | None) -> int:
+    """The launcher's exit code from Flower's ``status`` and the run's ``status.json`` in ``out``.
+
+    0: Flower finished the run ``completed`` and the run says completed or
+    degraded (its one line is logged, a warning when degraded); 1: either says
+    failed, or the run wrote no status (it never got that far); 2: the
+    SuperLink was lost (``status == "lost"``).
+    """
+    if status == "lost":
+        return 2
+    outcome = read_status(out) if out is not None else None
+    if outcome is None:
+        log.error("run %s: no %s/status.json: the ServerApp ended before writing it", status, out)
+        return 1
+    if outcome.status is RunStatus.COMPLETED:
+        log.info("%s", outcome.line())
+    else:
+        (log.error if outcome.failed else log.warning)("%s", outcome.line())
+    return 0 if status == "finished:completed" and not outcome.failed else 1
+
+
 def flwr_env(home: Path) -> dict:
     """The environment every Flower process and CLI call gets: private home, nothing phoned."""
     from fedpriv.data import data_dir
@@ -361,7 +386,8 @@ def parse_set(items: list[str]) -> dict:
 
 
 def result_line(out: Path, detail: str) -> str:
-    """The launchers' last line: AUC, ε by PLD and by RDP, ``detail``, the results folder.
+    """The launchers' last line: AUC, ε by PLD and by RDP, the status and rounds released,
+    ``detail``, the results folder.
 
     ``detail`` is formatted with the run's ``communication.json`` fields, e.g.
     ``"mean round {mean_round_seconds:.2f} s"``.
@@ -369,7 +395,16 @@ def result_line(out: Path, detail: str) -> str:
     metrics = json.loads((out / "metrics.json").read_text())
     privacy = json.loads((out / "privacy.json").read_text())
     comm = json.loads((out / "communication.json").read_text())
+    outcome = read_status(out)
+    rounds = (
+        ""
+        if outcome is None
+        else (
+            f" | {outcome.status}: {outcome.rounds_released} of {outcome.rounds_planned} "
+            "rounds released"
+        )
+    )
     return (
         f"AUC {metrics['auc']:.4f} | ε spent {privacy.get('epsilon_pld', 'inf')} (PLD), "
-        f"{privacy.get('epsilon_rdp', 'inf')} (RDP) | {detail.format(**comm)} | {out}"
+        f"{privacy.get('epsilon_rdp', 'inf')} (RDP){rounds} | {detail.format(**comm)} | {out}"
     )

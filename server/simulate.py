@@ -9,7 +9,9 @@
   dependency installation off; the built-in ``local`` connection would leave
   a detached SuperLink running after the command;
 * the run's real status from ``flwr ls`` (``flwr run --stream`` exits 0 even
-  when the run failed); exit code 0 only for ``finished:completed``;
+  when the run failed) and from the run's ``status.json`` (a run whose rounds
+  released nothing still finishes): exit code 0 only for a run Flower
+  finished ``completed`` whose own status is completed or degraded;
 * shutdown of every process it started, by PID (SuperLink, SuperExec, the
   simulation and Ray), also on Ctrl-C.
 
@@ -34,6 +36,7 @@ from server.launch import (
     ROOT,
     ProcessTracker,
     default_config,
+    exit_code,
     flwr,
     flwr_env,
     follow,
@@ -109,7 +112,7 @@ def simulate(
                 healthy=lambda: proc.poll() is None,
             )
         log.info(f"run {run_id}: {status} {details}".rstrip())
-        code = 0 if status == "finished:completed" else 1
+        code = exit_code(status, Path(settings.out_dir) / run_id)
     except KeyboardInterrupt:
         log.warning("interrupted; stopping")
         if run_id:

@@ -254,7 +254,7 @@ class RoundEngine:
         comm = self.communication
         comm.rounds += 1
         if plan.aborted:
-            comm.aborted_rounds += 1
+            comm.rounds_aborted += 1
             return None
         if replies is None:
             raise ValueError(f"round {plan.query.round} was sent: its replies are required")
@@ -278,7 +278,7 @@ class RoundEngine:
         else:
             aggregate = _plain_sum(plan, replies)
         if aggregate is None:
-            comm.aborted_rounds += 1
+            comm.rounds_aborted += 1
         return aggregate
 
     def _screen(self, plan: RoundPlan, replies: Replies) -> Replies:
@@ -329,11 +329,12 @@ class RoundEngine:
             strategy.update(query, aggregate)
         except ReleaseOutOfRange as err:
             comm = self.communication
-            comm.aborted_rounds += 1
-            comm.discarded_rounds += 1
+            comm.rounds_aborted += 1
+            comm.rounds_discarded += 1
             log.warning("round %d: %s", query.round, err)
             strategy.update(query, None)
             return False
+        self.communication.rounds_released += 1
         return True
 
     def run_round(self, query: Query) -> np.ndarray | None:

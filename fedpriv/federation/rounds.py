@@ -26,10 +26,12 @@ class Communication:
     bytes_uploaded: np.ndarray = field(init=False)
     round_trips: int = 0
     rounds: int = 0
+    #: Rounds whose sum the strategy released (its update went through with a sum).
+    rounds_released: int = 0
     #: Rounds that released nothing (too few asked or survivors, or a discarded sum).
-    aborted_rounds: int = 0
+    rounds_aborted: int = 0
     #: Of those, rounds whose released sum failed the range check (spent, discarded).
-    discarded_rounds: int = 0
+    rounds_discarded: int = 0
     recoveries: int = 0
     #: Error replies (a client that raised, or whose transport reported a failure).
     client_errors: int = 0
@@ -47,18 +49,13 @@ class Communication:
             "mean_floats_uploaded_per_client": float(self.floats_uploaded.mean()),
             "round_trips": self.round_trips,
             "rounds": self.rounds,
-            "released_rounds": self.released_rounds,
-            "aborted_rounds": self.aborted_rounds,
-            "discarded_rounds": self.discarded_rounds,
+            "rounds_released": self.rounds_released,
+            "rounds_aborted": self.rounds_aborted,
+            "rounds_discarded": self.rounds_discarded,
             "dropout_recoveries": self.recoveries,
             "client_errors": self.client_errors,
             "rejected_replies": self.rejected_replies,
         }
-
-    @property
-    def released_rounds(self) -> int:
-        """Rounds whose sum was released (the others released nothing)."""
-        return self.rounds - self.aborted_rounds
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -227,6 +227,13 @@ class InProcessRuntime:
     ) -> None:
         if not clients:
             raise ValueError("need at least one client")
+        if secure_aggregation and len(clients) < MIN_PARTIES:
+            # Refused before anything runs: every round would abort (a "sum" of one
+            # client's vector is that vector) and the run would release nothing.
+            raise ValueError(
+                f"clients: secure aggregation needs at least {MIN_PARTIES} clients "
+                f"(allowed [{MIN_PARTIES}, inf)); got {len(clients)}"
+            )
         self.clients = list(clients)
         self.handler = handler
         self.seed = seed

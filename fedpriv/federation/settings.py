@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from fedpriv.federation.engine import MIN_PARTIES
+from fedpriv.federation.status import DEFAULT_MAX_ABORTED_SHARE
 from fedpriv.methods import Method, get_method, methods
 from fedpriv.validation import check_count, check_delta, check_probability
 
@@ -37,6 +39,9 @@ from fedpriv.validation import check_count, check_delta, check_probability
 PARTICIPATION_ACCOUNTINGS = ("valid", "tight", "paper")
 #: The run-config spelling of "use the default".
 UNSET = ""
+#: Fewest clients of a run: secure aggregation needs two parties (a "sum" of one
+#: client's vector is that vector), the engine's ``MIN_PARTIES``.
+MIN_CLIENTS = MIN_PARTIES
 
 
 class SettingError(ValueError):
@@ -135,9 +140,12 @@ def check_run_values(values: Mapping[str, Any]) -> None:
             typed_value(key, hints[key], value)
     if "epsilon" in values:
         check_budget(values["epsilon"], values.get("delta"))
-    for key in ("num_clients",):
-        if key in values:
-            check_count(key, values[key])
+    if "num_clients" in values:
+        if not isinstance(k := values["num_clients"], Integral) or k < MIN_CLIENTS:
+            raise SettingError(
+                f"num_clients must be an integer in [{MIN_CLIENTS}, inf) (secure aggregation "
+                f"needs two parties); got {k!r}"
+            )
     for key in ("ping_rounds", "seed", "split_seed"):
         if key in values:
             check_count(key, values[key], minimum=0)
@@ -145,7 +153,9 @@ def check_run_values(values: Mapping[str, Any]) -> None:
         check_probability("participation", values["participation"])
     if not 0.0 < (poll := values.get("poll_interval", 0.1)) <= 10.0:
         raise ValueError(f"poll_interval must lie in (0, 10] seconds; got {poll}")
-    for key in ("round_timeout", "node_wait_timeout"):
+    if "max_aborted_share" in values and not 0.0 <= values["max_aborted_share"] <= 1.0:
+        raise ValueError(f"max_aborted_share must lie in [0, 1]; got {values['max_aborted_share']}")
+    for key in ("round_timeout", "setup_timeout", "node_wait_timeout"):
         if key in values and not 0.0 < values[key] <= 86_400.0:
             raise ValueError(f"{key} must lie in (0, 86400] seconds; got {values[key]}")
     if not 0.0 <= values.get("secagg_threshold", 0.5) < 1.0:
@@ -173,8 +183,18 @@ class RunSettings:
     secure_aggregation: bool = True
     #: Shamir t = max(2, ⌊secagg_threshold·n⌋ + 1) of a round's n participants.
     secagg_threshold: float = 0.5
-    round_timeout: float = 300.0
+    #: Seconds the server waits for a round's replies (each of its two exchanges). A
+    #: round of in-memory work takes ~0.3 s in simulation (the README job) and a few
+    #: seconds in a deployment (a ClientApp process per message); a node that died
+    #: stalls its rounds for this long, until Flower declares it offline.
+    round_timeout: float = 30.0
+    #: Seconds the server waits for the key exchange, where each node first loads its
+    #: rows and compiles its kernels (one-off work, far slower than a round).
+    setup_timeout: float = 300.0
     node_wait_timeout: float = 300.0
+    #: Largest share of the rounds that may release nothing before the run counts as
+    #: failed (:mod:`fedpriv.federation.status`; in [0, 1]).
+    max_aborted_share: float = DEFAULT_MAX_ABORTED_SHARE
     #: Empty rounds timed before training (a same-run baseline).
     ping_rounds: int = 0
     #: Seconds between the server's pulls for replies.

@@ -12,13 +12,28 @@ subsampled Gaussian) calls :meth:`reserve` once: the plan is checked as a
 whole, and later releases that match reserved events draw the reservation
 down without re-accounting. This is sound because composing fewer mechanisms
 never costs more privacy (post-processing: drop the extra outputs).
+
+Journal. A ledger given ``journal=`` (a path, or a callable taking the report
+dict) rewrites its whole report after every change (reservation, spend,
+release, caveat), with ``"complete": false`` until :meth:`PrivacyLedger.close`
+writes the final one with ``"complete": true``. A path is replaced atomically
+(a fsync'd temporary file renamed over it, :mod:`fedpriv.atomic`) and written
+before a release's output is returned: a run that crashes at any point leaves
+a journal listing exactly the releases made. Each in-progress rewrite
+re-accounts the run on a coarser PLD grid (:data:`JOURNAL_DISCRETIZATION`,
+stated in the entry's ``pld_value_discretization``): still an upper bound on
+ε, at a few ms instead of the ~0.1-0.3 s of the final figure, which a round of
+~0.3 s could not carry. ``close`` writes the final report at the ledger's own
+discretisation.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +41,7 @@ import numpy as np
 from dp_accounting import dp_event
 
 from fedpriv import __version__
+from fedpriv.atomic import write_json_atomic
 from fedpriv.privacy import accounting
 from fedpriv.privacy.cache import DP_ACCOUNTING_VERSION
 from fedpriv.privacy.events import PAPER_CAVEAT, event_to_dict
@@ -139,6 +155,20 @@ def _json_float(x: float) -> float | str:
     return "inf" if math.isinf(x) else x
 
 
+#: PLD discretisation of the journal's in-progress entries (module docstring).
+JOURNAL_DISCRETIZATION = 1e-3
+
+
+@dataclass(frozen=True)
+class FileJournal:
+    """A ledger journal kept in one JSON file, replaced atomically at every write."""
+
+    path: str | os.PathLike[str]
+
+    def __call__(self, report: dict[str, Any]) -> None:
+        write_json_atomic(self.path, report)
+
+
 class PrivacyLedger:
     """Records every DpEvent of a run and refuses releases past the budget.
 
@@ -149,10 +179,18 @@ class PrivacyLedger:
     discretization : float
         PLD value discretisation, in (0, 1e-2]. Calibration guarantees its
         targets at 1e-4, so the default matches it.
+    journal : path or callable, optional
+        Where to keep the report current (module docstring): a file rewritten
+        atomically after every change, or a callable given the report dict
+        (with ``"complete"``). ``None`` (default): no journal.
     """
 
     def __init__(
-        self, *, budget: PrivacyBudget, discretization: float = accounting.PLD_DISCRETIZATION
+        self,
+        *,
+        budget: PrivacyBudget,
+        discretization: float = accounting.PLD_DISCRETIZATION,
+        journal: str | os.PathLike[str] | Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         if not isinstance(budget, PrivacyBudget):
             raise TypeError(f"budget must be a PrivacyBudget, got {type(budget).__name__}")
@@ -172,6 +210,11 @@ class PrivacyLedger:
         self._reserved: Counter[int] = Counter()
         # (mechanism, q) -> (event, its flat (id, count) groups), for repeated releases.
         self._releases: dict[tuple[Mechanism, float], tuple[dp_event.DpEvent, Counter[int]]] = {}
+        if journal is not None and not callable(journal):
+            journal = FileJournal(journal)
+        self._journal: Callable[[dict[str, Any]], None] | None = journal
+        self._complete = False
+        self._journal_write()  # the file exists (empty ledger) before the first release
 
     # -- accounting -----------------------------------------------------
     @property
@@ -228,16 +271,20 @@ class PrivacyLedger:
         )
         return min(eps, accounting.rdp_epsilon(spent, self._budget.delta))
 
-    def report(self) -> PrivacyReport:
-        """Accounting of everything released so far (reservations excluded)."""
-        acc = accounting.account(
-            self._items(self._spent), self._budget.delta, discretization=self._vdi
-        )
+    def report(self, *, discretization: float | None = None) -> PrivacyReport:
+        """Accounting of everything released so far (reservations excluded).
+
+        ``discretization`` coarser than the ledger's gives cheaper figures that
+        still upper-bound ε (a pessimistic PLD on a coarser grid, Doroshenko et
+        al. 2022, Thm. 3.2); the report states the one used.
+        """
+        vdi = self._vdi if discretization is None else max(self._vdi, discretization)
+        acc = accounting.account(self._items(self._spent), self._budget.delta, discretization=vdi)
         return PrivacyReport(
             budget=self._budget,
             accounting=acc,
             entries=tuple(self._entries),
-            discretization=self._vdi,
+            discretization=vdi,
             reserved=tuple(self._items(self._reserved)),
             caveats=tuple(self._caveats),
         )
@@ -246,6 +293,27 @@ class PrivacyLedger:
         """Void the run's guarantee with ``reason`` (reported as ``certified: false``)."""
         if reason and reason not in self._caveats:
             self._caveats.append(str(reason))
+            self._journal_write()
+
+    # -- journal --------------------------------------------------------
+    def _journal_write(self) -> dict[str, Any] | None:
+        if self._journal is None:
+            return None
+        # In progress: ε on the coarser grid (an upper bound, ~1/40 of the cost);
+        # the final entry at the ledger's own discretisation.
+        vdi = None if self._complete else JOURNAL_DISCRETIZATION
+        entry = {**self.report(discretization=vdi).to_dict(), "complete": self._complete}
+        self._journal(entry)
+        return entry
+
+    def close(self) -> dict[str, Any]:
+        """Write the final journal entry (``"complete": true``): the run ended normally.
+
+        Returns that entry (the report's dict). A ledger that is never closed (a
+        crashed run) leaves ``"complete": false``.
+        """
+        self._complete = True
+        return self._journal_write() or {**self.report().to_dict(), "complete": True}
 
     # -- spending -------------------------------------------------------
     def reserve(self, event: dp_event.DpEvent, count: int = 1) -> None:
@@ -256,10 +324,12 @@ class PrivacyLedger:
         extra = self._groups(event, count)
         self._check(extra, f"reserving {count} × {event}")
         self._reserved.update(extra)
+        self._journal_write()
 
     def cancel_reservations(self) -> None:
         """Drop whatever is still reserved (e.g. a learner stopped early)."""
         self._reserved.clear()
+        self._journal_write()
 
     def _admit(
         self, event: dp_event.DpEvent, label: str, groups: Counter[int] | None = None
@@ -288,6 +358,8 @@ class PrivacyLedger:
                     del self._reserved[i]
             self._spent[i] += n
         self._entries.append(LedgerEntry(index=len(self._entries), label=label, event=event))
+        # Journalled before the release's output goes anywhere (module docstring).
+        self._journal_write()
 
     def spend(self, event: dp_event.DpEvent, *, label: str = "") -> None:
         """Record ``event`` after checking the budget; raise before recording if over."""

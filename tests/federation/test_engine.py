@@ -115,7 +115,7 @@ def test_dropouts_are_recovered_unrecoverable_rounds_abort_and_everything_is_cou
     np.testing.assert_array_equal(got[3], sum(vector(u, 3) for u in range(5)))
     assert fake.asked == [0, 1, 2, 3, 4] and fake.unmasked == [0, 1, 3, 4]
     comm = engine.communication.to_dict()
-    assert comm["rounds"] == 5 and comm["aborted_rounds"] == 2
+    assert comm["rounds"] == 5 and comm["rounds_aborted"] == 2
     assert comm["dropout_recoveries"] == 2  # rounds 1 and 4 revealed pair masks
     assert comm["round_trips"] == 2 + 5 + 4  # key exchange, five asks, four unmasks
     assert comm["floats_uploaded_per_client"] == [9, 9, 12, 15, 15]
@@ -187,6 +187,6 @@ def test_in_process_and_scripted_transports_count_and_sum_alike(secure):
             np.testing.assert_array_equal(a, b)
     comm = engine.communication
     if secure:  # both the recovery and the abort were exercised
-        assert comm.recoveries > 0 and comm.aborted_rounds > 0
+        assert comm.recoveries > 0 and comm.rounds_aborted > 0
     else:  # plain sums never abort, never unmask
-        assert comm.aborted_rounds == 0 and comm.round_trips == rounds
+        assert comm.rounds_aborted == 0 and comm.round_trips == rounds

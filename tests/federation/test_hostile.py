@@ -90,7 +90,7 @@ def honest_sum(transport, round_id: int, without: set[int]) -> np.ndarray:
 
 def test_an_honest_run_releases_every_round_exactly():
     strategy, transport, comm, ledger = run(None)
-    assert comm.released_rounds == ROUNDS and comm.rejected_replies == comm.client_errors == 0
+    assert comm.rounds_released == ROUNDS and comm.rejected_replies == comm.client_errors == 0
     for r in range(ROUNDS):
         np.testing.assert_allclose(strategy.got[r], honest_sum(transport, r, set()), atol=1e-8)
     assert len(ledger.entries) == ROUNDS
@@ -109,13 +109,13 @@ def test_a_hostile_upload_never_enters_the_model(case):
     if outcome == "dropout":
         # Exactly the honest survivors' sum: the forged upload is not a summand.
         np.testing.assert_allclose(got, honest_sum(transport, ATTACK_ROUND, {HOSTILE}), atol=1e-8)
-        assert comm.aborted_rounds == 0 and comm.recoveries == 1
+        assert comm.rounds_aborted == 0 and comm.recoveries == 1
         # Refused by the server's checks, failed at the client, or simply lost.
         assert comm.client_errors == (case == "nan")
         assert comm.rejected_replies == (case not in ("nan", "straggler"))
         assert len(ledger.entries) == ROUNDS
     elif outcome == "aborted":
-        assert got is None and comm.aborted_rounds == 1 and comm.discarded_rounds == 0
+        assert got is None and comm.rounds_aborted == 1 and comm.rounds_discarded == 0
         assert len(ledger.entries) == ROUNDS - 1  # nothing released, nothing spent
         assert np.all(values[ATTACK_ROUND] == 0.0)
     else:
@@ -123,7 +123,7 @@ def test_a_hostile_upload_never_enters_the_model(case):
         # The attack bites: the unmasked sum is far beyond any honest one ...
         assert np.abs(got).max() > 1e6
         # ... and its release was spent, then discarded: the tree adds nothing.
-        assert comm.aborted_rounds == comm.discarded_rounds == 1
+        assert comm.rounds_aborted == comm.rounds_discarded == 1
         assert len(ledger.entries) == ROUNDS
         assert np.all(values[ATTACK_ROUND] == 0.0)
     assert np.abs(np.concatenate(values)).max() < 5.0  # honest leaves are a few logits
@@ -132,7 +132,7 @@ def test_a_hostile_upload_never_enters_the_model(case):
 @pytest.mark.parametrize("case", sorted(PLAIN_CASES))
 def test_plain_sums_refuse_a_forged_vector_as_its_senders_dropout(case):
     strategy, transport, comm, ledger = run(case, secure=False)
-    assert comm.rejected_replies == 1 and comm.aborted_rounds == 0
+    assert comm.rejected_replies == 1 and comm.rounds_aborted == 0
     without = honest_sum(transport, ATTACK_ROUND, {HOSTILE})
     np.testing.assert_allclose(strategy.got[ATTACK_ROUND], without, atol=1e-8)
     assert len(ledger.entries) == ROUNDS
@@ -147,7 +147,7 @@ def test_the_victim_of_an_impersonation_is_not_a_summand_either():
 def test_dpsgd_parameters_stay_bounded_under_a_wrapped_sum():
     ref, *_ = run(None, "logistic", sampling_rate=0.5)
     strategy, _, comm, ledger = run("ring_wrap", "logistic", sampling_rate=0.5)
-    assert comm.discarded_rounds == 1 and len(ledger.entries) == ROUNDS
+    assert comm.rounds_discarded == 1 and len(ledger.entries) == ROUNDS
     params = strategy.strategy.model().params
     # Without the range check one step moves θ by ~lr·2^31/batch (≈ 5e9 was seen).
     assert np.all(np.isfinite(params)) and np.abs(params).max() < 10.0

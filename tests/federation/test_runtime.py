@@ -99,11 +99,11 @@ def test_dropouts_are_recovered_and_unrecoverable_rounds_release_nothing(clients
     _, rt, ledger = _run(clients, epsilon=2.0, dropout_rate=0.3)
     comm = rt.communication
     assert comm.recoveries > 0
-    assert comm.aborted_rounds > 0  # fewer than t = 3 of 5 survived
+    assert comm.rounds_aborted > 0  # fewer than t = 3 of 5 survived
     # Key exchange (keys, key book) + one query per round + one unmask per unaborted round.
-    assert comm.round_trips == 2 + comm.rounds + (comm.rounds - comm.aborted_rounds)
+    assert comm.round_trips == 2 + comm.rounds + (comm.rounds - comm.rounds_aborted)
     released = len(ledger.entries)
-    assert released == comm.rounds - comm.aborted_rounds
+    assert released == comm.rounds - comm.rounds_aborted
     assert ledger.epsilon() <= 2.0
 
 
@@ -114,8 +114,8 @@ def test_a_stricter_threshold_aborts_more_rounds_and_releases_only_the_rest(clie
     _, strict, ledger = _run(
         clients, epsilon=2.0, dropout_rate=0.3, secagg=SecAggConfig(threshold_fraction=0.8)
     )
-    assert strict.communication.aborted_rounds > rt.communication.aborted_rounds
-    assert len(ledger.entries) == strict.communication.rounds - strict.communication.aborted_rounds
+    assert strict.communication.rounds_aborted > rt.communication.rounds_aborted
+    assert len(ledger.entries) == strict.communication.rounds - strict.communication.rounds_aborted
 
 
 def test_every_secure_round_has_one_unmask_exchange(clients):
@@ -138,8 +138,12 @@ def test_communication_counts_floats_and_bytes(clients):
 
 
 def test_single_participant_round_is_aborted_under_secure_aggregation():
-    one = make_clients(np.random.default_rng(0).random((50, 3)), np.zeros(50), [np.arange(50)])
-    strategy, rt, ledger = _run(one, epsilon=2.0, rounds=3)
-    assert rt.communication.aborted_rounds == 3
-    assert ledger.entries == ()
-    assert all((v == 0).all() for v in strategy.model().leaf_values)
+    X = np.random.default_rng(0).random((50, 3))
+    one = make_clients(X, np.zeros(50), [np.arange(50)])
+    with pytest.raises(ValueError, match=r"secure aggregation needs at least 2 clients"):
+        _run(one, epsilon=2.0, rounds=3)  # K = 1: every round would abort; refused up front
+    # K = 2 at ρ = 0.3 (test key 0): the rounds asking fewer than two release nothing.
+    two = make_clients(X, np.zeros(50), [np.arange(25), np.arange(25, 50)])
+    _, rt, ledger = _run(two, epsilon=2.0, rounds=6, participation=0.3)
+    aborted = rt.communication.rounds_aborted
+    assert 0 < aborted <= 6 and len(ledger.entries) == 6 - aborted

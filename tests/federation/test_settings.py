@@ -84,6 +84,16 @@ def test_participation_accounting_values_are_the_library_enum():
         ),
         ({"dataset": "no-such-corpus"}, r"dataset must be one of \["),
         ({"round-timeout": 0.0}, r"round_timeout must lie in \(0, 86400\] seconds"),
+        ({"setup-timeout": -1.0}, r"setup_timeout must lie in \(0, 86400\] seconds"),
+        # Secure aggregation needs two parties: K = 1 is refused for every corpus.
+        (
+            {"dataset": "adult", "num-clients": 1},
+            r"^num_clients must be an integer in \[2, inf\) \(secure aggregation needs two "
+            r"parties\); got 1$",
+        ),
+        ({"num-clients": 0}, r"^num_clients must be an integer in \[2, inf\)"),
+        ({"max-aborted-share": 1.5}, r"^max_aborted_share must lie in \[0, 1\]; got 1.5$"),
+        ({"max-aborted-share": -0.1}, r"^max_aborted_share must lie in \[0, 1\]"),
     ],
 )
 def test_bad_values_are_refused_in_one_line_naming_key_value_and_range(run_config, message):
@@ -107,6 +117,16 @@ def test_each_method_brings_its_paper_defaults_and_delta():
     assert (mlp.rounds, mlp.config.learning_rate, mlp.config.sampling_rate) == (50, 3.0, 0.02)
     assert RunSettings.from_run_config({"method": "random_forest"}).rounds == 1
     assert RunSettings().rounds == 75 and RunSettings().delta == 1e-5
+
+
+def test_timeouts_and_abort_tolerance_defaults():
+    s = RunSettings()
+    # A round of in-memory work takes ~0.3 s (simulation) to a few s (deployment): a
+    # dead node stalls its rounds for seconds, not minutes; the key exchange, where
+    # nodes load their rows and compile kernels, keeps the long wait.
+    assert (s.round_timeout, s.setup_timeout, s.node_wait_timeout) == (30.0, 300.0, 300.0)
+    assert s.max_aborted_share == 0.25
+    assert RunSettings.from_run_config({"max-aborted-share": 0}).max_aborted_share == 0.0
 
 
 def test_pyproject_lists_every_key_once_with_the_empty_default():

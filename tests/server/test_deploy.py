@@ -136,7 +136,7 @@ def test_killed_supernode_mid_run_is_recovered_and_the_ledger_matches_the_releas
     r = _results(out)
     comm = r["communication"]
     assert comm["dropout_recoveries"] == 1  # survivors revealed their masks with the dead node
-    assert comm["rounds"] == 2 and comm["aborted_rounds"] == 0
+    assert comm["rounds"] == 2 and comm["rounds_aborted"] == 0
     assert r["privacy"]["n_releases"] == 2
     assert r["privacy"]["epsilon"] <= 2.0
     assert [r["rounds"][k]["replies"] for k in ("1", "2")] == [3, 2]
