@@ -15,9 +15,11 @@ import json
 
 import numpy as np
 import pytest
-from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Error, Message, RecordDict
+from flwr.common.constant import ErrorCode
 
 from fedpriv.federation.engine import DEFAULT_SCALE
+from fedpriv.federation.status import RunFailedError
 from tests.server.test_flower_loopback import run_app
 
 HOSTILE, VICTIM = 1, 2
@@ -141,3 +143,43 @@ def test_a_hostile_node_never_gets_a_forged_value_into_the_model(monkeypatch, tm
     assert np.abs(leaves).max() < 5.0  # honest leaves are a few logits; forged ones ~1e8
     if released < 3:
         assert np.all(leaves[ATTACK - 1] == 0.0)  # the attacked tree adds nothing
+
+
+class Faults:
+    """``tamper``: nodes ``dead`` stop answering (killed) or answer errors only (a dead
+    worker) from Flower round ``from_round`` on."""
+
+    def __init__(self, dead: set[int], *, errors: bool, from_round: int = 2) -> None:
+        self.dead, self.errors, self.from_round, self.round = dead, errors, from_round, 0
+
+    def __call__(self, pid: int, kind: str, reply: Message) -> list[Message]:
+        if kind == "query.fedpriv" and pid == 0:
+            self.round += 1
+        if pid not in self.dead or self.round < self.from_round or kind == "query.keys":
+            return [reply]
+        if not self.errors:
+            return []  # killed: nothing comes back
+        err = Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason="actor died")
+        return [Message(error=err, metadata=copy.deepcopy(reply.metadata))]
+
+
+def test_half_the_nodes_killed_fail_the_run_with_the_rounds_released(monkeypatch, tmp_path):
+    # Two of four left: below t = 3, so every round after the kill is aborted.
+    job = {**JOB, "rounds": 4, "max-aborted-share": 0.25}
+    with pytest.raises(RunFailedError, match=r"3 of 4 rounds released nothing"):
+        run_app(monkeypatch, tmp_path, job, tamper=Faults({2, 3}, errors=False))
+    out = next(tmp_path.iterdir())
+    status = json.loads((out / "status.json").read_text())
+    privacy = json.loads((out / "privacy.json").read_text())
+    assert status["status"] == "failed" and status["rounds_released"] == 1
+    assert privacy["n_releases"] == 1 and privacy["complete"]  # exactly what was released
+
+
+def test_a_node_answering_only_errors_is_a_dropout_counted_in_the_status(monkeypatch, tmp_path):
+    # One dead worker of four: every round is recovered from the three others (t = 3).
+    out = run_app(monkeypatch, tmp_path, JOB, tamper=Faults({3}, errors=True, from_round=1))
+    status = json.loads((out / "status.json").read_text())
+    assert status["status"] == "completed" and status["client_errors"] == 3
+    assert "3 client error replies" in status["reason"]
+    comm = json.loads((out / "communication.json").read_text())
+    assert comm["dropout_recoveries"] == 3 and comm["rounds_released"] == 3
