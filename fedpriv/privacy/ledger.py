@@ -31,6 +31,7 @@ from fedpriv.privacy.cache import DP_ACCOUNTING_VERSION
 from fedpriv.privacy.events import PAPER_CAVEAT, event_to_dict
 from fedpriv.privacy.mechanisms import Mechanism
 from fedpriv.privacy.pld import flatten
+from fedpriv.privacy.pld_size import PLDSizeError
 from fedpriv.privacy.randomness import check_private
 from fedpriv.validation import check_count, check_delta, check_positive, check_probability
 
@@ -223,9 +224,12 @@ class PrivacyLedger:
         if not self._spent:
             return 0.0
         spent = self._items(self._spent)
-        eps, _ = accounting.pld_epsilon(
-            spent, self._budget.delta, discretization=discretization, cache=False
-        )
+        try:
+            eps, _ = accounting.pld_epsilon(
+                spent, self._budget.delta, discretization=discretization, cache=False
+            )
+        except PLDSizeError:  # too large to PLD-account: the RDP figure alone
+            eps = math.inf
         return min(eps, accounting.rdp_epsilon(spent, self._budget.delta))
 
     def report(self) -> PrivacyReport:
