@@ -270,6 +270,10 @@ def leaf_pld(
         )
     if isinstance(inner, (BoundedRangeDpEvent, PureDpEvent)):
         eps = inner.epsilon if q == 1.0 else amplified_pure_epsilon(inner.epsilon, q)
+        # Two points, but densified to the span ±ε on composition (and e^ε overflows past 709).
+        pld_size.check_points(
+            f"a pure ε={eps:.6g} event", pld_size.grid_points(-eps, eps, vdi), max_points
+        )
         return _pure_pld(eps, vdi)
     if is_rdp_only(event):
         raise ValueError(f"{event} has no PLD translation; account it through RDP")
