@@ -12,6 +12,12 @@
   guess (Dong, Roth & Su 2022, Thm. 6 / Cor. 4) and a memory + disk cache keyed
   by the exact inputs.
 
+Every PLD built stays within :data:`~fedpriv.privacy.pld_size.MAX_PLD_POINTS`;
+inputs no noise multiplier can serve are refused fast with a
+:class:`~fedpriv.privacy.calibration_range.CalibrationRangeError` (the
+supported range is stated once, in :mod:`fedpriv.privacy.calibration_range`;
+the root search is :mod:`fedpriv.privacy.calibration_search`).
+
 ``experiments/calibration_benchmark.py`` times this against dp-accounting's
 ``calibrate_dp_mechanism``.
 """
@@ -37,6 +43,7 @@ from fedpriv.privacy.calibration_range import (
     floor_message,
     search_limit,
 )
+from fedpriv.privacy.calibration_search import OutOfRange, bracket_and_solve, refine
 from fedpriv.privacy.pld import flatten
 from fedpriv.privacy.pld_size import PLDSizeError
 from fedpriv.validation import (
@@ -54,11 +61,6 @@ _SLACK = 5e-4
 _MAX_TIGHTEN = 3
 _MAX_NUDGES = 200
 _CALIBRATION_VERSION = "calibration-1"
-_LOG_Z_MAX = math.log(MAX_NOISE_MULTIPLIER)
-#: Last-resort floor of the walk down, for event families whose PLD never outgrows its budget.
-_LOG_Z_MIN = math.log(1e-6)
-#: Bisection steps locating the PLD-size floor between a too-large and a fitting z.
-_FLOOR_STEPS = 8
 _CACHE = JsonCache("calibration", version=_CALIBRATION_VERSION)
 
 
@@ -107,7 +109,7 @@ def _analytic_z(eps: float, dlt: float) -> float:
         lo -= 2.0
     while gap(hi) > 0:  # ε ≪ 1: z ≈ 0.4/δ can pass 1e4
         hi += 2.0
-        if hi > _LOG_Z_MAX:
+        if hi > math.log(MAX_NOISE_MULTIPLIER):
             raise CalibrationRangeError(ceiling_message(target_epsilon=eps, target_delta=dlt))
     z = math.exp(optimize.brentq(gap, lo, hi, xtol=1e-13, rtol=1e-13))
     while gaussian_delta(eps, z) > dlt:
@@ -158,124 +160,6 @@ def _pld_eps(
         flatten(make_event(z)), delta, discretization=vdi, cache=cache, max_points=max_points
     )
     return eps
-
-
-class _OutOfRange(Exception):
-    """The search left the calibratable range: ``kind`` is "floor" or "ceiling"."""
-
-    def __init__(self, kind: str, log_z: float = math.nan, g: float = math.nan) -> None:
-        super().__init__(kind)
-        self.kind, self.log_z, self.g = kind, log_z, g
-
-
-def _fits(gap: Callable[[float], float], x: float) -> float | None:
-    """``gap(x)``, or None when the PLD at ``x`` is over its point budget (too little noise)."""
-    try:
-        return gap(x)
-    except PLDSizeError:
-        return None
-
-
-def _bracket_and_solve(
-    gap: Callable[[float], float], start: float, *, step: float, rtol: float
-) -> tuple[float, float]:
-    """Smallest-found log z with ``gap(log z) ≤ 0``, ``gap`` increasing as z falls.
-
-    Walks geometrically from ``start`` until the sign changes, Brent-solves
-    inside the bracket, then steps up until the answer is on the safe side
-    (Brent may stop on either side of the root). Returns the root and the
-    bracket's secant slope of ``gap`` in log z.
-
-    ``gap`` raises :class:`PLDSizeError` below the floor (too little noise
-    for the PLD's point budget). Walking up from there continues until the
-    PLD fits; walking down into it bisects for the floor, and raises
-    :class:`_OutOfRange` ("floor") if the target is met even there. Walking
-    up past :data:`MAX_NOISE_MULTIPLIER` raises :class:`_OutOfRange` ("ceiling").
-    """
-    hi, g_hi = start, _fits(gap, start)
-    bad = None  # largest log z known over the point budget
-    while g_hi is None:  # over the budget at the start: more noise
-        bad, hi = hi, hi + step
-        step *= 2.0
-        if hi > _LOG_Z_MAX:
-            raise _OutOfRange("ceiling")
-        g_hi = _fits(gap, hi)
-    lo, g_lo = hi, g_hi
-    if g_hi > 0:  # too little noise: walk up (more noise never grows the PLD)
-        while g_hi > 0:
-            lo, g_lo = hi, g_hi
-            hi += step
-            if hi > _LOG_Z_MAX:
-                raise _OutOfRange("ceiling")
-            g_hi = gap(hi)
-            step *= 2.0
-    else:  # enough noise: walk down until the sign changes or the floor is reached
-        while g_lo <= 0:
-            hi, g_hi = lo, g_lo
-            if bad is None:
-                lo -= step
-                step *= 2.0
-                if lo < _LOG_Z_MIN:
-                    raise _OutOfRange("floor", hi, g_hi)
-                g = _fits(gap, lo)
-                if g is None:
-                    bad, lo, g_lo = lo, hi, g_hi
-                    continue
-                g_lo = g
-                continue
-            for _ in range(_FLOOR_STEPS):  # bisect between the floor and hi
-                mid = 0.5 * (bad + hi)
-                g = _fits(gap, mid)
-                if g is None:
-                    bad = mid
-                elif g > 0:
-                    lo, g_lo = mid, g
-                    break
-                else:
-                    hi, g_hi = mid, g
-            else:
-                raise _OutOfRange("floor", hi, g_hi)
-    slope = (g_hi - g_lo) / (hi - lo)
-    if g_hi == 0.0:
-        return hi, slope
-    root = optimize.brentq(gap, lo, hi, xtol=1e-12, rtol=rtol)
-    while root < hi and gap(root) > 0:
-        root = min(hi, root + rtol * max(1.0, abs(root)))
-    return root, slope
-
-
-def _refine(
-    gap: Callable[[float], float], start: float, slope: float, *, rtol: float
-) -> float | None:
-    """Secant refinement from a nearby start: the smallest safe point, or None.
-
-    ``gap`` is smooth and nearly linear in log z near the root, so a few
-    secant steps seeded with the coarse pass's slope reach ``rtol``; the
-    answer is the smallest evaluated point with ``gap ≤ 0``.
-    """
-    g = _fits(gap, start)
-    if g is None:
-        return None
-    x = start
-    safe = [x] if g <= 0 else []
-    for _ in range(6):
-        if slope >= 0 or not math.isfinite(slope):
-            return None
-        x_new = x - g / slope
-        # Aim a hair to the safe side so the last step lands below target.
-        x_new += 0.5 * rtol * max(1.0, abs(x_new))
-        g_new = _fits(gap, x_new)
-        if g_new is None:  # past the point budget: keep what is safe so far
-            break
-        if g_new <= 0:
-            safe.append(x_new)
-        if x_new != x:
-            slope = (g_new - g) / (x_new - x)
-        converged = abs(x_new - x) <= rtol * max(1.0, abs(x_new))
-        x, g = x_new, g_new
-        if converged and safe:
-            break
-    return min(safe) if safe else None
 
 
 def calibrate_noise_multiplier(
@@ -329,18 +213,18 @@ def calibrate_noise_multiplier(
 
     limit_final = search_limit(discretization, discretization)
     try:
-        coarse, slope = _bracket_and_solve(
+        coarse, slope = bracket_and_solve(
             gap_at(coarse_discretization), math.log(z0), step=0.15, rtol=1e-3
         )
         # The finer root lies a little below the coarse one: refine from there,
         # falling back to a bracketed solve if the secant steps misbehave.
         fine_gap = gap_at(SEARCH_DISCRETIZATION)
-        fine = _refine(fine_gap, coarse, slope, rtol=_RTOL)
+        fine = refine(fine_gap, coarse, slope, rtol=_RTOL)
         if fine is None:
-            fine, _ = _bracket_and_solve(fine_gap, coarse, step=0.01, rtol=_RTOL)
+            fine, _ = bracket_and_solve(fine_gap, coarse, step=0.01, rtol=_RTOL)
         z = z_search = math.exp(fine)
         eps = final(z)
-    except _OutOfRange as out:
+    except OutOfRange as out:
         if out.kind == "ceiling":
             raise CalibrationRangeError(
                 ceiling_message(target_epsilon=eps_t, target_delta=dlt)
