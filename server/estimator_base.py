@@ -22,6 +22,21 @@ object back) and becomes a :class:`~fedpriv.privacy.randomness.SecretKey` in
 ``fit``. The repr (text and HTML) shows ``secret_key=<hidden>``, never key
 bytes, and pickling stores a redacted placeholder (raw bytes included).
 
+Ledger. Each fit without ``ledger=`` takes a fresh
+:class:`~fedpriv.privacy.PrivacyLedger`, so its ``privacy_report_`` covers
+that fit only and says so (``"scope"``): refitting on the same rows spends
+again, and refitting the same object without a ledger logs a WARNING. Pass
+``ledger=`` (a ``PrivacyLedger`` whose budget is the total for the rows) to
+chain fits: each fit runs in a child of it
+(:meth:`~fedpriv.privacy.PrivacyLedger.scope`) with the fit's own
+``epsilon``/``delta``, and a fit that would take the shared ledger past its
+budget raises :class:`~fedpriv.privacy.PrivacyBudgetExceededError` before
+any noise is drawn; a non-private fit (``epsilon=inf``) is charged as a
+non-private event, which only an infinite budget admits. ``clone`` shares
+the ledger (a deliberate choice: ledgers deep-copy to themselves), so the
+folds of ``cross_val_score`` or ``GridSearchCV`` on the same rows are
+charged together.
+
 Tags. ``non_deterministic=True`` (without ``secret_key`` every fit draws
 fresh noise), ``requires_fit=True``, ``poor_score=True`` (a DP model on a
 few dozen rows is noise), ``multi_class`` only for the forests.
@@ -46,11 +61,13 @@ a record's contribution beyond its sensitivity).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
+from dp_accounting import dp_event
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import (
     check_consistent_length,
@@ -59,7 +76,6 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
-from fedpriv import logs
 from fedpriv.data import TabularDataset, iid
 from fedpriv.federation.runtime import InProcessRuntime
 from fedpriv.federation.status import (
@@ -80,14 +96,22 @@ from fedpriv.records import (
 )
 from fedpriv.seeding import derive_generator
 
-log = logs.get_logger(__name__)
+log = get_logger(__name__)
+
+#: The ``scope`` of a fit's privacy report without a shared ledger.
+SCOPE_THIS_FIT = (
+    "this fit only: refitting on the same rows spends again; pass ledger= to chain fits"
+)
+#: The ``scope`` of a fit's privacy report charged to a shared ledger.
+SCOPE_SHARED = (
+    "this fit; every fit charged to the shared ledger= is accounted together in its report()"
+)
 
 #: What the message of a binary learner's label error adds.
 _BINARY_NOTE = (
     "Only binary classification is supported by this learner: pass its two "
     "labels as classes=[negative, positive]"
 )
-logger = get_logger(__name__)
 
 
 def check_features(X: np.ndarray, *, box: bool = True) -> np.ndarray:
@@ -116,7 +140,7 @@ def check_features(X: np.ndarray, *, box: bool = True) -> np.ndarray:
             outside = ((X < 0.0) | (X > 1.0)).sum(axis=0)
             if outside.any():
                 cols = np.flatnonzero(outside)
-                logger.warning(
+                log.warning(
                     "X has %d value(s) outside the public box [0, 1] in column(s) %s: "
                     "trees draw thresholds in [0, 1] and send them to the nearest edge; "
                     "scale each feature by public bounds (a schema does this)",
@@ -205,7 +229,7 @@ class Estimator(ClassifierMixin, BaseEstimator):
 
     Subclasses store their parameters in ``__init__`` (among them ``classes``,
     ``num_clients``, ``epsilon``, ``delta``, ``seed``, ``secret_key``,
-    ``secure_aggregation``) and in ``fit`` call :meth:`_training_data`, then
+    ``secure_aggregation``, ``ledger``) and in ``fit`` call :meth:`_training_data`, then
     :meth:`_fit_on`.
     """
 
@@ -254,6 +278,42 @@ class Estimator(ClassifierMixin, BaseEstimator):
         return super().set_params(**params)
 
     # -- fit --------------------------------------------------------------
+    def _shared_ledger(self) -> PrivacyLedger | None:
+        """The ``ledger`` parameter, checked: ``None`` or a :class:`PrivacyLedger`."""
+        shared = getattr(self, "ledger", None)
+        if shared is not None and not isinstance(shared, PrivacyLedger):
+            raise TypeError(
+                f"ledger must be a fedpriv.privacy.PrivacyLedger or None; "
+                f"got {type(shared).__name__}"
+            )
+        return shared
+
+    def _fit_ledger(self) -> PrivacyLedger | None:
+        """This fit's ledger: a fresh one, or a child of the shared ``ledger`` (class docstring).
+
+        Called before any private randomness is used, so a fit over a shared
+        budget raises before any noise is drawn.
+        """
+        shared = self._shared_ledger()
+        if not math.isfinite(self.epsilon):
+            if shared is not None:  # the non-private reference releases its model unprotected
+                shared.spend(
+                    dp_event.NonPrivateDpEvent(), label=f"{type(self).__name__} fit, epsilon=inf"
+                )
+            return None
+        budget = PrivacyBudget(epsilon=self.epsilon, delta=self.delta)
+        if shared is not None:
+            return shared.scope(budget)
+        if getattr(self, "ledger_", None) is not None:
+            log.warning(
+                "%s refitted without ledger=: this fit spends epsilon=%g again, and its "
+                "privacy_report_ covers this fit only; on the same rows the total is the "
+                "composition of every fit (pass ledger= to chain fits)",
+                type(self).__name__,
+                self.epsilon,
+            )
+        return PrivacyLedger(budget=budget)
+
     def _label_set(self, data: TabularDataset | np.ndarray) -> np.ndarray:
         """The public label set: the schema's, else ``classes``, else {0, 1} (never the rows)."""
         n = None if self._multi_class else 2
@@ -318,7 +378,7 @@ class Estimator(ClassifierMixin, BaseEstimator):
         participation: float = 1.0,
         rounds_planned: int | None = None,
     ):
-        """Train ``strategy`` against ``handler`` clients under a fresh ledger; keep the results.
+        """Train ``strategy`` against ``handler`` clients under this fit's ledger; keep the results.
 
         The run's status (:mod:`fedpriv.federation.status`, threshold
         ``max_aborted_share``) is kept as ``run_status_`` and ``run_outcome_``
@@ -329,7 +389,7 @@ class Estimator(ClassifierMixin, BaseEstimator):
         The runtime takes the estimator's ``seed``, ``secret_key`` (coerced
         here, not in ``__init__``) and ``secure_aggregation``, the ledger its
         ``epsilon`` and ``delta`` (``epsilon=math.inf``: no ledger, the non-private
-        reference).
+        reference), fresh or a child of ``ledger`` (:meth:`_fit_ledger`).
         """
         from fedpriv.federation.protocol import make_clients
 
@@ -342,9 +402,7 @@ class Estimator(ClassifierMixin, BaseEstimator):
             participation=participation,
             secure_aggregation=self.secure_aggregation,
         )
-        ledger = None
-        if math.isfinite(self.epsilon):
-            ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=self.epsilon, delta=self.delta))
+        ledger = self._fit_ledger()
         strategy = runtime.run(strategy, ledger=ledger)
         comm = runtime.communication
         outcome = outcome_of(
@@ -352,7 +410,10 @@ class Estimator(ClassifierMixin, BaseEstimator):
             rounds_planned=comm.rounds if rounds_planned is None else rounds_planned,
             max_aborted_share=getattr(self, "max_aborted_share", DEFAULT_MAX_ABORTED_SHARE),
         )
-        report = ledger.report() if ledger is not None else None
+        report = None
+        if ledger is not None:
+            scope = SCOPE_THIS_FIT if self.ledger is None else SCOPE_SHARED
+            report = dataclasses.replace(ledger.report(), scope=scope)
         if outcome.failed:
             # No model_: the fit failed. What was spent stays reachable through the error.
             raise RunFailedError(outcome, ledger=ledger, privacy_report=report, communication=comm)

@@ -30,6 +30,13 @@ run's own, named and defaulted as in the run config
     ``None``: fresh OS entropy at every fit. Pass one only to reproduce a
     fit; it is never logged or shown, and pickling drops it.
     ``SecretKey.from_public_seed(s)`` is a debug mode (``certified: false``).
+``ledger``
+    A :class:`fedpriv.privacy.PrivacyLedger` the caller owns, whose budget is
+    the total for the rows: fits chain onto it (each in a child ledger with
+    its own ``epsilon``/``delta``) and a fit that would pass it raises before
+    any noise is drawn. ``None``: a fresh ledger per fit, whose report says
+    it covers that fit only. ``clone`` shares it
+    (:mod:`server.estimator_base`).
 
 ``fit`` takes a :class:`fedpriv.data.TabularDataset` (its training rows,
 held by its natural clients or partitioned IID) or arrays ``X, y`` in the
@@ -89,7 +96,8 @@ def _signature(cls: type[MethodEstimator]) -> inspect.Signature:
     for name in RUN_PARAMS:
         default = m.delta if name == "delta" else run[name].default
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default))
-    for name, default in {**cls.extra_params, "classes": None, "secret_key": None}.items():
+    extra = {**cls.extra_params, "classes": None, "secret_key": None, "ledger": None}
+    for name, default in extra.items():
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default))
     self_ = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
     return inspect.Signature([self_, *params])
@@ -163,6 +171,7 @@ class MethodEstimator(Estimator):
         or on arrays ``X, y``; returns ``self``."""
         config = self._config()  # every parameter checked before any data is touched
         self._check_run_params()
+        self._shared_ledger()
         X, yy, partition = self._training_data(data, y, partition, part)
         context = StrategyContext(
             schema=data.schema if isinstance(data, TabularDataset) else None,

@@ -65,6 +65,7 @@ from fedpriv.privacy.events import (
     effective_rate_event,
     is_certified,
 )
+from fedpriv.privacy.pld_size import MAX_PLD_POINTS, PLDSizeError
 
 Group = pld_mod.Group
 
@@ -228,18 +229,29 @@ def pld_epsilon(
     *,
     discretization: float = PLD_DISCRETIZATION,
     cache: bool = True,
+    max_points: int = MAX_PLD_POINTS,
 ) -> tuple[float, str]:
     """ε at ``delta`` from the PLD accountant, with the method label.
 
     With ``cache`` the result is memoised in memory and on disk by the exact
     multiset, δ and discretisation (searches pass ``cache=False``).
+
+    Raises
+    ------
+    PLDSizeError
+        Before allocating, if the composed PLD would pass ``max_points``
+        (:mod:`fedpriv.privacy.pld_size`).
     """
     rest, eps_fixed, delta_fixed = _split_fixed(groups)
     if delta_fixed or eps_fixed:
         if delta_fixed >= delta:
             return math.inf, "pld+basic"
         eps, method = pld_epsilon(
-            rest, delta - delta_fixed, discretization=discretization, cache=cache
+            rest,
+            delta - delta_fixed,
+            discretization=discretization,
+            cache=cache,
+            max_points=max_points,
         )
         return eps_fixed + eps, f"{method}+basic"
     if not groups:
@@ -250,7 +262,11 @@ def pld_epsilon(
         return float(hit[0]), str(hit[1])
     pld_groups = [(e, c) for e, c in groups if not pld_mod.is_rdp_only(e)]
     rdp_groups = [(e, c) for e, c in groups if pld_mod.is_rdp_only(e)]
-    composed = pld_mod.composed_pld(pld_groups, discretization) if pld_groups else None
+    composed = (
+        pld_mod.composed_pld(pld_groups, discretization, max_points=max_points)
+        if pld_groups
+        else None
+    )
     if pld_groups and composed is None:
         result = (math.inf, "pld")
     elif not rdp_groups:
@@ -269,8 +285,17 @@ def pld_epsilon(
 def account(
     groups: Sequence[Group], delta: float, *, discretization: float = PLD_DISCRETIZATION
 ) -> Accounting:
-    """Both figures for ``groups`` at ``delta`` and the certified minimum."""
-    eps_pld, method = pld_epsilon(groups, delta, discretization=discretization)
+    """Both figures for ``groups`` at ``delta`` and the certified minimum.
+
+    A run whose PLD would pass :data:`~fedpriv.privacy.pld_size.MAX_PLD_POINTS`
+    (very little noise, or very many compositions) is not PLD-accounted: its
+    PLD figure is ``inf`` with the label ``"pld:over-size-limit"`` and the RDP
+    figure, also a sound upper bound, certifies alone.
+    """
+    try:
+        eps_pld, method = pld_epsilon(groups, delta, discretization=discretization)
+    except PLDSizeError:
+        eps_pld, method = math.inf, "pld:over-size-limit"
     eps_rdp = rdp_epsilon(groups, delta)
     binding = "pld" if eps_pld <= eps_rdp else "rdp"
     return Accounting(

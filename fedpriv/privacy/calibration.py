@@ -12,6 +12,12 @@
   guess (Dong, Roth & Su 2022, Thm. 6 / Cor. 4) and a memory + disk cache keyed
   by the exact inputs.
 
+Every PLD built stays within :data:`~fedpriv.privacy.pld_size.MAX_PLD_POINTS`;
+inputs no noise multiplier can serve are refused fast with a
+:class:`~fedpriv.privacy.calibration_range.CalibrationRangeError` (the
+supported range is stated once, in :mod:`fedpriv.privacy.calibration_range`;
+the root search is :mod:`fedpriv.privacy.calibration_search`).
+
 ``experiments/calibration_benchmark.py`` times this against dp-accounting's
 ``calibrate_dp_mechanism``.
 """
@@ -29,7 +35,17 @@ from scipy import optimize, special, stats
 
 from fedpriv.privacy import accounting
 from fedpriv.privacy.cache import JsonCache
+from fedpriv.privacy.calibration_range import (
+    MAX_NOISE_MULTIPLIER,
+    CalibrationRangeError,
+    ceiling_message,
+    check_gaussian_plan,
+    floor_message,
+    search_limit,
+)
+from fedpriv.privacy.calibration_search import OutOfRange, bracket_and_solve, refine
 from fedpriv.privacy.pld import flatten
+from fedpriv.privacy.pld_size import PLDSizeError
 from fedpriv.validation import (
     check_count,
     check_open_unit,
@@ -62,6 +78,18 @@ def gaussian_delta(epsilon: float, noise_multiplier: float) -> float:
     return max(0.0, a - b)
 
 
+def log_gaussian_delta(epsilon: float, noise_multiplier: float) -> float:
+    """``log δ(ε)`` of :func:`gaussian_delta`, without underflow (δ = 1e-300 stays exact).
+
+    ``log δ = log Φ(a) + log(1 − e^{ε + log Φ(b) − log Φ(a)})`` with
+    ``a = 1/(2z) − εz``, ``b = −1/(2z) − εz`` (Balle & Wang 2018, Thm. 8).
+    """
+    z = noise_multiplier
+    log_a = float(special.log_ndtr(0.5 / z - epsilon * z))
+    r = epsilon + float(special.log_ndtr(-0.5 / z - epsilon * z)) - log_a
+    return log_a + math.log(-math.expm1(r)) if r < 0 else -math.inf
+
+
 def analytic_gaussian_noise_multiplier(*, epsilon: float, delta: float) -> float:
     """Smallest z with ``gaussian_delta(ε, z) ≤ δ`` (never above: checked after solving)."""
     return _analytic_z(check_positive("epsilon", epsilon), check_open_unit("delta", delta))
@@ -72,12 +100,17 @@ def _analytic_z(eps: float, dlt: float) -> float:
     # Memoised (a pure root search of ≈ 17 scipy cdf calls, ≈ 1.5 ms): every
     # random-forest fit calibrates its leaves through GaussianMechanism.for_budget.
 
+    # In log δ: δ(z) underflows to 0 long before z is large at δ = 1e-300.
     def gap(log_z: float) -> float:
-        return math.log(max(gaussian_delta(eps, math.exp(log_z)), 1e-300)) - math.log(dlt)
+        return log_gaussian_delta(eps, math.exp(log_z)) - math.log(dlt)
 
     lo, hi = math.log(1e-3), math.log(1e4)
     while gap(lo) < 0:
         lo -= 2.0
+    while gap(hi) > 0:  # ε ≪ 1: z ≈ 0.4/δ can pass 1e4
+        hi += 2.0
+        if hi > math.log(MAX_NOISE_MULTIPLIER):
+            raise CalibrationRangeError(ceiling_message(target_epsilon=eps, target_delta=dlt))
     z = math.exp(optimize.brentq(gap, lo, hi, xtol=1e-13, rtol=1e-13))
     while gaussian_delta(eps, z) > dlt:
         z *= 1.0 + 1e-12
@@ -121,73 +154,12 @@ def _pld_eps(
     vdi: float,
     *,
     cache: bool,
+    max_points: int,
 ) -> float:
-    eps, _ = accounting.pld_epsilon(flatten(make_event(z)), delta, discretization=vdi, cache=cache)
+    eps, _ = accounting.pld_epsilon(
+        flatten(make_event(z)), delta, discretization=vdi, cache=cache, max_points=max_points
+    )
     return eps
-
-
-def _bracket_and_solve(
-    gap: Callable[[float], float], start: float, *, step: float, rtol: float
-) -> tuple[float, float]:
-    """Smallest-found log z with ``gap(log z) ≤ 0``, ``gap`` increasing as z falls.
-
-    Walks geometrically from ``start`` until the sign changes, Brent-solves
-    inside the bracket, then steps up until the answer is on the safe side
-    (Brent may stop on either side of the root). Returns the root and the
-    bracket's secant slope of ``gap`` in log z.
-    """
-    lo = hi = start
-    g_lo = g_hi = gap(start)
-    if g_hi > 0:  # too little noise: walk up
-        while g_hi > 0:
-            lo, g_lo = hi, g_hi
-            hi += step
-            g_hi = gap(hi)
-            step *= 2.0
-    else:  # enough noise: walk down
-        while g_lo <= 0:
-            hi, g_hi = lo, g_lo
-            lo -= step
-            if lo < math.log(1e-6):
-                raise ValueError("the target is met by any noise multiplier > 1e-6")
-            g_lo = gap(lo)
-            step *= 2.0
-    slope = (g_hi - g_lo) / (hi - lo)
-    if g_hi == 0.0:
-        return hi, slope
-    root = optimize.brentq(gap, lo, hi, xtol=1e-12, rtol=rtol)
-    while root < hi and gap(root) > 0:
-        root = min(hi, root + rtol * max(1.0, abs(root)))
-    return root, slope
-
-
-def _refine(
-    gap: Callable[[float], float], start: float, slope: float, *, rtol: float
-) -> float | None:
-    """Secant refinement from a nearby start: the smallest safe point, or None.
-
-    ``gap`` is smooth and nearly linear in log z near the root, so a few
-    secant steps seeded with the coarse pass's slope reach ``rtol``; the
-    answer is the smallest evaluated point with ``gap ≤ 0``.
-    """
-    x, g = start, gap(start)
-    safe = [x] if g <= 0 else []
-    for _ in range(6):
-        if slope >= 0 or not math.isfinite(slope):
-            return None
-        x_new = x - g / slope
-        # Aim a hair to the safe side so the last step lands below target.
-        x_new += 0.5 * rtol * max(1.0, abs(x_new))
-        g_new = gap(x_new)
-        if g_new <= 0:
-            safe.append(x_new)
-        if x_new != x:
-            slope = (g_new - g) / (x_new - x)
-        converged = abs(x_new - x) <= rtol * max(1.0, abs(x_new))
-        x, g = x_new, g_new
-        if converged and safe:
-            break
-    return min(safe) if safe else None
 
 
 def calibrate_noise_multiplier(
@@ -206,6 +178,13 @@ def calibrate_noise_multiplier(
     PLDs): bracket and solve on a ``coarse_discretization`` PLD, refine on a 1e-3 PLD to a relative
     tolerance of ``_RTOL`` in z, then check on the ``discretization`` PLD and
     nudge z up by ``_NUDGE`` until the check holds.
+
+    Every PLD stays within :data:`~fedpriv.privacy.pld_size.MAX_PLD_POINTS`
+    at ``discretization`` (a coarser search PLD gets the same loss width:
+    :func:`~fedpriv.privacy.calibration_range.search_limit`). A target met
+    only below that floor, or by no z up to ``MAX_NOISE_MULTIPLIER``, raises
+    :class:`~fedpriv.privacy.calibration_range.CalibrationRangeError`
+    naming ``target_epsilon``, its value and the allowed range.
     """
     t0 = time.perf_counter()
     eps_t = check_positive("target_epsilon", target_epsilon)
@@ -215,29 +194,55 @@ def calibrate_noise_multiplier(
 
     def gap_at(vdi: float) -> Callable[[float], float]:
         seen: dict[float, float] = {}  # Brent re-evaluates its bracket ends
+        limit = search_limit(vdi, discretization)
 
         def gap(log_z: float) -> float:
             nonlocal evaluations
             if log_z not in seen:
                 evaluations += 1
-                eps = _pld_eps(make_event, math.exp(log_z), dlt, vdi, cache=False)
+                eps = _pld_eps(make_event, math.exp(log_z), dlt, vdi, cache=False, max_points=limit)
                 seen[log_z] = math.log(max(eps, 1e-300)) - math.log(eps_t)
             return seen[log_z]
 
         return gap
 
-    coarse, slope = _bracket_and_solve(
-        gap_at(coarse_discretization), math.log(z0), step=0.15, rtol=1e-3
-    )
-    # The finer root lies a little below the coarse one: refine from there,
-    # falling back to a bracketed solve if the secant steps misbehave.
-    fine_gap = gap_at(SEARCH_DISCRETIZATION)
-    fine = _refine(fine_gap, coarse, slope, rtol=_RTOL)
-    if fine is None:
-        fine, _ = _bracket_and_solve(fine_gap, coarse, step=0.01, rtol=_RTOL)
-    z = z_search = math.exp(fine)
-    eps = _pld_eps(make_event, z, dlt, discretization, cache=True)
-    evaluations += 1
+    def final(z: float) -> float:
+        nonlocal evaluations
+        evaluations += 1
+        return _pld_eps(make_event, z, dlt, discretization, cache=True, max_points=limit_final)
+
+    limit_final = search_limit(discretization, discretization)
+    try:
+        coarse, slope = bracket_and_solve(
+            gap_at(coarse_discretization), math.log(z0), step=0.15, rtol=1e-3
+        )
+        # The finer root lies a little below the coarse one: refine from there,
+        # falling back to a bracketed solve if the secant steps misbehave.
+        fine_gap = gap_at(SEARCH_DISCRETIZATION)
+        fine = refine(fine_gap, coarse, slope, rtol=_RTOL)
+        if fine is None:
+            fine, _ = bracket_and_solve(fine_gap, coarse, step=0.01, rtol=_RTOL)
+        z = z_search = math.exp(fine)
+        eps = final(z)
+    except OutOfRange as out:
+        if out.kind == "ceiling":
+            raise CalibrationRangeError(
+                ceiling_message(target_epsilon=eps_t, target_delta=dlt)
+            ) from None
+        raise CalibrationRangeError(
+            floor_message(
+                target_epsilon=eps_t,
+                noise_multiplier=math.exp(out.log_z),
+                epsilon=eps_t * math.exp(out.g),
+                discretization=discretization,
+            )
+        ) from None
+    except PLDSizeError as exc:  # the band just above the floor: the final grid is too fine
+        raise CalibrationRangeError(
+            f"target_epsilon={eps_t!r} needs so little noise that its PLD at discretisation "
+            f"{discretization:g} is over the point budget ({exc}); allowed: a smaller "
+            f"target_epsilon"
+        ) from None
     nudges = 0
     while eps > eps_t:
         nudges += 1
@@ -247,8 +252,7 @@ def calibrate_noise_multiplier(
                 f"(z={z_search} gives {eps})"
             )
         z *= 1.0 + _NUDGE
-        eps = _pld_eps(make_event, z, dlt, discretization, cache=True)
-        evaluations += 1
+        eps = final(z)
     # The coarser search over-estimates ε by up to ~vdi·√T, which is felt at
     # small ε. Close the slack with secant steps on the fine PLD itself (cheap
     # exactly where the slack is large: large z, narrow loss range), keeping a
@@ -266,8 +270,10 @@ def calibrate_noise_multiplier(
                 break
             step = (math.log(eps_t) - math.log(eps)) / slope
             z_try = z * math.exp(step * (1.0 - 1e-3))
-        eps_try = _pld_eps(make_event, z_try, dlt, discretization, cache=True)
-        evaluations += 1
+        try:
+            eps_try = final(z_try)
+        except PLDSizeError:  # tightening would pass the point budget: keep z
+            break
         if eps_try > eps_t:
             break
         prev = (z, eps)
@@ -341,6 +347,14 @@ def calibrate_gaussian_noise_multiplier(
     -------
     Calibration
         ``epsilon ≤ target_epsilon`` holds on the ``discretization`` PLD.
+
+    Raises
+    ------
+    CalibrationRangeError
+        Before any PLD is built when ``target_delta`` ≤ 1e-15 (T > 1) or
+        ``1 − (1 − q)^T ≤ target_delta``; during the search when
+        ``target_epsilon`` is beyond the plan's range (module
+        :mod:`fedpriv.privacy.calibration_range`).
     """
     t0 = time.perf_counter()
     eps = check_positive("target_epsilon", target_epsilon)
@@ -348,6 +362,9 @@ def calibrate_gaussian_noise_multiplier(
     q = check_probability("sampling_probability", sampling_probability)
     t = check_count("steps", steps)
     vdi = check_positive("discretization", discretization)
+    check_gaussian_plan(
+        target_delta=dlt, sampling_probability=q, steps=t, name="sampling_probability"
+    )
     return cached_calibration(
         _CACHE,
         f"eps={eps!r}|delta={dlt!r}|q={q!r}|T={t}|vdi={vdi!r}",

@@ -25,6 +25,15 @@ stated in the entry's ``pld_value_discretization``): still an upper bound on
 ε, at a few ms instead of the ~0.1-0.3 s of the final figure, which a round of
 ~0.3 s could not carry. ``close`` writes the final report at the ledger's own
 discretisation.
+
+Several fits on the same rows spend together. :meth:`PrivacyLedger.scope`
+gives one fit a child ledger with the fit's own budget (what its strategy
+calibrates to) inside a parent that holds the total: every reservation and
+release is checked against both budgets before anything is recorded or any
+noise drawn, and recorded in both, so the parent accounts the composition
+of all fits. A ledger is the one account of its data's spend: ``copy`` and
+``deepcopy`` return the ledger itself (scikit-learn's ``clone`` deep-copies
+parameters, so clones of an estimator keep charging the same ledger).
 """
 
 from __future__ import annotations
@@ -47,6 +56,7 @@ from fedpriv.privacy.cache import DP_ACCOUNTING_VERSION
 from fedpriv.privacy.events import PAPER_CAVEAT, event_to_dict
 from fedpriv.privacy.mechanisms import Mechanism
 from fedpriv.privacy.pld import flatten
+from fedpriv.privacy.pld_size import PLDSizeError
 from fedpriv.privacy.randomness import check_private
 from fedpriv.validation import check_count, check_delta, check_positive, check_probability
 
@@ -105,6 +115,8 @@ class PrivacyReport:
     reserved: tuple[tuple[dp_event.DpEvent, int], ...] = field(default=())
     #: Why the run's guarantee does not hold whatever its ε (e.g. seeded private randomness).
     caveats: tuple[str, ...] = field(default=())
+    #: What the figures cover when that is not a whole run (e.g. one estimator fit).
+    scope: str = ""
 
     @property
     def epsilon(self) -> float:
@@ -144,6 +156,7 @@ class PrivacyReport:
                 {"event": event_to_dict(ev), "count": n} for ev, n in self.reserved
             ],
             "versions": {"fedpriv": __version__, "dp_accounting": DP_ACCOUNTING_VERSION},
+            **({"scope": self.scope} if self.scope else {}),
         }
 
     def to_json(self, **kwargs: Any) -> str:
@@ -215,6 +228,50 @@ class PrivacyLedger:
         self._journal: Callable[[dict[str, Any]], None] | None = journal
         self._complete = False
         self._journal_write()  # the file exists (empty ledger) before the first release
+        self._parent: PrivacyLedger | None = None
+
+    def __repr__(self) -> str:
+        b = self._budget
+        return (
+            f"PrivacyLedger(budget=(ε={b.epsilon:g}, δ={b.delta:g}), "
+            f"releases={len(self._entries)}{', scoped' if self._parent else ''})"
+        )
+
+    def __copy__(self) -> PrivacyLedger:
+        return self  # one account per data: a copy would fork the spend (module docstring)
+
+    def __deepcopy__(self, memo: dict) -> PrivacyLedger:
+        return self
+
+    def scope(self, budget: PrivacyBudget) -> PrivacyLedger:
+        """A child ledger for one fit: ``budget`` is the fit's, this ledger's is the total.
+
+        The child's reservations and releases are checked against its own
+        budget and against every ancestor's (with the ancestors' spend and
+        reservations) before anything is recorded; then recorded in all. A
+        fit that would take this ledger past its budget raises
+        :class:`PrivacyBudgetExceededError` at its first reservation, before
+        any noise is drawn. The child's report covers the fit; this one's,
+        every fit charged to it.
+        """
+        if not isinstance(budget, PrivacyBudget):
+            raise TypeError(f"budget must be a PrivacyBudget, got {type(budget).__name__}")
+        child = PrivacyLedger(budget=budget, discretization=self._vdi)
+        child._parent = self
+        return child
+
+    def _chain(self) -> list[PrivacyLedger]:
+        """This ledger, then its ancestors."""
+        out: list[PrivacyLedger] = []
+        led: PrivacyLedger | None = self
+        while led is not None:
+            out.append(led)
+            led = led._parent
+        return out
+
+    @staticmethod
+    def _shared(what: str, led: PrivacyLedger, own: PrivacyLedger) -> str:
+        return what if led is own else f"{what}, charged to the shared ledger,"
 
     # -- accounting -----------------------------------------------------
     @property
@@ -266,9 +323,12 @@ class PrivacyLedger:
         if not self._spent:
             return 0.0
         spent = self._items(self._spent)
-        eps, _ = accounting.pld_epsilon(
-            spent, self._budget.delta, discretization=discretization, cache=False
-        )
+        try:
+            eps, _ = accounting.pld_epsilon(
+                spent, self._budget.delta, discretization=discretization, cache=False
+            )
+        except PLDSizeError:  # too large to PLD-account: the RDP figure alone
+            eps = math.inf
         return min(eps, accounting.rdp_epsilon(spent, self._budget.delta))
 
     def report(self, *, discretization: float | None = None) -> PrivacyReport:
@@ -290,10 +350,12 @@ class PrivacyLedger:
         )
 
     def mark_uncertified(self, reason: str) -> None:
-        """Void the run's guarantee with ``reason`` (reported as ``certified: false``)."""
-        if reason and reason not in self._caveats:
-            self._caveats.append(str(reason))
-            self._journal_write()
+        """Void the run's guarantee with ``reason`` (reported as ``certified: false``);
+        a scoped ledger voids its ancestors' too."""
+        for led in self._chain():
+            if reason and reason not in led._caveats:
+                led._caveats.append(str(reason))
+                led._journal_write()
 
     # -- journal --------------------------------------------------------
     def _journal_write(self) -> dict[str, Any] | None:
@@ -321,13 +383,26 @@ class PrivacyLedger:
         if not isinstance(event, dp_event.DpEvent):
             raise TypeError(f"event must be a dp_accounting DpEvent, got {type(event).__name__}")
         check_count("count", count)
-        extra = self._groups(event, count)
-        self._check(extra, f"reserving {count} × {event}")
-        self._reserved.update(extra)
-        self._journal_write()
+        what = f"reserving {count} × {event}"
+        extras = [(led, led._groups(event, count)) for led in self._chain()]
+        for led, extra in extras:  # every budget first, then record in all
+            led._check(extra, self._shared(what, led, self))
+        for led, extra in extras:
+            led._reserved.update(extra)
+        for led, _ in extras:
+            led._journal_write()
 
     def cancel_reservations(self) -> None:
-        """Drop whatever is still reserved (e.g. a learner stopped early)."""
+        """Drop whatever is still reserved (e.g. a learner stopped early), in the ancestors too."""
+        for led in self._chain()[1:]:
+            for i, n in self._reserved.items():
+                for j, m in led._groups(self._events[i], n).items():
+                    left = led._reserved[j] - m
+                    if left > 0:
+                        led._reserved[j] = left
+                    else:
+                        led._reserved.pop(j, None)
+            led._journal_write()
         self._reserved.clear()
         self._journal_write()
 
@@ -344,6 +419,15 @@ class PrivacyLedger:
         if not covered:
             self._check(groups, f"release {label or event!s}")
         return groups, covered
+
+    def _admit_all(
+        self, event: dp_event.DpEvent, label: str, groups: Counter[int] | None = None
+    ) -> list[tuple[PrivacyLedger, tuple[Counter[int], bool]]]:
+        """:meth:`_admit` in this ledger and every ancestor (all checks before any record)."""
+        admitted = [(self, self._admit(event, label, groups))]
+        for led in self._chain()[1:]:
+            admitted.append((led, led._admit(event, self._shared(label or str(event), led, self))))
+        return admitted
 
     def _commit(
         self, event: dp_event.DpEvent, label: str, admitted: tuple[Counter[int], bool]
@@ -363,7 +447,8 @@ class PrivacyLedger:
 
     def spend(self, event: dp_event.DpEvent, *, label: str = "") -> None:
         """Record ``event`` after checking the budget; raise before recording if over."""
-        self._commit(event, label, self._admit(event, label))
+        for led, admitted in self._admit_all(event, label):
+            led._commit(event, label, admitted)
 
     def release(
         self,
@@ -402,9 +487,10 @@ class PrivacyLedger:
                 self._releases[key] = known
         event, groups = known
         check_private("rng", rng)  # before the budget check: a seeded rng is a bug, not a spend
-        admitted = self._admit(event, label, groups)
-        # Noise is drawn only after the budget check; the event is recorded
+        admitted = self._admit_all(event, label, groups)
+        # Noise is drawn only after the budget checks; the event is recorded
         # only once the mechanism has actually produced an output.
         out = mechanism.apply(value, rng=rng)
-        self._commit(event, label, admitted)
+        for led, adm in admitted:
+            led._commit(event, label, adm)
         return out

@@ -69,6 +69,7 @@ from dp_accounting import dp_event
 from fedpriv.privacy import calibration
 from fedpriv.privacy.accounting import PLD_DISCRETIZATION
 from fedpriv.privacy.cache import JsonCache
+from fedpriv.privacy.calibration_range import check_gaussian_plan
 from fedpriv.privacy.events import PAPER_CAVEAT, EffectiveRateDpEvent, ParticipationDpEvent
 from fedpriv.validation import (
     check_count,
@@ -216,6 +217,10 @@ def calibrate_participation_noise_multiplier(
             steps=t,
             discretization=vdi,
         )
+    # A record is used with probability 1 − (1 − ρq)^T: refuse a plan calibration cannot serve.
+    check_gaussian_plan(
+        target_delta=dlt, sampling_probability=q * rho, steps=t, name="sampling_probability"
+    )
     return calibration.cached_calibration(
         _CACHE,
         f"tight|eps={eps!r}|delta={dlt!r}|q={q!r}|rho={rho!r}|T={t}|vdi={vdi!r}",

@@ -30,6 +30,7 @@ from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.pld import privacy_loss_mechanism as plm
 
+from fedpriv.privacy import pld_size
 from fedpriv.privacy.events import (
     ApproxDpEvent,
     BoundedRangeDpEvent,
@@ -119,13 +120,27 @@ def gaussian_pld(
     *,
     sampling_probability: float = 1.0,
     value_discretization_interval: float = 1e-4,
+    max_points: int = pld_size.MAX_PLD_POINTS,
 ) -> PLD:
     """Pessimistic PLD of one (Poisson-subsampled) Gaussian mechanism.
 
     Equal to ``from_gaussian_mechanism(noise_multiplier, sensitivity=1,
     sampling_prob=q, value_discretization_interval=vdi)`` with connect-the-dots
     and dp-accounting's default tail truncation, computed in vectorised form.
+
+    Raises
+    ------
+    PLDSizeError
+        Before allocating, if the grid would pass ``max_points``
+        (:func:`~fedpriv.privacy.pld_size.gaussian_points`).
     """
+    pld_size.check_points(
+        f"a Gaussian of noise multiplier {noise_multiplier:.6g} at q={sampling_probability:.6g}",
+        pld_size.gaussian_points(
+            noise_multiplier, sampling_probability, value_discretization_interval
+        ),
+        max_points,
+    )
 
     def single(adjacency: plm.AdjacencyType):
         loss = _VectorisedGaussianPrivacyLoss(
@@ -208,11 +223,15 @@ def _pure_pld(epsilon: float, vdi: float) -> PLD:
     )
 
 
-def leaf_pld(event: dp_event.DpEvent, vdi: float) -> PLD | None:
+def leaf_pld(
+    event: dp_event.DpEvent, vdi: float, *, max_points: int = pld_size.MAX_PLD_POINTS
+) -> PLD | None:
     """PLD of a single leaf event, or ``None`` for a non-private event.
 
     Raises
     ------
+    PLDSizeError
+        Before allocating, if the event's grid would pass ``max_points``.
     ValueError
         If the event has no PLD translation (see :func:`is_rdp_only`) and the
         dp-accounting PLD accountant does not support it either.
@@ -220,11 +239,11 @@ def leaf_pld(event: dp_event.DpEvent, vdi: float) -> PLD | None:
     if isinstance(event, dp_event.NonPrivateDpEvent):
         return None
     if isinstance(event, ParticipationDpEvent):
-        inner_pld = leaf_pld(event.event, vdi)
+        inner_pld = leaf_pld(event.event, vdi, max_points=max_points)
         return None if inner_pld is None else participation_pld(event.participation, inner_pld, vdi)
     if isinstance(event, EffectiveRateDpEvent):
         # NOT sound (comparison only): the accountant marks the run uncertified.
-        return leaf_pld(effective_rate_event(event), vdi)
+        return leaf_pld(effective_rate_event(event), vdi, max_points=max_points)
     q = 1.0
     inner = event
     if isinstance(event, dp_event.PoissonSampledDpEvent):
@@ -233,16 +252,28 @@ def leaf_pld(event: dp_event.DpEvent, vdi: float) -> PLD | None:
         if inner.noise_multiplier == 0:
             return None
         return gaussian_pld(
-            inner.noise_multiplier, sampling_probability=q, value_discretization_interval=vdi
+            inner.noise_multiplier,
+            sampling_probability=q,
+            value_discretization_interval=vdi,
+            max_points=max_points,
         )
     if isinstance(inner, dp_event.LaplaceDpEvent):
         if inner.noise_multiplier == 0:
             return None
+        pld_size.check_points(
+            f"a Laplace of parameter {inner.noise_multiplier:.6g} at q={q:.6g}",
+            pld_size.laplace_points(inner.noise_multiplier, q, vdi),
+            max_points,
+        )
         return pld_lib.from_laplace_mechanism(
             inner.noise_multiplier, value_discretization_interval=vdi, sampling_prob=q
         )
     if isinstance(inner, (BoundedRangeDpEvent, PureDpEvent)):
         eps = inner.epsilon if q == 1.0 else amplified_pure_epsilon(inner.epsilon, q)
+        # Two points, but densified to the span ±ε on composition (and e^ε overflows past 709).
+        pld_size.check_points(
+            f"a pure ε={eps:.6g} event", pld_size.grid_points(-eps, eps, vdi), max_points
+        )
         return _pure_pld(eps, vdi)
     if is_rdp_only(event):
         raise ValueError(f"{event} has no PLD translation; account it through RDP")
@@ -257,13 +288,33 @@ def leaf_pld(event: dp_event.DpEvent, vdi: float) -> PLD | None:
     return accountant._pld  # private: the accountant exposes no public getter
 
 
-def composed_pld(groups: Sequence[Group], vdi: float) -> PLD | None:
-    """Compose the PLDs of ``(leaf, count)`` groups; ``None`` if any is non-private."""
+def composed_pld(
+    groups: Sequence[Group], vdi: float, *, max_points: int = pld_size.MAX_PLD_POINTS
+) -> PLD | None:
+    """Compose the PLDs of ``(leaf, count)`` groups; ``None`` if any is non-private.
+
+    Raises
+    ------
+    PLDSizeError
+        Before allocating, if a leaf, a self-composition or a composition
+        would pass ``max_points`` (:mod:`fedpriv.privacy.pld_size`).
+    """
     total: PLD | None = None
     for leaf, count in groups:
-        single = leaf_pld(leaf, vdi)
+        single = leaf_pld(leaf, vdi, max_points=max_points)
         if single is None:
             return None
-        part = single.self_compose(count) if count > 1 else single
+        part = single
+        if count > 1:
+            pld_size.check_points(
+                f"{count} compositions of {leaf}",
+                pld_size.self_compose_points(single, count, max_points),
+                max_points,
+            )
+            part = pld_size.dense(single, count).self_compose(count)
+        if total is not None:
+            pld_size.check_points(
+                f"composing {leaf} with the rest", pld_size.compose_points(total, part), max_points
+            )
         total = part if total is None else total.compose(part)
     return total if total is not None else pld_lib.identity(value_discretization_interval=vdi)
