@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from server.estimators import MethodEstimator
+from server.method_estimator import MethodEstimator
 
 
 class _Forest(MethodEstimator):
