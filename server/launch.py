@@ -348,7 +348,42 @@ def resolve_run(defaults: dict, overrides: dict) -> tuple[RunSettings, dict]:
     run_keys = set(RunSettings.run_keys())
     own = {k: v for k, v in defaults.items() if k.replace("-", "_") in run_keys | mine}
     settings = RunSettings.from_run_config({**default_config(), **own, **overrides})
+    check_plan(settings)
     return settings, settings.to_run_config()
+
+
+#: The calibration's names of a run's keys, for its errors in run-config terms.
+_CALIBRATION_KEYS = {
+    "target_epsilon": "epsilon",
+    "target_delta": "delta",
+    "sampling_probability": "sampling-rate",
+}
+
+
+def check_plan(settings: RunSettings) -> None:
+    """Calibrate a Gaussian-rounds method's noise now, so that a plan no noise can
+    certify (ε too large for the PLD's bounded size, q or δ too small) is refused
+    before any process starts, not after the federation came up. Calibrations are
+    cached: the ServerApp's own is then free. Other methods calibrate at start."""
+    if not settings.private or settings.method_record.family != "gaussian-rounds":
+        return
+    from fedpriv.privacy.participation import calibrate_participation_noise_multiplier
+
+    cfg = settings.config
+    try:
+        calibrate_participation_noise_multiplier(
+            target_epsilon=settings.epsilon,
+            target_delta=settings.delta,
+            sampling_probability=cfg.sampling_rate,
+            participation=settings.participation,
+            steps=cfg.rounds,
+            accounting=cfg.participation_accounting,
+        )
+    except ValueError as exc:
+        text = str(exc)
+        for theirs, ours in _CALIBRATION_KEYS.items():
+            text = text.replace(theirs, ours)
+        raise SettingError(text) from None
 
 
 def settings_help() -> str:

@@ -169,3 +169,20 @@ def test_launchers_exit_2_with_one_line_before_any_process_starts(launcher, args
     lines = cp.stderr.strip().splitlines()
     assert len(lines) == 1 and key in lines[0], cp.stderr
     assert not any(tmp_path.iterdir())  # nothing was started, nothing written
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        ({"epsilon": 1e6}, "epsilon must lie in (0, ~9"),  # the PLD's size bounds z below
+        ({"sampling-rate": 1e-9}, "sampling-rate must exceed"),  # (0, δ)-DP without noise
+        ({"method": "logistic", "delta": 1e-300}, "delta must lie in (1e-15, 1)"),
+    ],
+)
+def test_a_plan_no_noise_can_certify_is_refused_before_anything_starts(overrides, key):
+    from server.launch import resolve_run
+
+    with pytest.raises(SettingError) as err:
+        resolve_run({}, overrides)
+    assert key in str(err.value)
+
