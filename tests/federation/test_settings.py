@@ -185,4 +185,3 @@ def test_a_plan_no_noise_can_certify_is_refused_before_anything_starts(overrides
     with pytest.raises(SettingError) as err:
         resolve_run({}, overrides)
     assert key in str(err.value)
-
