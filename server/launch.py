@@ -370,6 +370,8 @@ def check_plan(settings: RunSettings) -> None:
     from fedpriv.privacy.participation import calibrate_participation_noise_multiplier
 
     cfg = settings.config
+    # A plugin's config may leave the accounting mode out: the calibration's default.
+    mode = getattr(cfg, "participation_accounting", None)
     try:
         calibrate_participation_noise_multiplier(
             target_epsilon=settings.epsilon,
@@ -377,7 +379,7 @@ def check_plan(settings: RunSettings) -> None:
             sampling_probability=cfg.sampling_rate,
             participation=settings.participation,
             steps=cfg.rounds,
-            accounting=cfg.participation_accounting,
+            **({} if mode is None else {"accounting": mode}),
         )
     except ValueError as exc:
         text = str(exc)
