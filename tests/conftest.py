@@ -18,3 +18,22 @@ def _isolated_cache(tmp_path_factory):
     mp.setenv("FEDPRIV_CACHE_DIR", str(tmp_path_factory.mktemp("fedpriv-cache")))
     yield
     mp.undo()
+
+
+@pytest.fixture
+def largest_pld(monkeypatch):
+    """Points of the largest PLD composed while the test runs (0: none was built)."""
+    from fedpriv.privacy import pld as pld_mod
+    from fedpriv.privacy import pld_size
+
+    seen = [0]
+    original = pld_mod.composed_pld
+
+    def recording(groups, vdi, **kw):
+        out = original(groups, vdi, **kw)
+        if out is not None:
+            seen[0] = max(seen[0], pld_size.span(out))
+        return out
+
+    monkeypatch.setattr(pld_mod, "composed_pld", recording)
+    return seen

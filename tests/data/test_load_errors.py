@@ -13,22 +13,11 @@ import pytest
 from fedpriv.data import DataError, SchemaError, load_csv
 from fedpriv.errors import public_error
 
-EXAMPLE = "experiments/schemas/example.toml"
-HEADER = "record_id,hospital,age,length_of_stay_days,admission,smoker,readmitted\n"
-#: 48 rows: both hospitals hold every (admission, smoker, label) cell 3 times.
-ROWS = [
-    f"{i},{h},{40 + i % 30},{i % 9},{adm},{s},{y}\n"
-    for i, (h, adm, s, y) in enumerate(
-        [
-            (h, a, s, y)
-            for h in ("a", "b")
-            for a in ("emergency", "elective")
-            for s in ("yes", "no")
-            for y in ("yes", "no")
-        ]
-        * 3
-    )
-]
+# The example schema's file: 48 rows, both hospitals hold every (admission, smoker,
+# label) cell 3 times.
+from tests.data.test_csv_errors import GOOD as ROWS
+from tests.data.test_csv_errors import HEADER
+from tests.data.test_csv_errors import SCHEMA as EXAMPLE
 
 
 def _schema(tmp_path, top: str = "", edit: tuple[str, str] | None = None):

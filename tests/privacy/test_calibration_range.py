@@ -26,23 +26,6 @@ from fedpriv.privacy.calibration import (
 from fedpriv.privacy.calibration_range import CalibrationRangeError
 from fedpriv.privacy.participation import calibrate_participation_noise_multiplier
 
-
-@pytest.fixture
-def largest_pld(monkeypatch):
-    """Points of the largest PLD composed while the test runs (0: none was built)."""
-    seen = [0]
-    original = pld_mod.composed_pld
-
-    def recording(groups, vdi, **kw):
-        out = original(groups, vdi, **kw)
-        if out is not None:
-            seen[0] = max(seen[0], pld_size.span(out))
-        return out
-
-    monkeypatch.setattr(pld_mod, "composed_pld", recording)
-    return seen
-
-
 PLAN = {"target_delta": 1e-5, "sampling_probability": 0.05, "steps": 75}
 
 REFUSED = {

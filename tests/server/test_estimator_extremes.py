@@ -4,7 +4,6 @@ extreme accepted budgets: each fit stays within the PLD point budget or is refus
 import numpy as np
 import pytest
 
-from fedpriv.privacy import pld as pld_mod
 from fedpriv.privacy import pld_size
 from server.estimators import DPRandomForestClassifier, LumberjackClassifier
 from tests.keys import key_for
@@ -12,21 +11,6 @@ from tests.keys import key_for
 RNG = np.random.default_rng(0)
 X = RNG.random((120, 3))
 Y = (X[:, 0] > 0.5).astype(int)
-
-
-@pytest.fixture
-def largest_pld(monkeypatch):
-    seen = [0]
-    original = pld_mod.composed_pld
-
-    def recording(groups, vdi, **kw):
-        out = original(groups, vdi, **kw)
-        if out is not None:
-            seen[0] = max(seen[0], pld_size.span(out))
-        return out
-
-    monkeypatch.setattr(pld_mod, "composed_pld", recording)
-    return seen
 
 
 FOREST = {"trees": 2, "depth": 2, "secret_key": key_for(2)}
