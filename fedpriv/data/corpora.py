@@ -1,4 +1,4 @@
-"""Loaders for the bundled real corpora (``../shared/data``), never downloading.
+"""Loaders for the bundled real corpora (package data, ``fedpriv/data/bundled``), never downloading.
 
 Each loader applies its dataset's documented preprocessing (every dropped
 row is counted with its reason in the load report), encodes with the public
@@ -8,6 +8,7 @@ arrays are cached by input checksum + schema digest + options.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from importlib import resources
 from pathlib import Path
@@ -68,21 +69,43 @@ def schema(name: str) -> Schema:
         return Schema.from_toml(path)
 
 
+#: The corpora shipped inside the package (licences and provenance: ``DATA_CARD.md``
+#: there; every file's sha256 as stored: ``SHA256SUMS``).
+BUNDLED = Path(__file__).resolve().parent / "bundled"
+
+
 def data_dir() -> Path:
-    """Root of the bundled corpora: ``$FEDPRIV_DATA_DIR`` or a ``shared/data`` beside the repo."""
+    """Root of the corpora: ``$FEDPRIV_DATA_DIR`` if set, else the bundled copy.
+
+    The bundled corpora are package data of ``fedpriv.data`` (``bundled/``), so a
+    bare clone or an installed wheel needs nothing beside it. The variable points
+    the loaders at another copy with the same layout (the launchers pass the
+    resolved folder to the Flower processes they start).
+    """
     env = os.environ.get("FEDPRIV_DATA_DIR")
-    repo = Path(__file__).resolve().parents[2]
-    candidates = [Path(env)] if env else []
-    candidates += [repo.parent / "shared" / "data", Path.cwd().parent / "shared" / "data"]
-    for c in candidates:
-        if (c / "adult").is_dir():
-            return c
-    raise DataError(
-        code="datasets_not_found",
-        message="bundled datasets not found; set FEDPRIV_DATA_DIR (looked in "
-        + ", ".join(str(c) for c in candidates)
-        + ")",
-    )
+    root = Path(env) if env else BUNDLED
+    if not (root / "adult").is_dir():
+        raise DataError(
+            code="datasets_not_found",
+            message=f"no corpora in {root} (from "
+            + ("$FEDPRIV_DATA_DIR" if env else "the package")
+            + "): expected the folders adult/, heart_disease/, diabetes_130us/, "
+            "brfss2015_diabetes/",
+        )
+    return root
+
+
+def verify_bundled(root: Path | None = None) -> list[str]:
+    """The files under ``root`` (default: the bundled copy) whose sha256 differs from
+    ``SHA256SUMS`` there, or that are missing; empty when every file checks."""
+    root = BUNDLED if root is None else root
+    bad = []
+    for line in (root / "SHA256SUMS").read_text().splitlines():
+        digest, name = line.split(maxsplit=1)
+        path = root / name.strip()
+        if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+            bad.append(name.strip())
+    return bad
 
 
 def _drop(

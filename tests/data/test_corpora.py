@@ -1,14 +1,19 @@
 """Row counts, positive rates and widths of each bundled corpus after preprocessing.
 
-Reference figures: the data README (`../shared/data/README.md`) and the
+Reference figures: the data card (`fedpriv/data/bundled/DATA_CARD.md`) and the
 benchmark paper's Table 4 (130-US: 55,979 training rows, 9.0 % positive,
 d = 101; BRFSS: 48,000 training rows, 15.7 %).
 """
 
+import shutil
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+import fedpriv
 from fedpriv.data import load_adult, load_brfss, load_diabetes130, load_heart
+from fedpriv.data.corpora import BUNDLED, data_dir, verify_bundled
 
 
 def _parts_cover(ds):
@@ -111,3 +116,15 @@ def test_synthetic_dataset():
     shifted = load_synthetic(covariate_shift=1.2)
     assert len(shifted.client_names) == 5
     assert len(shifted.natural_partition("train")) == 5
+
+
+def test_the_corpora_ship_inside_the_package_with_their_checksums(monkeypatch, tmp_path):
+    monkeypatch.delenv("FEDPRIV_DATA_DIR", raising=False)
+    assert data_dir() == BUNDLED and BUNDLED.is_relative_to(Path(fedpriv.__file__).parent)
+    assert verify_bundled() == []  # every file as stored matches SHA256SUMS
+    # A changed byte is caught (the check can fail).
+    copy = tmp_path / "copy"
+    shutil.copytree(BUNDLED / "heart_disease", copy / "heart_disease")
+    shutil.copy(BUNDLED / "SHA256SUMS", copy / "SHA256SUMS")
+    (copy / "heart_disease" / "processed.va.data").write_text("tampered")
+    assert "heart_disease/processed.va.data" in verify_bundled(copy)
