@@ -20,6 +20,7 @@ from flwr.app import Context, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedpriv.data import load_heart
+from fedpriv.data.node import declared_max_records
 from fedpriv.methods import get_method
 from fedpriv.models.networks import NetworkModel
 from fedpriv.privacy.randomness import KEY_ENV
@@ -31,6 +32,9 @@ from tests.keys import key_for, key_hex
 from tests.server.loopback import RUN_ID, LoopbackGrid
 
 KEY = 5  # test key injected into both runtimes
+#: The launcher's default public bound for heart (its largest hospital), which both
+#: runtimes then use for the codec and the public total n = 4 × the bound.
+BOUND = declared_max_records("heart", 4, 0)
 
 
 def run_app(monkeypatch, tmp_path, overrides: dict, *, tamper=None):
@@ -77,6 +81,7 @@ def test_dpsgd_app_releases_the_in_process_parameters(monkeypatch, tmp_path, mod
             epsilon=2.0,
             seed=5,
             secret_key=key_for(KEY),
+            max_records=BOUND,
         )
         .fit(load_heart())
     )
@@ -113,6 +118,7 @@ def test_lumberjack_app_releases_the_in_process_forest(monkeypatch, tmp_path):
         seed=5,
         secure_aggregation=True,
         secret_key=key_for(KEY),
+        max_records=BOUND,
     ).fit(load_heart())
     for key, value in ref.model_.to_arrays().items():
         np.testing.assert_array_equal(saved[key], value, err_msg=key)
@@ -144,6 +150,7 @@ def test_random_forest_app_releases_the_in_process_forest(monkeypatch, tmp_path)
         mode="disjoint",
         secure_aggregation=True,
         secret_key=key_for(KEY),
+        max_records=BOUND,
     ).fit(load_heart())
     for key, value in ref.model_.to_arrays().items():
         np.testing.assert_array_equal(saved[key], value, err_msg=key)
