@@ -31,9 +31,11 @@ import pandas as pd
 from fedpriv.data.corpora import LOADERS, load_for_run
 from fedpriv.data.corpora import schema as bundled_schema
 from fedpriv.data.csv import load_csv
-from fedpriv.data.encode import LoadReport, encode, log_report
+from fedpriv.data.dataset import TabularDataset
+from fedpriv.data.encode import Encoded, LoadReport, encode, log_report
 from fedpriv.data.errors import DataError
 from fedpriv.data.schema import Schema
+from fedpriv.data.split import Split
 from fedpriv.data.table import read_table
 from fedpriv.records import check_labels
 
@@ -107,8 +109,8 @@ def check_bound(n: int, max_records: int | None, *, source: str) -> None:
         )
 
 
-def read_file(path: str | Path, schema: Schema) -> tuple[np.ndarray, np.ndarray]:
-    """Every row of one node's file, encoded with ``schema``: (X, y).
+def read_encoded(path: str | Path, schema: Schema) -> Encoded:
+    """Every row of one node's file, encoded with ``schema``.
 
     CSV through :func:`fedpriv.data.table.read_table` (the schema's ``sep``
     and ``encoding``), Parquet (``.parquet``) through pandas; both encoded by
@@ -135,8 +137,35 @@ def read_file(path: str | Path, schema: Schema) -> tuple[np.ndarray, np.ndarray]
     report = LoadReport(source=source)
     enc = encode(frame, schema, source=source, lines=lines, report=report)
     log_report(report)  # the node's own log
-    y = check_labels(enc.y.astype(np.float64), schema.target.classes, column=schema.target.column)
-    return enc.X, y
+    check_labels(enc.y, schema.target.classes, column=schema.target.column)
+    return enc
+
+
+def read_file(path: str | Path, schema: Schema) -> tuple[np.ndarray, np.ndarray]:
+    """Every row of one node's file: (X, y) (:func:`read_encoded`)."""
+    enc = read_encoded(path, schema)
+    return enc.X, enc.y.astype(np.float64)
+
+
+def files_dataset(paths: list[str | Path], schema: Schema) -> TabularDataset:
+    """The nodes' files as one dataset, file i held by client i, every row training.
+
+    The in-process twin of a deployment on these files: an estimator fitted on
+    it (with the run's ``max_records``) sees each client's rows in file order,
+    as each node does.
+    """
+    encs = [read_encoded(p, schema) for p in paths]
+    clients = np.concatenate([np.full(e.y.size, i, dtype=np.int64) for i, e in enumerate(encs)])
+    empty = np.zeros(0, dtype=np.int64)
+    split = Split(
+        train=np.arange(clients.size), val=empty, test=empty, seed=None, rule="node files"
+    )
+    report = LoadReport(source=", ".join(map(str, paths)))
+    report.n_rows = int(clients.size)
+    names = tuple(Path(p).stem for p in paths)
+    return TabularDataset.from_encoded(
+        schema.name, schema, encs, split, report, clients=clients, client_names=names
+    )
 
 
 def node_rows(

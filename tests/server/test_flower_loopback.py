@@ -37,7 +37,7 @@ KEY = 5  # test key injected into both runtimes
 BOUND = declared_max_records("heart", 4, 0)
 
 
-def run_app(monkeypatch, tmp_path, overrides: dict, *, tamper=None):
+def run_app(monkeypatch, tmp_path, overrides: dict, *, tamper=None, node_config=None):
     """``server.app.main`` as ``server.simulate`` configures it; returns the result folder."""
     monkeypatch.setattr(TaskIdentity, "_run_id", RUN_ID)
     monkeypatch.setattr(TaskIdentity, "_node_id", 0, raising=False)
@@ -46,7 +46,7 @@ def run_app(monkeypatch, tmp_path, overrides: dict, *, tamper=None):
     overrides = {**overrides, "out-dir": str(tmp_path)}
     settings, resolved = resolve_run(SIMULATION_DEFAULTS, overrides)
     config = {**default_config(), **resolved}  # as Flower fuses pyproject's keys and the run's
-    grid = LoopbackGrid(config, settings.num_clients, tamper=tamper)
+    grid = LoopbackGrid(config, settings.num_clients, tamper=tamper, node_config=node_config)
     context = Context(
         run_id=RUN_ID, node_id=0, node_config={}, state=RecordDict(), run_config=config
     )
