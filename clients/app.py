@@ -1,9 +1,14 @@
 """The Flower ClientApp: one hospital answering queries through the shim's client side.
 
-Each node loads its partition (``partition-id`` of ``num-partitions``) of the
-run's dataset, keeps its handler state, its secure-aggregation key and its own
-secret key in the node's ``context.state`` (Flower may serve a node from a
-different process each round; that state never leaves the node), draws its
+Each node reads its own file (node-config ``data-path``) against the run's
+public schema, or, simulating a hospital, its partition (``partition-id`` of
+``num-partitions``) of a bundled corpus or of the run's ``csv``
+(:mod:`fedpriv.data.node`); it loads and checks its rows, including the
+declared ``max-records`` bound, in the key exchange, so a bad file fails the
+run before round 1 with its error code. It keeps its handler state, its
+secure-aggregation key and its own secret key in the node's ``context.state``
+(Flower may serve a node from a different process each round; that state never
+leaves the node), draws its
 Poisson coins from its secret key, and replies with its masked vector only:
 no timing, no seed. The secret key is fresh OS entropy, or derived from
 ``$FEDPRIV_SECRET_KEY`` exactly as the in-process runtime derives client
@@ -32,6 +37,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordD
 from flwr.clientapp import ClientApp
 
 from fedpriv.data import load_for_run
+from fedpriv.data.node import DATA_PATH, DataSource, check_bound, node_rows, record_bound
 from fedpriv.errors import public_error
 from fedpriv.federation.protocol import ClientData, poisson_sample
 from fedpriv.federation.runtime import client_key
@@ -68,6 +74,24 @@ def _client_data(dataset: str, split_seed: int, num_clients: int, pid: int) -> C
     y = check_labels(y, target.classes, column=target.column)
     rows = ds.client_partition(num_clients)[pid]  # checked: no row held twice
     return ClientData(client_id=pid, X=X[rows], y=y[rows])
+
+
+@lru_cache(maxsize=16)
+def _source_data(source: DataSource, data_path: str, pid: int) -> ClientData:
+    X, y = node_rows({DATA_PATH: data_path} if data_path else {}, source, pid)
+    return ClientData(client_id=pid, X=X, y=y)
+
+
+def _node_data(context: Context, s: RunSettings, pid: int) -> ClientData:
+    """This node's rows: its own ``data-path`` file, else its slice of the run's data,
+    refused (``too_many_records``) beyond the declared bound."""
+    source = DataSource.of(s)
+    path = str(context.node_config.get(DATA_PATH, "") or "")
+    if path or not source.bundled:
+        return _source_data(source, path, pid)
+    data = _client_data(s.dataset, s.split_seed, s.num_clients, pid)
+    check_bound(data.n, record_bound(source, required=False), source=s.dataset)
+    return data
 
 
 def sanitised(fn):
@@ -148,8 +172,8 @@ def keys(msg: Message, context: Context) -> Message:
     if "secagg" in context.state:
         # A second exchange would replace the pinned keys (and this node's coins).
         raise RuntimeError("the key exchange already ran in this run; refused")
-    # Load the rows and the compiled kernels now, not in round 1.
-    _client_data(s.dataset, s.split_seed, s.num_clients, pid)
+    # Load and check the rows (schema, bound) and compile the kernels now, not in round 1.
+    _node_data(context, s, pid)
     get_method(s.method).warm_up()
     client = SecAggClient(client_id=pid)
     _save_secagg(context, client)
@@ -189,7 +213,7 @@ def answer(msg: Message, context: Context) -> Message:
     client.check_keys(participants, named)  # refuse substituted keys before any work
     arrays = {k: msg.content["query"][k].numpy() for k in msg.content["query"].keys()}
     query = query_from_wire(arrays, dict(cfg))
-    data = _client_data(s.dataset, s.split_seed, s.num_clients, pid)
+    data = _node_data(context, s, pid)
     key = _secret_key(context)
     sample = poisson_sample(data.n, query.sampling_rate, key.streams("poisson").at(query.round))
 

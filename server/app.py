@@ -1,7 +1,10 @@
 """The Flower ServerApp: ``flwr run`` drives a fedpriv strategy over a Grid.
 
-Reads the run config (``[tool.flwr.app.config]``), loads the public parts it
-needs (schema, test split for metrics, a public bound on records per client),
+Reads the run config (``[tool.flwr.app.config]``) and uses public facts only:
+the schema (feature width, label set), the declared bound on records per
+client (``max-records``; :func:`fedpriv.data.node.record_bound`) and, for
+metrics, a public evaluation file (``eval-path``, or a bundled corpus's
+published test split). It never opens a node's rows. It then
 runs the strategy as a Flower strategy (:class:`server.flower_strategy.FlowerStrategy`,
 ``strategy.start(grid=...)``), and writes
 the resolved config, the privacy report, the metrics, the communication
@@ -28,10 +31,10 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedpriv import logs
 from fedpriv.atomic import write_json_atomic
-from fedpriv.data import load_for_run
+from fedpriv.data.node import DataSource, public_test_split, read_file, record_bound, run_schema
 from fedpriv.evaluation import binary_metrics
 from fedpriv.federation.protocol import Strategy
-from fedpriv.federation.settings import RunSettings
+from fedpriv.federation.settings import RunSettings, SettingError
 from fedpriv.federation.status import RunFailedError, RunStatus, outcome_of, write_status
 from fedpriv.methods import StrategyContext
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
@@ -136,9 +139,16 @@ def main(grid: Grid, context: Context) -> None:
     eps_pld = report.get("epsilon_pld", "inf")
     eps_rdp = report.get("epsilon_rdp", "inf")
     log.info("done: %s on %s, K=%d, T=%d", s.method, s.dataset, s.num_clients, s.rounds)
-    log.info(
-        "test AUC %.4f  AUPRC %.4f  Brier %.4f", metrics["auc"], metrics["auprc"], metrics["brier"]
-    )
+    if metrics["evaluated"]:
+        log.info(
+            "test AUC %.4f  AUPRC %.4f  Brier %.4f (%s)",
+            metrics["auc"],
+            metrics["auprc"],
+            metrics["brier"],
+            metrics["eval_source"],
+        )
+    else:
+        log.info("not evaluated: %s", metrics["reason"])
     log.info("ε spent %s (PLD), %s (RDP) at δ=%s", eps_pld, eps_rdp, f"{s.delta:g}")
     log.info(
         "floats uploaded per client %.0f, round trips %s%s",
@@ -167,23 +177,22 @@ class Progress:
 def train(
     grid: Grid, s: RunSettings, out: Path, ledger: PrivacyLedger | None, progress: Progress
 ) -> tuple[dict, dict]:
-    """Load the public parts, run the strategy, write metrics, traffic and model to
+    """Run the strategy on public facts only, write metrics, traffic and model to
     ``out``; returns the metrics and the communication report. ``progress`` follows
     the run, so that a failure still reports its counts.
     """
-    ds = load_for_run(s.dataset, num_clients=s.num_clients, split_seed=s.split_seed)
-    X_train, _ = ds.xy("train")
-    # n (the training rows) is public under the trust model, as is the
-    # bound on records per client below.
-    core = build_strategy(
-        s, ds.schema, n_records=int(X_train.shape[0]), n_features=int(X_train.shape[1])
-    )
+    source = DataSource.of(s)
+    schema = run_schema(s.schema, s.dataset)
+    try:
+        max_records = record_bound(source)  # declared (public), never counted
+    except ValueError as exc:
+        raise SettingError(str(exc)) from None
+    n_features = schema.n_features  # the encoded schema's width: every node's X has it
+    # n: the public bound on the total, K × max-records (DP-SGD's normaliser, the range
+    # checks, Lumberjack's caps); the nodes' true counts never leave them.
+    core = build_strategy(s, schema, n_records=s.num_clients * max_records, n_features=n_features)
     strategy = FlowerStrategy(
-        core,
-        settings=s,
-        n_features=X_train.shape[1],
-        max_records=int(X_train.shape[0]),
-        ledger=ledger,
+        core, settings=s, n_features=n_features, max_records=max_records, ledger=ledger
     )
     runtime = progress.runtime = strategy.connect(grid)
     runtime.ping(s.ping_rounds)
@@ -194,8 +203,7 @@ def train(
         timeout=s.round_timeout,
     )
     model = strategy.core.model()
-    X_test, y_test = ds.xy("test")
-    metrics = binary_metrics(y_test, model.predict_proba(X_test))
+    metrics = evaluate(model, s)
     comm = communication_report(runtime.report, timings=s.timings, planned=s.rounds)
     write_json_atomic(out / "metrics.json", metrics)
     write_json_atomic(out / "communication.json", comm)
@@ -203,3 +211,35 @@ def train(
     write_json_atomic(out / "rounds.json", per_round)
     save_model(out / "model.npz", model)
     return metrics, comm
+
+
+def evaluation_data(s: RunSettings) -> tuple[np.ndarray, np.ndarray, str] | None:
+    """The public rows the server may score on: ``eval-path``, else a bundled corpus's
+    published test split, else ``None`` (no public evaluation data)."""
+    if s.eval_path:
+        X, y = read_file(s.eval_path, run_schema(s.schema, s.dataset))
+        return X, y, s.eval_path
+    source = DataSource.of(s)
+    if source.bundled:
+        X, y = public_test_split(source)
+        return X, y, f"{s.dataset} public test split (split-seed {s.split_seed})"
+    return None
+
+
+def evaluate(model, s: RunSettings) -> dict:
+    """metrics.json: the released model scored on public data, or why it was not.
+
+    Only public rows are scored here (:func:`evaluation_data`). Without any, the
+    nodes' own rows would be needed: that is a release, so it must be a DP
+    federated evaluation through the run's ledger, which plugs in at the
+    ``None`` branch below (not implemented: the file says evaluation was not done).
+    """
+    data = evaluation_data(s)
+    if data is None:
+        return {
+            "evaluated": False,
+            "reason": "no public evaluation data (set eval-path); a DP federated "
+            "evaluation on the nodes' rows is not implemented",
+        }
+    X, y, where = data
+    return {"evaluated": True, "eval_source": where, **binary_metrics(y, model.predict_proba(X))}

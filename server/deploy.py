@@ -10,6 +10,10 @@ Flower's deployment engine as separate processes, the same topology as
   (plain HTTP, no authentication) exists only for debugging;
 * one SuperNode per hospital with ``--node-config "partition-id=i
   num-partitions=K"``, its own ClientAppIo port and its own ``FLWR_HOME``;
+  with ``--data FILE`` (once per node: K = the number of files) each node
+  also gets ``data-path="FILE"`` and reads that file only, against the run's
+  public ``schema``; the ServerApp gets no data path, and ``max-records`` (the
+  public bound on records per node) must then be declared;
 * readiness by polling the SuperLink's ``/health`` and ``flwr supernode ls``
   (never a fixed sleep); every wait has a timeout;
 * ``flwr run . <connection>``, the run's log followed (nodes connected, round
@@ -110,18 +114,23 @@ def supernode_command(
     port: int,
     ca_cert: Path | None,
     auth_key: Path | None,
+    data_path: str | Path | None = None,
 ) -> list[str]:
     """SuperNode ``index``'s command line (loopback launcher and ``docker-compose.yml``).
 
     ``ca_cert=None`` and ``auth_key=None`` together mean ``--insecure``; one of
-    them alone is a misconfiguration the tests use on purpose.
+    them alone is a misconfiguration the tests use on purpose. ``data_path``:
+    the node's own file (node-config ``data-path``, a quoted TOML string).
     """
+    node_config = f"partition-id={index} num-partitions={num_clients}"
+    if data_path is not None:
+        node_config += f" data-path={json.dumps(str(data_path))}"
     args = [
         "flower-supernode",
         "--superlink",
         superlink,
         "--node-config",
-        f"partition-id={index} num-partitions={num_clients}",
+        node_config,
         "--host",
         host,
         "--port",
@@ -158,8 +167,17 @@ class Federation:
     :meth:`stop_node` and :attr:`superlink`.
     """
 
-    def __init__(self, *, workdir: Path, num_clients: int, insecure: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        workdir: Path,
+        num_clients: int,
+        insecure: bool = False,
+        data: list[Path] | None = None,
+    ) -> None:
         self.workdir, self.num_clients, self.insecure = workdir, num_clients, insecure
+        #: Each node's own file (``data-path``), or ``None``: a bundled corpus's slice.
+        self.data = data
         self.home = workdir / "cli"
         self.env = flwr_env(self.home)
         self.port = free_port()
@@ -274,6 +292,7 @@ class Federation:
             port=port,
             ca_cert=None if self.tls is None or not trust_ca else self.tls.ca_cert,
             auth_key=None if self.tls is None else (key or self.keys[index].private),
+            data_path=None if self.data is None else self.data[index],
         )
         args[0] = str(BIN / args[0])
         proc = self._popen(args, self.workdir / f"node-{index}", f"node-{index}", env)
@@ -377,6 +396,24 @@ def _count_online(data) -> int:
     return 0
 
 
+def node_files(data: list[str | Path], overrides: Mapping) -> list[Path]:
+    """The nodes' own files (absolute), checked before anything starts: K = their
+    number agrees with any ``num-clients``, and ``max-records`` is declared (a bound
+    the server may not count from the files)."""
+    files = [Path(d).resolve() for d in data]
+    k = overrides.get("num-clients")
+    if k not in (None, "", len(files)):
+        raise SettingError(
+            f"num-clients must equal the number of --data files ({len(files)}); got {k!r}"
+        )
+    if overrides.get("max-records") in (None, ""):
+        raise SettingError(
+            "max-records must be declared (--set max-records=N, an integer in [1, inf): "
+            "the public bound on records per node) for a run on --data files; got unset"
+        )
+    return files
+
+
 def deploy(
     overrides: dict,
     *,
@@ -389,6 +426,7 @@ def deploy(
     node_env: Mapping[int, Mapping[str, str]] | None = None,
     hook: Callable[[Federation, str], None] | None = None,
     on_submit: Callable[[Federation], None] | None = None,
+    data: list[str | Path] | None = None,
 ) -> tuple[int, Path | None]:
     """Run one job on a fresh loopback federation; returns (exit code, result directory).
 
@@ -397,10 +435,15 @@ def deploy(
     ``node-wait-timeout`` for them). ``node_env``: extra environment per node
     index. ``hook`` sees every line of the run's log with the federation;
     ``on_submit`` gets the federation once the run is submitted, before any
-    line is streamed (tests inject faults).
+    line is streamed (tests inject faults). ``data``: one file per node (K = their
+    number), each node reading only its own; ``max-records`` must then be set.
     """
     if not overrides.get("out-dir"):
         overrides = {**overrides, "out-dir": str((Path.cwd() / "results" / "deploy").resolve())}
+    files = None
+    if data:
+        files = node_files(data, overrides)
+        overrides = {**overrides, "num-clients": len(files)}
     settings, config = resolve_run(SMALL_JOB, overrides)  # before anything starts
     K = settings.num_clients
     node_env = node_env or {}
@@ -411,7 +454,7 @@ def deploy(
     workdir = workdir or Path(tempfile.mkdtemp(prefix="fedpriv-deploy-"))
     code, run_id = 2, None
     previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    fed = Federation(workdir=workdir, num_clients=K, insecure=insecure)
+    fed = Federation(workdir=workdir, num_clients=K, insecure=insecure, data=files)
     no_late = threading.Event()
 
     def start_late_nodes() -> None:
@@ -488,6 +531,14 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("--num-clients", type=int, default=None, help="K SuperNodes (default 3)")
+    ap.add_argument(
+        "--data",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="one node's own CSV/Parquet file (repeat: one SuperNode per file); needs "
+        "--set max-records=N",
+    )
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--out-dir", default=None, help="results directory (default ./results/deploy)")
     ap.add_argument("--timeout", type=float, default=1800.0)
@@ -502,7 +553,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.out_dir:
         overrides["out-dir"] = str(Path(args.out_dir).resolve())
     try:  # the run config is resolved and checked first, before any process starts
-        code, out = deploy(overrides, insecure=args.insecure, timeout=args.timeout)
+        code, out = deploy(
+            overrides, insecure=args.insecure, timeout=args.timeout, data=args.data or None
+        )
     except SettingError as exc:  # one line, exit 2
         log.error("error: %s", exc)
         return 2

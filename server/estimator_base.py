@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -77,7 +78,9 @@ from sklearn.utils.validation import (
 )
 
 from fedpriv.data import TabularDataset, iid
+from fedpriv.data.node import check_bound
 from fedpriv.federation.runtime import InProcessRuntime
+from fedpriv.federation.settings import SettingError
 from fedpriv.federation.status import (
     DEFAULT_MAX_ABORTED_SHARE,
     RunFailedError,
@@ -367,6 +370,18 @@ class Estimator(ClassifierMixin, BaseEstimator):
         self.n_features_in_ = X.shape[1]
         return X, yy, partition
 
+    def _record_bound(self, partition: list[np.ndarray]) -> int | None:
+        """The declared public bound on records per client (``max_records``), checked:
+        ``None`` when undeclared (the codec then uses the largest client's rows)."""
+        bound = getattr(self, "max_records", None)
+        if bound is None:
+            return None
+        if isinstance(bound, bool) or not isinstance(bound, numbers.Integral) or bound < 1:
+            raise SettingError(f"max_records must be an integer in [1, inf) or None; got {bound!r}")
+        for rows in partition:
+            check_bound(len(rows), int(bound), source="fit")
+        return int(bound)
+
     def _fit_on(
         self,
         X: np.ndarray,
@@ -396,6 +411,7 @@ class Estimator(ClassifierMixin, BaseEstimator):
         key = None if self.secret_key is None else SecretKey.coerce(self.secret_key)
         runtime = InProcessRuntime(
             clients=make_clients(X, y, partition),
+            max_records=self._record_bound(partition),
             handler=handler,
             seed=self.seed,
             secret_key=key,

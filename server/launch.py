@@ -11,6 +11,7 @@ follow its log and read its real status with ``flwr ls`` (``flwr run
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fedpriv import logs
+from fedpriv.data.node import DataSource, declared_max_records
 from fedpriv.federation.settings import RunSettings, SettingError
 from fedpriv.federation.status import RunStatus, read_status
 
@@ -349,6 +351,11 @@ def resolve_run(defaults: dict, overrides: dict) -> tuple[RunSettings, dict]:
     own = {k: v for k, v in defaults.items() if k.replace("-", "_") in run_keys | mine}
     settings = RunSettings.from_run_config({**default_config(), **own, **overrides})
     check_plan(settings)
+    source = DataSource.of(settings)
+    if settings.max_records is None and source.bundled:
+        # The run config carries the public bound: the bundled corpus's largest client.
+        bound = declared_max_records(settings.dataset, settings.num_clients, settings.split_seed)
+        settings = dataclasses.replace(settings, max_records=bound)
     return settings, settings.to_run_config()
 
 
@@ -441,7 +448,8 @@ def result_line(out: Path, detail: str) -> str:
             "rounds released"
         )
     )
+    auc = f"AUC {metrics['auc']:.4f}" if metrics.get("evaluated", True) else "AUC n/a"
     return (
-        f"AUC {metrics['auc']:.4f} | ε spent {privacy.get('epsilon_pld', 'inf')} (PLD), "
+        f"{auc} | ε spent {privacy.get('epsilon_pld', 'inf')} (PLD), "
         f"{privacy.get('epsilon_rdp', 'inf')} (RDP){rounds} | {detail.format(**comm)} | {out}"
     )

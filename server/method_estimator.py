@@ -52,7 +52,13 @@ def _signature(cls: type[MethodEstimator]) -> inspect.Signature:
     for name in RUN_PARAMS:
         default = m.delta if name == "delta" else run[name].default
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default))
-    extra = {**cls.extra_params, "classes": None, "secret_key": None, "ledger": None}
+    extra = {
+        **cls.extra_params,
+        "classes": None,
+        "secret_key": None,
+        "ledger": None,
+        "max_records": None,
+    }
     for name, default in extra.items():
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default))
     self_ = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -106,6 +112,14 @@ class MethodEstimator(Estimator):
         except (TypeError, ValueError) as exc:
             raise SettingError(str(exc)) from None
 
+    def _n_records(self, partition: list[np.ndarray]) -> int:
+        """The public total n: clients × the declared ``max_records`` (as a Flower run
+        uses it), or, undeclared, the rows held (the caller holds them all)."""
+        bound = self._record_bound(partition)
+        if bound is None:
+            return int(sum(len(p) for p in partition))
+        return len(partition) * bound
+
     def _context_extra(self) -> dict[str, Any]:
         return {}
 
@@ -132,7 +146,7 @@ class MethodEstimator(Estimator):
         context = StrategyContext(
             schema=data.schema if isinstance(data, TabularDataset) else None,
             n_features=X.shape[1],
-            n_records=int(sum(len(p) for p in partition)),  # public under the trust model
+            n_records=self._n_records(partition),
             n_classes=int(self.classes_.size),
             participation=self.participation,
             extra=self._context_extra(),

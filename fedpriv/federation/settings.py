@@ -149,6 +149,9 @@ def check_run_values(values: Mapping[str, Any]) -> None:
     for key in ("ping_rounds", "seed", "split_seed"):
         if key in values:
             check_count(key, values[key], minimum=0)
+    if values.get("max_records") is not None and values["max_records"] < 1:
+        bound = values["max_records"]
+        raise SettingError(f"max-records must be an integer in [1, inf); got {bound!r}")
     if "participation" in values:
         check_probability("participation", values["participation"])
     if not 0.0 < (poll := values.get("poll_interval", 0.1)) <= 10.0:
@@ -173,6 +176,18 @@ class RunSettings:
 
     method: str = "boosting"
     dataset: str = "diabetes130"
+    #: The public schema the nodes read their rows with: a bundled schema name (adult,
+    #: heart, diabetes130, brfss) or a schema TOML path; "" = the ``dataset``'s.
+    schema: str = ""
+    #: Simulation on one CSV (split by the schema's client column, else IID): its path.
+    csv: str = ""
+    #: Declared public bound on records per client (never counted from the data): the
+    #: codec's range and the public total n = num_clients × max_records. Unset: the
+    #: bundled corpus's largest client (public); required for your own files.
+    max_records: int | None = None
+    #: A public file (same schema) the server may hold and scores the model on;
+    #: "" = a bundled corpus's public test split, or no evaluation.
+    eval_path: str = ""
     num_clients: int = 5
     epsilon: float = 2.0
     delta: float | None = None
@@ -227,7 +242,14 @@ class RunSettings:
         check_run_values(
             {f.name: getattr(self, f.name) for f in fields(self) if f.name != "config"}
         )
-        check_client_count(self.dataset, self.num_clients)
+        if self.csv and self.max_records is None:
+            raise SettingError(
+                "max-records must be declared (an integer in [1, inf): the public bound on "
+                f"records per client) for a run on csv {self.csv!r}; got unset"
+            )
+        if not self.csv and self.schema in (UNSET, self.dataset):
+            # The bundled corpus's public client counts; a user's files set their own K.
+            check_client_count(self.dataset, self.num_clients)
 
     @property
     def private(self) -> bool:
@@ -295,7 +317,8 @@ class RunSettings:
         """The resolved run config, every default filled in (kebab-case keys)."""
         out: dict[str, Any] = {}
         for name in self.run_keys():
-            out[kebab(name)] = getattr(self, name)
+            value = getattr(self, name)
+            out[kebab(name)] = UNSET if value is None else value  # "" = unset, as Flower takes it
         for f in fields(self.config):
             v = getattr(self.config, f.name)
             out[kebab(f.name)] = v.value if isinstance(v, Enum) else v

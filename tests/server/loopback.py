@@ -47,7 +47,14 @@ def wire(msg: Message) -> Message:
 class LoopbackGrid:
     """Push/pull and send-and-receive; node ``100 + p`` holds partition ``p``."""
 
-    def __init__(self, run_config: dict, num_nodes: int, *, tamper: Tamper | None = None):
+    def __init__(
+        self,
+        run_config: dict,
+        num_nodes: int,
+        *,
+        tamper: Tamper | None = None,
+        node_config: dict[int, dict] | None = None,
+    ):
         self._ids = itertools.count(1)
         self._replies: dict[str, list[Message]] = {}
         self.tamper = tamper
@@ -57,7 +64,11 @@ class LoopbackGrid:
             100 + p: Context(
                 run_id=RUN_ID,
                 node_id=100 + p,
-                node_config={"partition-id": p, "num-partitions": num_nodes},
+                node_config={
+                    "partition-id": p,
+                    "num-partitions": num_nodes,
+                    **(node_config or {}).get(p, {}),  # e.g. the node's own data-path
+                },
                 state=RecordDict(),
                 run_config=run_config,
             )

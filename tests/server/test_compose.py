@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fedpriv.data.node import declared_max_records
 from server.deploy import SMALL_JOB, superlink_command, supernode_command
 from server.tls import TlsFiles
 
@@ -18,6 +19,7 @@ COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
 K = SMALL_JOB["num-clients"]
 CERTS = Path("/certs")
+NODE_FILE = "/data/hospital.csv"
 FLOWER_ENV = {
     "FLWR_TELEMETRY_ENABLED": "0",
     "FLWR_DISABLE_UPDATE_CHECK": "1",
@@ -38,6 +40,8 @@ def test_superlink_runs_the_launchers_command_with_tls_and_node_auth():
     assert "--insecure" not in svc["command"]
     assert svc["ports"] == ["9093:9093"]
     assert "certs:/certs:ro" in svc["volumes"]
+    # The ServerApp runs here: it holds the public evaluation file, no private row.
+    assert not any("hospital" in v or "shared/data" in v for v in svc["volumes"])
 
 
 @pytest.mark.parametrize("i", range(K))
@@ -51,10 +55,15 @@ def test_each_supernode_runs_the_launchers_command_with_its_own_key(i):
         port=9094,
         ca_cert=CERTS / "ca.crt",
         auth_key=CERTS / "keys" / f"node-{i}",
+        data_path=NODE_FILE,
     )
     assert svc["command"] == expected
-    assert f"partition-id={i} num-partitions={K}" in svc["command"]
-    assert "certs:/certs:ro" in svc["volumes"]
+    assert f'partition-id={i} num-partitions={K} data-path="{NODE_FILE}"' in svc["command"]
+    # Its own file only: no corpus, no other hospital's file.
+    assert sorted(svc["volumes"]) == sorted(
+        ["certs:/certs:ro", f"./demo-data/hospital{i}.csv:{NODE_FILE}:ro"]
+    )
+    assert "FEDPRIV_DATA_DIR" not in svc["environment"]
     assert svc["depends_on"]["register"]["condition"] == "service_completed_successfully"
 
 
@@ -88,3 +97,7 @@ def test_submit_runs_the_launchers_small_job():
     pairs = dict(item.split("=", 1) for item in cmd[-1].split())
     expected = {k: (f'"{v}"' if isinstance(v, str) else str(v)) for k, v in SMALL_JOB.items()}
     assert {k: pairs[k] for k in expected} == expected
+    # The declared public bound: BRFSS's largest partition, as the launcher fills it in.
+    bound = declared_max_records(SMALL_JOB["dataset"], K, 0)
+    assert pairs["max-records"] == str(bound)
+    assert pairs["eval-path"] == '"/eval/test.csv"'

@@ -21,6 +21,8 @@ import numpy as np
 import pytest
 
 from fedpriv.data import data_dir, load_brfss
+from fedpriv.data.export import export
+from fedpriv.data.node import files_dataset, run_schema
 from fedpriv.privacy.randomness import KEY_ENV
 from server.deploy import Federation, deploy
 from server.estimators import DPBoostingClassifier
@@ -194,3 +196,25 @@ def test_clientapp_raising_on_bad_local_data_fails_the_run_with_its_error_logged
     assert "client error from node" in log and "not_a_number" in log and "BMI" in log
     assert "forty" not in log
     assert "key exchange: 2 of 3 nodes answered, 1 client errors" in log
+
+
+def test_nodes_reading_only_their_own_files_release_the_in_process_model(tmp_path, monkeypatch):
+    # Three hospitals, each SuperNode given only its own file in its own directory
+    # (data-path); the ServerApp gets no data path, only the declared bound.
+    monkeypatch.setenv(KEY_ENV, key_hex(4))
+    files = []
+    for i, p in enumerate(export("adult", num_clients=3, out=tmp_path / "x", rows_per_client=80)):
+        (tmp_path / f"hospital{i}").mkdir()
+        files.append(p.rename(tmp_path / f"hospital{i}" / "data.csv"))
+    job = {**SMALL, "dataset": "adult", "rounds": 1, "max-records": 80, "out-dir": str(tmp_path)}
+    job["eval-path"] = str(tmp_path / "x" / "test.csv")
+    code, out = deploy(job, data=files, quiet=True)
+    assert code == 0
+    saved = np.load(out / "model.npz")
+    ref = DPBoostingClassifier(
+        rounds=1, depth=3, epsilon=2.0, seed=3, secret_key=key_for(4), max_records=80
+    ).fit(files_dataset(files, run_schema("", "adult")))
+    for key, value in ref.model_.to_arrays().items():
+        np.testing.assert_array_equal(saved[key], value, err_msg=key)
+    assert _results(out)["privacy"]["epsilon"] == pytest.approx(ref.epsilon_spent_)
+    assert "data-path" not in json.loads((out / "config.json").read_text())

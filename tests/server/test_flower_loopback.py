@@ -20,6 +20,7 @@ from flwr.app import Context, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedpriv.data import load_heart
+from fedpriv.data.node import declared_max_records
 from fedpriv.methods import get_method
 from fedpriv.models.networks import NetworkModel
 from fedpriv.privacy.randomness import KEY_ENV
@@ -31,9 +32,12 @@ from tests.keys import key_for, key_hex
 from tests.server.loopback import RUN_ID, LoopbackGrid
 
 KEY = 5  # test key injected into both runtimes
+#: The launcher's default public bound for heart (its largest hospital), which both
+#: runtimes then use for the codec and the public total n = 4 × the bound.
+BOUND = declared_max_records("heart", 4, 0)
 
 
-def run_app(monkeypatch, tmp_path, overrides: dict, *, tamper=None):
+def run_app(monkeypatch, tmp_path, overrides: dict, *, tamper=None, node_config=None):
     """``server.app.main`` as ``server.simulate`` configures it; returns the result folder."""
     monkeypatch.setattr(TaskIdentity, "_run_id", RUN_ID)
     monkeypatch.setattr(TaskIdentity, "_node_id", 0, raising=False)
@@ -42,7 +46,7 @@ def run_app(monkeypatch, tmp_path, overrides: dict, *, tamper=None):
     overrides = {**overrides, "out-dir": str(tmp_path)}
     settings, resolved = resolve_run(SIMULATION_DEFAULTS, overrides)
     config = {**default_config(), **resolved}  # as Flower fuses pyproject's keys and the run's
-    grid = LoopbackGrid(config, settings.num_clients, tamper=tamper)
+    grid = LoopbackGrid(config, settings.num_clients, tamper=tamper, node_config=node_config)
     context = Context(
         run_id=RUN_ID, node_id=0, node_config={}, state=RecordDict(), run_config=config
     )
@@ -77,6 +81,7 @@ def test_dpsgd_app_releases_the_in_process_parameters(monkeypatch, tmp_path, mod
             epsilon=2.0,
             seed=5,
             secret_key=key_for(KEY),
+            max_records=BOUND,
         )
         .fit(load_heart())
     )
@@ -113,6 +118,7 @@ def test_lumberjack_app_releases_the_in_process_forest(monkeypatch, tmp_path):
         seed=5,
         secure_aggregation=True,
         secret_key=key_for(KEY),
+        max_records=BOUND,
     ).fit(load_heart())
     for key, value in ref.model_.to_arrays().items():
         np.testing.assert_array_equal(saved[key], value, err_msg=key)
@@ -144,6 +150,7 @@ def test_random_forest_app_releases_the_in_process_forest(monkeypatch, tmp_path)
         mode="disjoint",
         secure_aggregation=True,
         secret_key=key_for(KEY),
+        max_records=BOUND,
     ).fit(load_heart())
     for key, value in ref.model_.to_arrays().items():
         np.testing.assert_array_equal(saved[key], value, err_msg=key)

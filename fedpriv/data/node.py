@@ -1,0 +1,235 @@
+"""Node-local data: what one node reads, and the public facts the server may use instead.
+
+A deployed node reads its own file (node-config ``data-path``: CSV, or Parquet
+by suffix) against the run's public schema (run-config ``schema``: a bundled
+schema name or a TOML path; default the ``dataset``'s). Without a
+``data-path`` a node simulates a hospital: it takes its slice of a bundled
+corpus, or of one CSV (run-config ``csv``) split by the schema's client
+column or IID. :func:`node_rows` is that one code path; every failure is the
+loaders' :class:`~fedpriv.data.DataError` with its code.
+
+The server never opens a private row. It uses the schema (width, label set)
+and a *declared* public bound on records per client, run-config
+``max-records`` (:func:`record_bound`). For a bundled corpus the default
+bound is :func:`declared_max_records`, the largest client's training rows of
+that published corpus: public, because the corpus and its split are. For a
+user file it must be declared; a node whose file holds more rows fails at the
+key exchange with ``too_many_records`` (a fact about the bound, not a count).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fedpriv.data.corpora import LOADERS, load_for_run
+from fedpriv.data.corpora import schema as bundled_schema
+from fedpriv.data.csv import load_csv
+from fedpriv.data.dataset import TabularDataset
+from fedpriv.data.encode import Encoded, LoadReport, encode, log_report
+from fedpriv.data.errors import DataError
+from fedpriv.data.schema import Schema
+from fedpriv.data.split import Split
+from fedpriv.data.table import read_table
+from fedpriv.records import check_labels
+
+#: Corpora shipped with fedpriv (public benchmark datasets) whose schema is bundled.
+BUNDLED = ("adult", "heart", "diabetes130", "brfss")
+#: The node-config key naming a node's own file.
+DATA_PATH = "data-path"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataSource:
+    """Where a run's rows come from, from its settings (public values only).
+
+    ``schema`` and ``csv`` are the run-config keys (``""``: unset);
+    ``max_records`` the declared bound (``None``: the bundled default).
+    """
+
+    dataset: str
+    schema: str = ""
+    csv: str = ""
+    num_clients: int = 2
+    split_seed: int = 0
+    max_records: int | None = None
+
+    @classmethod
+    def of(cls, settings: Any) -> DataSource:
+        """From a :class:`~fedpriv.federation.settings.RunSettings` (duck-typed)."""
+        return cls(
+            dataset=settings.dataset,
+            schema=settings.schema,
+            csv=settings.csv,
+            num_clients=settings.num_clients,
+            split_seed=settings.split_seed,
+            max_records=settings.max_records,
+        )
+
+    @property
+    def bundled(self) -> bool:
+        """Rows of a bundled corpus (no ``csv``; the schema is the dataset's own)."""
+        return not self.csv and self.schema in ("", self.dataset)
+
+
+@lru_cache(maxsize=8)
+def run_schema(schema: str, dataset: str) -> Schema:
+    """The run's public schema: a bundled name, a TOML path, or (``""``) the dataset's."""
+    name = schema or dataset
+    if name in BUNDLED:
+        return bundled_schema(name)
+    if name == "synthetic" and not schema:
+        return LOADERS["synthetic"](n=100).schema  # generated from public parameters
+    path = Path(name)
+    if not path.is_file():
+        raise DataError(
+            f"schema must be one of {list(BUNDLED)} or a schema TOML file; got {name!r}",
+            code="file_not_found",
+            source=name,
+        )
+    return Schema.from_toml(path)
+
+
+def check_bound(n: int, max_records: int | None, *, source: str) -> None:
+    """Refuse a node holding more than the declared ``max_records`` rows.
+
+    The error names the bound only: the count stays on the node.
+    """
+    if max_records is not None and n > max_records:
+        raise DataError(
+            f"the file holds more rows than the run's declared max-records = {max_records}",
+            code="too_many_records",
+            source=source,
+        )
+
+
+def read_encoded(path: str | Path, schema: Schema) -> Encoded:
+    """Every row of one node's file, encoded with ``schema``.
+
+    CSV through :func:`fedpriv.data.table.read_table` (the schema's ``sep``
+    and ``encoding``), Parquet (``.parquet``) through pandas; both encoded by
+    :func:`fedpriv.data.encode.encode`, so errors carry the loaders' codes.
+    The whole file is the node's training data (no split: evaluation is the
+    server's, on a public file).
+    """
+    path = Path(path)
+    source = str(path)
+    if path.suffix == ".parquet":
+        if not path.is_file():
+            raise DataError("file not found", code="file_not_found", source=source)
+        try:
+            frame = pd.read_parquet(path)
+        except ImportError as exc:
+            raise DataError(
+                "reading Parquet needs pyarrow or fastparquet; install one, or write a CSV",
+                code="parquet_unavailable",
+                source=source,
+            ) from exc
+        lines = np.arange(len(frame)) + 1  # row numbers (a Parquet file has no lines)
+    else:
+        frame, lines = read_table(path, schema)
+    report = LoadReport(source=source)
+    enc = encode(frame, schema, source=source, lines=lines, report=report)
+    log_report(report)  # the node's own log
+    check_labels(enc.y, schema.target.classes, column=schema.target.column)
+    return enc
+
+
+def read_file(path: str | Path, schema: Schema) -> tuple[np.ndarray, np.ndarray]:
+    """Every row of one node's file: (X, y) (:func:`read_encoded`)."""
+    enc = read_encoded(path, schema)
+    return enc.X, enc.y.astype(np.float64)
+
+
+def files_dataset(paths: list[str | Path], schema: Schema) -> TabularDataset:
+    """The nodes' files as one dataset, file i held by client i, every row training.
+
+    The in-process twin of a deployment on these files: an estimator fitted on
+    it (with the run's ``max_records``) sees each client's rows in file order,
+    as each node does.
+    """
+    encs = [read_encoded(p, schema) for p in paths]
+    clients = np.concatenate([np.full(e.y.size, i, dtype=np.int64) for i, e in enumerate(encs)])
+    empty = np.zeros(0, dtype=np.int64)
+    split = Split(
+        train=np.arange(clients.size), val=empty, test=empty, seed=None, rule="node files"
+    )
+    report = LoadReport(source=", ".join(map(str, paths)))
+    report.n_rows = int(clients.size)
+    names = tuple(Path(p).stem for p in paths)
+    return TabularDataset.from_encoded(
+        schema.name, schema, encs, split, report, clients=clients, client_names=names
+    )
+
+
+def node_rows(
+    node_config: Mapping[str, Any], source: DataSource, pid: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """This node's training rows (X, y), checked against the declared record bound.
+
+    With ``data-path`` in ``node_config``: that file, whole. Otherwise the
+    node's slice (``pid``) of the training part of the run's ``csv`` (its
+    client column, else IID from the split seed) or of the bundled corpus.
+    """
+    sch = run_schema(source.schema, source.dataset)
+    path = node_config.get(DATA_PATH)
+    if path:
+        X, y = read_file(str(path), sch)
+        where = str(path)
+    else:
+        if source.csv:
+            ds = load_csv(source.csv, sch, split_seed=source.split_seed)
+        else:
+            ds = load_for_run(
+                source.dataset, num_clients=source.num_clients, split_seed=source.split_seed
+            )
+        X_all, y_all = ds.xy("train")
+        y_all = check_labels(y_all, sch.target.classes, column=sch.target.column)
+        rows = ds.client_partition(source.num_clients)[pid]  # checked: no row held twice
+        X, y = X_all[rows], y_all[rows]
+        where = source.csv or source.dataset
+    check_bound(int(y.shape[0]), record_bound(source, required=False), source=where)
+    return X, y
+
+
+@lru_cache(maxsize=16)
+def declared_max_records(dataset: str, num_clients: int, split_seed: int) -> int:
+    """The bundled corpus's largest client (training rows) under ``num_clients``.
+
+    Public: the corpus, its split (``split_seed``) and its partition are
+    published, so this is a property of a public benchmark, not of a
+    consortium's private data. Never used for a user's file.
+    """
+    ds = load_for_run(dataset, num_clients=num_clients, split_seed=split_seed)
+    return max(int(p.size) for p in ds.client_partition(num_clients))
+
+
+def record_bound(source: DataSource, *, required: bool = True) -> int | None:
+    """The run's public bound on records per client: declared, or the bundled default.
+
+    ``required=False``: ``None`` when a user's data declares none (the caller
+    only checks a bound when there is one); else a :class:`ValueError` naming
+    ``max-records``.
+    """
+    if source.max_records is not None:
+        return source.max_records
+    if source.bundled:
+        return declared_max_records(source.dataset, source.num_clients, source.split_seed)
+    if not required:
+        return None
+    raise ValueError(
+        "max-records must be declared (an integer >= 1: the public bound on records per "
+        "client) for a run on your own files; got unset"
+    )
+
+
+def public_test_split(source: DataSource) -> tuple[np.ndarray, np.ndarray]:
+    """The bundled corpus's test split (X, y): the published benchmark's evaluation rows."""
+    ds = load_for_run(source.dataset, num_clients=source.num_clients, split_seed=source.split_seed)
+    return ds.xy("test")
