@@ -15,9 +15,18 @@ B is even, so ½ is the edge between bins B/2 − 1 and B/2: a score s lies in
 bin ≥ B/2 iff s ≥ ½.
 
 **Release.** h̃ = h + Z, Z ~ N(0, σ² I_{2B}), σ = z·Δ₂ with Δ₂ = 1 (Balle & Wang
-2018, Thm. 8, via :class:`~fedpriv.privacy.GaussianMechanism`); the estimates
-use h̃⁺ = max(h̃, 0) (post-processing). Write N⁰ = Σ_b n⁰_b, N¹ = Σ_b n¹_b,
-N = N⁰ + N¹.
+2018, Thm. 8, via :class:`~fedpriv.privacy.GaussianMechanism`). The estimates
+below are functions of h̃ itself by default, each ratio clamped into [0, 1]
+(post-processing). Not of h̃⁺ = max(h̃, 0): the noise on n⁰ and n¹ is
+independent and zero-mean, so the unclipped numerators and denominators are
+unbiased (E[Σ ñ¹_b ñ⁰_{b'}] = Σ n¹_b n⁰_{b'}), whereas clipping adds
+σ/√(2π) ≈ 1.5 phantom records (at σ = 3.7) to every empty bin, a bias the
+bootstrap below does not reproduce. Measured on Heart's 252 test rows at
+ε = 1 (400 keys): the accuracy's stated 95 % error covered the exact value in
+91.0 % of keys with clipping, 96.5 % without (AUC 97.8 → 99.3 %); on Adult's
+16,281 rows both give the same figures. ``clip=True`` keeps the clipped
+estimator. Write N⁰ = Σ_b n⁰_b, N¹ = Σ_b n¹_b, N = N⁰ + N¹; a metric whose
+denominator is not positive (N¹ ≤ 0 or N⁰ ≤ 0 for the AUC) is undefined.
 
 **AUC** (the Mann–Whitney statistic; Hanley & McNeil 1982, eq. 1: the share of
 (positive, negative) pairs ordered correctly, ties counted ½). Pairs in
@@ -49,18 +58,22 @@ accuracy of the rule s ≥ ½ (bins aligned at ½): no binning error.
 
 **Noise error** (parametric bootstrap; Efron & Tibshirani 1993, §6.5; for DP
 releases Ferrando, Wang & Sheldon 2022). With σ public, the released h̃⁺
-stands in for h: draw M replicas h*_m = h̃⁺ + Z*_m, Z*_m ~ N(0, σ² I), and
+stands in for h: draw M replicas h*_m = h̃ + Z*_m, Z*_m ~ N(0, σ² I), and
 take, for each metric f,
 
-* e_noise = Q_{1−α/2} |f(h*_m⁺) − f(h̃⁺)| (the spread of the estimate around
+* e_noise = Q_{1−α/2} |f(h*_m) − f(h̃)| (the spread of the estimate around
   the truth, as the spread of the replicas' estimates around the release's);
-* W_up = W(h̃⁺) + Q_{1−α/2} (W(h̃⁺) − W(h*_m⁺))⁺, an upper confidence bound on
-  the binning bound W(h), which is itself estimated from the noisy counts.
+* W_up = W(h̃) + Q_{1−α/2} (W(h̃) − W(h*_m))⁺, an upper confidence bound on
+  the binning bound W(h), which is itself estimated from the noisy counts,
+  capped by the metric's worst case at B bins (½ for the AUC, 1/B − 1/(4B²)
+  for the Brier score).
+
+(With ``clip=True``, h̃⁺ and h*_m⁺ throughout.)
 
 The stated error is E = W_up + e_noise: with probability ≈ 1 − α (union bound
 over the two α/2 events) the exact metric lies within E of the estimate. The
-bootstrap is approximate (f is non-linear, clipping at 0 biases sparse bins);
-tests/test_evaluation_dp.py measures the coverage on Adult. A metric whose
+bootstrap is approximate (f is non-linear; sparse bins); tests/test_evaluation_dp.py
+measures the coverage on Adult. A metric whose
 denominator is 0 (no positives, say) is reported as ½ ± ½: vacuous, never wrong.
 
 The bootstrap's randomness is public post-processing of a public release, so
@@ -129,7 +142,13 @@ def _split(h: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
 
 
 def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    """num/den, and ½ where den ≤ 0 (an undefined metric: reported as ½ ± ½)."""
+    """num/den, and ½ where den ≤ 0 (an undefined metric: reported as ½ ± ½).
+
+    From unclipped noisy counts a ratio can leave [0, 1]; :func:`estimate_metrics`
+    clamps the value it reports, but its bootstrap spreads use the raw ratios
+    (clamping the replicas too shrank the accuracy's coverage on Heart at ε = 1
+    from 96.5 % to 94 %).
+    """
     ok = den > 0
     return np.where(ok, num / np.where(ok, den, 1.0), 0.5)
 
@@ -138,9 +157,10 @@ def binned_auc(h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(AUC_B, W_AUC) of histograms ``h`` (…, 2B): module docstring; ½, ½ if undefined."""
     n0, n1, _ = _split(h)
     below = np.cumsum(n0, axis=-1) - n0  # negatives in lower bins
-    den = n0.sum(axis=-1) * n1.sum(axis=-1)
+    neg, pos = n0.sum(axis=-1), n1.sum(axis=-1)
+    den = np.where((neg > 0) & (pos > 0), neg * pos, 0.0)  # (−)·(−) is no pair count
     auc = _ratio((n1 * (below + 0.5 * n0)).sum(axis=-1), den)
-    bound = _ratio(0.5 * (n1 * n0).sum(axis=-1), den)
+    bound = np.clip(_ratio(0.5 * (n1 * n0).sum(axis=-1), den), 0.0, 0.5)
     return auc, bound
 
 
@@ -156,7 +176,7 @@ def binned_brier(h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     w = 1.0 / bins
     n = n0.sum(axis=-1) + n1.sum(axis=-1)
     brier = _ratio(n0 @ c**2 + n1 @ (1.0 - c) ** 2, n)
-    slack = _ratio(w * (n0 @ c + n1 @ (1.0 - c)), n) + w * w / 4
+    slack = np.maximum(_ratio(w * (n0 @ c + n1 @ (1.0 - c)), n), 0.0) + w * w / 4
     bound = np.where(n > 0, np.minimum(slack, brier_bound(bins)), 0.5)
     return brier, bound
 
@@ -203,7 +223,7 @@ class DPEvaluation:
     auc: MetricEstimate
     brier: MetricEstimate
     accuracy: MetricEstimate
-    histogram: np.ndarray  # the release clipped at 0, (2B,)
+    histogram: np.ndarray  # what the estimates used: the release (clipped at 0 if asked)
     std: float
     alpha: float
 
@@ -231,6 +251,7 @@ def estimate_metrics(
     alpha: float = 0.05,
     replicas: int = 2000,
     rng: np.random.Generator | None = None,
+    clip: bool = False,
 ) -> DPEvaluation:
     """AUC, Brier score and accuracy from a released histogram, each with a stated error.
 
@@ -247,8 +268,13 @@ def estimate_metrics(
         M, the bootstrap replicas.
     rng : numpy.random.Generator, optional
         The bootstrap's (public) randomness; default a fixed seed.
+    clip : bool
+        Estimate from max(h̃, 0) instead of h̃ (module docstring: biased on
+        sparse histograms, and its stated errors then under-cover).
     """
-    h = np.maximum(np.asarray(released, dtype=np.float64), 0.0)
+    h = np.asarray(released, dtype=np.float64)
+    if clip:
+        h = np.maximum(h, 0.0)
     check_bins(h.size // 2 if h.ndim == 1 and h.size % 2 == 0 else -1)
     alpha = check_open_unit("alpha", alpha)
     std = float(std)
@@ -257,7 +283,9 @@ def estimate_metrics(
     replicas = check_count("replicas", replicas, minimum=100)
     if std > 0:
         rng = np.random.default_rng(BOOTSTRAP_SEED) if rng is None else rng
-        stars = np.maximum(h + rng.normal(0.0, std, size=(replicas, h.size)), 0.0)
+        stars = h + rng.normal(0.0, std, size=(replicas, h.size))
+        if clip:
+            stars = np.maximum(stars, 0.0)
     out = {}
     for name, binned in _BINNED.items():
         value, bound = (float(v) for v in binned(h))
@@ -268,5 +296,7 @@ def estimate_metrics(
             up = bound + float(np.quantile(np.maximum(bound - b_star, 0.0), 1.0 - alpha / 2))
             # Never past the worst case at B bins (½ ± ½ for an undefined metric).
             bound = min(up, max(bound, _WORST[name](h.size // 2)))
+        # The exact metric lies in [0, 1]: clamping the value only brings it closer.
+        value = min(max(value, 0.0), 1.0)
         out[name] = MetricEstimate(value=value, binning_error=bound, noise_error=noise)
     return DPEvaluation(**out, histogram=h, std=std, alpha=alpha)

@@ -162,9 +162,7 @@ class EvaluationStrategy:
             check_release(
                 released, bound=sum_bound(1.0, self.n_records), margin=margin, label=LABEL
             )
-        self._result = estimate_metrics(
-            released, std=std, alpha=cfg.alpha, replicas=cfg.replicas
-        )
+        self._result = estimate_metrics(released, std=std, alpha=cfg.alpha, replicas=cfg.replicas)
         self._done = True
         r = self._result
         log.info(
