@@ -139,7 +139,7 @@ def _rewrite(path, members, *, meta=None, fix_checksum=False):
 def test_the_loader_refuses_a_pickle_and_an_object_array(tmp_path):
     bad = tmp_path / "pickled.npz"
     bad.write_bytes(pickle.dumps({"model": "anything"}))
-    with pytest.raises(ArtefactError, match="not a fedpriv model file .* nothing was unpickled"):
+    with pytest.raises(ArtefactError, match=r"not a fedpriv model file .* nothing was unpickled"):
         load_model(bad)
     path, _, _ = _run_file(tmp_path)
     members = _members(path)
@@ -166,7 +166,7 @@ def test_the_loader_refuses_tampering(tmp_path):
         load_model(path)
     moved = dict(members, **{"model.base": members["model.base"] + 1.0})
     _rewrite(path, moved)
-    with pytest.raises(ArtefactError, match="array 'model.base' does not match its manifest"):
+    with pytest.raises(ArtefactError, match=r"array 'model\.base' does not match its manifest"):
         load_model(path)
 
 
