@@ -26,7 +26,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from fedpriv.artefact import Artefact, load_model, public_values, save_model
+from fedpriv.artefact import Artefact, ArtefactError, load_model, public_values, save_model
+from fedpriv.federation.secagg_common import SecAggConfig
 from fedpriv.federation.status import RunStatus
 from fedpriv.privacy.card import build_card, report_from_dict
 from fedpriv.privacy.sparse_threshold import SparseThresholdCalibration
@@ -63,7 +64,7 @@ def save_estimator(est: Any, path: str | os.PathLike[str]) -> Path:
         participation=est.participation,
         participation_accounting=params.get("participation_accounting"),
         secure_aggregation=bool(est.secure_aggregation),
-        secagg_threshold=0.5,  # the in-process runtime's default SecAggConfig
+        secagg_threshold=SecAggConfig().threshold_fraction,  # the in-process runtime's
         schema_digest=None if schema is None else schema.digest(),
         public_values=public_values(
             schema,
@@ -117,7 +118,10 @@ def load_estimator(cls: type, path: str | os.PathLike[str], **kwargs: Any) -> An
     est.noise_multiplier_ = None if nm is None else _float(nm)
     report = extra.get("privacy_report")
     caveats = tuple(extra.get("report_caveats", ()))
-    est.privacy_report_ = None if report is None else report_from_dict(report, caveats)
+    try:
+        est.privacy_report_ = None if report is None else report_from_dict(report, caveats)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ArtefactError(f"{path}: its privacy report cannot be rebuilt: {exc}") from None
     est.privacy_card_ = art.card
     est.ledger_ = None
     est.communication_ = None
