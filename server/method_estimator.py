@@ -11,7 +11,9 @@ fits by building the method's strategy and client from the registry
 from __future__ import annotations
 
 import inspect
+import os
 from dataclasses import fields
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -161,5 +163,24 @@ class MethodEstimator(Estimator):
             participation=self.participation,
             rounds_planned=config.rounds,
         )
+        self.context_ = context  # public facts of the fit (schema, record count) for save()
         self._after_fit(strategy)
         return self
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the fitted estimator to one model file (``server.estimator_artefact``)."""
+        from server.estimator_artefact import save_estimator
+
+        return save_estimator(self, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, schema: Any = None) -> MethodEstimator:
+        """A fitted estimator from a file :meth:`save` wrote; it predicts as the saved one.
+
+        ``schema``: the schema the caller encodes rows with, refused unless the
+        file's digest matches. ``cls`` may be :class:`MethodEstimator` (any method)
+        or the file's own class.
+        """
+        from server.estimator_artefact import load_estimator
+
+        return load_estimator(cls, path, schema=schema)

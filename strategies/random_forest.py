@@ -115,6 +115,14 @@ class RandomForestModel:
             "leaf_scores": self.leaf_scores,
         }
 
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> RandomForestModel:
+        """Inverse of :meth:`to_arrays`."""
+        trees = tuple(
+            RandomTree(f, t) for f, t in zip(arrays["feature"], arrays["threshold"], strict=True)
+        )
+        return cls(trees=trees, leaf_scores=np.asarray(arrays["leaf_scores"]))
+
 
 def random_complete_tree(depth: int, space: FeatureSpace, key: int, salt: int) -> RandomTree:
     """A complete tree (heap order) with Lumberjack's data-independent split rule."""

@@ -156,6 +156,41 @@ class ForestModel:
             "pooled": np.array([self.pooled]),
         }
 
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> ForestModel:
+        """Inverse of :meth:`to_arrays` (path keys are not released: zeros).
+
+        Child indices are per tree; each must point inside its own tree.
+        """
+        sizes = np.asarray(arrays["tree_sizes"], dtype=np.int64)
+        if sizes.ndim != 1 or sizes.size == 0 or (sizes < 1).any():
+            raise ValueError(f"tree_sizes must be positive node counts; got {sizes}")
+        cuts = np.cumsum(sizes)[:-1]
+        parts = {
+            k: np.split(np.asarray(arrays[k]), cuts)
+            for k in ("feature", "threshold", "left", "right", "leaf_scores")
+        }
+        trees = []
+        for i, m in enumerate(sizes):
+            left = parts["left"][i].astype(np.int64)
+            right = parts["right"][i].astype(np.int64)
+            if left.shape != (m,) or right.shape != (m,) or max(left.max(), right.max()) >= m:
+                raise ValueError(f"tree {i}: child indices must lie in [-1, {m}); got {left}")
+            trees.append(
+                PrunedTree(
+                    feature=parts["feature"][i].astype(np.int64),
+                    threshold=parts["threshold"][i].astype(np.float64),
+                    left=left,
+                    right=right,
+                    key=np.zeros(m, dtype=np.uint64),
+                )
+            )
+        return cls(
+            trees=tuple(trees),
+            leaf_scores=tuple(parts["leaf_scores"]),
+            pooled=bool(np.asarray(arrays["pooled"]).reshape(-1)[0]),
+        )
+
 
 def assemble(
     key: list[np.ndarray], feature: list[np.ndarray], threshold: list[np.ndarray]
