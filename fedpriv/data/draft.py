@@ -81,14 +81,17 @@ def draft_schema(
     ph = _q(PLACEHOLDER)
     lines = [
         f"# Draft schema for {path.name}: written from its header and column types only.",
-        f'# Every "{PLACEHOLDER}" must be replaced before the schema loads: {WHY}.',
+        "# Every placeholder must be replaced before the schema loads: fill it from public",
+        "# knowledge (a data dictionary, a standard's code list, physical limits), never",
+        "# from the rows: bounds or levels read off the data leak it.",
         "# Check each column's type too (a numeric code may really be categorical).",
         "# Format: experiments/schemas/example.toml.",
         "",
         f"name = {_q(path.stem)}",
         'description = ""',
         'missing_tokens = ["?", ""]',
-        "drop = []                               # columns in the file that are not used",
+        "# Columns in the file that are not used:",
+        "drop = []",
     ]
     if client_column is not None:
         lines.append(f"client_column = {_q(client_column)}")
@@ -98,20 +101,25 @@ def draft_schema(
         lines.append(f"encoding = {_q(encoding)}")
     lines += [
         "",
-        "[target]                                # binary target: y = 1 iff label in `positive`",
+        "# Binary target: y = 1 iff the label is in `positive`; `labels`: the whole public",
+        "# label set (any other label is an error).",
+        "[target]",
         f"column = {ph if target is None else _q(target)}",
         f"positive = [{ph}]",
-        f"labels = [{ph}]                      # the whole public label set",
+        f"labels = [{ph}]",
     ]
     for name, kind in kinds.items():
         if name in (target, client_column):
             continue
         lines += ["", "[[columns]]", f"name = {_q(name)}", f'type = "{kind}"']
         if kind == "numeric":
-            lines.append(f"bounds = [{ph}, {ph}]       # [lo, hi] in raw units")
-            lines.append('# transform = "log1p"; missing = "indicator"')
+            lines.append(
+                '# [lo, hi] in raw units; optional: transform = "log1p", missing = "indicator"'
+            )
+            lines.append(f"bounds = [{ph}, {ph}]")
         elif kind == "categorical":
-            lines.append(f"categories = [{ph}]              # the full public domain")
+            lines.append("# The full public domain:")
+            lines.append(f"categories = [{ph}]")
         else:
             lines.append(f"positive = [{ph}]")
             lines.append(f"negative = [{ph}]")
