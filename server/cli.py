@@ -153,7 +153,7 @@ def run_in_process(
 
     from fedpriv.data import client_counts, load_csv, load_for_run
     from fedpriv.data.corpora import check_client_count
-    from fedpriv.federation.settings import RunSettings, check_run_values
+    from fedpriv.federation.settings import RunSettings, SettingError, check_run_values
     from fedpriv.federation.status import RunFailedError
     from fedpriv.methods import get_method
     from server.progress import RoundProgress
@@ -174,7 +174,10 @@ def run_in_process(
         if k is None:  # the launchers' default, moved into the corpus's own range
             k = min(max(RunSettings.num_clients, lo), hi or RunSettings.num_clients)
         check_run_values({"num_clients": k})
-        check_client_count(name, k)
+        try:
+            check_client_count(name, k)
+        except ValueError as exc:
+            raise SettingError(str(exc)) from None
         data = load_for_run(name, num_clients=k, split_seed=split_seed)
         source = name
     if k is None:

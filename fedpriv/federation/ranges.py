@@ -117,7 +117,6 @@ def all_ranges() -> dict[str, dict[str, str]]:
         "run": {k.replace("_", "-"): run_range(k.replace("_", "-")) for k in RunSettings.run_keys()}
     }
     for m in methods():
-        out[m.name] = {
-            f.name.replace("_", "-"): method_range(m.name, f.name) for f in fields(m.config_class)
-        }
+        keys = [f.name.replace("_", "-") for f in fields(m.config_class)]
+        out[m.name] = {k: method_range(m.name, k) for k in keys}
     return out
