@@ -295,8 +295,11 @@ class Schema:
         stored and silently ignored (e.g. ``client_colum``, which would fall
         back to an IID split).
         """
+        from fedpriv.data.draft import refuse_placeholders  # an unfilled `schema draft`
+
         name = data.get("name", "<unnamed>")
         _check_keys(f"schema {name!r}", "at the top level", data, _TOP_KEYS)
+        refuse_placeholders(data)
         if "target" not in data:
             raise SchemaError(f"schema {name!r}: missing [target]")
         _check_keys(f"schema {name!r}", "in [target]", data["target"], _TARGET_KEYS)

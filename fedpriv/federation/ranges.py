@@ -1,0 +1,122 @@
+"""The allowed range of every run-config key, for ``--help`` (one table).
+
+The checks themselves live where the values are parsed
+(:mod:`fedpriv.federation.settings` for the run's keys, each configuration
+dataclass's ``__post_init__`` for a method's); this table only states them
+for people. Choices and booleans are read off the types (an Enum's values,
+``true | false``), so only numeric ranges are written here.
+``tests/server/test_cli.py`` probes each interval's end points against the
+parser, so a range changed there and not here fails a test.
+"""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import fields
+from enum import Enum
+from typing import Any
+
+#: Numeric ranges of the run's own keys (kebab-case, as in a run config).
+RUN_RANGES: dict[str, str] = {
+    "epsilon": "(0, inf] (inf: the non-private reference)",
+    "delta": "(0, 1)",
+    "participation": "(0, 1]",
+    "seed": "[0, inf)",
+    "split-seed": "[0, inf)",
+    "out-dir": "a directory",
+    "secagg-threshold": "[0, 1)",
+    "round-timeout": "(0, 86400] s",
+    "setup-timeout": "(0, 86400] s",
+    "node-wait-timeout": "(0, 86400] s",
+    "max-aborted-share": "[0, 1]",
+    "ping-rounds": "[0, inf)",
+    "poll-interval": "(0, 10] s",
+}
+
+#: Numeric ranges of each built-in method's keys (a key's range may differ by method).
+METHOD_RANGES: dict[str, dict[str, str]] = {
+    "boosting": {
+        "rounds": "[1, inf)",
+        "depth": "[1, 12]",
+        "learning-rate": "(0, inf)",
+        "sampling-rate": "(0, 1]",
+        "reg-lambda": "(0, inf)",
+    },
+    "logistic": {
+        "rounds": "[1, inf)",
+        "learning-rate": "(0, inf)",
+        "sampling-rate": "(0, 1]",
+        "clip-norm": "(0, inf)",
+    },
+    "lumberjack": {
+        "trees": "[1, inf)",
+        "depth": "[1, 200]",
+        "structure-fraction": "(0, 1)",
+        "gate": "[0, inf)",
+        "stage-height": "[1, 10]",
+        "max-frontier": "[1, inf)",
+    },
+    "random_forest": {"trees": "[1, inf)", "depth": "[1, 16]"},
+}
+METHOD_RANGES["mlp"] = {**METHOD_RANGES["logistic"], "hidden": "[1, inf)"}
+
+#: What a key without an entry shows (a plugin's key).
+UNKNOWN = "see the method's documentation"
+
+
+def _typed(cls: type, name: str) -> str | None:
+    """``true | false`` or an Enum's values for field ``name`` of dataclass ``cls``."""
+    hints = typing.get_type_hints(cls)
+    if name not in hints:
+        return None
+    tp = hints[name]
+    if typing.get_origin(tp) is not None:  # X | None
+        tp = next((a for a in typing.get_args(tp) if a is not type(None)), tp)
+    if tp is bool:
+        return "true | false"
+    if isinstance(tp, type) and issubclass(tp, Enum):
+        return " | ".join(str(m.value) for m in tp)
+    return None
+
+
+def run_range(key: str) -> str:
+    """Allowed values of the run's own key ``key`` (kebab-case)."""
+    from fedpriv.data.corpora import LOADERS, client_counts
+    from fedpriv.federation.settings import MIN_CLIENTS, RunSettings
+    from fedpriv.methods import method_names
+
+    if key == "method":
+        return " | ".join(method_names())
+    if key == "dataset":
+        return " | ".join(sorted(LOADERS))
+    if key == "num-clients":
+        per = []
+        for name in sorted(LOADERS):
+            lo, hi = client_counts(name)
+            if hi is not None:
+                per.append(f"{name} {lo}" if lo == hi else f"{name} [{lo}, {hi}]")
+        return f"[{MIN_CLIENTS}, inf); " + ", ".join(per)
+    typed = _typed(RunSettings, key.replace("-", "_"))
+    return typed or RUN_RANGES.get(key, UNKNOWN)
+
+
+def method_range(method: str, key: str) -> str:
+    """Allowed values of method ``method``'s key ``key`` (kebab-case)."""
+    from fedpriv.methods import get_method
+
+    typed = _typed(get_method(method).config_class, key.replace("-", "_"))
+    return typed or METHOD_RANGES.get(method, {}).get(key, UNKNOWN)
+
+
+def all_ranges() -> dict[str, dict[str, str]]:
+    """``{"run": {key: range}, method: {key: range}, ...}`` for every registered key."""
+    from fedpriv.federation.settings import RunSettings
+    from fedpriv.methods import methods
+
+    out: dict[str, dict[str, Any]] = {
+        "run": {k.replace("_", "-"): run_range(k.replace("_", "-")) for k in RunSettings.run_keys()}
+    }
+    for m in methods():
+        keys = [f.name.replace("_", "-") for f in fields(m.config_class)]
+        out[m.name] = {k: method_range(m.name, k) for k in keys}
+    return out

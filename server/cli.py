@@ -1,0 +1,439 @@
+"""The ``fedpriv`` command: one entry point over the estimators, launchers and studies.
+
+``fedpriv run``      train one method in process (a bundled corpus or your CSV + schema),
+                     or as a Flower simulation (``--flower``, :mod:`server.simulate`);
+``fedpriv deploy``   a real local federation (:mod:`server.deploy`; arguments forwarded);
+``fedpriv schema draft``  a schema skeleton from a CSV's header, placeholders for the rest;
+``fedpriv bench``, ``fedpriv ablate``  the studies (``experiments.benchmark``,
+                     ``experiments.ablate``), run as subprocesses: imports point from
+                     experiments to server, never back.
+
+Exit codes follow the launchers': 0 a completed or degraded run, 1 a failed run, 2 a
+setting, schema or data error (one line naming the key, the value and the range).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from fedpriv import logs
+
+log = logs.get_logger(__name__)
+
+#: Run keys an in-process fit uses besides the estimator's own parameters.
+_IN_PROCESS_KEYS = {"method", "dataset", "num-clients", "split-seed", "out-dir"}
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_PASS = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
+
+
+# -- help ----------------------------------------------------------------------
+def run_keys_help() -> str:
+    """``server.launch.settings_help()`` (keys and defaults), each key with its range."""
+    from fedpriv.federation.ranges import method_range, run_range
+    from fedpriv.methods import method_names
+    from server.launch import settings_help
+
+    item = re.compile(r"([\w-]+) \[([^\]]*)\]")
+    out, method = [], None
+    for line in settings_help().splitlines():
+        header = re.match(r"  (\w+): ", line)
+        if header and header.group(1) in method_names():
+            method = header.group(1)
+            out.append(line)
+        elif line.startswith("    ") and method is not None:
+            for key, default in item.findall(line):
+                out.append(f"      {key} [{default}]  {method_range(method, key)}")
+        elif (m := re.fullmatch(r"  ([\w-]+) \[(.*)\]", line)) and method is None:
+            out.append(f"{line}  {run_range(m.group(1))}")
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
+class _RunCommand(click.Command):
+    """``run --help`` ends with every key, its default and range (built only when asked)."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_paragraph()
+        formatter.write(run_keys_help() + "\n")
+
+
+# -- results -------------------------------------------------------------------
+def _write_results(out: Path, estimator: Any, summary: dict[str, Any]) -> list[Path]:
+    """Write a fit's results under ``out``; returns the files written.
+
+    For now the released model's arrays (``model.npz``) and the privacy report
+    (``privacy.json``); the one place to swap for a portable model file and a
+    privacy card.
+    """
+    import numpy as np
+
+    from fedpriv.atomic import write_json_atomic
+
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    to_arrays = getattr(estimator.model_, "to_arrays", None)
+    if to_arrays is not None:
+        np.savez(out / "model.npz", **to_arrays())
+        written.append(out / "model.npz")
+    else:
+        log.warning("%s has no arrays to save", type(estimator.model_).__name__)
+    report = estimator.privacy_report_
+    privacy = {"epsilon": "inf", "non_private": True} if report is None else report.to_dict()
+    write_json_atomic(out / "privacy.json", {**privacy, "run": summary})
+    written.append(out / "privacy.json")
+    return written
+
+
+# -- run in process --------------------------------------------------------------
+def _fmt(x: Any) -> str:
+    return "inf" if x is None or (isinstance(x, float) and math.isinf(x)) else f"{x:.4g}"
+
+
+def _resolve(method: str, overrides: dict[str, Any]):
+    """Strictly checked settings (the launchers' parser) for an in-process fit."""
+    from fedpriv.federation.settings import RunSettings, SettingError
+    from server.method_estimator import RUN_PARAMS
+
+    allowed = _IN_PROCESS_KEYS | {k.replace("_", "-") for k in RUN_PARAMS}
+    flower_only = {k.replace("_", "-") for k in RunSettings.run_keys()} - allowed
+    for key in overrides:
+        if key.replace("_", "-") in flower_only:
+            raise SettingError(
+                f"run-config key {key!r} applies to Flower runs only (add --flower); "
+                f"in process the run's keys are {sorted(allowed)}"
+            )
+    checked = {k: v for k, v in overrides.items() if k not in ("dataset", "num-clients")}
+    return RunSettings.from_run_config({**checked, "method": method})
+
+
+class _Ticker:
+    """Proxy of a client handler: each query's (public) round index moves the progress bar."""
+
+    def __init__(self, inner: Any, progress: Any, total: int) -> None:
+        self._inner, self._progress, self._total, self._seen = inner, progress, total, -1
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if name not in ("answer", "answer_many"):
+            return attr
+
+        def call(query: Any, *args: Any, **kwargs: Any) -> Any:
+            r = int(getattr(query, "round", self._seen))
+            if r > self._seen:
+                self._seen = r
+                self._progress.on_line(f"[fedpriv] round {r + 1}/{self._total}\n")
+            return attr(query, *args, **kwargs)
+
+        return call
+
+
+def run_in_process(
+    *,
+    method: str,
+    dataset: str | None,
+    csv: Path | None,
+    schema: Path | None,
+    client_column: str | None,
+    overrides: dict[str, Any],
+    out: Path | None,
+) -> int:
+    """Fit ``method``'s estimator in process; print AUC, ε and the status; returns the exit code."""
+    from sklearn.metrics import roc_auc_score
+
+    from fedpriv.data import client_counts, load_csv, load_for_run
+    from fedpriv.data.corpora import check_client_count
+    from fedpriv.federation.settings import RunSettings, SettingError, check_run_values
+    from fedpriv.federation.status import RunFailedError
+    from fedpriv.methods import get_method
+    from server.progress import RoundProgress
+
+    settings = _resolve(method, overrides)
+    split_seed = settings.split_seed
+    k = overrides.get("num-clients")
+    if csv is not None:
+        if schema is None:
+            raise click.UsageError("--csv needs --schema FILE (fedpriv schema draft writes one)")
+        if k is not None:
+            check_run_values({"num_clients": k})
+        data = load_csv(csv, schema, client_column=client_column, split_seed=split_seed)
+        source = str(csv)
+    else:
+        name = dataset or overrides.get("dataset") or RunSettings.dataset
+        lo, hi = client_counts(name)
+        if k is None:  # the launchers' default, moved into the corpus's own range
+            k = min(max(RunSettings.num_clients, lo), hi or RunSettings.num_clients)
+        check_run_values({"num_clients": k})
+        try:
+            check_client_count(name, k)
+        except ValueError as exc:
+            raise SettingError(str(exc)) from None
+        data = load_for_run(name, num_clients=k, split_seed=split_seed)
+        source = name
+    if k is None:
+        k = len(data.client_names) or RunSettings.num_clients
+    resolved = settings.to_run_config()
+    m = get_method(settings.method)
+    est = m.estimator_class()
+    params = {
+        p: resolved[p.replace("_", "-")]
+        for p in est.get_params()
+        if p.replace("_", "-") in resolved
+    }
+    est.set_params(**{**params, "num_clients": int(k)})
+    bar = RoundProgress(write=lambda _line: None)
+    inner_handler = est._handler
+    est._handler = lambda: _Ticker(inner_handler(), bar, settings.rounds)
+    log.info(
+        "%s in process on %s: %d rounds, ε=%s, δ=%g",
+        m.name, source, settings.rounds, _fmt(settings.epsilon), settings.delta,
+    )  # fmt: skip
+    try:
+        with bar:
+            est.fit(data)
+    except RunFailedError as exc:
+        log.error("run failed: %s", exc)
+        return 1
+    X, y = data.xy("test")
+    try:
+        auc = f"{roc_auc_score(y, est.predict_proba(X)[:, 1]):.4f}"
+    except ValueError:  # a test split of one class
+        auc = "n/a"
+    report = est.privacy_report_
+    eps = (None, None) if report is None else (report.to_dict()["epsilon_pld"],
+                                                report.to_dict()["epsilon_rdp"])  # fmt: skip
+    line = (
+        f"AUC {auc} | ε spent {eps[0] if eps[0] is not None else 'inf'} (PLD), "
+        f"{eps[1] if eps[1] is not None else 'inf'} (RDP) | {est.run_outcome_.line()}"
+    )
+    if out is not None:
+        summary = {"auc": auc, "source": source, "config": resolved, "status": str(est.run_status_)}
+        written = _write_results(out, est, summary)
+        line += f" | {', '.join(str(p) for p in written)}"
+    click.echo(line)
+    return 0
+
+
+# -- Flower runs -------------------------------------------------------------------
+def _fedprivs_line(line: str) -> bool:
+    """Whether a followed line is fedpriv's (or an error) rather than Flower's INFO flood."""
+    s = _ANSI.sub("", line).lstrip()
+    return s.startswith(("[fedpriv", "[simulate", "[deploy", "AUC ", "ERROR", "Traceback"))
+
+
+class _LogFilter(io.TextIOBase):
+    """A stdout that writes every line to a log file and shows fedpriv's lines only."""
+
+    def __init__(self, logfile: Any, shown: Any) -> None:
+        self._log, self._shown, self._buf = logfile, shown, ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, s: str) -> int:
+        self._buf += s
+        *lines, self._buf = self._buf.split("\n")
+        for line in lines:
+            self._log.write(line + "\n")
+            if _fedprivs_line(line):
+                self._shown.write(line + "\n")
+        self._log.flush()
+        return len(s)
+
+    def flush(self) -> None:
+        if self._buf:
+            self.write("\n")
+        self._log.flush()
+        self._shown.flush()
+
+
+def quiet_flower(entry: Any, argv: list[str], logdir: Path, *, verbose: bool) -> int:
+    """Call a launcher's ``main(argv)`` with its followed output in ``logdir/flower.log``."""
+    if verbose:
+        return int(entry(argv) or 0)
+    logdir.mkdir(parents=True, exist_ok=True)
+    path = logdir / "flower.log"
+    with open(path, "a", encoding="utf-8") as fh:
+        filt = _LogFilter(fh, sys.stdout)
+        log.info("Flower's output goes to %s (--verbose shows it)", path)
+        with contextlib.redirect_stdout(filt):
+            try:
+                code = int(entry(argv) or 0)
+            finally:
+                filt.flush()
+    return code
+
+
+# -- the commands --------------------------------------------------------------------
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--verbose", "-v", is_flag=True, help="Debug logging; Flower's own output shown.")
+@click.pass_context
+def cli(ctx: click.Context, verbose: bool) -> None:
+    """fedpriv: federated learning on sensitive tabular data under record-level DP."""
+    logs.configure(logging.DEBUG if verbose else logging.INFO, tag="fedpriv")
+    ctx.obj = {"verbose": verbose}
+
+
+@cli.command(cls=_RunCommand)
+@click.option("--method", default="boosting", show_default=True, help="A registered method.")
+@click.option("--dataset", default=None, help="A bundled corpus [default: diabetes130].")
+@click.option("--csv", type=click.Path(path_type=Path), help="Your CSV (needs --schema).")
+@click.option("--schema", type=click.Path(path_type=Path), help="The CSV's public schema TOML.")
+@click.option("--client-column", default=None, help="The CSV's client column (else the schema's).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Run-config override.")
+@click.option("--flower", is_flag=True, help="A Flower simulation (server.simulate) instead.")
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Results directory.")
+@click.option("--verbose", "-v", "run_verbose", is_flag=True, help="Show Flower's output.")
+@click.pass_context
+def run(ctx: click.Context, method, dataset, csv, schema, client_column, sets, flower, out,
+        run_verbose) -> int:  # fmt: skip
+    """Train one method: in process (default) or as a Flower simulation (--flower).
+
+    Prints the test AUC, ε spent (PLD and RDP) and the run's status; --out DIR
+    writes the model's arrays and the privacy report.
+    """
+    from server.launch import parse_set
+
+    verbose = run_verbose or (ctx.obj or {}).get("verbose", False)
+    overrides = parse_set(list(sets))
+    if flower:
+        if csv is not None:
+            raise click.UsageError("--csv runs in process; a federation reads node-local data "
+                                   "(fedpriv deploy)")  # fmt: skip
+        from server import simulate
+
+        argv = ["--set", f"method={method}"]
+        if dataset:
+            argv += ["--set", f"dataset={dataset}"]
+        for s in sets:
+            argv += ["--set", s]
+        outdir = (out or Path.cwd() / "results" / "flower").resolve()
+        return quiet_flower(simulate.main, [*argv, "--out-dir", str(outdir)], outdir,
+                            verbose=verbose)  # fmt: skip
+    return run_in_process(
+        method=method, dataset=dataset, csv=csv, schema=schema, client_column=client_column,
+        overrides=overrides, out=out,
+    )  # fmt: skip
+
+
+@cli.command(context_settings=_PASS)
+@click.pass_context
+def deploy(ctx: click.Context) -> int:
+    """A real local federation: `python -m server.deploy` (every argument forwarded)."""
+    from server import deploy as deploy_mod
+
+    argv = list(ctx.args)
+    if "--help" in argv or "-h" in argv:
+        return _forward_help(deploy_mod.main, argv)
+    outdir = Path(_option(argv, "--out-dir") or Path.cwd() / "results" / "deploy").resolve()
+    return quiet_flower(deploy_mod.main, argv, outdir, verbose=ctx.obj.get("verbose", False))
+
+
+def _option(argv: list[str], name: str) -> str | None:
+    for i, a in enumerate(argv):
+        if a == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def _forward_help(entry: Any, argv: list[str]) -> int:
+    try:
+        return int(entry(argv) or 0)
+    except SystemExit as exc:  # argparse's --help
+        return int(exc.code or 0)
+
+
+def _study(module: str, args: list[str]) -> int:
+    """``python -m <module> args`` from the project root, output passed through."""
+    from server.launch import ROOT
+
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, check=False).returncode
+
+
+@cli.command(context_settings=_PASS)
+@click.pass_context
+def bench(ctx: click.Context) -> int:
+    """The matched-accounting benchmark: `python -m experiments.benchmark` (args forwarded)."""
+    return _study("experiments.benchmark", list(ctx.args))
+
+
+@cli.command(context_settings=_PASS)
+@click.pass_context
+def ablate(ctx: click.Context) -> int:
+    """The ablation studies: `python -m experiments.ablate STUDY` (args forwarded)."""
+    return _study("experiments.ablate", list(ctx.args))
+
+
+@cli.group()
+def schema() -> None:
+    """Public schemas of your CSV files."""
+
+
+@schema.command()
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Where to write it [default: FILE with .schema.toml].")  # fmt: skip
+@click.option("--target", default=None, help="The target column.")
+@click.option("--client-column", default=None, help="The column naming each row's client.")
+@click.option("--sep", default=",", show_default=True, help="Field delimiter.")
+def draft(file: Path, out: Path | None, target, client_column, sep) -> int:
+    """Write a schema skeleton from FILE's header and column types only.
+
+    Every bound, category, label and binary value is a "FILL ME" placeholder the
+    loader refuses until you fill it from public documentation.
+    """
+    from fedpriv.data.draft import PLACEHOLDER, WHY, draft_schema
+
+    text = draft_schema(file, target=target, client_column=client_column, sep=sep)
+    out = out or file.with_suffix(".schema.toml")
+    if out.exists():
+        raise click.UsageError(f"--out {out} exists; not overwritten")
+    out.write_text(text, encoding="utf-8")
+    n = text.count(f'"{PLACEHOLDER}"')
+    click.echo(
+        f"wrote {out}: column names and types only, {n} {PLACEHOLDER!r} placeholders.\n"
+        f"No value, bound or level of the data was written. Fill each placeholder: {WHY}.\n"
+        "The loader refuses the schema until every placeholder is filled."
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The console script ``fedpriv``; returns the exit code."""
+    from fedpriv.data import DataError, SchemaError
+    from fedpriv.federation.settings import SettingError
+
+    try:
+        code = cli.main(args=argv, prog_name="fedpriv", standalone_mode=False)
+    except click.exceptions.Exit as exc:  # --help
+        return exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        return 2
+    except click.exceptions.Abort:
+        return 1
+    except (SettingError, SchemaError, DataError) as exc:
+        log.error("error: %s", exc)
+        return 2
+    except SystemExit as exc:  # parse_set's "--set expects key=value"
+        if isinstance(exc.code, str):
+            log.error("error: %s", exc.code)
+            return 2
+        return int(exc.code or 0)
+    return int(code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,206 @@
+"""The `fedpriv` command: help, in-process runs, schema drafts, the Flower log filter."""
+
+import json
+import math
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from fedpriv.federation.ranges import all_ranges
+from fedpriv.federation.settings import RunSettings, SettingError
+from server.cli import main, quiet_flower
+from tests.data.test_csv_errors import GOOD, HEADER, SCHEMA
+
+RESULT = re.compile(r"AUC (\S+) \| ε spent (\S+) \(PLD\), (\S+) \(RDP\) \| run (\w+)")
+
+
+def test_console_script_runs():
+    cp = subprocess.run(
+        [sys.executable, "-m", "server.cli", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert cp.returncode == 0, cp.stderr
+    for command in ("run", "deploy", "schema", "bench", "ablate"):
+        assert re.search(rf"^  {command}\b", cp.stdout, re.M), command
+
+
+@pytest.mark.parametrize(
+    "argv, options",
+    [
+        (["run", "--help"], ["--method", "--dataset", "--csv", "--schema", "--set", "--flower"]),
+        (["schema", "--help"], ["draft"]),
+        (["schema", "draft", "--help"], ["--out", "--target", "--client-column"]),
+        (["deploy", "--help"], ["--num-clients", "--set", "--out-dir"]),  # server.deploy's own
+        (["bench", "--help"], ["--config", "--quick"]),  # experiments.benchmark's, subprocess
+    ],
+)
+def test_help_lists_options(argv, options, capfd):
+    assert main(argv) == 0
+    out = capfd.readouterr().out
+    for option in options:
+        assert option in out, (argv, option)
+
+
+def test_ablate_forwards_its_arguments(monkeypatch):
+    """Like bench (whose real help is checked above), without a second ~3 s subprocess."""
+    import server.cli
+    from server.launch import ROOT
+
+    calls = []
+    monkeypatch.setattr(
+        server.cli.subprocess,
+        "run",
+        lambda cmd, **kw: calls.append((cmd, kw)) or subprocess.CompletedProcess(cmd, 7),
+    )
+    assert main(["ablate", "participation", "--quick", "--out", "x"]) == 7
+    assert calls == [
+        ([sys.executable, "-m", "experiments.ablate", "participation", "--quick", "--out", "x"],
+         {"cwd": ROOT, "check": False}),
+    ]  # fmt: skip
+
+
+def test_run_help_lists_every_key_with_default_and_range(capsys):
+    assert main(["run", "--help"]) == 0
+    out = capsys.readouterr().out
+    ranges = all_ranges()
+    for key, allowed in ranges["run"].items():
+        assert re.search(rf"^  {key} \[[^\]]*\]  {re.escape(allowed)}$", out, re.M), key
+    for method, keys in ranges.items():
+        if method == "run":
+            continue
+        block = out.split(f"  {method}: ", 1)[1]
+        for key, allowed in keys.items():
+            assert re.search(rf"^      {key} \[[^\]]*\]  {re.escape(allowed)}$", block, re.M)
+            assert "see the method" not in allowed, (method, key)  # every built-in key has one
+
+
+def _interval(text):
+    m = re.match(r"([\[(])(\S+), (\S+?)([\])])", text)
+    return None if m is None else (m.group(1) == "[", m.group(2), m.group(3), m.group(4) == "]")
+
+
+def _probe(method, key, value):
+    try:
+        RunSettings.from_run_config({"method": method, key: value})
+        return True
+    except SettingError:
+        return False
+
+
+def test_range_table_agrees_with_the_parser():
+    """Each interval's end points: inside accepted, just outside refused (so the table
+    cannot drift from the checks in settings.py and the configuration dataclasses)."""
+    probed = 0
+    for owner, keys in all_ranges().items():
+        method = "boosting" if owner == "run" else owner
+        for key, text in keys.items():
+            if (iv := _interval(text)) is None or key == "num-clients":
+                continue
+            closed_lo, lo, hi, closed_hi = iv
+            integer = isinstance(RunSettings().to_run_config().get(key), int) or (
+                owner != "run"
+                and isinstance(RunSettings(method=method).to_run_config().get(key), int)
+            )
+            step = 1 if integer else 1e-9
+            cast = int if integer else float
+            if key == "delta":  # δ = 0 is refused for a private run only
+                closed_lo = False
+            lo_v = cast(lo)
+            assert _probe(method, key, lo_v) is closed_lo, (owner, key, lo_v)
+            assert _probe(method, key, lo_v + step), (owner, key)
+            assert not _probe(method, key, lo_v - step), (owner, key)
+            if hi != "inf":
+                hi_v = cast(hi)
+                assert _probe(method, key, hi_v) is closed_hi, (owner, key, hi_v)
+                assert not _probe(method, key, hi_v + step), (owner, key)
+            probed += 1
+    assert probed >= 25
+
+
+def _result(out):
+    m = RESULT.search(out)
+    assert m, out
+    return m
+
+
+def test_run_in_process_heart(capsys, tmp_path):
+    argv = ["run", "--dataset", "heart", "--set", "rounds=3", "--set", "epsilon=2"]
+    code = main([*argv, "--out", str(tmp_path)])
+    assert code == 0
+    m = _result(capsys.readouterr().out)
+    assert 0.0 <= float(m.group(1)) <= 1.0  # fresh noise each fit: 3 trees at ε=2 may miss
+    assert 1.5 < float(m.group(2)) <= 2.0 + 1e-9  # the calibrated PLD ε uses the budget
+    assert float(m.group(3)) >= float(m.group(2))  # RDP is looser
+    assert m.group(4) == "completed"
+    report = json.loads((tmp_path / "privacy.json").read_text())
+    assert report["epsilon_pld"] == pytest.approx(float(m.group(2)), rel=1e-9)
+    assert report["run"]["config"]["rounds"] == 3
+    with np.load(tmp_path / "model.npz") as model:
+        assert model["leaf_values"].shape[0] == 3  # one tree per round
+
+
+def test_run_in_process_csv(capsys, tmp_path):
+    csv = tmp_path / "hospitals.csv"
+    csv.write_text(HEADER + "".join(GOOD * 4))
+    code = main(
+        ["run", "--csv", str(csv), "--schema", SCHEMA, "--set", "rounds=2", "--set", "epsilon=inf"]
+    )
+    assert code == 0
+    m = _result(capsys.readouterr().out)
+    assert m.group(2) == "inf" and m.group(4) == "completed"
+    assert math.isfinite(float(m.group(1)))
+
+
+@pytest.mark.parametrize(
+    "sets, message",
+    [
+        (["round-timeout=3"], "'round-timeout' applies to Flower runs only"),
+        (["depth=13"], r"depth must lie in \[1, 12\]; got 13"),
+        (["clip-norm=1"], "'clip-norm' does not apply to method 'boosting'"),
+        (["num-clients=5"], r"num_clients must lie in \[4, 4\] for dataset 'heart'; got 5"),
+    ],
+)
+def test_run_refuses_bad_settings_before_loading(sets, message, caplog):
+    argv = ["run", "--dataset", "heart"]
+    for s in sets:
+        argv += ["--set", s]
+    assert main(argv) == 2
+    assert re.search(message, caplog.text), caplog.text
+
+
+def test_schema_draft_command(tmp_path, capsys):
+    csv = tmp_path / "t.csv"
+    csv.write_text("age,ward,y\n71.5,ocelot,yes\n33.25,lynx,no\n")
+    out = tmp_path / "t.toml"
+    assert main(["schema", "draft", str(csv), "--out", str(out), "--target", "y"]) == 0
+    said = capsys.readouterr().out
+    assert "No value, bound or level of the data was written" in said
+    assert "5 'FILL ME' placeholders" in said
+    text = out.read_text()
+    assert not any(v in text for v in ("71.5", "33.25", "ocelot", "lynx", "yes", "no\n"))
+    assert main(["schema", "draft", str(csv), "--out", str(out)]) == 2  # never overwritten
+
+
+def test_flower_output_goes_to_the_log(tmp_path, capsys):
+    lines = [
+        "\x1b[92mINFO \x1b[0m:      [ROUND 1/3]",
+        "INFO:flwr:[ROUND 1/3]",
+        "[fedpriv] 4 nodes connected",
+        "DEBUG:flwr:Stopping Simulation Runtime now.",
+        "\x1b[91mERROR \x1b[0m:     ClientApp raised",
+        "AUC 0.7 | ε spent 2 (PLD), 2.6 (RDP) | completed",
+    ]
+
+    def fake_launcher(argv):
+        print("\n".join(lines))
+        return 3
+
+    assert quiet_flower(fake_launcher, [], tmp_path, verbose=False) == 3
+    shown = capsys.readouterr().out.splitlines()
+    assert shown == [lines[2], lines[4], lines[5]]
+    assert (tmp_path / "flower.log").read_text().splitlines() == lines
+    assert quiet_flower(fake_launcher, [], tmp_path / "v", verbose=True) == 3
+    assert capsys.readouterr().out.splitlines() == lines
+    assert not (tmp_path / "v").exists()
