@@ -185,10 +185,11 @@ def run_in_process(
     resolved = settings.to_run_config()
     m = get_method(settings.method)
     est = m.estimator_class()
+    # "" in a run config means "the default": the estimator's own then.
     params = {
         p: resolved[p.replace("_", "-")]
         for p in est.get_params()
-        if p.replace("_", "-") in resolved
+        if resolved.get(p.replace("_", "-"), "") != ""
     }
     est.set_params(**{**params, "num_clients": int(k)})
     bar = RoundProgress(write=lambda _line: None)

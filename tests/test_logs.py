@@ -80,7 +80,7 @@ def test_only_entry_points_configure_logging():
         for path in sorted((ROOT / layer).rglob("*.py"))
         if path != ROOT / "fedpriv" / "logs.py"
         for line, func in _configuring_calls(ast.parse(path.read_text()))
-        if func != "main"
+        if func not in ("main", "cli")  # server/cli.py's click group is its main
     ]
     assert offenders == []
     assert _configuring_calls(ast.parse("def f():\n    logs.configure()\n")) == [(2, "f")]

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from fedpriv.data import data_dir, load_brfss
+from fedpriv.data import data_dir
 from fedpriv.data.export import export
 from fedpriv.data.node import files_dataset, run_schema
 from fedpriv.privacy.randomness import KEY_ENV
@@ -62,34 +62,6 @@ def _results(out):
         name: json.loads((out / f"{name}.json").read_text())
         for name in ("privacy", "communication", "metrics", "rounds")
     }
-
-
-def test_late_node_is_waited_for_and_the_tls_run_releases_the_in_process_model(
-    tmp_path, monkeypatch
-):
-    # The SuperLink's ServerApp and every SuperNode's ClientApps inherit the key;
-    # the in-process fit gets the same one: same noise and Poisson coins.
-    monkeypatch.setenv(KEY_ENV, key_hex(3))
-    at_submission = []
-    code, out = deploy(
-        {**SMALL, "rounds": 2, "out-dir": str(tmp_path)},
-        late_nodes=1,
-        quiet=True,
-        on_submit=lambda fed: at_submission.append(sorted(fed.nodes)),
-    )
-    assert code == 0
-    assert at_submission == [[0, 1]]  # node 2 started only after the run (and its ServerApp)
-    saved = np.load(out / "model.npz")
-    ref = DPBoostingClassifier(
-        rounds=2, depth=3, epsilon=2.0, seed=3, num_clients=3, secret_key=key_for(3)
-    ).fit(load_brfss())
-    np.testing.assert_array_equal(saved["feature"], [t.feature for t in ref.model_.trees])
-    np.testing.assert_array_equal(saved["threshold"], [t.threshold for t in ref.model_.trees])
-    np.testing.assert_array_equal(saved["leaf_values"], np.array(ref.model_.leaf_values))
-    r = _results(out)
-    assert r["privacy"]["epsilon"] == pytest.approx(ref.epsilon_spent_)
-    comm = r["communication"]
-    assert comm["round_trips"] == 2 + 2 * 2 and comm["client_errors"] == 0  # keys, book; 2/round
 
 
 def test_unregistered_or_ca_less_supernodes_are_refused_and_never_get_a_message(tmp_path):
@@ -199,8 +171,10 @@ def test_clientapp_raising_on_bad_local_data_fails_the_run_with_its_error_logged
 
 
 def test_nodes_reading_only_their_own_files_release_the_in_process_model(tmp_path, monkeypatch):
-    # Three hospitals, each SuperNode given only its own file in its own directory
-    # (data-path); the ServerApp gets no data path, only the declared bound.
+    # Three hospitals over TLS with node authentication, each SuperNode given only its
+    # own file in its own directory (data-path); the ServerApp gets no data path, only
+    # the declared bound. The third node starts late and is waited for. The SuperLink's
+    # ServerApp and every ClientApp inherit the key; the in-process fit gets the same.
     monkeypatch.setenv(KEY_ENV, key_hex(4))
     files = []
     for i, p in enumerate(export("adult", num_clients=3, out=tmp_path / "x", rows_per_client=80)):
@@ -208,8 +182,16 @@ def test_nodes_reading_only_their_own_files_release_the_in_process_model(tmp_pat
         files.append(p.rename(tmp_path / f"hospital{i}" / "data.csv"))
     job = {**SMALL, "dataset": "adult", "rounds": 1, "max-records": 80, "out-dir": str(tmp_path)}
     job["eval-path"] = str(tmp_path / "x" / "test.csv")
-    code, out = deploy(job, data=files, quiet=True)
+    at_submission = []
+    code, out = deploy(
+        job,
+        data=files,
+        quiet=True,
+        late_nodes=1,
+        on_submit=lambda fed: at_submission.append(sorted(fed.nodes)),
+    )
     assert code == 0
+    assert at_submission == [[0, 1]]  # node 2 started only after the run (and its ServerApp)
     saved = np.load(out / "model.npz")
     ref = DPBoostingClassifier(
         rounds=1, depth=3, epsilon=2.0, seed=3, secret_key=key_for(4), max_records=80
@@ -218,3 +200,5 @@ def test_nodes_reading_only_their_own_files_release_the_in_process_model(tmp_pat
         np.testing.assert_array_equal(saved[key], value, err_msg=key)
     assert _results(out)["privacy"]["epsilon"] == pytest.approx(ref.epsilon_spent_)
     assert "data-path" not in json.loads((out / "config.json").read_text())
+    comm = _results(out)["communication"]
+    assert comm["round_trips"] == 2 + 2 * 1 and comm["client_errors"] == 0  # keys, book; 2/round
