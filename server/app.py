@@ -24,12 +24,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, Context
 from flwr.serverapp import Grid, ServerApp
 
 from fedpriv import logs
+from fedpriv.artefact import write_artefact
 from fedpriv.atomic import write_json_atomic
 from fedpriv.data.node import DataSource, public_test_split, read_file, record_bound, run_schema
 from fedpriv.evaluation import binary_metrics
@@ -136,6 +138,17 @@ def main(grid: Grid, context: Context) -> None:
     else:
         write_json_atomic(out / "privacy.json", report)
     write_status(out, outcome)
+    # The portable model: released parameters, public schema and the privacy card.
+    artefact = write_artefact(
+        out,
+        model=progress.model,
+        method=s.method,
+        schema=progress.schema,
+        settings_dict=s.to_run_config(),
+        ledger_report=report,
+        run_status=outcome.status,
+        record_bound=progress.max_records,
+    )
     eps_pld = report.get("epsilon_pld", "inf")
     eps_rdp = report.get("epsilon_rdp", "inf")
     log.info("done: %s on %s, K=%d, T=%d", s.method, s.dataset, s.num_clients, s.rounds)
@@ -156,7 +169,7 @@ def main(grid: Grid, context: Context) -> None:
         comm_out["round_trips"],
         f", {time.perf_counter() - t0:.1f} s" if s.timings else "",
     )
-    log.info("results in %s", out)
+    log.info("results in %s (model file %s)", out, artefact.name)
     if outcome.status is RunStatus.COMPLETED:
         log.info("%s", outcome.line())
     else:
@@ -172,6 +185,10 @@ class Progress:
     (its tally counts the rounds run, released and aborted)."""
 
     runtime: GridRuntime | None = None
+    #: The released model, the public schema and the declared record bound, once trained.
+    model: Any = None
+    schema: Any = None
+    max_records: int | None = None
 
 
 def train(
@@ -202,7 +219,8 @@ def train(
         num_rounds=s.rounds,
         timeout=s.round_timeout,
     )
-    model = strategy.core.model()
+    model = progress.model = strategy.core.model()
+    progress.schema, progress.max_records = schema, max_records
     metrics = evaluate(model, s)
     comm = communication_report(runtime.report, timings=s.timings, planned=s.rounds)
     write_json_atomic(out / "metrics.json", metrics)

@@ -70,29 +70,17 @@ class _RunCommand(click.Command):
 
 # -- results -------------------------------------------------------------------
 def _write_results(out: Path, estimator: Any, summary: dict[str, Any]) -> list[Path]:
-    """Write a fit's results under ``out``; returns the files written.
-
-    For now the released model's arrays (``model.npz``) and the privacy report
-    (``privacy.json``); the one place to swap for a portable model file and a
-    privacy card.
-    """
-    import numpy as np
-
+    """Write a fit's results under ``out``: the portable model file (released
+    parameters, public schema, privacy card: ``fedpriv predict`` / ``inspect`` read
+    it) and the privacy report with the run's summary; returns the files written."""
     from fedpriv.atomic import write_json_atomic
 
     out.mkdir(parents=True, exist_ok=True)
-    written = []
-    to_arrays = getattr(estimator.model_, "to_arrays", None)
-    if to_arrays is not None:
-        np.savez(out / "model.npz", **to_arrays())
-        written.append(out / "model.npz")
-    else:
-        log.warning("%s has no arrays to save", type(estimator.model_).__name__)
+    model = estimator.save(out / "model.fedpriv.npz")
     report = estimator.privacy_report_
     privacy = {"epsilon": "inf", "non_private": True} if report is None else report.to_dict()
     write_json_atomic(out / "privacy.json", {**privacy, "run": summary})
-    written.append(out / "privacy.json")
-    return written
+    return [Path(model), out / "privacy.json"]
 
 
 # -- run in process --------------------------------------------------------------
@@ -375,6 +363,51 @@ def bench(ctx: click.Context) -> int:
 def ablate(ctx: click.Context) -> int:
     """The ablation studies: `python -m experiments.ablate STUDY` (args forwarded)."""
     return _study("experiments.ablate", list(ctx.args))
+
+
+@cli.command()
+@click.argument("model", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Write the scores here (CSV) instead of standard output.")  # fmt: skip
+def predict(model: Path, file: Path, out: Path | None) -> int:
+    """Score the raw rows of FILE (a CSV of the model's schema) with MODEL (a model file).
+
+    Rows are read and encoded through the schema stored in the model file, with
+    its public bounds and domains; one score per row, P(positive class).
+    """
+    import numpy as np
+
+    from fedpriv.artefact import load_model
+    from fedpriv.data.table import read_table
+
+    art = load_model(model)
+    if art.schema is None:
+        raise click.UsageError(f"{model} was trained on bare arrays: it has no schema to read rows")
+    frame, _ = read_table(file, art.schema)
+    scores = np.asarray(art.predict_proba_frame(frame))
+    scores = scores[:, -1] if scores.ndim == 2 and scores.shape[1] == 2 else scores
+    text = "score\n" + "".join(f"{float(x):.6f}\n" for x in np.ravel(scores))
+    if out is None:
+        click.echo(text, nl=False)
+    else:
+        out.write_text(text)
+        log.info("%d scores written to %s", scores.shape[0], out)
+    return 0
+
+
+@cli.command()
+@click.argument("model", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="The machine-readable card.")
+def inspect(model: Path, as_json: bool) -> int:
+    """Print MODEL's privacy card (Markdown, or JSON with --json)."""
+    import json
+
+    from fedpriv.artefact import load_model
+
+    card = load_model(model).card
+    click.echo(json.dumps(card.to_dict(), indent=1) if as_json else card.to_markdown())
+    return 0
 
 
 @cli.group()

@@ -137,20 +137,33 @@ def test_run_in_process_heart(capsys, tmp_path):
     report = json.loads((tmp_path / "privacy.json").read_text())
     assert report["epsilon_pld"] == pytest.approx(float(m.group(2)), rel=1e-9)
     assert report["run"]["config"]["rounds"] == 3
-    with np.load(tmp_path / "model.npz") as model:
-        assert model["leaf_values"].shape[0] == 3  # one tree per round
+    with np.load(tmp_path / "model.fedpriv.npz", allow_pickle=False) as model:
+        assert model["model.leaf_values"].shape[0] == 3  # one tree per round
 
 
 def test_run_in_process_csv(capsys, tmp_path):
     csv = tmp_path / "hospitals.csv"
     csv.write_text(HEADER + "".join(GOOD * 4))
-    code = main(
-        ["run", "--csv", str(csv), "--schema", SCHEMA, "--set", "rounds=2", "--set", "epsilon=inf"]
-    )
-    assert code == 0
+    out = tmp_path / "out"
+    argv = ["run", "--csv", str(csv), "--schema", SCHEMA, "--set", "rounds=2", "--set", "epsilon=2"]
+    assert main([*argv, "--out", str(out)]) == 0
     m = _result(capsys.readouterr().out)
-    assert m.group(2) == "inf" and m.group(4) == "completed"
+    assert 0 < float(m.group(2)) <= 2.0 + 1e-9 and m.group(4) == "completed"
     assert math.isfinite(float(m.group(1)))
+    # The model file scores raw rows through its own schema ...
+    rows = tmp_path / "new.csv"
+    rows.write_text(HEADER + "".join(GOOD[:5]))
+    assert main(["predict", str(out / "model.fedpriv.npz"), str(rows)]) == 0
+    scores = capsys.readouterr().out.split()
+    assert scores[0] == "score" and len(scores) == 6
+    assert all(0.0 <= float(x) <= 1.0 for x in scores[1:])
+    # ... and carries its privacy card.
+    assert main(["inspect", str(out / "model.fedpriv.npz"), "--json"]) == 0
+    card = json.loads(capsys.readouterr().out)
+    assert card["epsilon"] == pytest.approx(float(m.group(2)), rel=1e-9) and card["events"]
+    assert main(["inspect", str(out / "model.fedpriv.npz")]) == 0
+    markdown = capsys.readouterr().out
+    assert markdown.startswith("#") and str(card["epsilon"])[:6] in markdown
 
 
 @pytest.mark.parametrize(

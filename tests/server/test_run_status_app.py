@@ -2,8 +2,10 @@
 
 import json
 
+import numpy as np
 import pytest
 
+from fedpriv.artefact import load_model
 from fedpriv.federation.status import RunFailedError
 from strategies.boosting import DPBoostingStrategy
 from tests.server.test_flower_loopback import RUN_ID, run_app
@@ -29,6 +31,14 @@ def test_a_completed_run_writes_its_status_and_a_complete_journal(monkeypatch, t
     assert privacy["pld_value_discretization"] == 1e-4  # the final report, not the journal's
     comm = _json(out, "communication")
     assert (comm["rounds_planned"], comm["rounds_released"]) == (4, 4)
+    # The portable model file: the released ensemble, its schema and the privacy card.
+    art = load_model(out / "model.fedpriv.npz")
+    saved = np.load(out / "model.npz")
+    for key, value in art.model.to_arrays().items():
+        np.testing.assert_array_equal(saved[key], value, err_msg=key)
+    card = art.card.to_dict()
+    assert card["epsilon"] == privacy["epsilon"] and card["run_status"] == "completed"
+    assert len(card["events"]) == 4
 
 
 def test_a_strategy_raising_in_round_3_leaves_the_releases_made_and_a_failed_status(
