@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedpriv.artefact import register_model_class
 from fedpriv.federation.protocol import Query
 from fedpriv.methods import Method, StrategyContext, register_method
 from fedpriv.privacy.noise_stage import GaussianRounds
@@ -44,6 +45,10 @@ class BaseRateModel:
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         return {"rate": np.array([self.rate])}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> BaseRateModel:
+        return cls(rate=float(arrays["rate"][0]))
 
 
 # -- configuration (its fields are run-config keys already in pyproject) -------
@@ -129,6 +134,7 @@ METHOD = Method(
     maths=__name__,
 )
 register_method(METHOD, replace=True)
+register_model_class(f"{__name__}:BaseRateModel")  # its model file (fedpriv.artefact)
 
 from server.estimators import MethodEstimator  # noqa: E402  (the registry record comes first)
 
