@@ -90,7 +90,7 @@ class EvaluationStrategy:
         round_index: int = 0,
     ) -> None:
         """``model_method``/``model_arrays``: the released model (``to_arrays()``) and the
-        method that trained it (:data:`clients.evaluation.MODEL_LOADERS`); ``n_records``:
+        method that trained it (:data:`clients.evaluation.MODEL_CLASSES`); ``n_records``:
         public bound on the held-out records, for the range check; ``round_index``: the
         query's round id (distinct from the training rounds' when sharing a session)."""
         if not isinstance(model_method, str) or not model_method:
