@@ -36,8 +36,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedpriv.data import load_for_run
-from fedpriv.data.node import DATA_PATH, DataSource, check_bound, node_rows, record_bound
+from fedpriv.data.node import DATA_PATH, DataSource, node_rows
 from fedpriv.errors import public_error
 from fedpriv.federation.protocol import ClientData, poisson_sample
 from fedpriv.federation.runtime import client_key
@@ -46,7 +45,6 @@ from fedpriv.federation.settings import RunSettings
 from fedpriv.federation.wire import query_from_wire, state_from_wire, state_to_wire
 from fedpriv.methods import get_method
 from fedpriv.privacy.randomness import KEY_ENV, SecretKey, key_from_environment
-from fedpriv.records import check_labels
 
 log = logging.getLogger(__name__)
 app = ClientApp()
@@ -58,24 +56,6 @@ def _handler(method: str):
     return get_method(method).client_handler()
 
 
-@lru_cache(maxsize=4)
-def _dataset(dataset: str, split_seed: int, num_clients: int):
-    # Per process: the simulation engine serves any node from any worker, so a
-    # worker that loaded the corpus for one node reuses it for the next.
-    return load_for_run(dataset, num_clients=num_clients, split_seed=split_seed)
-
-
-@lru_cache(maxsize=64)
-def _client_data(dataset: str, split_seed: int, num_clients: int, pid: int) -> ClientData:
-    ds = _dataset(dataset, split_seed, num_clients)
-    X, y = ds.xy("train")
-    # The label set is the public schema's, never the rows'; the kernels clip too.
-    target = ds.schema.target
-    y = check_labels(y, target.classes, column=target.column)
-    rows = ds.client_partition(num_clients)[pid]  # checked: no row held twice
-    return ClientData(client_id=pid, X=X[rows], y=y[rows])
-
-
 @lru_cache(maxsize=16)
 def _source_data(source: DataSource, data_path: str, pid: int) -> ClientData:
     X, y = node_rows({DATA_PATH: data_path} if data_path else {}, source, pid)
@@ -85,13 +65,8 @@ def _source_data(source: DataSource, data_path: str, pid: int) -> ClientData:
 def _node_data(context: Context, s: RunSettings, pid: int) -> ClientData:
     """This node's rows: its own ``data-path`` file, else its slice of the run's data,
     refused (``too_many_records``) beyond the declared bound."""
-    source = DataSource.of(s)
     path = str(context.node_config.get(DATA_PATH, "") or "")
-    if path or not source.bundled:
-        return _source_data(source, path, pid)
-    data = _client_data(s.dataset, s.split_seed, s.num_clients, pid)
-    check_bound(data.n, record_bound(source, required=False), source=s.dataset)
-    return data
+    return _source_data(DataSource.of(s), path, pid)
 
 
 def sanitised(fn):

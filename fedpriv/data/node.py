@@ -168,6 +168,13 @@ def files_dataset(paths: list[str | Path], schema: Schema) -> TabularDataset:
     )
 
 
+@lru_cache(maxsize=4)
+def bundled_run_data(dataset: str, num_clients: int, split_seed: int) -> TabularDataset:
+    """A bundled corpus as a run splits it, once per process: a simulation serves any
+    node from any worker, so a worker that loaded the corpus for one node reuses it."""
+    return load_for_run(dataset, num_clients=num_clients, split_seed=split_seed)
+
+
 def node_rows(
     node_config: Mapping[str, Any], source: DataSource, pid: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -186,9 +193,7 @@ def node_rows(
         if source.csv:
             ds = load_csv(source.csv, sch, split_seed=source.split_seed)
         else:
-            ds = load_for_run(
-                source.dataset, num_clients=source.num_clients, split_seed=source.split_seed
-            )
+            ds = bundled_run_data(source.dataset, source.num_clients, source.split_seed)
         X_all, y_all = ds.xy("train")
         y_all = check_labels(y_all, sch.target.classes, column=sch.target.column)
         rows = ds.client_partition(source.num_clients)[pid]  # checked: no row held twice

@@ -17,7 +17,7 @@ from flwr.app import ConfigRecord, Context, Message, Metadata, RecordDict
 from flwr.clientapp.client_app import ClientAppException
 
 import clients.app as client_app
-from fedpriv.data import load_csv
+from fedpriv.data import load_csv, node
 from fedpriv.errors import INTERNAL, ClientFailure, DataError, public_error
 from fedpriv.federation.settings import RunSettings
 from tests.data.test_csv_errors import GOOD as ROWS
@@ -85,8 +85,10 @@ def test_any_other_exception_becomes_its_type_name_only():
 def bad_node(tmp_path, monkeypatch):
     """A ClientApp node whose local copy of the corpus has a non-numeric age on line 6."""
     path = _bad_csv(tmp_path)
-    monkeypatch.setattr(client_app, "_dataset", lambda *a: load_csv(path, SCHEMA, use_cache=False))
-    client_app._client_data.cache_clear()
+    monkeypatch.setattr(
+        node, "bundled_run_data", lambda *a: load_csv(path, SCHEMA, use_cache=False)
+    )
+    client_app._source_data.cache_clear()
     # A corpus split among any K (heart is held by exactly its 4 hospitals); the
     # rows are the patched CSV's two hospitals either way.
     run_config = RunSettings(dataset="synthetic", num_clients=2).to_run_config()
@@ -98,7 +100,7 @@ def bad_node(tmp_path, monkeypatch):
         run_config=run_config,
     )
     yield path, context
-    client_app._client_data.cache_clear()
+    client_app._source_data.cache_clear()
 
 
 def test_the_clientapp_raises_only_the_sanitised_error_and_logs_the_detail_locally(

@@ -21,8 +21,11 @@ from clients.boosting import BoostingClient
 from clients.dpsgd import DPSGDClient
 from clients.lumberjack import LumberjackClient
 from clients.random_forest import RandomForestClient
+from fedpriv.data import node
+from fedpriv.data.node import DataSource
 from fedpriv.errors import DataError
 from fedpriv.federation.protocol import ClientData, Query
+from fedpriv.federation.settings import RunSettings
 from fedpriv.models.lumberjack import FeatureSpace
 from fedpriv.models.networks import InputMap
 from server.estimators import DPBoostingClassifier, DPLogisticClassifier
@@ -258,11 +261,12 @@ def test_the_clientapp_checks_its_rows_labels_against_the_schema(monkeypatch):
         def client_partition(self, n):
             return ds.client_partition(n)
 
-    monkeypatch.setattr(client_app, "_dataset", lambda *a: Tampered())
-    client_app._client_data.cache_clear()
+    monkeypatch.setattr(node, "bundled_run_data", lambda *a: Tampered())
+    client_app._source_data.cache_clear()
+    source = DataSource.of(RunSettings(dataset="synthetic", num_clients=2, split_seed=0))
     try:
         with pytest.raises(DataError, match=r"label 5 \(row 11\)") as err:
-            client_app._client_data("synthetic", 0, 2, 0)
+            client_app._source_data(source, "", 0)
         assert err.value.code == "label_outside_label_set"
     finally:
-        client_app._client_data.cache_clear()
+        client_app._source_data.cache_clear()
