@@ -36,7 +36,8 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedpriv.data.node import DATA_PATH, DataSource, node_rows
+from clients.evaluation import EvaluationClient
+from fedpriv.data.node import DATA_PATH, EVAL_DATA_PATH, DataSource, node_eval_rows, node_rows
 from fedpriv.errors import public_error
 from fedpriv.federation.protocol import ClientData, poisson_sample
 from fedpriv.federation.runtime import client_key
@@ -67,6 +68,21 @@ def _node_data(context: Context, s: RunSettings, pid: int) -> ClientData:
     refused (``too_many_records``) beyond the declared bound."""
     path = str(context.node_config.get(DATA_PATH, "") or "")
     return _source_data(DataSource.of(s), path, pid)
+
+
+@lru_cache(maxsize=16)
+def _source_eval_data(source: DataSource, data_path: str, eval_path: str, pid: int) -> ClientData:
+    config = {k: v for k, v in ((DATA_PATH, data_path), (EVAL_DATA_PATH, eval_path)) if v}
+    X, y = node_eval_rows(config, source, pid)
+    return ClientData(client_id=pid, X=X, y=y)
+
+
+def _node_eval_data(context: Context, s: RunSettings, pid: int) -> ClientData:
+    """This node's held-out rows (DP federated evaluation): its ``eval-data-path`` file,
+    else its slice of the run's test split (none for a node with only a ``data-path``)."""
+    path = str(context.node_config.get(DATA_PATH, "") or "")
+    eval_path = str(context.node_config.get(EVAL_DATA_PATH, "") or "")
+    return _source_eval_data(DataSource.of(s), path, eval_path, pid)
 
 
 def sanitised(fn):
@@ -149,6 +165,8 @@ def keys(msg: Message, context: Context) -> Message:
         raise RuntimeError("the key exchange already ran in this run; refused")
     # Load and check the rows (schema, bound) and compile the kernels now, not in round 1.
     _node_data(context, s, pid)
+    if s.eval_epsilon:
+        _node_eval_data(context, s, pid)
     get_method(s.method).warm_up()
     client = SecAggClient(client_id=pid)
     _save_secagg(context, client)
@@ -188,26 +206,11 @@ def answer(msg: Message, context: Context) -> Message:
     client.check_keys(participants, named)  # refuse substituted keys before any work
     arrays = {k: msg.content["query"][k].numpy() for k in msg.content["query"].keys()}
     query = query_from_wire(arrays, dict(cfg))
-    data = _node_data(context, s, pid)
     key = _secret_key(context)
-    sample = poisson_sample(data.n, query.sampling_rate, key.streams("poisson").at(query.round))
-
-    saved_arrays = context.state.get("handler-arrays")
-    saved_scalars = context.state.get("handler-scalars")
-    state = {}
-    if saved_arrays is not None and saved_scalars is not None:
-        state = state_from_wire(
-            {k: saved_arrays[k].numpy() for k in saved_arrays.keys()}, dict(saved_scalars)
-        )
-    if query.method != s.method:
-        raise ValueError(f"query for method {query.method!r} in a {s.method!r} run; refused")
-    handler = _handler(query.method)
-    vec = handler.answer(query, data, sample, state, key)
-    for key in getattr(handler, "cache_keys", ()):
-        state.pop(key, None)
-    st_arrays, st_scalars = state_to_wire(state)
-    context.state["handler-arrays"] = ArrayRecord({k: Array(v) for k, v in st_arrays.items()})
-    context.state["handler-scalars"] = ConfigRecord(st_scalars)
+    if query.method == EvaluationClient.method:
+        vec = _evaluation_answer(query, context, s, pid, key)
+    else:
+        vec = _training_answer(query, context, s, pid, key)
 
     codec = FixedPointCodec(
         scale=float(cfg["codec-scale"]),
@@ -227,6 +230,42 @@ def answer(msg: Message, context: Context) -> Message:
     reply = ArrayRecord({"masked": Array(up.vector)})
     meta = ConfigRecord({"round": query.round})  # checked against the server's round
     return _reply(msg, meta=meta, reply=reply, shares=shares)
+
+
+def _training_answer(query, context: Context, s: RunSettings, pid: int, key: SecretKey):
+    """The run's method's answer on this node's sample, its handler state kept on the node."""
+    if query.method != s.method:
+        raise ValueError(f"query for method {query.method!r} in a {s.method!r} run; refused")
+    data = _node_data(context, s, pid)
+    sample = poisson_sample(data.n, query.sampling_rate, key.streams("poisson").at(query.round))
+    saved_arrays = context.state.get("handler-arrays")
+    saved_scalars = context.state.get("handler-scalars")
+    state = {}
+    if saved_arrays is not None and saved_scalars is not None:
+        state = state_from_wire(
+            {k: saved_arrays[k].numpy() for k in saved_arrays.keys()}, dict(saved_scalars)
+        )
+    handler = _handler(query.method)
+    vec = handler.answer(query, data, sample, state, key)
+    for name in getattr(handler, "cache_keys", ()):
+        state.pop(name, None)
+    st_arrays, st_scalars = state_to_wire(state)
+    context.state["handler-arrays"] = ArrayRecord({k: Array(v) for k, v in st_arrays.items()})
+    context.state["handler-scalars"] = ConfigRecord(st_scalars)
+    return vec
+
+
+def _evaluation_answer(query, context: Context, s: RunSettings, pid: int, key: SecretKey):
+    """The score histogram of this node's held-out rows (every row: no sample), only in
+    a run that budgets a DP evaluation (``eval-epsilon`` > 0) and only for its model."""
+    if not s.eval_epsilon:
+        raise ValueError("an evaluation query in a run without eval-epsilon; refused")
+    if query.config.get("model_method") != s.method:
+        raise ValueError(f"evaluation of a {query.config.get('model_method')!r} model in a "
+                         f"{s.method!r} run; refused")  # fmt: skip
+    data = _node_eval_data(context, s, pid)
+    sample = poisson_sample(data.n, query.sampling_rate, key.streams("poisson").at(query.round))
+    return EvaluationClient().answer(query, data, sample, {}, key)
 
 
 @app.query("unmask")

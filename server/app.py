@@ -40,6 +40,7 @@ from fedpriv.federation.settings import RunSettings, SettingError
 from fedpriv.federation.status import RunFailedError, RunStatus, outcome_of, write_status
 from fedpriv.methods import StrategyContext
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
+from server.dp_evaluation import not_run, run_dp_evaluation, scoped_ledgers
 from server.flower_strategy import FlowerStrategy
 from server.grid_runtime import GridRuntime, PollingGrid
 
@@ -64,11 +65,6 @@ TIMING_CAVEAT = (
     "timings: per-round wall times were written; they track the clients' work on their "
     "rows, a release no mechanism accounts for"
 )
-
-
-def save_model(path: Path, model) -> None:
-    """The released model's arrays (every learner's ``to_arrays`` holds released values only)."""
-    np.savez(path, **model.to_arrays())
 
 
 def communication_report(report, *, timings: bool, planned: int | None = None) -> dict:
@@ -129,9 +125,7 @@ def main(grid: Grid, context: Context) -> None:
         write_status(out, outcome)
         log.error("%s", outcome.line())
         raise
-    runtime = progress.runtime
-    comm = runtime.report.communication
-    outcome = outcome_of(comm, rounds_planned=s.rounds, max_aborted_share=s.max_aborted_share)
+    outcome = progress.outcome  # training's rounds (the evaluation's is reported apart)
     report = {"epsilon": "inf", "complete": True}
     if ledger is not None:
         report = ledger.close()
@@ -162,6 +156,14 @@ def main(grid: Grid, context: Context) -> None:
         )
     else:
         log.info("not evaluated: %s", metrics["reason"])
+    dp = metrics["dp_federated"]
+    if dp["evaluated"]:
+        log.info(
+            "DP federated evaluation (ε %g): AUC %.4f ± %.4f, Brier %.4f ± %.4f, "
+            "accuracy %.4f ± %.4f",
+            dp["epsilon"], dp["auc"], dp["auc_error"], dp["brier"], dp["brier_error"],
+            dp["accuracy"], dp["accuracy_error"],
+        )  # fmt: skip
     log.info("ε spent %s (PLD), %s (RDP) at δ=%s", eps_pld, eps_rdp, f"{s.delta:g}")
     log.info(
         "floats uploaded per client %.0f, round trips %s%s",
@@ -189,6 +191,8 @@ class Progress:
     model: Any = None
     schema: Any = None
     max_records: int | None = None
+    #: How training ended (its rounds only), once it has.
+    outcome: Any = None
 
 
 def train(
@@ -207,9 +211,11 @@ def train(
     n_features = schema.n_features  # the encoded schema's width: every node's X has it
     # n: the public bound on the total, K × max-records (DP-SGD's normaliser, the range
     # checks, Lumberjack's caps); the nodes' true counts never leave them.
-    core = build_strategy(s, schema, n_records=s.num_clients * max_records, n_features=n_features)
+    n_records = s.num_clients * max_records
+    core = build_strategy(s, schema, n_records=n_records, n_features=n_features)
+    train_ledger, eval_ledger = scoped_ledgers(ledger, s)
     strategy = FlowerStrategy(
-        core, settings=s, n_features=n_features, max_records=max_records, ledger=ledger
+        core, settings=s, n_features=n_features, max_records=max_records, ledger=train_ledger
     )
     runtime = progress.runtime = strategy.connect(grid)
     runtime.ping(s.ping_rounds)
@@ -221,13 +227,25 @@ def train(
     )
     model = progress.model = strategy.core.model()
     progress.schema, progress.max_records = schema, max_records
+    progress.outcome = outcome_of(
+        runtime.report.communication,
+        rounds_planned=s.rounds,
+        max_aborted_share=s.max_aborted_share,
+    )
     metrics = evaluate(model, s)
+    if eval_ledger is None:
+        metrics["dp_federated"] = not_run("eval-epsilon is 0 (no share of ε for it)")
+    else:
+        metrics["dp_federated"] = run_dp_evaluation(
+            runtime, model, s, eval_ledger, n_features=n_features, n_records=n_records,
+            secret_key=strategy.secret_key,
+        )  # fmt: skip
     comm = communication_report(runtime.report, timings=s.timings, planned=s.rounds)
+    comm["dp_evaluation_rounds"] = 0 if eval_ledger is None else 1
     write_json_atomic(out / "metrics.json", metrics)
     write_json_atomic(out / "communication.json", comm)
     per_round = {str(r): dict(m) for r, m in result.train_metrics_clientapp.items()}
     write_json_atomic(out / "rounds.json", per_round)
-    save_model(out / "model.npz", model)
     return metrics, comm
 
 
@@ -247,17 +265,17 @@ def evaluation_data(s: RunSettings) -> tuple[np.ndarray, np.ndarray, str] | None
 def evaluate(model, s: RunSettings) -> dict:
     """metrics.json: the released model scored on public data, or why it was not.
 
-    Only public rows are scored here (:func:`evaluation_data`). Without any, the
-    nodes' own rows would be needed: that is a release, so it must be a DP
-    federated evaluation through the run's ledger, which plugs in at the
-    ``None`` branch below (not implemented: the file says evaluation was not done).
+    Only public rows are scored here (:func:`evaluation_data`). The nodes' own
+    held-out rows are scored only by the DP federated evaluation
+    (:mod:`server.dp_evaluation`, ``eval-epsilon``), whose section
+    ``dp_federated`` the caller adds.
     """
     data = evaluation_data(s)
     if data is None:
         return {
             "evaluated": False,
-            "reason": "no public evaluation data (set eval-path); a DP federated "
-            "evaluation on the nodes' rows is not implemented",
+            "reason": "no public evaluation data (set eval-path, or eval-epsilon for a DP "
+            "federated evaluation on the nodes' held-out rows)",
         }
     X, y, where = data
     return {"evaluated": True, "eval_source": where, **binary_metrics(y, model.predict_proba(X))}

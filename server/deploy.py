@@ -115,16 +115,20 @@ def supernode_command(
     ca_cert: Path | None,
     auth_key: Path | None,
     data_path: str | Path | None = None,
+    eval_data_path: str | Path | None = None,
 ) -> list[str]:
     """SuperNode ``index``'s command line (loopback launcher and ``docker-compose.yml``).
 
     ``ca_cert=None`` and ``auth_key=None`` together mean ``--insecure``; one of
     them alone is a misconfiguration the tests use on purpose. ``data_path``:
-    the node's own file (node-config ``data-path``, a quoted TOML string).
+    the node's own file (node-config ``data-path``, a quoted TOML string);
+    ``eval_data_path`` its held-out file (``eval-data-path``).
     """
     node_config = f"partition-id={index} num-partitions={num_clients}"
     if data_path is not None:
         node_config += f" data-path={json.dumps(str(data_path))}"
+    if eval_data_path is not None:
+        node_config += f" eval-data-path={json.dumps(str(eval_data_path))}"
     args = [
         "flower-supernode",
         "--superlink",
@@ -174,10 +178,13 @@ class Federation:
         num_clients: int,
         insecure: bool = False,
         data: list[Path] | None = None,
+        eval_data: list[Path] | None = None,
     ) -> None:
         self.workdir, self.num_clients, self.insecure = workdir, num_clients, insecure
         #: Each node's own file (``data-path``), or ``None``: a bundled corpus's slice.
         self.data = data
+        #: Each node's own held-out file (``eval-data-path``), or ``None``.
+        self.eval_data = eval_data
         self.home = workdir / "cli"
         self.env = flwr_env(self.home)
         self.port = free_port()
@@ -293,6 +300,7 @@ class Federation:
             ca_cert=None if self.tls is None or not trust_ca else self.tls.ca_cert,
             auth_key=None if self.tls is None else (key or self.keys[index].private),
             data_path=None if self.data is None else self.data[index],
+            eval_data_path=None if self.eval_data is None else self.eval_data[index],
         )
         args[0] = str(BIN / args[0])
         proc = self._popen(args, self.workdir / f"node-{index}", f"node-{index}", env)
@@ -427,6 +435,7 @@ def deploy(
     hook: Callable[[Federation, str], None] | None = None,
     on_submit: Callable[[Federation], None] | None = None,
     data: list[str | Path] | None = None,
+    eval_data: list[str | Path] | None = None,
 ) -> tuple[int, Path | None]:
     """Run one job on a fresh loopback federation; returns (exit code, result directory).
 
@@ -437,13 +446,22 @@ def deploy(
     ``on_submit`` gets the federation once the run is submitted, before any
     line is streamed (tests inject faults). ``data``: one file per node (K = their
     number), each node reading only its own; ``max-records`` must then be set.
+    ``eval_data``: each node's held-out file, in the same order (DP federated
+    evaluation, ``eval-epsilon``).
     """
     if not overrides.get("out-dir"):
         overrides = {**overrides, "out-dir": str((Path.cwd() / "results" / "deploy").resolve())}
-    files = None
+    files = eval_files = None
     if data:
         files = node_files(data, overrides)
         overrides = {**overrides, "num-clients": len(files)}
+    if eval_data:
+        eval_files = [Path(d).resolve() for d in eval_data]
+        if files is None or len(eval_files) != len(files):
+            raise SettingError(
+                f"--eval-data must name one held-out file per --data file "
+                f"({0 if files is None else len(files)}); got {len(eval_files)}"
+            )
     settings, config = resolve_run(SMALL_JOB, overrides)  # before anything starts
     K = settings.num_clients
     node_env = node_env or {}
@@ -454,7 +472,9 @@ def deploy(
     workdir = workdir or Path(tempfile.mkdtemp(prefix="fedpriv-deploy-"))
     code, run_id = 2, None
     previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    fed = Federation(workdir=workdir, num_clients=K, insecure=insecure, data=files)
+    fed = Federation(
+        workdir=workdir, num_clients=K, insecure=insecure, data=files, eval_data=eval_files
+    )
     no_late = threading.Event()
 
     def start_late_nodes() -> None:
@@ -539,6 +559,14 @@ def main(argv: list[str] | None = None) -> int:
         help="one node's own CSV/Parquet file (repeat: one SuperNode per file); needs "
         "--set max-records=N",
     )
+    ap.add_argument(
+        "--eval-data",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="one node's held-out file, in --data's order (repeat), for the DP federated "
+        "evaluation (--set eval-epsilon=E)",
+    )
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--out-dir", default=None, help="results directory (default ./results/deploy)")
     ap.add_argument("--timeout", type=float, default=1800.0)
@@ -554,7 +582,11 @@ def main(argv: list[str] | None = None) -> int:
         overrides["out-dir"] = str(Path(args.out_dir).resolve())
     try:  # the run config is resolved and checked first, before any process starts
         code, out = deploy(
-            overrides, insecure=args.insecure, timeout=args.timeout, data=args.data or None
+            overrides,
+            insecure=args.insecure,
+            timeout=args.timeout,
+            data=args.data or None,
+            eval_data=args.eval_data or None,
         )
     except SettingError as exc:  # one line, exit 2
         log.error("error: %s", exc)

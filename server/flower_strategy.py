@@ -167,4 +167,4 @@ class FlowerStrategy(_FlowerStrategy):
         if model is None:  # nothing released yet (e.g. a forest still growing)
             return ArrayRecord()
         arrays = model.to_arrays()
-        return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
+        return ArrayRecord({k: Array(np.asarray(v, order="C")) for k, v in arrays.items()})

@@ -415,6 +415,7 @@ class GridRuntime:
         n_features: int,
         ledger: PrivacyLedger | None,
         secret_key: SecretKey,
+        noise_stream: str = "noise",
     ) -> None:
         """Start ``strategy``: public generator from the seed, private ones from ``secret_key``.
 
@@ -427,6 +428,7 @@ class GridRuntime:
             ledger=ledger,
             seed=self.settings.seed,
             secret_key=secret_key,
+            noise_stream=noise_stream,
         )
 
     def plan_round(self, query: Query) -> tuple[PlannedRound, list[Message]]:
@@ -465,4 +467,4 @@ class GridRuntime:
 def _arr(v: np.ndarray):
     from flwr.app import Array
 
-    return Array(np.ascontiguousarray(v))
+    return Array(np.asarray(v, order="C"))

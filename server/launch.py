@@ -449,6 +449,9 @@ def result_line(out: Path, detail: str) -> str:
         )
     )
     auc = f"AUC {metrics['auc']:.4f}" if metrics.get("evaluated", True) else "AUC n/a"
+    dp = metrics.get("dp_federated") or {}
+    if dp.get("evaluated"):  # the nodes' held-out rows, through the ledger
+        auc += f" | DP AUC {dp['auc']:.4f} ± {dp['auc_error']:.4f} (ε {dp['epsilon']:g})"
     return (
         f"{auc} | ε spent {privacy.get('epsilon_pld', 'inf')} (PLD), "
         f"{privacy.get('epsilon_rdp', 'inf')} (RDP){rounds} | {detail.format(**comm)} | {out}"

@@ -15,6 +15,11 @@ bound is :func:`declared_max_records`, the largest client's training rows of
 that published corpus: public, because the corpus and its split are. For a
 user file it must be declared; a node whose file holds more rows fails at the
 key exchange with ``too_many_records`` (a fact about the bound, not a count).
+
+Held-out rows (:func:`node_eval_rows`), for the DP federated evaluation: a
+node's own ``eval-data-path`` file; in simulation, its slice of the test
+split of the run's ``csv`` or bundled corpus; none for a node given only a
+``data-path``. They obey the same declared bound.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ from fedpriv.records import check_labels
 BUNDLED = ("adult", "heart", "diabetes130", "brfss")
 #: The node-config key naming a node's own file.
 DATA_PATH = "data-path"
+#: The node-config key naming a node's own held-out file (DP federated evaluation).
+EVAL_DATA_PATH = "eval-data-path"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -199,6 +206,38 @@ def node_rows(
         rows = ds.client_partition(source.num_clients)[pid]  # checked: no row held twice
         X, y = X_all[rows], y_all[rows]
         where = source.csv or source.dataset
+    check_bound(int(y.shape[0]), record_bound(source, required=False), source=where)
+    return X, y
+
+
+def node_eval_rows(
+    node_config: Mapping[str, Any], source: DataSource, pid: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """This node's held-out rows (X, y) for the DP federated evaluation.
+
+    With ``eval-data-path``: that file, whole. A node given its own
+    ``data-path`` but no held-out file holds none (it adds zero counts).
+    Otherwise (simulation) the node's slice of the test split of the run's
+    ``csv`` or bundled corpus, divided as the training split is (client
+    column, else IID from the split seed). Checked against the declared bound.
+    """
+    sch = run_schema(source.schema, source.dataset)
+    path = node_config.get(EVAL_DATA_PATH)
+    if path:
+        X, y = read_file(str(path), sch)
+        where = str(path)
+    elif node_config.get(DATA_PATH):
+        return np.zeros((0, sch.n_features)), np.zeros(0, dtype=np.int64)
+    else:
+        if source.csv:
+            ds = load_csv(source.csv, sch, split_seed=source.split_seed)
+        else:
+            ds = bundled_run_data(source.dataset, source.num_clients, source.split_seed)
+        X_all, y_all = ds.xy("test")
+        y_all = check_labels(y_all, sch.target.classes, column=sch.target.column)
+        rows = ds.client_partition(source.num_clients, part="test")[pid]
+        X, y = X_all[rows], y_all[rows]
+        where = f"{source.csv or source.dataset} (test split)"
     check_bound(int(y.shape[0]), record_bound(source, required=False), source=where)
     return X, y
 

@@ -144,16 +144,21 @@ def begin_strategy(
     ledger: PrivacyLedger | None,
     seed: int,
     secret_key: SecretKey,
+    noise_stream: str = "noise",
 ) -> None:
     """Start ``strategy`` as every runtime does: public generator from ``seed``, the
-    server's private one from ``secret_key`` (a debug key voids the ledger's guarantee)."""
+    server's private one from ``secret_key`` (a debug key voids the ledger's guarantee).
+
+    ``noise_stream`` names the server's private stream: a second strategy in the same
+    run (the DP evaluation after training) takes its own, never a replay of the first's.
+    """
     if ledger is not None and not secret_key.certified:
         ledger.mark_uncertified(secret_key.public_reason)
     strategy.begin(
         n_features=n_features,
         ledger=ledger,
         rng=derive_generator(seed, "server"),
-        secret_rng=secret_key.derive("server").generator("noise"),
+        secret_rng=secret_key.derive("server").generator(noise_stream),
     )
 
 
@@ -224,10 +229,17 @@ class RoundEngine:
         ledger: PrivacyLedger | None,
         seed: int,
         secret_key: SecretKey,
+        noise_stream: str = "noise",
     ) -> None:
-        """Start ``strategy`` (:func:`begin_strategy`); participation coins from ``secret_key``."""
+        """Start ``strategy`` (:func:`begin_strategy`); participation coins from ``secret_key``
+        (per round index: a later strategy's rounds must use indices of their own)."""
         begin_strategy(
-            strategy, n_features=n_features, ledger=ledger, seed=seed, secret_key=secret_key
+            strategy,
+            n_features=n_features,
+            ledger=ledger,
+            seed=seed,
+            secret_key=secret_key,
+            noise_stream=noise_stream,
         )
         self._fates = participation_streams(secret_key)
 

@@ -188,6 +188,11 @@ class RunSettings:
     #: A public file (same schema) the server may hold and scores the model on;
     #: "" = a bundled corpus's public test split, or no evaluation.
     eval_path: str = ""
+    #: The DP federated evaluation's share of ε (0: none). After training, the nodes
+    #: score their held-out rows and the run releases their score histograms once,
+    #: through the same ledger (:mod:`server.dp_evaluation`); training then
+    #: calibrates to the rest, (ε − eval-epsilon, δ − δ·eval-epsilon/ε).
+    eval_epsilon: float = 0.0
     num_clients: int = 5
     epsilon: float = 2.0
     delta: float | None = None
@@ -242,6 +247,11 @@ class RunSettings:
         check_run_values(
             {f.name: getattr(self, f.name) for f in fields(self) if f.name != "config"}
         )
+        if self.eval_epsilon and not (self.private and 0.0 < self.eval_epsilon < self.epsilon):
+            raise SettingError(
+                f"eval-epsilon must lie in [0, epsilon) = [0, {self.epsilon:g}) and needs a "
+                f"private run (finite epsilon); got {self.eval_epsilon!r}"
+            )
         if self.csv and self.max_records is None:
             raise SettingError(
                 "max-records must be declared (an integer in [1, inf): the public bound on "

@@ -28,7 +28,8 @@ def _scalar(v: Any) -> Any:
 
 
 def query_to_wire(q: Query) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    arrays = {k: np.ascontiguousarray(v) for k, v in q.arrays.items()}
+    # asarray, not ascontiguousarray: that one turns a 0-d array (a model's kind) into 1-d.
+    arrays = {k: np.asarray(v, order="C") for k, v in q.arrays.items()}
     config = {f"q.{k}": _scalar(getattr(q, k)) for k in _HEAD}
     config.update({f"c.{k}": _scalar(v) for k, v in q.config.items()})
     return arrays, config
