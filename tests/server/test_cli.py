@@ -11,7 +11,8 @@ import pytest
 
 from fedpriv.federation.ranges import all_ranges
 from fedpriv.federation.settings import RunSettings, SettingError
-from server.cli import main, quiet_flower
+from server.cli import main
+from server.cli_logs import quiet_flower
 from tests.data.test_csv_errors import GOOD, HEADER, SCHEMA
 
 RESULT = re.compile(r"AUC (\S+) \| ε spent (\S+) \(PLD\), (\S+) \(RDP\) \| run (\w+)")
