@@ -5,6 +5,10 @@ key is refused naming the keys that apply), fits the method's estimator on a
 bundled corpus or a CSV with its public schema, prints the test AUC, ε spent and
 the run's status, and with ``--out`` writes the model file and the privacy
 report (:func:`_write_results`).
+
+On a terminal a progress bar follows the rounds (:class:`server.progress.RoundProgress`,
+as the Flower launchers' bar does): about every tenth round, and at the end, it
+shows an upper bound on ε spent so far.
 """
 
 from __future__ import annotations
@@ -58,11 +62,55 @@ def _resolve(method: str, overrides: dict[str, Any]):
     return RunSettings.from_run_config({**checked, "method": method})
 
 
-class _Ticker:
-    """Proxy of a client handler: each query's (public) round index moves the progress bar."""
+def _bound(eps: float) -> str:
+    """An upper bound on ε as shown: rounded up to three decimals."""
+    return "inf" if math.isinf(eps) else f"{math.ceil(eps * 1e3) / 1e3:.3f}"
 
-    def __init__(self, inner: Any, progress: Any, total: int) -> None:
-        self._inner, self._progress, self._total, self._seen = inner, progress, total, -1
+
+class _Rounds:
+    """The bar's view of an in-process fit: rounds done and an upper bound on ε spent.
+
+    The first query of round ``r`` (a public index, from 0) means ``r`` rounds
+    are done. About every tenth round (as the ServerApp's round lines,
+    :meth:`server.grid_runtime.GridRuntime.log_round`) the line carries
+    ``PrivacyLedger.epsilon_upper_bound()`` of the fit's ledger: one coarse
+    PLD, built only when the bar is drawn. :meth:`finish` shows the fit's
+    accounted ε.
+    """
+
+    def __init__(self, progress: Any, total: int) -> None:
+        self._progress, self._total, self._every = progress, total, max(1, total // 10)
+        self.seen, self.ledger = -1, None
+
+    def watch(self, ledger: Any) -> Any:
+        """Keep the fit's ledger (``None``: a non-private fit); returns it."""
+        self.ledger = ledger
+        return ledger
+
+    def _line(self, done: int, eps: float | None) -> None:
+        extra = "" if eps is None else f", ε spent ≤ {_bound(eps)}"
+        self._progress.on_line(f"[fedpriv] round {done}/{self._total}{extra}\n")
+
+    def on_query(self, r: int) -> None:
+        if r <= self.seen:
+            return
+        self.seen = r
+        drawn = self.ledger is not None and getattr(self._progress, "bar", False)
+        eps = None
+        if drawn and r > 0 and r % self._every == 0:
+            eps = float(self.ledger.epsilon_upper_bound())
+        self._line(r, eps)
+
+    def finish(self, epsilon: float | None) -> None:
+        """The fit's end: every round seen done, ``epsilon`` its accounted ε (if private)."""
+        self._line(self.seen + 1, epsilon)
+
+
+class _Ticker:
+    """Proxy of a client handler: each query's (public) round index moves the bar."""
+
+    def __init__(self, inner: Any, rounds: _Rounds) -> None:
+        self._inner, self._rounds = inner, rounds
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._inner, name)
@@ -70,10 +118,7 @@ class _Ticker:
             return attr
 
         def call(query: Any, *args: Any, **kwargs: Any) -> Any:
-            r = int(getattr(query, "round", self._seen))
-            if r > self._seen:
-                self._seen = r
-                self._progress.on_line(f"[fedpriv] round {r + 1}/{self._total}\n")
+            self._rounds.on_query(int(getattr(query, "round", self._rounds.seen)))
             return attr(query, *args, **kwargs)
 
         return call
@@ -134,8 +179,12 @@ def run_in_process(
     }
     est.set_params(**{**params, "num_clients": int(k)})
     bar = RoundProgress(write=lambda _line: None)
-    inner_handler = est._handler
-    est._handler = lambda: _Ticker(inner_handler(), bar, settings.rounds)
+    rounds = _Rounds(bar, settings.rounds)
+    # The clients' queries tick the bar; the fit's own ledger (Estimator._fit_ledger,
+    # fresh per fit) gives its ε bound: the report's scope and figures are unchanged.
+    inner_handler, fit_ledger = est._handler, est._fit_ledger
+    est._handler = lambda: _Ticker(inner_handler(), rounds)
+    est._fit_ledger = lambda: rounds.watch(fit_ledger())
     log.info(
         "%s in process on %s: %d rounds, ε=%s, δ=%g",
         m.name, source, settings.rounds, _fmt(settings.epsilon), settings.delta,
@@ -143,6 +192,8 @@ def run_in_process(
     try:
         with bar:
             est.fit(data)
+            report = est.privacy_report_
+            rounds.finish(None if report is None else float(report.epsilon))
     except RunFailedError as exc:
         log.error("run failed: %s", exc)
         return 1
@@ -151,7 +202,6 @@ def run_in_process(
         auc = f"{roc_auc_score(y, est.predict_proba(X)[:, 1]):.4f}"
     except ValueError:  # a test split of one class
         auc = "n/a"
-    report = est.privacy_report_
     eps = (None, None) if report is None else (report.to_dict()["epsilon_pld"],
                                                 report.to_dict()["epsilon_rdp"])  # fmt: skip
     line = (
