@@ -24,7 +24,8 @@ careless edits, not a forger (who can recompute them): sign the file for that.
 Everything in the file is released or public: the parameters are the
 learner's released values (every ``to_arrays`` holds released values only),
 the schema and settings are public, the card is built from the ledger's
-report. No secret key, no private count.
+report. No secret key, no private count. The schema's tables and the card's
+public values are built in :mod:`fedpriv.artefact_schema`.
 """
 
 from __future__ import annotations
@@ -32,25 +33,19 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import math
 import os
 import zipfile
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fedpriv import __version__
-from fedpriv.data.schema import (
-    BinaryColumn,
-    CategoricalColumn,
-    NumericColumn,
-    Schema,
-    SchemaError,
-)
-from fedpriv.methods import get_method, resolve
+from fedpriv.artefact_schema import jsonable as _jsonable
+from fedpriv.artefact_schema import public_values, schema_to_dict
+from fedpriv.data.schema import Schema, SchemaError
+from fedpriv.methods import resolve
 from fedpriv.privacy.card import CardError, PrivacyCard, build_card
 
 FORMAT = "fedpriv-model"
@@ -123,103 +118,6 @@ class Artefact:
     def predict_proba_frame(self, frame) -> np.ndarray:
         """:meth:`predict_proba` of raw rows (:meth:`encode`)."""
         return self.predict_proba(self.encode(frame))
-
-
-# -- the schema as data -------------------------------------------------------
-def schema_to_dict(schema: Schema) -> dict[str, Any]:
-    """The tables :meth:`Schema.from_dict` reads back into an equal schema (same digest)."""
-    columns = []
-    for c in schema.columns:
-        if isinstance(c, NumericColumn):
-            col = {"type": "numeric", "name": c.name, "lo": c.lo, "hi": c.hi}
-            col |= {"transform": c.transform.value, "missing": c.missing.value}
-        elif isinstance(c, CategoricalColumn):
-            col = {"type": "categorical", "name": c.name, "categories": list(c.categories)}
-            col |= {"missing": c.missing.value}
-        elif isinstance(c, BinaryColumn):
-            col = {"type": "binary", "name": c.name, "positive": list(c.positive)}
-            col |= {"negative": list(c.negative), "missing": c.missing.value}
-        else:  # pragma: no cover - the schema's column union is closed
-            raise ArtefactError(f"unknown column type {type(c).__name__}")
-        columns.append(col)
-    t = schema.target
-    out = {
-        "name": schema.name,
-        "description": schema.description,
-        "target": {"column": t.column, "positive": list(t.positive), "labels": list(t.labels)},
-        "columns": columns,
-        "drop": list(schema.drop),
-        "missing_tokens": list(schema.missing_tokens),
-        "sep": schema.sep,
-        "encoding": schema.encoding,
-        "extra": _jsonable(schema.extra),
-    }
-    if schema.client_column is not None:
-        out["client_column"] = schema.client_column
-    return out
-
-
-def _jsonable(value: Any) -> Any:
-    """``value`` with enums as their values, arrays and tuples as lists, inf as "inf"."""
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.generic):
-        return _jsonable(value.item())
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
-
-
-def public_values(
-    schema: Schema | None,
-    settings: dict[str, Any],
-    *,
-    method: str,
-    classes: Any = None,
-    record_bound: int | None = None,
-) -> dict[str, Any]:
-    """The public values the card lists: schema bounds and domains, label set, record
-    bound, seed, number of clients and the query structure (the method's settings)."""
-    if schema is None:
-        box = {"features": "bare arrays: every feature in the public box [0, 1]"}
-    else:
-        box = {
-            "schema": schema.name,
-            "bounds": {c.name: [c.lo, c.hi] for c in schema.columns if hasattr(c, "lo")},
-            "domains": {
-                c.name: list(c.categories) for c in schema.columns if hasattr(c, "categories")
-            },
-            "binary": {
-                c.name: {"positive": list(c.positive), "negative": list(c.negative)}
-                for c in schema.columns
-                if isinstance(c, BinaryColumn)
-            },
-        }
-    if classes is None and schema is not None:
-        t = schema.target
-        classes = {"labels": list(t.labels), "positive": list(t.positive)}
-    m = get_method(method)
-    config = {k: settings[k] for k in m.config_fields if k in settings}
-    try:
-        from fedpriv.federation.settings import config_from_values
-
-        rounds = config_from_values(m, config).rounds
-    except (TypeError, ValueError, AttributeError):
-        rounds = None
-    return {
-        **box,
-        "label_set": _jsonable(classes),
-        "record_bound": record_bound,
-        "seed": settings.get("seed"),
-        "num_clients": settings.get("num_clients"),
-        "query_structure": _jsonable({"method": method, "rounds": rounds, "config": config}),
-    }
 
 
 # -- writing -------------------------------------------------------------------

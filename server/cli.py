@@ -6,7 +6,11 @@
 ``fedpriv schema draft``  a schema skeleton from a CSV's header, placeholders for the rest;
 ``fedpriv bench``, ``fedpriv ablate``  the studies (``experiments.benchmark``,
                      ``experiments.ablate``), run as subprocesses: imports point from
-                     experiments to server, never back.
+                     experiments to server, never back;
+``fedpriv predict``, ``fedpriv inspect``  score rows with a model file, print its card.
+
+The in-process run lives in :mod:`server.cli_run`, the filter of Flower's output in
+:mod:`server.cli_logs`.
 
 Exit codes follow the launchers': 0 a completed or degraded run, 1 a failed run, 2 a
 setting, schema or data error (one line naming the key, the value and the range).
@@ -14,10 +18,7 @@ setting, schema or data error (one line naming the key, the value and the range)
 
 from __future__ import annotations
 
-import contextlib
-import io
 import logging
-import math
 import re
 import subprocess
 import sys
@@ -27,12 +28,11 @@ from typing import Any
 import click
 
 from fedpriv import logs
+from server.cli_logs import quiet_flower
+from server.cli_run import run_in_process
 
 log = logs.get_logger(__name__)
 
-#: Run keys an in-process fit uses besides the estimator's own parameters.
-_IN_PROCESS_KEYS = {"method", "dataset", "num-clients", "split-seed", "out-dir"}
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _PASS = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
 
 
@@ -66,201 +66,6 @@ class _RunCommand(click.Command):
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         formatter.write_paragraph()
         formatter.write(run_keys_help() + "\n")
-
-
-# -- results -------------------------------------------------------------------
-def _write_results(out: Path, estimator: Any, summary: dict[str, Any]) -> list[Path]:
-    """Write a fit's results under ``out``: the portable model file (released
-    parameters, public schema, privacy card: ``fedpriv predict`` / ``inspect`` read
-    it) and the privacy report with the run's summary; returns the files written."""
-    from fedpriv.atomic import write_json_atomic
-
-    out.mkdir(parents=True, exist_ok=True)
-    model = estimator.save(out / "model.fedpriv.npz")
-    report = estimator.privacy_report_
-    privacy = {"epsilon": "inf", "non_private": True} if report is None else report.to_dict()
-    write_json_atomic(out / "privacy.json", {**privacy, "run": summary})
-    return [Path(model), out / "privacy.json"]
-
-
-# -- run in process --------------------------------------------------------------
-def _fmt(x: Any) -> str:
-    return "inf" if x is None or (isinstance(x, float) and math.isinf(x)) else f"{x:.4g}"
-
-
-def _resolve(method: str, overrides: dict[str, Any]):
-    """Strictly checked settings (the launchers' parser) for an in-process fit."""
-    from fedpriv.federation.settings import RunSettings, SettingError
-    from server.method_estimator import RUN_PARAMS
-
-    allowed = _IN_PROCESS_KEYS | {k.replace("_", "-") for k in RUN_PARAMS}
-    flower_only = {k.replace("_", "-") for k in RunSettings.run_keys()} - allowed
-    for key in overrides:
-        if key.replace("_", "-") in flower_only:
-            raise SettingError(
-                f"run-config key {key!r} applies to Flower runs only (add --flower); "
-                f"in process the run's keys are {sorted(allowed)}"
-            )
-    checked = {k: v for k, v in overrides.items() if k not in ("dataset", "num-clients")}
-    return RunSettings.from_run_config({**checked, "method": method})
-
-
-class _Ticker:
-    """Proxy of a client handler: each query's (public) round index moves the progress bar."""
-
-    def __init__(self, inner: Any, progress: Any, total: int) -> None:
-        self._inner, self._progress, self._total, self._seen = inner, progress, total, -1
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._inner, name)
-        if name not in ("answer", "answer_many"):
-            return attr
-
-        def call(query: Any, *args: Any, **kwargs: Any) -> Any:
-            r = int(getattr(query, "round", self._seen))
-            if r > self._seen:
-                self._seen = r
-                self._progress.on_line(f"[fedpriv] round {r + 1}/{self._total}\n")
-            return attr(query, *args, **kwargs)
-
-        return call
-
-
-def run_in_process(
-    *,
-    method: str,
-    dataset: str | None,
-    csv: Path | None,
-    schema: Path | None,
-    client_column: str | None,
-    overrides: dict[str, Any],
-    out: Path | None,
-) -> int:
-    """Fit ``method``'s estimator in process; print AUC, ε and the status; returns the exit code."""
-    from sklearn.metrics import roc_auc_score
-
-    from fedpriv.data import client_counts, load_csv, load_for_run
-    from fedpriv.data.corpora import check_client_count
-    from fedpriv.federation.settings import RunSettings, SettingError, check_run_values
-    from fedpriv.federation.status import RunFailedError
-    from fedpriv.methods import get_method
-    from server.progress import RoundProgress
-
-    settings = _resolve(method, overrides)
-    split_seed = settings.split_seed
-    k = overrides.get("num-clients")
-    if csv is not None:
-        if schema is None:
-            raise click.UsageError("--csv needs --schema FILE (fedpriv schema draft writes one)")
-        if k is not None:
-            check_run_values({"num_clients": k})
-        data = load_csv(csv, schema, client_column=client_column, split_seed=split_seed)
-        source = str(csv)
-    else:
-        name = dataset or overrides.get("dataset") or RunSettings.dataset
-        lo, hi = client_counts(name)
-        if k is None:  # the launchers' default, moved into the corpus's own range
-            k = min(max(RunSettings.num_clients, lo), hi or RunSettings.num_clients)
-        check_run_values({"num_clients": k})
-        try:
-            check_client_count(name, k)
-        except ValueError as exc:
-            raise SettingError(str(exc)) from None
-        data = load_for_run(name, num_clients=k, split_seed=split_seed)
-        source = name
-    if k is None:
-        k = len(data.client_names) or RunSettings.num_clients
-    resolved = settings.to_run_config()
-    m = get_method(settings.method)
-    est = m.estimator_class()
-    # "" in a run config means "the default": the estimator's own then.
-    params = {
-        p: resolved[p.replace("_", "-")]
-        for p in est.get_params()
-        if resolved.get(p.replace("_", "-"), "") != ""
-    }
-    est.set_params(**{**params, "num_clients": int(k)})
-    bar = RoundProgress(write=lambda _line: None)
-    inner_handler = est._handler
-    est._handler = lambda: _Ticker(inner_handler(), bar, settings.rounds)
-    log.info(
-        "%s in process on %s: %d rounds, ε=%s, δ=%g",
-        m.name, source, settings.rounds, _fmt(settings.epsilon), settings.delta,
-    )  # fmt: skip
-    try:
-        with bar:
-            est.fit(data)
-    except RunFailedError as exc:
-        log.error("run failed: %s", exc)
-        return 1
-    X, y = data.xy("test")
-    try:
-        auc = f"{roc_auc_score(y, est.predict_proba(X)[:, 1]):.4f}"
-    except ValueError:  # a test split of one class
-        auc = "n/a"
-    report = est.privacy_report_
-    eps = (None, None) if report is None else (report.to_dict()["epsilon_pld"],
-                                                report.to_dict()["epsilon_rdp"])  # fmt: skip
-    line = (
-        f"AUC {auc} | ε spent {eps[0] if eps[0] is not None else 'inf'} (PLD), "
-        f"{eps[1] if eps[1] is not None else 'inf'} (RDP) | {est.run_outcome_.line()}"
-    )
-    if out is not None:
-        summary = {"auc": auc, "source": source, "config": resolved, "status": str(est.run_status_)}
-        written = _write_results(out, est, summary)
-        line += f" | {', '.join(str(p) for p in written)}"
-    click.echo(line)
-    return 0
-
-
-# -- Flower runs -------------------------------------------------------------------
-def _fedprivs_line(line: str) -> bool:
-    """Whether a followed line is fedpriv's (or an error) rather than Flower's INFO flood."""
-    s = _ANSI.sub("", line).lstrip()
-    return s.startswith(("[fedpriv", "[simulate", "[deploy", "AUC ", "ERROR", "Traceback"))
-
-
-class _LogFilter(io.TextIOBase):
-    """A stdout that writes every line to a log file and shows fedpriv's lines only."""
-
-    def __init__(self, logfile: Any, shown: Any) -> None:
-        self._log, self._shown, self._buf = logfile, shown, ""
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, s: str) -> int:
-        self._buf += s
-        *lines, self._buf = self._buf.split("\n")
-        for line in lines:
-            self._log.write(line + "\n")
-            if _fedprivs_line(line):
-                self._shown.write(line + "\n")
-        self._log.flush()
-        return len(s)
-
-    def flush(self) -> None:
-        if self._buf:
-            self.write("\n")
-        self._log.flush()
-        self._shown.flush()
-
-
-def quiet_flower(entry: Any, argv: list[str], logdir: Path, *, verbose: bool) -> int:
-    """Call a launcher's ``main(argv)`` with its followed output in ``logdir/flower.log``."""
-    if verbose:
-        return int(entry(argv) or 0)
-    logdir.mkdir(parents=True, exist_ok=True)
-    path = logdir / "flower.log"
-    with open(path, "a", encoding="utf-8") as fh:
-        filt = _LogFilter(fh, sys.stdout)
-        log.info("Flower's output goes to %s (--verbose shows it)", path)
-        with contextlib.redirect_stdout(filt):
-            try:
-                code = int(entry(argv) or 0)
-            finally:
-                filt.flush()
-    return code
 
 
 # -- the commands --------------------------------------------------------------------

@@ -26,7 +26,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from fedpriv.artefact import Artefact, ArtefactError, load_model, public_values, save_model
+from fedpriv.artefact import Artefact, ArtefactError, load_model, save_model
+from fedpriv.artefact_schema import public_values
 from fedpriv.federation.secagg_common import SecAggConfig
 from fedpriv.federation.status import RunStatus
 from fedpriv.privacy.card import build_card, report_from_dict

@@ -20,6 +20,22 @@ def _isolated_cache(tmp_path_factory):
     mp.undo()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _fedpriv_logger_as_configured():
+    """The ``fedpriv`` logger as an entry point leaves it (``logs.configure``: it does
+    not propagate to the root logger) from the first test on. pytest's capture handler
+    joins a non-propagating logger only when a test phase begins: without this, a test
+    whose call configures logging (the ServerApp, the CLI) loses its ``fedpriv`` records
+    to ``caplog`` when it is the first such test of its worker, and passes otherwise."""
+    import logging
+
+    logger = logging.getLogger("fedpriv")
+    saved = logger.propagate
+    logger.propagate = False
+    yield
+    logger.propagate = saved
+
+
 @pytest.fixture
 def largest_pld(monkeypatch):
     """Points of the largest PLD composed while the test runs (0: none was built)."""

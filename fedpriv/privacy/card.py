@@ -23,7 +23,8 @@ A non-private run (ε = inf, no ledger) gets a card that says so.
 
 Everything here is plain data: :meth:`PrivacyCard.to_dict` /
 :meth:`PrivacyCard.from_dict` round-trip through JSON (``inf`` as the string
-``"inf"``, since JSON has none), and :meth:`PrivacyCard.to_markdown` renders it.
+``"inf"``, since JSON has none), and :meth:`PrivacyCard.to_markdown` renders it
+(:mod:`fedpriv.privacy.card_markdown`).
 """
 
 from __future__ import annotations
@@ -48,7 +49,6 @@ NON_PRIVATE_CAVEAT = (
 
 #: The neighbouring relation every fedpriv guarantee is stated under.
 NEIGHBOURING = "add_or_remove_one"
-_NEIGHBOURING_TEXT = "datasets differing by adding or removing one record"
 
 #: Shamir threshold rule of secure aggregation (``fedpriv.federation.secagg_common``).
 SECAGG_RULE = "Shamir t = max(2, floor(threshold * n) + 1) of a round's n participants"
@@ -153,6 +153,8 @@ class PrivacyCard:
     # -- Markdown ------------------------------------------------------------
     def to_markdown(self) -> str:
         """The card as a Markdown document (every DpEvent listed by label and repr)."""
+        from fedpriv.privacy.card_markdown import render_markdown
+
         return render_markdown(self)
 
 
@@ -328,75 +330,3 @@ def report_from_dict(d: dict[str, Any], caveats: tuple[str, ...] = ()) -> Privac
         caveats=tuple(caveats),
         scope=d.get("scope", ""),
     )
-
-
-def _fmt(x: float | None) -> str:
-    if x is None:
-        return "n/a"
-    return "∞" if math.isinf(x) else f"{x:.6g}"
-
-
-def render_markdown(card: PrivacyCard) -> str:
-    """:meth:`PrivacyCard.to_markdown`."""
-    lines = [f"# Privacy card: `{card.method}`", ""]
-    if not card.private:
-        lines += ["**Non-private run (ε = ∞): this model carries no privacy guarantee.**", ""]
-    else:
-        status = "**certified**" if card.certified else "**NOT certified** (see caveats)"
-        lines += [
-            f"(ε, δ) = ({_fmt(card.epsilon)}, {_fmt(card.delta)}), {status}; "
-            f"budget ({_fmt(card.budget_epsilon)}, {_fmt(card.budget_delta)}).",
-            "",
-            "| accountant | ε | role |",
-            "|---|---|---|",
-            f"| PLD ({card.pld_method}) | {_fmt(card.epsilon_pld)} | primary |",
-            f"| RDP | {_fmt(card.epsilon_rdp)} | cross-check |",
-            "",
-            f"The reported ε is the smaller sound bound; binding: `{card.binding_accountant}`"
-            + (f"; certified figure: `{card.certified_accountant}`." if card.certified else "."),
-            "",
-        ]
-    relation = _NEIGHBOURING_TEXT if card.neighbouring_relation == NEIGHBOURING else ""
-    lines += [
-        f"**Neighbouring relation:** `{card.neighbouring_relation}` ({relation}).",
-        "",
-        "## Trust model",
-        "",
-    ]
-    tm = card.trust_model
-    for key in ("server", "peers", "observers"):
-        if key in tm:
-            lines.append(f"* **{key}**: {tm[key]}")
-    if tm.get("secure_aggregation"):
-        lines.append(
-            f"* **secure aggregation**: on, threshold {tm.get('secagg_threshold')} "
-            f"({tm.get('secagg_rule')})"
-        )
-    elif tm:
-        lines.append("* **secure aggregation**: off")
-    p = card.participation
-    lines += [
-        "",
-        "## Participation",
-        "",
-        f"ρ = {p.get('rho')}, accounting: `{p.get('accounting') or 'n/a'}`",
-        "",
-        f"## Releases ({len(card.events)} DpEvents)",
-        "",
-    ]
-    if card.events:
-        lines += ["| # | label | event |", "|---|---|---|"]
-        lines += [f"| {e.index} | {e.label} | `{e.event}` |" for e in card.events]
-    else:
-        lines.append("None recorded.")
-    lines += ["", "## Public values", "", f"* schema digest: `{card.schema_digest}`"]
-    for key, value in card.public_values.items():
-        lines.append(f"* {key}: `{value}`")
-    lines += ["", "## Caveats", ""]
-    lines += [f"* {c}" for c in card.caveats] or ["None."]
-    lines += ["", f"**Run status:** {card.run_status or 'not given'}"]
-    if card.scope:
-        lines.append(f"**Scope:** {card.scope}")
-    versions = ", ".join(f"{k} {v}" for k, v in card.versions.items())
-    lines += ["", f"_Versions: {versions}._", ""]
-    return "\n".join(lines)

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedpriv.artefact import load_model
 from fedpriv.data import load_heart
 from fedpriv.federation.settings import RunSettings, SettingError
 from fedpriv.methods import (
@@ -89,7 +90,8 @@ def test_the_toy_runs_under_flwr_run_and_releases_the_in_process_model(toy, tmp_
     code, out = simulate(run, timeout=600, quiet=True)
     assert code == 0
     ref = toy.ToyClassifier(rounds=2, epsilon=2.0, seed=3, secret_key=key_for(7)).fit(load_heart())
-    np.testing.assert_array_equal(np.load(out / "model.npz")["rate"], [ref.model_.rate])
+    saved = load_model(out / "model.fedpriv.npz")
+    assert saved.method == NAME and saved.model.rate == ref.model_.rate
     privacy = json.loads((out / "privacy.json").read_text())
     assert privacy["epsilon"] == pytest.approx(ref.epsilon_spent_) and privacy["epsilon"] <= 2.0
     assert json.loads((out / "config.json").read_text())["method"] == NAME

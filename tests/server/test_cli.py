@@ -1,5 +1,7 @@
-"""The `fedpriv` command: help, in-process runs, schema drafts, the Flower log filter."""
+"""The `fedpriv` command: help, in-process runs and their progress bar, schema drafts,
+the Flower log filter."""
 
+import io
 import json
 import math
 import re
@@ -8,10 +10,13 @@ import sys
 
 import numpy as np
 import pytest
+from rich.console import Console
 
 from fedpriv.federation.ranges import all_ranges
 from fedpriv.federation.settings import RunSettings, SettingError
-from server.cli import main, quiet_flower
+from server.cli import main
+from server.cli_logs import quiet_flower
+from server.progress import RoundProgress
 from tests.data.test_csv_errors import GOOD, HEADER, SCHEMA
 
 RESULT = re.compile(r"AUC (\S+) \| ε spent (\S+) \(PLD\), (\S+) \(RDP\) \| run (\w+)")
@@ -139,6 +144,36 @@ def test_run_in_process_heart(capsys, tmp_path):
     assert report["run"]["config"]["rounds"] == 3
     with np.load(tmp_path / "model.fedpriv.npz", allow_pickle=False) as model:
         assert model["model.leaf_values"].shape[0] == 3  # one tree per round
+
+
+def test_run_in_process_bar_shows_epsilon_spent(monkeypatch, capsys, tmp_path):
+    # On a terminal the in-process run draws the rounds as a bar; its text carries an
+    # upper bound on ε spent (every round here: T = 3 < 10), the last the fit's ε.
+    shown = []
+
+    class Recording(RoundProgress):
+        def __init__(self, write=None, *, bar=None):
+            super().__init__(write, bar=True)  # as on a terminal
+
+        def on_line(self, line):
+            super().on_line(line)
+            task = self._progress.tasks[0]
+            shown.append((task.completed, task.total, task.description))
+
+    screen = io.StringIO()
+    monkeypatch.setattr("rich.console.Console", lambda **_: Console(file=screen))
+    monkeypatch.setattr("server.progress.RoundProgress", Recording)
+    argv = ["run", "--dataset", "heart", "--set", "rounds=3", "--set", "epsilon=2"]
+    assert main([*argv, "--out", str(tmp_path)]) == 0
+    assert _result(capsys.readouterr().out).group(4) == "completed"
+    final = json.loads((tmp_path / "privacy.json").read_text())["epsilon"]
+    assert [(done, total) for done, total, _ in shown] == [(0, 3), (1, 3), (2, 3), (3, 3)]
+    bounds = [float(m.group(1)) for *_, d in shown if (m := re.search(r"ε spent ≤ (\S+)", d))]
+    assert len(bounds) == 3, shown  # after rounds 1, 2 and 3
+    assert bounds == sorted(bounds) and 0.0 < bounds[0]
+    assert all(b <= final + 1e-3 for b in bounds)  # shown rounded up to 3 decimals
+    assert final <= bounds[-1] <= final + 1e-3
+    assert "ε spent ≤" in screen.getvalue()
 
 
 def test_run_in_process_csv(capsys, tmp_path):

@@ -20,6 +20,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+from fedpriv.artefact import load_model
 from fedpriv.data import data_dir
 from fedpriv.data.export import export
 from fedpriv.data.node import files_dataset, run_schema
@@ -192,7 +193,7 @@ def test_nodes_reading_only_their_own_files_release_the_in_process_model(tmp_pat
     )
     assert code == 0
     assert at_submission == [[0, 1]]  # node 2 started only after the run (and its ServerApp)
-    saved = np.load(out / "model.npz")
+    saved = load_model(out / "model.fedpriv.npz").model.to_arrays()
     ref = DPBoostingClassifier(
         rounds=1, depth=3, epsilon=2.0, seed=3, secret_key=key_for(4), max_records=80
     ).fit(files_dataset(files, run_schema("", "adult")))

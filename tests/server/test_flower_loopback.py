@@ -19,10 +19,10 @@ import pytest
 from flwr.app import Context, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
+from fedpriv.artefact import load_model
 from fedpriv.data import load_heart
 from fedpriv.data.node import declared_max_records
 from fedpriv.methods import get_method
-from fedpriv.models.networks import NetworkModel
 from fedpriv.privacy.randomness import KEY_ENV
 from server import app as server_app
 from server.estimators import DPRandomForestClassifier, LumberjackClassifier
@@ -71,7 +71,7 @@ def test_dpsgd_app_releases_the_in_process_parameters(monkeypatch, tmp_path, mod
         "seed": 5,
     }
     out = run_app(monkeypatch, tmp_path, job)
-    saved = NetworkModel.from_arrays(dict(np.load(out / "model.npz")))
+    saved = load_model(out / "model.fedpriv.npz").model
     ref = (
         get_method(model)
         .estimator_class(
@@ -110,7 +110,7 @@ def test_lumberjack_app_releases_the_in_process_forest(monkeypatch, tmp_path):
         "seed": 5,
     }
     out = run_app(monkeypatch, tmp_path, job)
-    saved = np.load(out / "model.npz")
+    saved = load_model(out / "model.fedpriv.npz").model.to_arrays()
     ref = LumberjackClassifier(
         trees=3,
         depth=8,
@@ -141,7 +141,7 @@ def test_random_forest_app_releases_the_in_process_forest(monkeypatch, tmp_path)
         "seed": 5,
     }
     out = run_app(monkeypatch, tmp_path, job)
-    saved = np.load(out / "model.npz")
+    saved = load_model(out / "model.fedpriv.npz").model.to_arrays()
     ref = DPRandomForestClassifier(
         trees=3,
         depth=4,

@@ -15,6 +15,7 @@ import json
 import numpy as np
 import pytest
 
+from fedpriv.artefact import load_model
 from fedpriv.data import load_heart
 from fedpriv.privacy.randomness import KEY_ENV
 from server.estimators import DPBoostingClassifier
@@ -38,7 +39,7 @@ def test_simulation_releases_the_in_process_model(tmp_path, injected_key):
         {**SMALL, "out-dir": str(tmp_path), "ping-rounds": PINGS}, timeout=600, quiet=True
     )
     assert code == 0
-    saved = np.load(out / "model.npz")
+    saved = load_model(out / "model.fedpriv.npz").model.to_arrays()
     ref = DPBoostingClassifier(rounds=3, depth=3, epsilon=2.0, seed=5, secret_key=injected_key).fit(
         load_heart()
     )

@@ -18,6 +18,7 @@ import pytest
 from flwr.app import ArrayRecord, ConfigRecord, Error, Message, RecordDict
 from flwr.common.constant import ErrorCode
 
+from fedpriv.artefact import load_model
 from fedpriv.federation.engine import DEFAULT_SCALE
 from fedpriv.federation.status import RunFailedError
 from tests.server.test_flower_loopback import run_app
@@ -139,7 +140,7 @@ def test_a_hostile_node_never_gets_a_forged_value_into_the_model(monkeypatch, tm
     assert comm["rejected_replies"] == refused and comm["client_errors"] == errors
     # Spent: every round whose sum went through the ledger (released or discarded).
     assert privacy["n_releases"] == released + discarded
-    leaves = np.load(out / "model.npz")["leaf_values"]
+    leaves = load_model(out / "model.fedpriv.npz").model.to_arrays()["leaf_values"]
     assert np.abs(leaves).max() < 5.0  # honest leaves are a few logits; forged ones ~1e8
     if released < 3:
         assert np.all(leaves[ATTACK - 1] == 0.0)  # the attacked tree adds nothing

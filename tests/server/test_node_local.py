@@ -20,6 +20,7 @@ import pytest
 
 import fedpriv.data.dataset as dataset_module
 import fedpriv.data.node as node_module
+from fedpriv.artefact import load_model
 from fedpriv.data import load_for_run
 from fedpriv.data.export import export
 from fedpriv.data.node import (
@@ -96,7 +97,7 @@ def test_the_server_reads_only_the_eval_file_and_releases_the_in_process_model(
     out = run_app(monkeypatch, tmp_path, _job(hospitals), node_config=_nodes(files))
     # The server process read the public evaluation file and nothing else.
     assert server_reads and all(r == f"read:{test}" for r in server_reads), server_reads
-    saved = np.load(out / "model.npz")
+    saved = load_model(out / "model.fedpriv.npz").model.to_arrays()
     ref = DPBoostingClassifier(
         rounds=2, depth=3, epsilon=2.0, seed=7, secret_key=key_for(KEY), max_records=ROWS
     ).fit(files_dataset(files, run_schema("", "adult")))
@@ -161,7 +162,7 @@ def test_a_bad_node_file_fails_the_run_at_the_key_exchange_with_its_code(
     assert status["status"] == "failed"
     server = "\n".join(r.getMessage() for r in caplog.records if r.name != "clients.app")
     assert code in server and "forty" not in server
-    assert not (tmp_path / "4242" / "model.npz").exists()  # failed before round 1
+    assert not (tmp_path / "4242" / "model.fedpriv.npz").exists()  # failed before round 1
 
 
 def test_the_declared_bound_is_public_and_required_for_your_own_files(tmp_path, hospitals):
