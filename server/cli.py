@@ -18,6 +18,7 @@ setting, schema or data error (one line naming the key, the value and the range)
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import subprocess
@@ -101,14 +102,21 @@ def run(ctx: click.Context, method, dataset, csv, schema, client_column, sets, f
     verbose = run_verbose or (ctx.obj or {}).get("verbose", False)
     overrides = parse_set(list(sets))
     if flower:
-        if csv is not None:
-            raise click.UsageError("--csv runs in process; a federation reads node-local data "
-                                   "(fedpriv deploy)")  # fmt: skip
         from server import simulate
 
         argv = ["--set", f"method={method}"]
         if dataset:
             argv += ["--set", f"dataset={dataset}"]
+        if csv is not None:  # simulated hospitals: run-config csv, split as in process
+            if schema is None:
+                raise click.UsageError("--csv needs --schema FILE (schema draft writes one)")
+            if client_column is not None:
+                raise click.UsageError(
+                    "--client-column is in-process only: a Flower simulation splits by the "
+                    "schema's client_column (else IID)"
+                )
+            for key, path in (("csv", csv), ("schema", schema)):
+                argv += ["--set", f"{key}={json.dumps(str(path.resolve()))}"]
         for s in sets:
             argv += ["--set", s]
         outdir = (out or Path.cwd() / "results" / "flower").resolve()

@@ -252,3 +252,24 @@ def test_flower_output_goes_to_the_log(tmp_path, capsys):
     assert quiet_flower(fake_launcher, [], tmp_path / "v", verbose=True) == 3
     assert capsys.readouterr().out.splitlines() == lines
     assert not (tmp_path / "v").exists()
+
+
+def test_run_flower_on_a_csv_simulates_its_hospitals_through_the_run_config(monkeypatch, tmp_path):
+    """--flower --csv: the run config's csv and schema (absolute), as the nodes read them."""
+    import server.cli
+
+    seen = {}
+
+    def fake(entry, argv, logdir, *, verbose):
+        seen["argv"] = argv
+        return 0
+
+    monkeypatch.setattr(server.cli, "quiet_flower", fake)
+    csv, schema = tmp_path / "h.csv", tmp_path / "h.toml"
+    argv = ["run", "--flower", "--csv", str(csv), "--schema", str(schema), "--set", "rounds=2"]
+    assert main(argv) == 0
+    got = seen["argv"]
+    assert f"csv={json.dumps(str(csv.resolve()))}" in got
+    assert f"schema={json.dumps(str(schema.resolve()))}" in got
+    assert main(["run", "--flower", "--csv", str(csv)]) != 0  # no schema: a usage error
+    assert main([*argv, "--client-column", "site"]) != 0  # in-process only
