@@ -71,11 +71,14 @@ class GAMConfig:
     histograms on a fine public grid). ``learning_rate`` η scales each Newton
     step; the step's regulariser is λ = max(``lam`` · σ_H, ``reg_lambda``), σ_H
     the std of the noise on each released Σh; ``max_update`` bounds each bin's
-    step (logits). The privacy budget is the run ledger's.
+    step (logits). The privacy budget is the run ledger's. Defaults measured
+    on Adult (ε = 0.5), BRFSS (ε = 0.5) and Diabetes 130-US (ε = 2)
+    (``experiments/gam_check.py``): 70 column rounds (5 passes over Adult's 14
+    columns, 1.7 over 130-US's 41), 16 quantile bins, η = 1, λ = 5 σ_H.
     """
 
-    rounds: int = 43
-    bins: int = 32
+    rounds: int = 71
+    bins: int = 16
     quantile_bins: bool = True
     learning_rate: float = 1.0
     lam: float = 5.0
