@@ -70,7 +70,13 @@ def base_rate_brier(data) -> float:
 def run_cell(data, learner, epsilon, keys, **settings) -> dict:
     t0 = time.perf_counter()
     rows = [
-        score(data, learner, epsilon, secret_key_for("gam_check", data.name, repr(epsilon), k), **settings)
+        score(
+            data,
+            learner,
+            epsilon,
+            secret_key_for("gam_check", data.name, repr(epsilon), k),
+            **settings,
+        )
         for k in range(keys)
     ]
     auc, brier = np.array(rows).T

@@ -159,8 +159,7 @@ class DPGAMStrategy:
             sum_bound=sum_bound(max(1.0, HESS_BOUND), self.n_records),
         )
         self._reset_shapes()
-        if self._noise is not None:
-            self.noise_multiplier_ = self._noise.noise_multiplier
+        self.noise_multiplier_ = None if self._noise is None else self._noise.noise_multiplier
 
     def _reset_shapes(self) -> None:
         self._shapes = [np.zeros(self._live.n_bins(k)) for k in range(self._live.m)]
@@ -173,7 +172,7 @@ class DPGAMStrategy:
         """λ = max(lam · σ_H, reg_lambda): σ_H = z·Δ, the noise std on each Σh."""
         if self._noise is None:
             return self.config.reg_lambda
-        sigma = self._noise.noise_multiplier * sensitivity
+        sigma = self.noise_multiplier_ * sensitivity
         return max(self.config.lam * sigma, self.config.reg_lambda)
 
     def term_of(self, t: int) -> int:
@@ -224,7 +223,7 @@ class DPGAMStrategy:
         if noise is None:
             return values
         mech = GaussianMechanism(
-            l2_sensitivity=sensitivity, noise_multiplier=noise.noise_multiplier
+            l2_sensitivity=sensitivity, noise_multiplier=self.noise_multiplier_
         )
         noisy = noise.ledger.release(
             mech, values, rng=noise.rng, sampling_probability=1.0, event=noise.event, label=label
