@@ -30,6 +30,7 @@ Scorer = Callable[[np.ndarray], np.ndarray]
 #: an import path resolved on use (the random forest's model lives with its strategy).
 MODEL_CLASSES: dict[str, str] = {
     "boosting": "fedpriv.models.trees:TreeEnsemble",
+    "dp_gam": "fedpriv.models.gam:GAMModel",
     "logistic": "fedpriv.models.networks:NetworkModel",
     "mlp": "fedpriv.models.networks:NetworkModel",
     "random_forest": "strategies.random_forest:RandomForestModel",

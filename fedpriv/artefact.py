@@ -59,6 +59,7 @@ _ARRAY_KINDS = "biuf"
 #: the loader imports nothing else. A plugin adds its own with :func:`register_model_class`.
 MODEL_CLASSES: set[str] = {
     "fedpriv.models.trees:TreeEnsemble",
+    "fedpriv.models.gam:GAMModel",
     "fedpriv.models.networks:NetworkModel",
     "fedpriv.models.heavy_hitters:ForestModel",
     "strategies.random_forest:RandomForestModel",

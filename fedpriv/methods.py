@@ -108,7 +108,8 @@ class Method:
     family : str
         ``"gaussian-rounds"``: every round is one Poisson-subsampled Gaussian
         release (the matched-accounting benchmark's learners); ``"forest"``:
-        a DP forest (the forest benchmark's).
+        a DP forest (the forest benchmark's); ``"histogram"``: every record in
+        every round, one Gaussian release per round (DP-EBM).
     """
 
     name: str
@@ -265,5 +266,18 @@ register_method(
         delta=1e-6,
         multiclass=True,
         family="forest",
+    )
+)
+register_method(
+    Method(
+        name="dp_gam",
+        summary="DP histogram boosting of one-column trees (DP-EBM)",
+        config="strategies.gam:GAMConfig",
+        strategy="strategies.gam:build",
+        client="clients.gam:GAMClient",
+        kernels="fedpriv.models.gam",
+        estimator="server.estimators:DPGAMClassifier",
+        maths="fedpriv.models.gam",
+        family="histogram",
     )
 )

@@ -76,6 +76,15 @@ class DPBoostingClassifier(MethodEstimator):
     method = "boosting"
 
 
+class DPGAMClassifier(MethodEstimator):
+    """DP histogram boosting of one-column trees, federated (DP-EBM; Nori et al. 2021).
+
+    Settings: :class:`strategies.gam.GAMConfig`; run parameters: module docstring.
+    """
+
+    method = "dp_gam"
+
+
 class DPLogisticClassifier(MethodEstimator):
     """DP-SGD logistic regression, federated (benchmark paper §3.5).
 
@@ -112,6 +121,7 @@ class DPMLPClassifier(DPLogisticClassifier):
 
 __all__ = [
     "DPBoostingClassifier",
+    "DPGAMClassifier",
     "DPLogisticClassifier",
     "DPMLPClassifier",
     "DPRandomForestClassifier",

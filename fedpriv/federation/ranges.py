@@ -57,6 +57,14 @@ METHOD_RANGES: dict[str, dict[str, str]] = {
         "max-frontier": "[1, inf)",
     },
     "random_forest": {"trees": "[1, inf)", "depth": "[1, 16]"},
+    "dp_gam": {
+        "rounds": "[2, inf)",
+        "bins": "[2, 256]",
+        "learning-rate": "(0, inf)",
+        "lam": "[0, inf)",
+        "reg-lambda": "(0, inf)",
+        "max-update": "(0, inf)",
+    },
 }
 METHOD_RANGES["mlp"] = {**METHOD_RANGES["logistic"], "hidden": "[1, inf)"}
 

@@ -155,3 +155,31 @@ def test_random_forest_app_releases_the_in_process_forest(monkeypatch, tmp_path)
     for key, value in ref.model_.to_arrays().items():
         np.testing.assert_array_equal(saved[key], value, err_msg=key)
     assert _json(out, "privacy")["epsilon"] == pytest.approx(ref.epsilon_spent_)
+
+
+def test_dp_gam_app_releases_the_in_process_model(monkeypatch, tmp_path):
+    from fedpriv.artefact import ARTEFACT_NAME, load_model
+    from fedpriv.models.gam import GAMModel
+    from server.estimators import DPGAMClassifier
+
+    job = {
+        "dataset": "heart",
+        "num-clients": 4,
+        "method": "dp_gam",
+        "rounds": 12,
+        "bins": 8,
+        "epsilon": 2.0,
+        "seed": 5,
+    }
+    out = run_app(monkeypatch, tmp_path, job)
+    saved = load_model(out / ARTEFACT_NAME).model  # the model file names GAMModel
+    assert isinstance(saved, GAMModel)
+    ref = DPGAMClassifier(
+        rounds=12, bins=8, epsilon=2.0, seed=5, secret_key=key_for(KEY), max_records=BOUND
+    ).fit(load_heart())
+    for key, value in ref.model_.to_arrays().items():
+        np.testing.assert_array_equal(saved.to_arrays()[key], value, err_msg=key)
+    privacy = _json(out, "privacy")
+    assert privacy["epsilon"] == pytest.approx(ref.epsilon_spent_) and privacy["epsilon"] <= 2.0
+    assert privacy["n_releases"] == 12 + 1  # the rounds and the quantile sketch
+    assert _json(out, "communication")["round_trips"] == 2 + 2 * 12

@@ -1,0 +1,90 @@
+"""DP histogram boosting (DP-EBM): the client half.
+
+Round 0 (``phase = "intercept"``): the client returns (Σg, Σh) of all its
+rows at margin 0 (g = ½ − y, h = ¼), followed, when the query's ``grid`` is
+positive, by every numeric term's counts on that many equal cells of [0, 1]
+(:func:`fedpriv.models.gam.fine_histograms`). Round t ≥ 1 (``phase =
+"term"``): it scores all its rows with the released model in the query and
+returns the per-bin ``[Σg | Σh]`` of the query's term, g and h clipped to
+the bounds the server's sensitivity assumes (:func:`fedpriv.models.gam.bin_sums`).
+
+The handler keeps only a cache of its rows' bins (keyed by the public
+binning), which a runtime may drop: the reply is a function of the query and
+the rows alone, so every runtime gets the same floats.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+
+from fedpriv.federation.protocol import ClientData, Query
+from fedpriv.models.gam import (
+    GAMModel,
+    Terms,
+    bin_matrix,
+    bin_sums,
+    fine_histograms,
+    intercept_sums,
+    margins,
+)
+from fedpriv.privacy.randomness import SecretKey
+
+
+def _binning_key(terms: Terms) -> str:
+    h = hashlib.sha256()
+    for a in terms.to_arrays().values():
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+class GAMClient:
+    """Client handler for :class:`strategies.gam.DPGAMStrategy`."""
+
+    method = "dp_gam"
+    #: State entries that only save work (a runtime that serialises state drops them).
+    cache_keys = ("bins", "bins_key")
+
+    def answer(
+        self,
+        query: Query,
+        data: ClientData,
+        sample: np.ndarray,
+        state: dict[str, Any],
+        key: SecretKey | None = None,
+    ) -> np.ndarray:
+        if np.asarray(sample).size != data.n:
+            raise ValueError("DP-EBM counts every record in every round: the sample must be all")
+        phase = str(query.config["phase"])
+        if phase == "intercept":
+            out = intercept_sums(data.y)
+            grid = int(query.config["grid"])
+            if grid > 0:
+                terms = Terms.from_arrays(dict(query.arrays))
+                terms.check_features(data.XT.shape[0])
+                out = np.concatenate([out, fine_histograms(terms, data.XT, grid)])
+        elif phase == "term":
+            model = GAMModel.from_arrays(dict(query.arrays))
+            bins = self._bins(model.terms, data, state)
+            k = int(query.config["term"])
+            if not 0 <= k < model.terms.m:
+                raise ValueError(f"term must lie in [0, {model.terms.m}); got {k}")
+            f = margins(model.base, model.shapes, bins)
+            out = bin_sums(f, data.y, bins[k], model.terms.n_bins(k))
+        else:
+            raise ValueError(f"phase must be one of ['intercept', 'term']; got {phase!r}")
+        if out.size != query.reply_length:
+            raise ValueError(
+                f"reply has {out.size} values; the query asks for {query.reply_length}"
+            )
+        return out
+
+    @staticmethod
+    def _bins(terms: Terms, data: ClientData, state: dict[str, Any]) -> np.ndarray:
+        key = _binning_key(terms)
+        if state.get("bins_key") != key or state.get("bins") is None:
+            state["bins"] = bin_matrix(terms, data.XT)
+            state["bins_key"] = key
+        return state["bins"]
