@@ -30,8 +30,9 @@ from fedpriv import logs
 
 log = logs.get_logger(__name__)
 
-#: Run keys an in-process fit uses besides the estimator's own parameters.
-_IN_PROCESS_KEYS = {"method", "dataset", "num-clients", "split-seed", "out-dir"}
+#: Run keys an in-process fit uses besides the estimator's own parameters (``max-records``:
+#: the declared public bound on records per client, the estimator's ``max_records``).
+_IN_PROCESS_KEYS = {"method", "dataset", "num-clients", "split-seed", "out-dir", "max-records"}
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _PASS = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
 
