@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedpriv import logs
+from fedpriv.atomic import point_latest
 from fedpriv.federation.settings import SettingError
 from server.launch import (
     BIN,
@@ -398,8 +399,9 @@ def _count_online(data) -> int:
 
 def node_files(data: list[str | Path], overrides: Mapping) -> list[Path]:
     """The nodes' own files (absolute), checked before anything starts: K = their
-    number agrees with any ``num-clients``, and ``max-records`` is declared (a bound
-    the server may not count from the files)."""
+    number agrees with any ``num-clients``, ``max-records`` is declared (a bound the
+    server may not count from the files) and so is the files' schema (``schema``, or
+    the ``dataset`` whose schema they follow), never the default corpus's by accident."""
     files = [Path(d).resolve() for d in data]
     k = overrides.get("num-clients")
     if k not in (None, "", len(files)):
@@ -410,6 +412,11 @@ def node_files(data: list[str | Path], overrides: Mapping) -> list[Path]:
         raise SettingError(
             "max-records must be declared (--set max-records=N, an integer in [1, inf): "
             "the public bound on records per node) for a run on --data files; got unset"
+        )
+    if overrides.get("schema") in (None, "") and overrides.get("dataset") in (None, ""):
+        raise SettingError(
+            "schema must be set for a run on --data files (--set schema=FILE.toml: the files' "
+            "public schema; or --set dataset=NAME for a bundled corpus's export); got unset"
         )
     return files
 
@@ -476,8 +483,9 @@ def deploy(
                 fed.start_node(i, env=node_env.get(i, {}))
             fed.wait_online(K - late_nodes)
             run_id = submit(CONNECTION, fed.env, config)
+            where = settings.dataset if files is None else "the nodes' own files"
             log.info(
-                f"run {run_id} submitted: {settings.method} on {settings.dataset}, K={K}, "
+                f"run {run_id} submitted: {settings.method} on {where}, K={K}, "
                 f"T={settings.rounds}, TLS and node authentication {'off' if insecure else 'on'}"
             )
             if late_nodes:
@@ -521,6 +529,8 @@ def deploy(
         elif code:
             log.info(f"logs kept in {workdir}")
     out = Path(settings.out_dir) / run_id if run_id else None
+    if out is not None and out.is_dir():
+        point_latest(settings.out_dir, run_id)  # <out-dir>/latest: this run's folder
     return code, out
 
 

@@ -181,6 +181,9 @@ def test_the_declared_bound_is_public_and_required_for_your_own_files(tmp_path, 
         node_files(files, {})
     with pytest.raises(SettingError, match="num-clients"):
         node_files(files, {"max-records": 5, "num-clients": 4})
+    with pytest.raises(SettingError, match="schema must be set"):
+        node_files(files, {"max-records": 5})  # not the default corpus's schema by accident
+    assert node_files(files, {"max-records": 5, "schema": "heart"}) == [f.resolve() for f in files]
     cmd = supernode_command(
         index=1,
         num_clients=3,
