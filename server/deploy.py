@@ -44,6 +44,8 @@ from pathlib import Path
 
 from fedpriv import logs
 from fedpriv.atomic import point_latest
+from fedpriv.data import DataError, SchemaError
+from fedpriv.data.node import run_schema
 from fedpriv.federation.settings import SettingError
 from server.launch import (
     BIN,
@@ -401,7 +403,8 @@ def node_files(data: list[str | Path], overrides: Mapping) -> list[Path]:
     """The nodes' own files (absolute), checked before anything starts: K = their
     number agrees with any ``num-clients``, ``max-records`` is declared (a bound the
     server may not count from the files) and so is the files' schema (``schema``, or
-    the ``dataset`` whose schema they follow), never the default corpus's by accident."""
+    the ``dataset`` whose schema they follow), never the default corpus's by accident;
+    the schema loads (a draft with placeholders left is refused here)."""
     files = [Path(d).resolve() for d in data]
     k = overrides.get("num-clients")
     if k not in (None, "", len(files)):
@@ -418,7 +421,18 @@ def node_files(data: list[str | Path], overrides: Mapping) -> list[Path]:
             "schema must be set for a run on --data files (--set schema=FILE.toml: the files' "
             "public schema; or --set dataset=NAME for a bundled corpus's export); got unset"
         )
+    try:  # loaded now: a schema the nodes would refuse (e.g. a draft) starts no federation
+        run_schema(schema_setting(overrides), str(overrides.get("dataset") or ""))
+    except (SchemaError, DataError) as exc:
+        raise SettingError(str(exc)) from None
     return files
+
+
+def schema_setting(overrides: Mapping) -> str:
+    """The run's ``schema`` value, a schema file's path made absolute (every process
+    of the run, and its ``config.json``, names the same file)."""
+    schema = str(overrides.get("schema") or "")
+    return str(Path(schema).resolve()) if schema and Path(schema).is_file() else schema
 
 
 def deploy(
@@ -451,6 +465,8 @@ def deploy(
     if data:
         files = node_files(data, overrides)
         overrides = {**overrides, "num-clients": len(files)}
+        if overrides.get("schema"):
+            overrides["schema"] = schema_setting(overrides)
     settings, config = resolve_run(SMALL_JOB, overrides)  # before anything starts
     K = settings.num_clients
     node_env = node_env or {}

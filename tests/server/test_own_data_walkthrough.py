@@ -110,6 +110,9 @@ def test_the_readme_walkthrough_runs_on_three_hospital_files(tmp_path, monkeypat
     )
     said = capsys.readouterr().err  # the fedpriv log line
     assert re.search(first, said), said
+    assert main(deploy + FAST["deploy"]) == 2  # before any process starts
+    said = capsys.readouterr().err
+    assert re.search(first, said) and "SuperLink" not in said, said
     (toml,) = re.findall(r"```toml\n(.*?)```", section, flags=re.S)
     schema.write_text(_fill(schema.read_text(), tomllib.loads(toml)))
     assert PLACEHOLDER not in schema.read_text()
@@ -128,6 +131,7 @@ def test_the_readme_walkthrough_runs_on_three_hospital_files(tmp_path, monkeypat
     latest = tmp_path / deploy[deploy.index("--out-dir") + 1] / "latest"
     config = json.loads((latest / "config.json").read_text())
     assert config["num-clients"] == 3 and config["max-records"] == 200
+    assert config["schema"] == str(schema.resolve())  # every process reads the same file
     assert "data-path" not in config
     assert Path(predict[1]).parent == latest.relative_to(tmp_path)  # the README scores it
 
