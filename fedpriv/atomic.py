@@ -43,3 +43,26 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
     """``data`` as indented JSON at ``path`` (:func:`write_text_atomic`)."""
     write_text_atomic(path, json.dumps(data, indent=1))
+
+
+def point_latest(directory: str | os.PathLike[str], name: str) -> Path | None:
+    """Point ``<directory>/latest`` at its entry ``name`` (a relative symlink).
+
+    The link is made under a temporary name and renamed over ``latest``, so a
+    reader follows the old target or the new one. Returns the link, or
+    ``None`` with nothing changed when ``latest`` exists but is not a symlink
+    (never replaced) or the file system makes none.
+    """
+    base = Path(directory)
+    link = base / "latest"
+    if link.exists() and not link.is_symlink():
+        return None
+    tmp = base / f".latest.{os.getpid()}.tmp"
+    try:
+        tmp.unlink(missing_ok=True)
+        os.symlink(name, tmp)
+        os.replace(tmp, link)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        return None
+    return link

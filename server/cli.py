@@ -251,7 +251,7 @@ def draft(file: Path, out: Path | None, target, client_column, sep) -> int:
     n = text.count(f'"{PLACEHOLDER}"')
     click.echo(
         f"wrote {out}: column names and types only, {n} {PLACEHOLDER!r} placeholders.\n"
-        f"No value, bound or level of the data was written. Fill each placeholder: {WHY}.\n"
+        f"No value, bound or level of the data was written. For each placeholder: {WHY}.\n"
         "The loader refuses the schema until every placeholder is filled."
     )
     return 0

@@ -23,8 +23,9 @@ from fedpriv import logs
 
 log = logs.get_logger(__name__)
 
-#: Run keys an in-process fit uses besides the estimator's own parameters.
-_IN_PROCESS_KEYS = {"method", "dataset", "num-clients", "split-seed", "out-dir"}
+#: Run keys an in-process fit uses besides the estimator's own parameters (``max-records``:
+#: the declared public bound on records per client, the estimator's ``max_records``).
+_IN_PROCESS_KEYS = {"method", "dataset", "num-clients", "split-seed", "out-dir", "max-records"}
 
 
 def _write_results(out: Path, estimator: Any, summary: dict[str, Any]) -> list[Path]:

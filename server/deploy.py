@@ -43,6 +43,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedpriv import logs
+from fedpriv.atomic import point_latest
+from fedpriv.data import DataError, SchemaError
+from fedpriv.data.node import run_schema
 from fedpriv.federation.settings import SettingError
 from server.launch import (
     BIN,
@@ -406,8 +409,10 @@ def _count_online(data) -> int:
 
 def node_files(data: list[str | Path], overrides: Mapping) -> list[Path]:
     """The nodes' own files (absolute), checked before anything starts: K = their
-    number agrees with any ``num-clients``, and ``max-records`` is declared (a bound
-    the server may not count from the files)."""
+    number agrees with any ``num-clients``, ``max-records`` is declared (a bound the
+    server may not count from the files) and so is the files' schema (``schema``, or
+    the ``dataset`` whose schema they follow), never the default corpus's by accident;
+    the schema loads (a draft with placeholders left is refused here)."""
     files = [Path(d).resolve() for d in data]
     k = overrides.get("num-clients")
     if k not in (None, "", len(files)):
@@ -419,7 +424,23 @@ def node_files(data: list[str | Path], overrides: Mapping) -> list[Path]:
             "max-records must be declared (--set max-records=N, an integer in [1, inf): "
             "the public bound on records per node) for a run on --data files; got unset"
         )
+    if overrides.get("schema") in (None, "") and overrides.get("dataset") in (None, ""):
+        raise SettingError(
+            "schema must be set for a run on --data files (--set schema=FILE.toml: the files' "
+            "public schema; or --set dataset=NAME for a bundled corpus's export); got unset"
+        )
+    try:  # loaded now: a schema the nodes would refuse (e.g. a draft) starts no federation
+        run_schema(schema_setting(overrides), str(overrides.get("dataset") or ""))
+    except (SchemaError, DataError) as exc:
+        raise SettingError(str(exc)) from None
     return files
+
+
+def schema_setting(overrides: Mapping) -> str:
+    """The run's ``schema`` value, a schema file's path made absolute (every process
+    of the run, and its ``config.json``, names the same file)."""
+    schema = str(overrides.get("schema") or "")
+    return str(Path(schema).resolve()) if schema and Path(schema).is_file() else schema
 
 
 def deploy(
@@ -455,6 +476,8 @@ def deploy(
     if data:
         files = node_files(data, overrides)
         overrides = {**overrides, "num-clients": len(files)}
+        if overrides.get("schema"):
+            overrides["schema"] = schema_setting(overrides)
     if eval_data:
         eval_files = [Path(d).resolve() for d in eval_data]
         if files is None or len(eval_files) != len(files):
@@ -496,8 +519,9 @@ def deploy(
                 fed.start_node(i, env=node_env.get(i, {}))
             fed.wait_online(K - late_nodes)
             run_id = submit(CONNECTION, fed.env, config)
+            where = settings.dataset if files is None else "the nodes' own files"
             log.info(
-                f"run {run_id} submitted: {settings.method} on {settings.dataset}, K={K}, "
+                f"run {run_id} submitted: {settings.method} on {where}, K={K}, "
                 f"T={settings.rounds}, TLS and node authentication {'off' if insecure else 'on'}"
             )
             if late_nodes:
@@ -541,6 +565,8 @@ def deploy(
         elif code:
             log.info(f"logs kept in {workdir}")
     out = Path(settings.out_dir) / run_id if run_id else None
+    if out is not None and out.is_dir():
+        point_latest(settings.out_dir, run_id)  # <out-dir>/latest: this run's folder
     return code, out
 
 

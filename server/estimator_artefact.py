@@ -55,7 +55,9 @@ def save_estimator(est: Any, path: str | os.PathLike[str]) -> Path:
     params = {k: _param(v) for k, v in est.get_params(deep=False).items() if k not in _NOT_SAVED}
     context = getattr(est, "context_", None)
     schema = None if context is None else context.schema
-    record_bound = None if context is None else context.n_records
+    # The declared public bound on records per client, as the ServerApp's card states it;
+    # undeclared, none: the number of rows the fit held is never written.
+    record_bound = getattr(est, "max_records", None)
     report = est.privacy_report_
     status = getattr(est, "run_status_", None)
     settings = {**params, "secure_aggregation": est.secure_aggregation}

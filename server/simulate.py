@@ -30,6 +30,7 @@ import tempfile
 from pathlib import Path
 
 from fedpriv import logs
+from fedpriv.atomic import point_latest
 from fedpriv.federation.settings import SettingError
 from server.launch import (
     BIN,
@@ -129,6 +130,8 @@ def simulate(
             code = code or 2
         shutil.rmtree(home, ignore_errors=True)
     out = Path(settings.out_dir) / run_id if run_id else None
+    if out is not None and out.is_dir():
+        point_latest(settings.out_dir, run_id)  # <out-dir>/latest: this run's folder
     return code, out
 
 

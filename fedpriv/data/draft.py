@@ -126,12 +126,13 @@ def draft_schema(
     return "\n".join(lines) + "\n"
 
 
-def _placeholders(value: Any) -> bool:
+def _placeholders(value: Any) -> int:
+    """How many placeholders ``value`` holds (a bound pair can hold two)."""
     if isinstance(value, str):
-        return value.strip() == PLACEHOLDER
+        return int(value.strip() == PLACEHOLDER)
     if isinstance(value, (list, tuple)):
-        return any(_placeholders(v) for v in value)
-    return False
+        return sum(_placeholders(v) for v in value)
+    return 0
 
 
 def refuse_placeholders(data: dict[str, Any]) -> None:
@@ -145,18 +146,19 @@ def refuse_placeholders(data: dict[str, Any]) -> None:
     from fedpriv.data.schema import SchemaError
 
     name = data.get("name", "<unnamed>")
-    found: list[tuple[str, str]] = [("", k) for k, v in data.items() if _placeholders(v)]
-    target = data.get("target")
-    if isinstance(target, dict):
-        found += [("[target]", k) for k, v in target.items() if _placeholders(v)]
+    tables: list[tuple[str, Any]] = [("", data)]
+    if isinstance(data.get("target"), dict):
+        tables.append(("[target]", data["target"]))
     for col in data.get("columns", []) if isinstance(data.get("columns"), list) else []:
         if isinstance(col, dict):
-            where = f"column {col.get('name', '<unnamed>')!r}"
-            found += [(where, k) for k, v in col.items() if _placeholders(v)]
+            tables.append((f"column {col.get('name', '<unnamed>')!r}", col))
+    # (where, key, how many placeholders its value holds), in file order.
+    found = [(w, k, n) for w, t in tables for k, v in t.items() if (n := _placeholders(v))]
     if found:
-        where, key = found[0]
+        where, key, _ = found[0]
         at = f", {where}" if where else ""
+        left = sum(n for *_, n in found)  # counted as the draft command counts them
         raise SchemaError(
             f"schema {name!r}{at}: {key} is still the draft placeholder {PLACEHOLDER!r} "
-            f"({len(found)} unfilled in all): {WHY}"
+            f"({left} placeholder{'s' if left > 1 else ''} left): {WHY}"
         )

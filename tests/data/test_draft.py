@@ -82,6 +82,10 @@ def test_loader_refuses_draft_until_filled(tmp_path):
     schema.write_text(draft_schema(csv, target="readmitted", client_column="hospital"))
     with pytest.raises(SchemaError, match=r"still the draft placeholder 'FILL ME'.*never from"):
         load_csv(csv, schema, use_cache=False)
+    # The error counts what is left as the draft command counts what it wrote.
+    n = schema.read_text().count(f'"{PLACEHOLDER}"')
+    with pytest.raises(SchemaError, match=rf"\({n} placeholders left\)"):
+        load_csv(csv, schema, use_cache=False)
     # A person fills every placeholder from public knowledge (here: made up for the test).
     text = schema.read_text()
     for old, new in [
@@ -115,8 +119,8 @@ def test_one_placeholder_left_is_named(tmp_path):
     )  # fmt: skip
     schema = tmp_path / "s.toml"
     schema.write_text(text)
-    # record_id and age filled; the first one left is hospital's domain, then 4 more.
-    left = r"column 'hospital': categories is still the draft placeholder .*\(5 unfilled in all\)"
+    # record_id and age filled; the first one left is hospital's domain, 6 placeholders in all.
+    left = r"column 'hospital': categories is still the draft placeholder .*\(6 placeholders left\)"
     with pytest.raises(SchemaError, match=left):
         load_csv(csv, schema, use_cache=False)
 

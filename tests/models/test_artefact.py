@@ -75,6 +75,18 @@ def test_every_learner_reloads_and_predicts_bit_for_bit(cls, tmp_path):
     assert card.public_values["label_set"] == [0, 1]
 
 
+def test_the_card_states_the_declared_record_bound_never_the_rows_held(tmp_path):
+    # 40 rows, 2 clients: the card's record bound is the declared one per client (as a
+    # deployment's card says), and without a declared one no count of the rows is written.
+    X, y = _arrays(40)
+    cards = {}
+    for bound in (30, None):
+        est = DPBoostingClassifier(**TINY[DPBoostingClassifier], num_clients=2, max_records=bound)
+        path = est.fit(X, y).save(tmp_path / f"m{bound}.npz")
+        cards[bound] = MethodEstimator.load(path).privacy_card_.public_values
+    assert cards[30]["record_bound"] == 30 and cards[None]["record_bound"] is None
+
+
 def test_estimator_file_is_refused_by_another_learner_class(tmp_path):
     X, y = _arrays()
     est = DPRandomForestClassifier(**TINY[DPRandomForestClassifier], epsilon=math.inf)

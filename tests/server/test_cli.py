@@ -201,6 +201,16 @@ def test_run_in_process_csv(capsys, tmp_path):
     assert markdown.startswith("#") and str(card["epsilon"])[:6] in markdown
 
 
+def test_run_in_process_enforces_a_declared_record_bound(tmp_path, caplog):
+    # max-records is the declared public bound per client in process too (as in a
+    # deployment): a client holding more training rows than it fails the fit, exit 2.
+    csv = tmp_path / "hospitals.csv"
+    csv.write_text(HEADER + "".join(GOOD * 4))
+    argv = ["run", "--csv", str(csv), "--schema", SCHEMA, "--set", "rounds=1"]
+    assert main([*argv, "--set", "max-records=1"]) == 2
+    assert "more rows than the run's declared max-records = 1" in caplog.text
+
+
 @pytest.mark.parametrize(
     "sets, message",
     [

@@ -22,6 +22,7 @@ import fedpriv.data.dataset as dataset_module
 import fedpriv.data.node as node_module
 from fedpriv.artefact import load_model
 from fedpriv.data import load_for_run
+from fedpriv.data.draft import draft_schema
 from fedpriv.data.export import export
 from fedpriv.data.node import (
     DataSource,
@@ -182,6 +183,13 @@ def test_the_declared_bound_is_public_and_required_for_your_own_files(tmp_path, 
         node_files(files, {})
     with pytest.raises(SettingError, match="num-clients"):
         node_files(files, {"max-records": 5, "num-clients": 4})
+    with pytest.raises(SettingError, match="schema must be set"):
+        node_files(files, {"max-records": 5})  # not the default corpus's schema by accident
+    assert node_files(files, {"max-records": 5, "schema": "heart"}) == [f.resolve() for f in files]
+    draft = tmp_path / "draft.toml"  # the nodes would refuse it: no federation starts
+    draft.write_text(draft_schema(files[0], target="income"))
+    with pytest.raises(SettingError, match="still the draft placeholder"):
+        node_files(files, {"max-records": 5, "schema": str(draft)})
     cmd = supernode_command(
         index=1,
         num_clients=3,
