@@ -145,7 +145,9 @@ def main(grid: Grid, context: Context) -> None:
     )
     eps_pld = report.get("epsilon_pld", "inf")
     eps_rdp = report.get("epsilon_rdp", "inf")
-    log.info("done: %s on %s, K=%d, T=%d", s.method, s.dataset, s.num_clients, s.rounds)
+    log.info(
+        "done: %s, schema %s, K=%d, T=%d", s.method, s.schema or s.dataset, s.num_clients, s.rounds
+    )
     if metrics["evaluated"]:
         log.info(
             "test AUC %.4f  AUPRC %.4f  Brier %.4f (%s)",
