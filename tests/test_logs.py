@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def fedpriv_logger():
     root = logging.getLogger("fedpriv")
     saved = (root.handlers[:], root.level, root.propagate)
+    root.propagate = True  # as in a fresh process (tests/conftest.py sets it False)
     yield root
     root.handlers[:], root.level, root.propagate = saved[0], saved[1], saved[2]
 
