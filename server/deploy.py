@@ -46,7 +46,7 @@ from fedpriv import logs
 from fedpriv.atomic import point_latest
 from fedpriv.data import DataError, SchemaError
 from fedpriv.data.node import run_schema
-from fedpriv.federation.settings import SettingError
+from fedpriv.federation.settings import RunSettings, SettingError
 from server.launch import (
     BIN,
     ProcessTracker,
@@ -206,6 +206,8 @@ class Federation:
         self.superlink: subprocess.Popen | None = None
         self._link_tracker: ProcessTracker | None = None
         self.nodes: dict[int, Node] = {}
+        #: The last run submitted (:meth:`run`).
+        self.run_id: str | None = None
 
     # -- processes ------------------------------------------------------------
     def _popen(
@@ -370,6 +372,49 @@ class Federation:
                 pass  # gone meanwhile
         return False
 
+    def run(
+        self,
+        settings: RunSettings,
+        config: dict,
+        *,
+        timeout: float = 1800.0,
+        quiet: bool = False,
+        hook: Callable[[Federation, str], None] | None = None,
+        on_submit: Callable[[Federation], None] | None = None,
+    ) -> int:
+        """Submit one run (its resolved ``settings`` and ``config``) and follow it to its
+        end; returns the launcher's exit code (module docstring). ``run_id`` is set once
+        it is submitted; ``hook`` and ``on_submit`` as in :func:`deploy`. The federation
+        keeps running: several runs may follow one another on it."""
+        self.run_id = submit(CONNECTION, self.env, config)
+        where = settings.dataset if self.data is None else "the nodes' own files"
+        log.info(
+            f"run {self.run_id} submitted: {settings.method} on {where}, "
+            f"K={settings.num_clients}, T={settings.rounds}, TLS and node authentication "
+            f"{'off' if self.insecure else 'on'}"
+        )
+        if on_submit is not None:
+            on_submit(self)
+        progress = RoundProgress(bar=False if quiet else None)
+
+        def on_line(line: str) -> None:
+            if not quiet and ("[fedpriv]" in line or "ERROR" in line):
+                progress.on_line(line)
+            if hook is not None:
+                hook(self, line)
+
+        with progress:
+            status, details = follow(
+                self.run_id,
+                CONNECTION,
+                self.env,
+                timeout=timeout,
+                on_line=on_line,
+                healthy=lambda: self.superlink is not None and self.superlink.poll() is None,
+            )
+        log.info(f"run {self.run_id}: {status} {details}".rstrip())
+        return exit_code(status, Path(settings.out_dir) / self.run_id)
+
     def stop_node(self, index: int, *, kill: bool = False) -> None:
         """Stop one SuperNode and its ClientApps (``kill``: SIGKILL at once, a crash)."""
         node = self.nodes.pop(index)
@@ -493,7 +538,7 @@ def deploy(
     Path(settings.out_dir).mkdir(parents=True, exist_ok=True)
     own = workdir is None
     workdir = workdir or Path(tempfile.mkdtemp(prefix="fedpriv-deploy-"))
-    code, run_id = 2, None
+    code = 2
     previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     fed = Federation(
         workdir=workdir, num_clients=K, insecure=insecure, data=files, eval_data=eval_files
@@ -518,36 +563,16 @@ def deploy(
             for i in range(K - late_nodes):
                 fed.start_node(i, env=node_env.get(i, {}))
             fed.wait_online(K - late_nodes)
-            run_id = submit(CONNECTION, fed.env, config)
-            where = settings.dataset if files is None else "the nodes' own files"
-            log.info(
-                f"run {run_id} submitted: {settings.method} on {where}, K={K}, "
-                f"T={settings.rounds}, TLS and node authentication {'off' if insecure else 'on'}"
+
+            def submitted(fed: Federation) -> None:
+                if late_nodes:
+                    late.start()
+                if on_submit is not None:
+                    on_submit(fed)
+
+            code = fed.run(
+                settings, config, timeout=timeout, quiet=quiet, hook=hook, on_submit=submitted
             )
-            if late_nodes:
-                late.start()
-            if on_submit is not None:
-                on_submit(fed)
-
-            progress = RoundProgress(bar=False if quiet else None)
-
-            def on_line(line: str) -> None:
-                if not quiet and ("[fedpriv]" in line or "ERROR" in line):
-                    progress.on_line(line)
-                if hook is not None:
-                    hook(fed, line)
-
-            with progress:
-                status, details = follow(
-                    run_id,
-                    CONNECTION,
-                    fed.env,
-                    timeout=timeout,
-                    on_line=on_line,
-                    healthy=lambda: fed.superlink is not None and fed.superlink.poll() is None,
-                )
-            log.info(f"run {run_id}: {status} {details}".rstrip())
-            code = exit_code(status, Path(settings.out_dir) / run_id)
             no_late.set()
             if late_nodes:
                 late.join(timeout=60)  # a node still starting is stopped with the rest
@@ -564,9 +589,9 @@ def deploy(
             shutil.rmtree(workdir, ignore_errors=True)
         elif code:
             log.info(f"logs kept in {workdir}")
-    out = Path(settings.out_dir) / run_id if run_id else None
+    out = Path(settings.out_dir) / fed.run_id if fed.run_id else None
     if out is not None and out.is_dir():
-        point_latest(settings.out_dir, run_id)  # <out-dir>/latest: this run's folder
+        point_latest(settings.out_dir, fed.run_id)  # <out-dir>/latest: this run's folder
     return code, out
 
 

@@ -21,18 +21,25 @@ def _isolated_cache(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _fedpriv_logger_as_configured():
+def _fedpriv_logger_as_configured(request):
     """The ``fedpriv`` logger as an entry point leaves it (``logs.configure``: it does
     not propagate to the root logger) from the first test on. pytest's capture handler
     joins a non-propagating logger only when a test phase begins: without this, a test
     whose call configures logging (the ServerApp, the CLI) loses its ``fedpriv`` records
-    to ``caplog`` when it is the first such test of its worker, and passes otherwise."""
+    to ``caplog`` when it is the first such test of its worker, and passes otherwise.
+    Live logging (``--log-cli-level``) gets its handler on the logger too."""
     import logging
 
     logger = logging.getLogger("fedpriv")
     saved = logger.propagate
     logger.propagate = False
+    plugin = request.config.pluginmanager.get_plugin("logging-plugin")
+    live = getattr(plugin, "log_cli_handler", None)
+    if live is not None:
+        logger.addHandler(live)
     yield
+    if live is not None:
+        logger.removeHandler(live)
     logger.propagate = saved
 
 

@@ -6,9 +6,12 @@ takes several seconds (SuperNodes poll every 3 s and start one ClientApp
 process per message), so configs are tiny. Faults are injected on events
 (a message reaching a node, the ServerApp process starting), never after a
 fixed sleep, so a slow machine changes when they happen, not what they hit;
-the round timeout is long (a fault never waits for it) except in the killed
-node's test, whose dead node's round must time out (Flower declares a
+the round timeout is long (a fault never waits for it) except in the crashed
+node's run, whose dead node's round must time out (Flower declares a
 crashed node offline only 40-60 s after it died: a fixed 30 s heartbeat).
+Start-ups (SuperLink, registration, nodes) are much of a test's time, so the
+faults share one federation, in turn: each leaves it usable for the next, and
+the lost SuperLink comes last.
 """
 
 import gzip
@@ -16,6 +19,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,8 +29,9 @@ from fedpriv.data import data_dir
 from fedpriv.data.export import export
 from fedpriv.data.node import files_dataset, run_schema
 from fedpriv.privacy.randomness import KEY_ENV
-from server.deploy import Federation, deploy
+from server.deploy import SMALL_JOB, Federation, deploy
 from server.estimators import DPBoostingClassifier
+from server.launch import resolve_run
 from server.tls import write_node_key
 from tests.keys import key_for, key_hex
 
@@ -65,61 +70,113 @@ def _results(out):
     }
 
 
-def test_unregistered_or_ca_less_supernodes_are_refused_and_never_get_a_message(tmp_path):
-    with Federation(workdir=tmp_path, num_clients=2) as fed:
-        fed.start_superlink()
-        fed.register(0)
-        stranger = write_node_key(tmp_path / "strangers", "stranger")
-        refused = [
-            fed.start_node(1, key=stranger.private),  # valid TLS, key not on the allow-list
-            fed.start_node(0, trust_ca=False),  # registered key, but does not trust our CA
-        ]
-        deadline = time.monotonic() + 60
-        while any(n.proc.poll() is None for n in refused) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert all(n.proc.poll() not in (None, 0) for n in refused)
-        assert fed.online() == 0
-        logs = {i: (tmp_path / f"node-{i}.log").read_text() for i in (0, 1)}
-        assert all("Exit Code: 305" in text for text in logs.values())  # could not connect
-        assert "2004" in logs[1]  # activation refused: no SuperNode with that public key
-        assert "CERTIFICATE_VERIFY_FAILED" in logs[0]
-        for text in logs.values():
-            assert "Received" not in text  # no message ever reached them
+def _bad_corpus_copy(root: Path) -> Path:
+    """A corpora folder whose BRFSS file has a non-numeric BMI on line 3 (the other
+    corpora linked to the real ones)."""
+    for entry in data_dir().iterdir():
+        if entry.name != "brfss2015_diabetes":
+            (root / entry.name).parent.mkdir(parents=True, exist_ok=True)
+            (root / entry.name).symlink_to(entry)
+    src = data_dir() / "brfss2015_diabetes" / "diabetes_012_health_indicators_BRFSS2015.csv.gz"
+    with gzip.open(src, "rt") as fh:
+        lines = [next(fh).rstrip("\n") for _ in range(50)]
+    cells = lines[2].split(",")
+    cells[4] = "forty"
+    lines[2] = ",".join(cells)
+    (root / "brfss2015_diabetes").mkdir()
+    with gzip.open(root / "brfss2015_diabetes" / src.name, "wt") as fh:
+        fh.write("\n".join(lines) + "\n")
+    return root
 
 
-def test_killed_supernode_mid_run_is_recovered_and_the_ledger_matches_the_releases(tmp_path):
-    killed = []
-    watches = []
+def _repair(root: Path) -> None:
+    """Link the real BRFSS file back into :func:`_bad_corpus_copy`'s folder."""
+    bad = next((root / "brfss2015_diabetes").iterdir())
+    bad.unlink()
+    bad.symlink_to(data_dir() / "brfss2015_diabetes" / bad.name)
+
+
+def _run(fed: Federation, overrides: dict, **kw) -> int:
+    """One run on ``fed``, resolved and followed as ``deploy`` does; its exit code."""
+    settings, config = resolve_run(SMALL_JOB, overrides)
+    Path(settings.out_dir).mkdir(parents=True, exist_ok=True)
+    return fed.run(settings, config, timeout=900, quiet=True, **kw)
+
+
+def _strangers_are_refused_and_never_get_a_message(fed: Federation, tmp_path: Path) -> None:
+    stranger = write_node_key(tmp_path / "strangers", "stranger")
+    refused = {
+        3: fed.start_node(3, key=stranger.private),  # valid TLS, key not on the allow-list
+        4: fed.start_node(4, key=fed.keys[0].private, trust_ca=False),  # registered, no CA
+    }
+    deadline = time.monotonic() + 60
+    while any(n.proc.poll() is None for n in refused.values()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert all(n.proc.poll() not in (None, 0) for n in refused.values())
+    assert fed.online() == 0
+    logs = {i: (fed.workdir / f"node-{i}.log").read_text() for i in refused}
+    assert all("Exit Code: 305" in text for text in logs.values())  # could not connect
+    assert "2004" in logs[3]  # activation refused: no SuperNode with that public key
+    assert "CERTIFICATE_VERIFY_FAILED" in logs[4]
+    for text in logs.values():
+        assert "Received" not in text  # no message ever reached them
+    for i in refused:
+        fed.stop_node(i)
+
+
+def _bad_local_data_fails_the_run_with_its_error_logged(fed: Federation, out: Path) -> None:
+    seen = []
+    code = _run(
+        fed, {**SMALL, "rounds": 2, "out-dir": str(out)}, hook=lambda _, line: seen.append(line)
+    )
+    assert code == 1
+    log = "".join(seen)
+    # The server learns the node's error code and column, never the raw cell.
+    assert "client error from node" in log and "not_a_number" in log and "BMI" in log
+    assert "forty" not in log
+    assert "key exchange: 2 of 3 nodes answered, 1 client errors" in log
+
+
+def _killed_supernode_is_recovered_and_the_ledger_matches_the_releases(
+    fed: Federation, out: Path
+) -> None:
+    killed, watches = [], []
+    before = _received(fed, 2, "fedpriv")  # node 2's log holds the earlier runs too
 
     def kill_node_2(fed):
         killed.append(time.monotonic())
         fed.stop_node(2, kill=True)
 
-    def kill_node_2_as_round_2_reaches_it(fed):
-        # Node 2 answered round 1 (query and unmask) and is starting the ClientApp
-        # for round 2's query, which takes seconds: its round-2 reply never leaves.
-        watches.append(_when(lambda: _received(fed, 2, "fedpriv") >= 2, lambda: kill_node_2(fed)))
+    def kill_node_2_as_round_1_reaches_it(fed):
+        # Node 2 took part in the key exchange (its keys are in the pinned key book,
+        # its pair masks in the survivors' sums) and is starting the ClientApp for
+        # round 1's query, which takes seconds: its round-1 reply never leaves. One
+        # round is enough: the survivors' unmask must reveal their masks with it.
+        watches.append(
+            _when(lambda: _received(fed, 2, "fedpriv") > before, lambda: kill_node_2(fed))
+        )
 
-    code, out = deploy(
-        # The dead node's round-2 query waits out the round timeout: a short one.
-        {**SMALL, "rounds": 2, "round-timeout": 30.0, "out-dir": str(tmp_path)},
-        on_submit=kill_node_2_as_round_2_reaches_it,
+    code = _run(
+        # The dead node's round-1 query waits out the round timeout: a short one.
+        fed,
+        {**SMALL, "rounds": 1, "round-timeout": 30.0, "out-dir": str(out)},
+        on_submit=kill_node_2_as_round_1_reaches_it,
     )
     for watch in watches:  # no thread outlives the test
         watch.set()
     assert code == 0 and killed
-    r = _results(out)
+    r = _results(out / fed.run_id)
     comm = r["communication"]
     assert comm["dropout_recoveries"] == 1  # survivors revealed their masks with the dead node
-    assert comm["rounds"] == 2 and comm["rounds_aborted"] == 0
-    assert r["privacy"]["n_releases"] == 2
+    assert comm["rounds"] == 1 and comm["rounds_aborted"] == 0
+    assert r["privacy"]["n_releases"] == 1  # the recovered round was released and charged
     assert r["privacy"]["epsilon"] <= 2.0
-    assert [r["rounds"][k]["replies"] for k in ("1", "2")] == [3, 2]
+    assert r["rounds"]["1"]["replies"] == 2 and r["rounds"]["1"]["asked"] == 3
 
 
-def test_killed_superlink_makes_the_launcher_exit_non_zero_quickly_without_orphans(tmp_path):
-    stopped = []
-    watches = []
+def _killed_superlink_makes_the_launcher_exit_non_zero_quickly(fed: Federation, out: Path) -> None:
+    stopped, watches = [], []
+    before = _received(fed, 0, "keys")  # node 0's log holds the earlier runs too
 
     def kill_superlink(fed):
         stopped.append(time.monotonic())
@@ -129,46 +186,44 @@ def test_killed_superlink_makes_the_launcher_exit_non_zero_quickly_without_orpha
         # Killed as the key exchange reaches node 0, while the ServerApp, the
         # SuperExecs and the first ClientApps run: the launcher must notice and
         # leave none of them behind (a later kill would only add rounds to wait for).
-        watches.append(_when(lambda: _received(fed, 0, "keys") >= 1, lambda: kill_superlink(fed)))
+        watches.append(
+            _when(lambda: _received(fed, 0, "keys") > before, lambda: kill_superlink(fed))
+        )
 
-    code, _ = deploy(
-        {**SMALL, "rounds": 2, "out-dir": str(tmp_path)},
+    code = _run(
+        # Two nodes reach the key exchange whether or not the crashed node 2 is still
+        # listed online (Flower drops a dead node only 40-60 s after it died).
+        fed,
+        {**SMALL, "num-clients": 2, "rounds": 2, "out-dir": str(out)},
         on_submit=kill_superlink_in_the_key_exchange,
     )
     for watch in watches:  # no thread outlives the test
         watch.set()
     assert stopped and code == 2
+    assert fed.stop() == []  # as deploy leaves its federation: every process stopped
     assert time.monotonic() - stopped[0] < 60  # detected and cleaned up within a minute
 
 
-def test_clientapp_raising_on_bad_local_data_fails_the_run_with_its_error_logged(tmp_path):
-    # Hospital 1's local copy of the corpus has a non-numeric BMI on line 3.
-    bad = tmp_path / "data-node-1"
-    for entry in data_dir().iterdir():
-        if entry.name != "brfss2015_diabetes":
-            (bad / entry.name).parent.mkdir(parents=True, exist_ok=True)
-            (bad / entry.name).symlink_to(entry)
-    src = data_dir() / "brfss2015_diabetes" / "diabetes_012_health_indicators_BRFSS2015.csv.gz"
-    with gzip.open(src, "rt") as fh:
-        lines = [next(fh).rstrip("\n") for _ in range(50)]
-    cells = lines[2].split(",")
-    cells[4] = "forty"
-    lines[2] = ",".join(cells)
-    (bad / "brfss2015_diabetes").mkdir()
-    with gzip.open(bad / "brfss2015_diabetes" / src.name, "wt") as fh:
-        fh.write("\n".join(lines) + "\n")
-    seen = []
-    code, _ = deploy(
-        {**SMALL, "rounds": 2, "out-dir": str(tmp_path / "out")},
-        node_env={1: {"FEDPRIV_DATA_DIR": str(bad), "FEDPRIV_CACHE_DIR": str(tmp_path / "c1")}},
-        hook=lambda fed, line: seen.append(line),
-    )
-    assert code == 1
-    log = "".join(seen)
-    # The server learns the node's error code and column, never the raw cell.
-    assert "client error from node" in log and "not_a_number" in log and "BMI" in log
-    assert "forty" not in log
-    assert "key exchange: 2 of 3 nodes answered, 1 client errors" in log
+def test_one_federation_through_four_faults(tmp_path):
+    # One SuperLink and its three authenticated SuperNodes serve the faults in turn
+    # (each once paid its own start-up: SuperLink, registration, nodes): strangers
+    # are refused before any node joins; hospital 1's local copy of the corpus has a
+    # non-numeric BMI on line 3, which fails a run at its key exchange; with the file
+    # repaired, node 2 crashes in the next run, which recovers; the SuperLink is
+    # killed in the last run's key exchange.
+    bad = _bad_corpus_copy(tmp_path / "data-node-1")
+    node_1 = {"FEDPRIV_DATA_DIR": str(bad), "FEDPRIV_CACHE_DIR": str(tmp_path / "c1")}
+    with Federation(workdir=tmp_path / "fed", num_clients=3) as fed:
+        fed.start_superlink()
+        fed.register(0, 1, 2)
+        _strangers_are_refused_and_never_get_a_message(fed, tmp_path)
+        for i in range(3):
+            fed.start_node(i, env=node_1 if i == 1 else {})
+        fed.wait_online(3)
+        _bad_local_data_fails_the_run_with_its_error_logged(fed, tmp_path / "bad")
+        _repair(bad)
+        _killed_supernode_is_recovered_and_the_ledger_matches_the_releases(fed, tmp_path / "crash")
+        _killed_superlink_makes_the_launcher_exit_non_zero_quickly(fed, tmp_path / "lost")
 
 
 def test_nodes_reading_only_their_own_files_release_the_in_process_model(tmp_path, monkeypatch):

@@ -17,6 +17,7 @@ import pytest
 
 from fedpriv.artefact import load_model
 from fedpriv.data import load_heart
+from fedpriv.data.node import declared_max_records
 from fedpriv.privacy.randomness import KEY_ENV
 from server.estimators import DPBoostingClassifier
 from server.simulate import simulate
@@ -68,10 +69,13 @@ def test_simulation_releases_the_in_process_model(tmp_path, injected_key):
 
 def test_a_failed_run_exits_non_zero(tmp_path, monkeypatch):
     # A valid run config (bad ones never start: tests/federation/test_settings.py) whose
-    # ServerApp then fails: the corpora folder it is pointed at holds no Heart files.
+    # run then fails: the corpora folder its apps are pointed at holds no Heart files.
+    # The launcher reads none: the record bound is declared, as it would compute it.
+    bound = declared_max_records("heart", SMALL["num-clients"], 0)
     empty = tmp_path / "data"
     (empty / "adult").mkdir(parents=True)
     monkeypatch.setenv("FEDPRIV_DATA_DIR", str(empty))
     monkeypatch.setenv("FEDPRIV_CACHE_DIR", str(tmp_path / "cache"))
-    code, _ = simulate({**SMALL, "out-dir": str(tmp_path / "out")}, timeout=600, quiet=True)
+    run = {**SMALL, "max-records": bound, "out-dir": str(tmp_path / "out")}
+    code, _ = simulate(run, timeout=600, quiet=True)
     assert code == 1
