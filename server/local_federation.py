@@ -1,0 +1,408 @@
+"""The processes of a local Flower federation: a SuperLink and K SuperNodes on loopback.
+
+:class:`Federation` starts, registers, watches and stops them (by PID), and
+submits runs to them; :func:`superlink_command` and :func:`supernode_command`
+are the command lines it and ``docker-compose.yml`` use. The launcher on top
+is :mod:`server.deploy`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from fedpriv import logs
+from fedpriv.federation.settings import RunSettings
+from server.launch import (
+    BIN,
+    ProcessTracker,
+    _descendants,
+    exit_code,
+    flwr,
+    flwr_env,
+    follow,
+    free_port,
+    stop_trees,
+    submit,
+    wait_healthy,
+    write_connection,
+)
+from server.progress import RoundProgress
+from server.tls import NodeKey, TlsFiles, write_node_key, write_tls
+
+CONNECTION = "fedpriv-deploy"
+
+#: SuperExecs pick up ClientApp/ServerApp tasks this often (Flower's default is 1 s).
+SUPEREXEC_POLL = "0.1"
+
+
+log = logs.get_logger(__name__)
+
+
+def superlink_command(*, host: str, port: int, tls: TlsFiles | None) -> list[str]:
+    """The SuperLink's command line (the loopback launcher's and ``docker-compose.yml``'s).
+
+    With ``tls`` it serves HTTPS and admits only registered SuperNodes;
+    without, plain HTTP and anyone (debugging only).
+    """
+    args = ["flower-superlink", "--host", host, "--port", str(port)]
+    if tls is None:
+        return [*args, "--insecure"]
+    return [
+        *args,
+        "--ssl-ca-certfile",
+        str(tls.ca_cert),
+        "--ssl-certfile",
+        str(tls.server_cert),
+        "--ssl-keyfile",
+        str(tls.server_key),
+        "--enable-supernode-auth",
+    ]
+
+
+def supernode_command(
+    *,
+    index: int,
+    num_clients: int,
+    superlink: str,
+    host: str,
+    port: int,
+    ca_cert: Path | None,
+    auth_key: Path | None,
+    data_path: str | Path | None = None,
+    eval_data_path: str | Path | None = None,
+) -> list[str]:
+    """SuperNode ``index``'s command line (loopback launcher and ``docker-compose.yml``).
+
+    ``ca_cert=None`` and ``auth_key=None`` together mean ``--insecure``; one of
+    them alone is a misconfiguration the tests use on purpose. ``data_path``:
+    the node's own file (node-config ``data-path``, a quoted TOML string);
+    ``eval_data_path`` its held-out file (``eval-data-path``).
+    """
+    node_config = f"partition-id={index} num-partitions={num_clients}"
+    if data_path is not None:
+        node_config += f" data-path={json.dumps(str(data_path))}"
+    if eval_data_path is not None:
+        node_config += f" eval-data-path={json.dumps(str(eval_data_path))}"
+    args = [
+        "flower-supernode",
+        "--superlink",
+        superlink,
+        "--node-config",
+        node_config,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        # A refused node gives up within seconds instead of retrying forever.
+        "--max-retries",
+        "3",
+        "--max-wait-time",
+        "20",
+    ]
+    if ca_cert is None and auth_key is None:
+        return [*args, "--insecure"]
+    if ca_cert is not None:
+        args += ["--root-certificates", str(ca_cert)]
+    if auth_key is not None:
+        args += ["--auth-supernode-private-key", str(auth_key)]
+    return args
+
+
+@dataclass
+class Node:
+    """One SuperNode process started by :class:`Federation`."""
+
+    index: int
+    proc: subprocess.Popen
+    tracker: ProcessTracker
+
+
+class Federation:
+    """A SuperLink and SuperNodes on 127.0.0.1, owned by this process.
+
+    Use as a context manager: leaving it stops every process it started, by
+    PID, SuperNodes first. Tests drive faults through :meth:`start_node`,
+    :meth:`stop_node` and :attr:`superlink`.
+    """
+
+    def __init__(
+        self,
+        *,
+        workdir: Path,
+        num_clients: int,
+        insecure: bool = False,
+        data: list[Path] | None = None,
+        eval_data: list[Path] | None = None,
+    ) -> None:
+        self.workdir, self.num_clients, self.insecure = workdir, num_clients, insecure
+        #: Each node's own file (``data-path``), or ``None``: a bundled corpus's slice.
+        self.data = data
+        #: Each node's own held-out file (``eval-data-path``), or ``None``.
+        self.eval_data = eval_data
+        self.home = workdir / "cli"
+        self.env = flwr_env(self.home)
+        self.port = free_port()
+        self.tls: TlsFiles | None = None if insecure else write_tls(workdir / "tls")
+        self.keys: list[NodeKey] = (
+            []
+            if insecure
+            else [write_node_key(workdir / "keys", f"node-{i}") for i in range(num_clients)]
+        )
+        write_connection(
+            self.home,
+            CONNECTION,
+            f"127.0.0.1:{self.port}",
+            ca_cert=None if self.tls is None else self.tls.ca_cert,
+        )
+        self.superlink: subprocess.Popen | None = None
+        self._link_tracker: ProcessTracker | None = None
+        self.nodes: dict[int, Node] = {}
+        #: The last run submitted (:meth:`run`).
+        self.run_id: str | None = None
+
+    # -- processes ------------------------------------------------------------
+    def _popen(
+        self, args: list[str], home: Path, name: str, extra_env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen:
+        home.mkdir(parents=True, exist_ok=True)
+        env = {
+            **flwr_env(home),
+            "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": SUPEREXEC_POLL,
+            **(extra_env or {}),
+        }
+        with open(self.workdir / f"{name}.log", "w") as logfile:  # the child keeps its copy
+            return subprocess.Popen(
+                args, env=env, stdout=logfile, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def start_superlink(self, *, timeout: float = 60.0) -> None:
+        """Start the SuperLink and wait until its API answers ``/health``."""
+        args = superlink_command(host="127.0.0.1", port=self.port, tls=self.tls)
+        args[0] = str(BIN / args[0])
+        self.superlink = self._popen(args, self.workdir / "superlink", "superlink")
+        self._link_tracker = ProcessTracker(self.superlink.pid)
+        wait_healthy(
+            self.port,
+            self.superlink,
+            timeout,
+            ca_cert=None if self.tls is None else self.tls.ca_cert,
+        )
+        log.info(f"SuperLink pid {self.superlink.pid} on 127.0.0.1:{self.port}")
+
+    def register(self, *indices: int, timeout: float = 60.0) -> None:
+        """Add the public keys of nodes ``indices`` to the SuperLink's allow-list.
+
+        One ``flwr supernode register`` per node, all started together (each
+        CLI call spends seconds starting Python): K nodes cost about one call.
+        """
+        calls = {
+            i: subprocess.Popen(
+                [
+                    str(BIN / "flwr"),
+                    "supernode",
+                    "register",
+                    str(self.keys[i].public),
+                    CONNECTION,
+                    "--format",
+                    "json",
+                ],
+                env=self.env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for i in indices
+        }
+        deadline = time.monotonic() + timeout
+        failed = []
+        try:
+            for i, call in calls.items():
+                out, err = call.communicate(timeout=max(0.0, deadline - time.monotonic()))
+                try:
+                    ok = call.returncode == 0 and json.loads(out or "{}").get("success")
+                except json.JSONDecodeError:
+                    ok = False
+                if not ok:
+                    failed.append(f"node {i}: {out.strip()} {err.strip()}")
+        finally:
+            for call in calls.values():  # on a timeout: no CLI call outlives the launcher
+                if call.poll() is None:
+                    call.kill()
+                    call.wait()
+        if failed:
+            raise RuntimeError("registering " + "; ".join(failed))
+
+    def start_node(
+        self,
+        index: int,
+        *,
+        key: Path | None = None,
+        trust_ca: bool = True,
+        env: Mapping[str, str] | None = None,
+    ) -> Node:
+        """Start SuperNode ``index`` (partition ``index`` of K).
+
+        ``key`` overrides its authentication key (tests use an unregistered
+        one); ``trust_ca=False`` starts it without the CA (tests); ``env``
+        adds to its environment (e.g. its own ``FEDPRIV_DATA_DIR``).
+        """
+        port = free_port()
+        args = supernode_command(
+            index=index,
+            num_clients=self.num_clients,
+            superlink=f"127.0.0.1:{self.port}",
+            host="127.0.0.1",
+            port=port,
+            ca_cert=None if self.tls is None or not trust_ca else self.tls.ca_cert,
+            auth_key=None if self.tls is None else (key or self.keys[index].private),
+            data_path=None if self.data is None else self.data[index],
+            eval_data_path=None if self.eval_data is None else self.eval_data[index],
+        )
+        args[0] = str(BIN / args[0])
+        proc = self._popen(args, self.workdir / f"node-{index}", f"node-{index}", env)
+        node = Node(index=index, proc=proc, tracker=ProcessTracker(proc.pid))
+        self.nodes[index] = node
+        return node
+
+    def online(self) -> int:
+        """How many SuperNodes the SuperLink reports online."""
+        cp = flwr(
+            ["supernode", "ls", CONNECTION, "--format", "json"],
+            self.env,
+            capture_output=True,
+            timeout=60,
+        )
+        try:
+            data = json.loads(cp.stdout)
+        except json.JSONDecodeError:
+            return 0
+        return _count_online(data)
+
+    def _connected(self) -> int:
+        """How many started SuperNodes logged their node id (Flower logs it once the
+        SuperLink accepted the node): a hint when to ask, never the answer."""
+        n = 0
+        for index in self.nodes:
+            try:
+                n += "SuperNode ID:" in (self.workdir / f"node-{index}.log").read_text()
+            except OSError:
+                pass
+        return n
+
+    def wait_online(self, n: int, *, timeout: float = 120.0, every: float = 3.0) -> None:
+        """Return once the SuperLink reports ``n`` SuperNodes online (``flwr supernode ls``).
+
+        ``ls`` is asked as soon as ``n`` nodes logged their node id, and at the
+        latest every ``every`` s (a CLI call takes seconds, so it is not asked
+        in a tight loop); every wait has a deadline.
+        """
+        deadline = time.monotonic() + timeout
+        asked = -float("inf")
+        while True:
+            if self.superlink is None or self.superlink.poll() is not None:
+                raise RuntimeError("the SuperLink stopped while nodes were connecting")
+            if self._connected() >= n or time.monotonic() - asked >= every:
+                asked = time.monotonic()
+                if (k := self.online()) >= n:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{k} of {n} SuperNodes online after {timeout:.0f} s")
+            time.sleep(0.1)
+        log.info(f"{n} SuperNodes online")
+
+    def serverapp_running(self) -> bool:
+        """Whether a ServerApp process (``flwr-serverapp``, started by the SuperLink's
+        SuperExec when a run is submitted) runs under the SuperLink."""
+        if self.superlink is None:
+            return False
+        for pid in _descendants(self.superlink.pid):
+            try:
+                if b"flwr-serverapp" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    return True
+            except OSError:
+                pass  # gone meanwhile
+        return False
+
+    def run(
+        self,
+        settings: RunSettings,
+        config: dict,
+        *,
+        timeout: float = 1800.0,
+        quiet: bool = False,
+        hook: Callable[[Federation, str], None] | None = None,
+        on_submit: Callable[[Federation], None] | None = None,
+    ) -> int:
+        """Submit one run (its resolved ``settings`` and ``config``) and follow it to its
+        end; returns the launcher's exit code (module docstring). ``run_id`` is set once
+        it is submitted; ``hook`` and ``on_submit`` as in :func:`deploy`. The federation
+        keeps running: several runs may follow one another on it."""
+        self.run_id = submit(CONNECTION, self.env, config)
+        where = settings.dataset if self.data is None else "the nodes' own files"
+        log.info(
+            f"run {self.run_id} submitted: {settings.method} on {where}, "
+            f"K={settings.num_clients}, T={settings.rounds}, TLS and node authentication "
+            f"{'off' if self.insecure else 'on'}"
+        )
+        if on_submit is not None:
+            on_submit(self)
+        progress = RoundProgress(bar=False if quiet else None)
+
+        def on_line(line: str) -> None:
+            if not quiet and ("[fedpriv]" in line or "ERROR" in line):
+                progress.on_line(line)
+            if hook is not None:
+                hook(self, line)
+
+        with progress:
+            status, details = follow(
+                self.run_id,
+                CONNECTION,
+                self.env,
+                timeout=timeout,
+                on_line=on_line,
+                healthy=lambda: self.superlink is not None and self.superlink.poll() is None,
+            )
+        log.info(f"run {self.run_id}: {status} {details}".rstrip())
+        return exit_code(status, Path(settings.out_dir) / self.run_id)
+
+    def stop_node(self, index: int, *, kill: bool = False) -> None:
+        """Stop one SuperNode and its ClientApps (``kill``: SIGKILL at once, a crash)."""
+        node = self.nodes.pop(index)
+        if kill:
+            node.tracker.snapshot()
+            node.proc.kill()
+        node.tracker.stop_all(node.proc)
+
+    def stop(self) -> list[int]:
+        """Stop every process started: all SuperNodes together, then the SuperLink.
+
+        Returns PIDs still alive (none)."""
+        left = stop_trees([(node.tracker, node.proc) for node in self.nodes.values()])
+        self.nodes.clear()
+        if self.superlink is not None and self._link_tracker is not None:
+            left += stop_trees([(self._link_tracker, self.superlink)])
+        return left
+
+    def __enter__(self) -> Federation:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        left = self.stop()
+        if left:
+            log.error(f"processes still alive after shutdown: {left}")
+
+
+def _count_online(data) -> int:
+    # ``flwr supernode ls --format json`` lists nodes with a "status" field.
+    if isinstance(data, dict):
+        own = 1 if data.get("status") == "online" else 0
+        return own + sum(_count_online(v) for v in data.values())
+    if isinstance(data, list):
+        return sum(_count_online(v) for v in data)
+    return 0
