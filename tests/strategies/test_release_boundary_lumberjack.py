@@ -12,6 +12,7 @@ twin below (exact growth restored) fails the same comparison.
 
 from __future__ import annotations
 
+import json
 import pickle
 
 import numpy as np
@@ -123,9 +124,18 @@ def test_the_old_exact_growth_fails_the_same_comparison(data):
     assert any("reply_length" in p for p in leaks) and any("grow" in p for p in leaks)
 
 
-def _estimator_pair(data, cls, tmp_path):
-    from server.app import save_model
+def _saved(est, path):
+    """The model file's contents: its arrays (``model.`` dropped) and its JSON, less the
+    manifest's checksum of the leaf scores (which differ by the canary, by design)."""
+    est.save(path)
+    z = dict(np.load(path))
+    meta = json.loads(str(z.pop("__meta__")))
+    z.pop("__checksum__")
+    meta["arrays"]["model.leaf_scores"].pop("sha256")
+    return {**{k.removeprefix("model."): v for k, v in z.items()}, "meta": meta}
 
+
+def _estimator_pair(data, cls, tmp_path):
     X, y, parts, space, canary = data
     bits, fitted = None, []
     for rows, labels in ((X, y), (np.vstack([X, canary]), np.append(y, 1.0))):
@@ -138,9 +148,8 @@ def _estimator_pair(data, cls, tmp_path):
         strategy = cls(CFG, space=space, bits=bits)
         _fit_forest(est, rows, labels, partition, "train", strategy, LumberjackClient())
         bits = strategy.log
-        path = tmp_path / f"model{len(fitted)}.npz"
-        save_model(path, est.model_)
-        fitted.append((pickle.loads(pickle.dumps(est)), dict(np.load(path))))
+        saved = _saved(est, tmp_path / f"model{len(fitted)}.fedpriv.npz")
+        fitted.append((pickle.loads(pickle.dumps(est)), saved))
     return fitted
 
 
