@@ -37,6 +37,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from fedpriv import logs
 from fedpriv.atomic import point_latest
@@ -207,7 +208,9 @@ def deploy(
     return code, out
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, **launch: Any) -> int:
+    """The command line; ``launch``: further keyword arguments of :func:`deploy`
+    (e.g. ``late_nodes``, ``on_submit``), for a caller that runs this command."""
     ap = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
         epilog=settings_help(),
@@ -250,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
             timeout=args.timeout,
             data=args.data or None,
             eval_data=args.eval_data or None,
+            **launch,
         )
     except SettingError as exc:  # one line, exit 2
         log.error("error: %s", exc)

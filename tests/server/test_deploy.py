@@ -21,19 +21,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-import pytest
-
-from fedpriv.artefact import load_model
 from fedpriv.data import data_dir
-from fedpriv.data.export import export
-from fedpriv.data.node import files_dataset, run_schema
-from fedpriv.privacy.randomness import KEY_ENV
-from server.deploy import SMALL_JOB, Federation, deploy
-from server.estimators import DPBoostingClassifier
+from server.deploy import SMALL_JOB, Federation
 from server.launch import resolve_run
 from server.tls import write_node_key
-from tests.keys import key_for, key_hex
 
 SMALL = {"num-clients": 3, "depth": 3, "epsilon": 2.0, "seed": 3, "round-timeout": 300.0}
 
@@ -224,37 +215,3 @@ def test_one_federation_through_four_faults(tmp_path):
         _repair(bad)
         _killed_supernode_is_recovered_and_the_ledger_matches_the_releases(fed, tmp_path / "crash")
         _killed_superlink_makes_the_launcher_exit_non_zero_quickly(fed, tmp_path / "lost")
-
-
-def test_nodes_reading_only_their_own_files_release_the_in_process_model(tmp_path, monkeypatch):
-    # Three hospitals over TLS with node authentication, each SuperNode given only its
-    # own file in its own directory (data-path); the ServerApp gets no data path, only
-    # the declared bound. The third node starts late and is waited for. The SuperLink's
-    # ServerApp and every ClientApp inherit the key; the in-process fit gets the same.
-    monkeypatch.setenv(KEY_ENV, key_hex(4))
-    files = []
-    for i, p in enumerate(export("adult", num_clients=3, out=tmp_path / "x", rows_per_client=80)):
-        (tmp_path / f"hospital{i}").mkdir()
-        files.append(p.rename(tmp_path / f"hospital{i}" / "data.csv"))
-    job = {**SMALL, "dataset": "adult", "rounds": 1, "max-records": 80, "out-dir": str(tmp_path)}
-    job["eval-path"] = str(tmp_path / "x" / "test.csv")
-    at_submission = []
-    code, out = deploy(
-        job,
-        data=files,
-        quiet=True,
-        late_nodes=1,
-        on_submit=lambda fed: at_submission.append(sorted(fed.nodes)),
-    )
-    assert code == 0
-    assert at_submission == [[0, 1]]  # node 2 started only after the run (and its ServerApp)
-    saved = load_model(out / "model.fedpriv.npz").model.to_arrays()
-    ref = DPBoostingClassifier(
-        rounds=1, depth=3, epsilon=2.0, seed=3, secret_key=key_for(4), max_records=80
-    ).fit(files_dataset(files, run_schema("", "adult")))
-    for key, value in ref.model_.to_arrays().items():
-        np.testing.assert_array_equal(saved[key], value, err_msg=key)
-    assert _results(out)["privacy"]["epsilon"] == pytest.approx(ref.epsilon_spent_)
-    assert "data-path" not in json.loads((out / "config.json").read_text())
-    comm = _results(out)["communication"]
-    assert comm["round_trips"] == 2 + 2 * 1 and comm["client_errors"] == 0  # keys, book; 2/round

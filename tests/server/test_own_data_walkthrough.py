@@ -3,9 +3,14 @@
 The commands are the README's own (the bash block of that section), run in order
 through ``server.cli.main`` in a folder holding the files it names; the draft's
 placeholders are filled with the README's own filled tables (its toml block), so
-neither can drift from the product. The test only adds fast settings: few rounds,
-and a deployment without TLS (``tests/server/test_deploy.py`` runs node files over
-TLS with node authentication).
+neither can drift from the product. The test only adds fast settings (few rounds).
+
+The deployment is the README's command as written: TLS with node authentication,
+each SuperNode given only its own file in its own folder, the ServerApp no data
+path. It runs through ``server.deploy.main`` (what ``fedpriv deploy`` calls, less
+the redirection of Flower's output) so that the third node can start late, after
+the run's ServerApp, and be waited for; under an injected secret key the released
+model equals the in-process fit on the same three files, bit for bit.
 """
 
 import csv
@@ -16,16 +21,24 @@ import tomllib
 from pathlib import Path
 
 import numpy as np
+import pytest
 
+from fedpriv.artefact import load_model
 from fedpriv.data.draft import PLACEHOLDER
+from fedpriv.data.node import files_dataset, run_schema
+from fedpriv.privacy.randomness import KEY_ENV
+from server import deploy as deploy_mod
 from server.cli import main
+from server.estimators import DPBoostingClassifier
+from tests.keys import key_for, key_hex
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 HOSPITALS = ("north", "south", "east")
 ROWS = 150  # per hospital
 NEW_ROWS = 20
 #: Appended to the README's commands to keep the test fast.
-FAST = {"run": ["--set", "rounds=5"], "deploy": ["--set", "rounds=1", "--insecure"]}
+FAST = {"run": ["--set", "rounds=5"], "deploy": ["--set", "rounds=1"]}
+KEY = 4  # injected into the deployment's processes and the in-process reference
 RUN_LINE = re.compile(r"AUC (\S+) \| ε spent (\S+) \(PLD\), (\S+) \(RDP\) \| run (\w+)")
 DEPLOY_LINE = re.compile(
     r"AUC (n/a|[\d.]+) \| ε spent (\S+) \(PLD\), (\S+) \(RDP\) \| (\w+): 1 of 1 rounds released"
@@ -80,7 +93,8 @@ def _write_files(folder: Path) -> None:
         y = np.where(rng.random(ROWS) < 1 / (1 + np.exp(-logit)), "yes", "no")
         rows = [[h, str(a), d, t] for a, d, t in zip(age, adm, y, strict=True)]
         pooled += rows
-        with open(folder / f"{h}.csv", "w", newline="") as fh:
+        (folder / h).mkdir()
+        with open(folder / h / "patients.csv", "w", newline="") as fh:
             csv.writer(fh).writerows([header, *rows])
     with open(folder / "hospitals.csv", "w", newline="") as fh:
         csv.writer(fh).writerows([header, *pooled])
@@ -124,8 +138,18 @@ def test_the_readme_walkthrough_runs_on_three_hospital_files(tmp_path, monkeypat
     assert 1.5 < float(eps_pld) <= 2.0 + 1e-9 and float(eps_rdp) >= float(eps_pld)
     assert (tmp_path / run[run.index("--out") + 1] / "model.fedpriv.npz").is_file()
 
-    # 4. The federation: one node per file, the declared bound, no row at the server.
-    assert main(deploy + FAST["deploy"]) == 0
+    # 4. The federation: one node per file, the declared bound, no row at the server;
+    # TLS and node authentication, the third node late.
+    monkeypatch.setenv(KEY_ENV, key_hex(KEY))
+    at_submission = []
+    code = deploy_mod.main(
+        deploy[1:] + FAST["deploy"],
+        late_nodes=1,
+        quiet=True,
+        on_submit=lambda fed: at_submission.append(sorted(fed.nodes)),
+    )
+    assert code == 0
+    assert at_submission == [[0, 1]]  # node 2 started only after the run (and its ServerApp)
     auc, eps_pld, _, status = DEPLOY_LINE.search(capsys.readouterr().out).groups()
     assert status == "completed" and 0.0 < float(eps_pld) <= 2.0 + 1e-9
     latest = tmp_path / deploy[deploy.index("--out-dir") + 1] / "latest"
@@ -133,6 +157,18 @@ def test_the_readme_walkthrough_runs_on_three_hospital_files(tmp_path, monkeypat
     assert config["num-clients"] == 3 and config["max-records"] == 200
     assert config["schema"] == str(schema.resolve())  # every process reads the same file
     assert "data-path" not in config
+    files = [tmp_path / h / "patients.csv" for h in HOSPITALS]
+    assert deploy[2:7:2] == [str(f.relative_to(tmp_path)) for f in files]
+    # The released model is the in-process fit on the same three files, bit for bit.
+    saved = load_model(latest / "model.fedpriv.npz").model.to_arrays()
+    settings = {k: config[k] for k in ("method", "rounds", "depth", "epsilon", "seed")}
+    assert settings == {"method": "boosting", "rounds": 1, "depth": 4, "epsilon": 2.0, "seed": 0}
+    ref = DPBoostingClassifier(
+        rounds=1, depth=4, epsilon=2.0, seed=0, secret_key=key_for(KEY), max_records=200
+    ).fit(files_dataset(files, run_schema(str(schema), "")))
+    for key, value in ref.model_.to_arrays().items():
+        np.testing.assert_array_equal(saved[key], value, err_msg=key)
+    assert float(eps_pld) == pytest.approx(ref.epsilon_spent_)
     assert Path(predict[1]).parent == latest.relative_to(tmp_path)  # the README scores it
 
     # 5. One score per row of the new file, in [0, 1]; the card states ε.
