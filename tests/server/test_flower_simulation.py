@@ -1,9 +1,13 @@
 """`flwr run` simulation of K hospitals: same model as in process, real exit codes, no daemons.
 
-Each test starts a real Flower 1.42 SuperLink and simulation (≈ 30 s, mostly
-Ray start-up) through ``server.simulate``, so there are two: one run that
-must release the in-process model bit for bit and one that must fail. The
-equality test injects one secret key into the launched processes
+The test starts a real Flower 1.42 SuperLink and simulation (≈ 30 s, mostly
+Ray start-up) through ``server.simulate``: one run that must release the
+in-process model bit for bit. A run that fails is not given a second ~30 s
+simulation here: the launchers share ``follow`` and ``exit_code``
+(``server.launch``), whose reading of a failed run's status is checked
+against a real failed run on the deployment engine (``test_deploy.py``, a node
+with bad local data: exit 1) and case by case in ``tests/federation/test_status.py``.
+The test injects one secret key into the launched processes
 (``$FEDPRIV_SECRET_KEY``, which the ServerApp and every ClientApp read) and
 into the in-process estimator, so both draw the same noise and Poisson coins.
 The other methods' ServerApp and ClientApp are checked against their
@@ -17,7 +21,6 @@ import pytest
 
 from fedpriv.artefact import load_model
 from fedpriv.data import load_heart
-from fedpriv.data.node import declared_max_records
 from fedpriv.privacy.randomness import KEY_ENV
 from server.estimators import DPBoostingClassifier
 from server.simulate import simulate
@@ -65,17 +68,3 @@ def test_simulation_releases_the_in_process_model(tmp_path, injected_key):
     assert [rounds[r]["replies"] for r in ("1", "2", "3")] == [4, 4, 4]
     bounds = [rounds[r]["epsilon_upper_bound"] for r in ("1", "2", "3")]
     assert bounds == sorted(bounds) and bounds[-1] >= privacy["epsilon"] - 1e-9
-
-
-def test_a_failed_run_exits_non_zero(tmp_path, monkeypatch):
-    # A valid run config (bad ones never start: tests/federation/test_settings.py) whose
-    # run then fails: the corpora folder its apps are pointed at holds no Heart files.
-    # The launcher reads none: the record bound is declared, as it would compute it.
-    bound = declared_max_records("heart", SMALL["num-clients"], 0)
-    empty = tmp_path / "data"
-    (empty / "adult").mkdir(parents=True)
-    monkeypatch.setenv("FEDPRIV_DATA_DIR", str(empty))
-    monkeypatch.setenv("FEDPRIV_CACHE_DIR", str(tmp_path / "cache"))
-    run = {**SMALL, "max-records": bound, "out-dir": str(tmp_path / "out")}
-    code, _ = simulate(run, timeout=600, quiet=True)
-    assert code == 1
