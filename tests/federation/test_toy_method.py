@@ -73,6 +73,16 @@ def test_the_toy_fits_in_process_with_its_ledger(toy):
 
 
 def test_the_toy_runs_under_flwr_run_and_releases_the_in_process_model(toy, tmp_path, monkeypatch):
+    """The suite's one real ``flwr run`` simulation (≈ 30 s, mostly Ray start-up).
+
+    Besides the plugin, it checks what only launched processes show: the key
+    reaches the ServerApp and every ClientApp through ``$FEDPRIV_SECRET_KEY``,
+    the pings run outside training, Flower's own round loop collects one
+    MetricRecord per round, the exit code, and no process is left. Every built-in
+    method's ServerApp and ClientApp are checked against their in-process fits over
+    Flower's encoding in ``tests/server/test_flower_loopback.py``, and boosting over
+    real processes in the deployment of ``tests/server/test_own_data_walkthrough.py``.
+    """
     from server.simulate import simulate
 
     monkeypatch.setenv(PLUGINS_ENV, TOY)
@@ -85,6 +95,7 @@ def test_the_toy_runs_under_flwr_run_and_releases_the_in_process_model(toy, tmp_
         "rounds": 2,
         "epsilon": 2.0,
         "seed": 3,
+        "ping-rounds": 2,
         "out-dir": str(tmp_path),
     }
     code, out = simulate(run, timeout=600, quiet=True)
@@ -95,3 +106,14 @@ def test_the_toy_runs_under_flwr_run_and_releases_the_in_process_model(toy, tmp_
     privacy = json.loads((out / "privacy.json").read_text())
     assert privacy["epsilon"] == pytest.approx(ref.epsilon_spent_) and privacy["epsilon"] <= 2.0
     assert json.loads((out / "config.json").read_text())["method"] == NAME
+    comm = json.loads((out / "communication.json").read_text())
+    assert comm["floats_uploaded_per_client"] == [2 * 2] * 4  # 2 rounds × reply length 2
+    assert comm["round_trips"] == 2 + 2 * 2  # keys, key book; per round the query and unmask
+    assert comm["dropout_recoveries"] == 0
+    assert comm["mean_empty_round_seconds"] > 0  # the pings ran, outside the training rounds
+    rounds = json.loads((out / "rounds.json").read_text())
+    assert sorted(rounds, key=int) == ["1", "2"]
+    assert [rounds[r]["replies"] for r in ("1", "2")] == [4, 4]
+    bounds = [rounds[r]["epsilon_upper_bound"] for r in ("1", "2")]
+    assert bounds == sorted(bounds) and bounds[-1] >= privacy["epsilon"] - 1e-9
+    assert json.loads((out / "status.json").read_text())["status"] == "completed"

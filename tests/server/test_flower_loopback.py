@@ -6,7 +6,7 @@ nodes are the real ClientApp handlers (``clients/app.py``, one ``Context``
 per node), so a whole Flower run of a method takes about a second instead of
 ~30 s of Ray start-up. The launched processes' side (``flwr run``, SuperLink,
 Ray, exit codes, no daemons) is tested once, bit for bit, in
-``test_flower_simulation.py``; the key reaches both sides as there, through
+``tests/federation/test_toy_method.py``; the key reaches both sides as there, through
 ``$FEDPRIV_SECRET_KEY``.
 """
 
