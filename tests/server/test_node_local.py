@@ -40,7 +40,15 @@ from tests.keys import key_for
 from tests.server.test_flower_loopback import KEY, run_app
 
 ROWS = 60  # rows per hospital file: a few ms per round
-JOB = {"dataset": "adult", "num-clients": 3, "rounds": 2, "depth": 3, "epsilon": 2.0, "seed": 7}
+JOB = {
+    "method": "boosting",
+    "dataset": "adult",
+    "num-clients": 3,
+    "rounds": 2,
+    "depth": 3,
+    "epsilon": 2.0,
+    "seed": 7,
+}
 CLIENT_APP = str(Path(__file__).resolve().parents[2] / "clients" / "app.py")
 
 

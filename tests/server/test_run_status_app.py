@@ -10,7 +10,15 @@ from fedpriv.federation.status import RunFailedError
 from strategies.boosting import DPBoostingStrategy
 from tests.server.test_flower_loopback import RUN_ID, run_app
 
-JOB = {"dataset": "heart", "num-clients": 4, "rounds": 4, "depth": 2, "epsilon": 2.0, "seed": 5}
+JOB = {
+    "method": "boosting",
+    "dataset": "heart",
+    "num-clients": 4,
+    "rounds": 4,
+    "depth": 2,
+    "epsilon": 2.0,
+    "seed": 5,
+}
 
 
 def _json(out, name):
