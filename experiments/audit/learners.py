@@ -108,34 +108,23 @@ def _cut_noise(strategy: Any, factor: float) -> None:
     strategy._noise = replace(stage, mechanism=UnderNoisedGaussian(stage.mechanism, factor))
 
 
-class NoiseCutDPSGD(DPSGDStrategy):
-    """DP-SGD whose noise is divided by ``factor`` after calibration (ledger: honest ε)."""
+def noise_cut(cls: type, factor: float) -> type:
+    """``cls`` (a strategy with a Gaussian noise stage) whose noise is divided by
+    ``factor`` after calibration: the ledger still says the honest ε (a twin's bug)."""
 
-    factor = 5.0
+    class NoiseCut(cls):
+        def begin(self, **kwargs: Any) -> None:
+            super().begin(**kwargs)
+            _cut_noise(self, factor)
 
-    def begin(self, **kwargs: Any) -> None:
-        super().begin(**kwargs)
-        _cut_noise(self, self.factor)
-
-
-class NoiseCutBoosting(DPBoostingStrategy):
-    """Boosting whose noise is divided by ``factor`` after calibration (ledger: honest ε)."""
-
-    factor = 10.0
-
-    def begin(self, **kwargs: Any) -> None:
-        super().begin(**kwargs)
-        _cut_noise(self, self.factor)
+    NoiseCut.__name__ = NoiseCut.__qualname__ = f"NoiseCut{cls.__name__}"
+    return NoiseCut
 
 
-class NoiseCutGAM(DPGAMStrategy):
-    """DP-EBM whose noise is divided by ``factor`` after calibration (ledger: honest ε)."""
-
-    factor = 10.0
-
-    def begin(self, **kwargs: Any) -> None:
-        super().begin(**kwargs)
-        _cut_noise(self, self.factor)
+def honest_or_twin(cls: type, factor: float, *args: Any, **kwargs: Any):
+    """``make_strategy(twin)`` of an audit: ``cls(*args, **kwargs)``, or its noise-cut twin."""
+    twin_cls = noise_cut(cls, factor)
+    return lambda twin: (twin_cls if twin else cls)(*args, **kwargs)
 
 
 class ExactCountForest(RandomForestStrategy):
@@ -263,12 +252,7 @@ def dpsgd_audit(
     )
     n_public = data.n + 1  # public record count, the same for D and D'
 
-    def make_strategy(twin: bool):
-        if not twin:
-            return DPSGDStrategy(config, n_records=n_public)
-        s = NoiseCutDPSGD(config, n_records=n_public)
-        s.factor = twin_factor
-        return s
+    make_strategy = honest_or_twin(DPSGDStrategy, twin_factor, config, n_records=n_public)
 
     spec = NetworkSpec(kind=model, n_features=N_FEATURES, hidden=config.hidden)
     X, y = data.X_all, data.y_all
@@ -314,12 +298,7 @@ def boosting_audit(
         reg_lambda=50.0,
     )
 
-    def make_strategy(twin: bool):
-        if not twin:
-            return DPBoostingStrategy(config)
-        s = NoiseCutBoosting(config)
-        s.factor = twin_factor
-        return s
+    make_strategy = honest_or_twin(DPBoostingStrategy, twin_factor, config)
 
     cx = data.canary_x[None, :]
     return LearnerAudit(
@@ -361,12 +340,7 @@ def gam_audit(
         max_update=100.0,
     )
 
-    def make_strategy(twin: bool):
-        if not twin:
-            return DPGAMStrategy(config)
-        s = NoiseCutGAM(config)
-        s.factor = twin_factor
-        return s
+    make_strategy = honest_or_twin(DPGAMStrategy, twin_factor, config)
 
     return LearnerAudit(
         name="dp_gam",
