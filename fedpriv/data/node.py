@@ -182,6 +182,31 @@ def bundled_run_data(dataset: str, num_clients: int, split_seed: int) -> Tabular
     return load_for_run(dataset, num_clients=num_clients, split_seed=split_seed)
 
 
+def _rows(
+    path: str | None, source: DataSource, pid: int, part: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """A node's own file (``path``), whole, else its slice (``pid``) of ``part`` of the
+    run's ``csv`` (its client column, else IID from the split seed) or bundled corpus;
+    checked against the declared record bound."""
+    sch = run_schema(source.schema, source.dataset)
+    if path:
+        X, y = read_file(str(path), sch)
+        where = str(path)
+    else:
+        if source.csv:
+            ds = load_csv(source.csv, sch, split_seed=source.split_seed)
+        else:
+            ds = bundled_run_data(source.dataset, source.num_clients, source.split_seed)
+        X_all, y_all = ds.xy(part)
+        y_all = check_labels(y_all, sch.target.classes, column=sch.target.column)
+        rows = ds.client_partition(source.num_clients, part=part)[pid]  # no row held twice
+        X, y = X_all[rows], y_all[rows]
+        where = source.csv or source.dataset
+        where = where if part == "train" else f"{where} ({part} split)"
+    check_bound(int(y.shape[0]), record_bound(source, required=False), source=where)
+    return X, y
+
+
 def node_rows(
     node_config: Mapping[str, Any], source: DataSource, pid: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -191,23 +216,7 @@ def node_rows(
     node's slice (``pid``) of the training part of the run's ``csv`` (its
     client column, else IID from the split seed) or of the bundled corpus.
     """
-    sch = run_schema(source.schema, source.dataset)
-    path = node_config.get(DATA_PATH)
-    if path:
-        X, y = read_file(str(path), sch)
-        where = str(path)
-    else:
-        if source.csv:
-            ds = load_csv(source.csv, sch, split_seed=source.split_seed)
-        else:
-            ds = bundled_run_data(source.dataset, source.num_clients, source.split_seed)
-        X_all, y_all = ds.xy("train")
-        y_all = check_labels(y_all, sch.target.classes, column=sch.target.column)
-        rows = ds.client_partition(source.num_clients)[pid]  # checked: no row held twice
-        X, y = X_all[rows], y_all[rows]
-        where = source.csv or source.dataset
-    check_bound(int(y.shape[0]), record_bound(source, required=False), source=where)
-    return X, y
+    return _rows(node_config.get(DATA_PATH), source, pid, "train")
 
 
 def node_eval_rows(
@@ -221,25 +230,11 @@ def node_eval_rows(
     ``csv`` or bundled corpus, divided as the training split is (client
     column, else IID from the split seed). Checked against the declared bound.
     """
-    sch = run_schema(source.schema, source.dataset)
     path = node_config.get(EVAL_DATA_PATH)
-    if path:
-        X, y = read_file(str(path), sch)
-        where = str(path)
-    elif node_config.get(DATA_PATH):
+    if not path and node_config.get(DATA_PATH):
+        sch = run_schema(source.schema, source.dataset)
         return np.zeros((0, sch.n_features)), np.zeros(0, dtype=np.int64)
-    else:
-        if source.csv:
-            ds = load_csv(source.csv, sch, split_seed=source.split_seed)
-        else:
-            ds = bundled_run_data(source.dataset, source.num_clients, source.split_seed)
-        X_all, y_all = ds.xy("test")
-        y_all = check_labels(y_all, sch.target.classes, column=sch.target.column)
-        rows = ds.client_partition(source.num_clients, part="test")[pid]
-        X, y = X_all[rows], y_all[rows]
-        where = f"{source.csv or source.dataset} (test split)"
-    check_bound(int(y.shape[0]), record_bound(source, required=False), source=where)
-    return X, y
+    return _rows(path, source, pid, "test")
 
 
 @lru_cache(maxsize=16)
