@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.bench import analysis, figures, report, stages
+from experiments.bench import analysis, figures, report, stages, targets
 from experiments.bench.cells import CellCache, make_pool
 from experiments.bench.config import load
 from fedpriv import logs
@@ -70,6 +70,8 @@ def run(config: Path, *, quick: bool, out: Path, processes: int | None = None) -
             rows += stages.run_sweep(ctx)
         if "mia" in cfg.stages and cfg.mia.seeds:
             rows += stages.run_mia(ctx)
+        if "multiclass" in cfg.stages:
+            rows += stages.run_multiclass(ctx, chosen)
     finally:
         if pool is not None:
             pool.shutdown()
@@ -99,6 +101,7 @@ def _analyse(df: pd.DataFrame, cfg, out: Path, ctx) -> tuple[dict, dict]:
     figs: dict[str, str] = {}
     if (df["stage"] == "main").any():
         tables["summary"] = analysis.main_summary(df)
+        tables["targets"] = targets.checks(tables["summary"])
         tables["pairwise"] = analysis.pairwise(df)
         tables["communication"] = analysis.communication(df)
         figs["fig2"] = figures.privacy_utility(tables["summary"], out)
@@ -120,6 +123,8 @@ def _analyse(df: pd.DataFrame, cfg, out: Path, ctx) -> tuple[dict, dict]:
                     "wall_seconds": time.perf_counter() - t0,
                 }
             )
+    if (df["stage"] == "multiclass").any():
+        tables["multiclass"] = analysis.main_summary(df, "multiclass", analysis.MULTICLASS_METRICS)
     if (df["stage"] == "mia").any():
         tables["mia"] = analysis.mia_summary(df)
         figs["fig4"] = figures.mia_figure(tables["mia"], out)

@@ -23,7 +23,10 @@ MAIN_METRICS = (
     "sensitivity_at_prevalence",
     "specificity_at_prevalence",
     "epsilon_spent",
+    "brier_base",
 )
+#: The multiclass stage's metrics (:func:`fedpriv.evaluation.metrics.multiclass_metrics`).
+MULTICLASS_METRICS = ("auc", "brier", "accuracy", "logloss", "epsilon_spent", "brier_base")
 
 
 def _wide(df: pd.DataFrame, stage: str) -> pd.DataFrame:
@@ -33,13 +36,15 @@ def _wide(df: pd.DataFrame, stage: str) -> pd.DataFrame:
     return sub.set_index([*keys, "metric"])["value"].unstack("metric").reset_index()
 
 
-def main_summary(df: pd.DataFrame) -> pd.DataFrame:
+def main_summary(
+    df: pd.DataFrame, stage: str = "main", metrics: tuple[str, ...] = MAIN_METRICS
+) -> pd.DataFrame:
     """Per (dataset, ε, learner): mean and SD of each metric, the config, the paper's AUC."""
-    w = _wide(df, "main")
+    w = _wide(df, stage)
     rows = []
     for (d, e, m), g in w.groupby(["dataset", "epsilon", "learner"], sort=False):
         row = {"dataset": d, "epsilon": e, "learner": m, "config": g["config"].iloc[0], "n": len(g)}
-        for metric in MAIN_METRICS:
+        for metric in metrics:
             row[f"{metric}_mean"], row[f"{metric}_sd"] = mean_sd(g[metric].to_numpy())
         row["epsilon_spent_max"] = float(g["epsilon_spent"].max())
         ref = paper.table6(d, m, e)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 #: Bump when a change alters what a cell computes: every key changes with it.
-CELL_VERSION = "bench-1"
+CELL_VERSION = "bench-2"
 KINDS = ("fit", "mia", "offpath")
 PARTS = ("train", "train+val")
 EVAL_PARTS = ("val", "test")
@@ -122,7 +122,7 @@ def fit_cell(cell: Cell) -> dict[str, Any]:
 
     from experiments.bench import learners
     from experiments.keys import secret_key_for
-    from fedpriv.evaluation.metrics import binary_metrics
+    from fedpriv.evaluation.metrics import base_rate_brier, binary_metrics, multiclass_metrics
 
     ds = learners.dataset(cell.dataset)
     part = learners.partition(cell.dataset, cell.train_part, cell.n_clients)
@@ -140,9 +140,17 @@ def fit_cell(cell: Cell) -> dict[str, Any]:
     clf.fit(ds, part=cell.train_part, partition=part)
     seconds = time.perf_counter() - t0
     X, y = ds.xy(cell.eval_part)
-    p = clf.predict_proba(X)[:, 1]
-    out: dict[str, Any] = binary_metrics(y, p)
-    out["logloss"] = float(log_loss(y, np.clip(p, 1e-12, 1.0 - 1e-12), labels=[0, 1]))
+    proba = clf.predict_proba(X)
+    n_classes = proba.shape[1]
+    if n_classes == 2:
+        out: dict[str, Any] = binary_metrics(y, proba[:, 1])
+    else:
+        out = multiclass_metrics(y, proba)
+    out["logloss"] = float(
+        log_loss(y, np.clip(proba, 1e-12, 1.0 - 1e-12), labels=list(range(n_classes)))
+    )
+    # The calibration floor: the constant predictor of the training rows' class rates.
+    out["brier_base"] = base_rate_brier(ds.xy(cell.train_part)[1], y, n_classes)
     comm = clf.communication_
     out.update(
         epsilon_spent=clf.epsilon_spent_,

@@ -17,10 +17,14 @@ from typing import Any
 from fedpriv.methods import methods
 
 DATASETS = ("synthetic", "brfss", "diabetes130")
-#: The matched-accounting learners (every round one subsampled Gaussian) and the
-#: forests, from the method registry.
-LEARNERS = tuple(m.name for m in methods() if m.family == "gaussian-rounds")
+#: Bundled corpora with more than two classes (the multiclass stage's).
+MULTICLASS_DATASETS = ("brfss3",)
+#: The tuned learners (every round one Gaussian release: subsampled, or of every
+#: record for the histogram learner) and the forests, from the method registry.
+LEARNERS = tuple(m.name for m in methods() if m.family in ("gaussian-rounds", "histogram"))
 FORESTS = tuple(m.name for m in methods() if m.family == "forest")
+MULTICLASS_LEARNERS = tuple(m.name for m in methods() if m.multiclass)
+STAGES = ("main", "ablations", "sweep", "tstar", "mia", "multiclass")
 TUNING_MODES = ("validation", "paper")
 LOSSES = ("1-auc", "logloss")
 
@@ -166,6 +170,35 @@ class MIA:
 
 
 @dataclass(frozen=True)
+class Multiclass:
+    """The multiclass rows: each learner at its binary ``source`` dataset's selection.
+
+    No tuning of its own: a tuned learner reuses the main stage's selection on
+    ``source`` at the same ε (the same rows, two classes fewer), a forest its
+    fixed setting, so the stage costs only its evaluation fits.
+    """
+
+    dataset: str = "brfss3"
+    source: str = "brfss"
+    epsilons: tuple[float, ...] = (0.5, 2.0, 8.0)
+    seeds: int = 10
+    learners: tuple[str, ...] = MULTICLASS_LEARNERS
+
+    def __post_init__(self) -> None:
+        _check(
+            "multiclass.dataset",
+            self.dataset,
+            self.dataset in MULTICLASS_DATASETS,
+            f"one of {list(MULTICLASS_DATASETS)}",
+        )
+        _check("multiclass.source", self.source, self.source in DATASETS, f"one of {DATASETS}")
+        for e in self.epsilons:
+            _check_range("multiclass.epsilons", e, 0.0, 100.0)
+        _check_count("multiclass.seeds", self.seeds, 1, 1000)
+        _check_subset("multiclass.learners", self.learners, MULTICLASS_LEARNERS)
+
+
+@dataclass(frozen=True)
 class StudyConfig:
     """A whole matched-accounting study (benchmark paper §4.2 protocol).
 
@@ -194,6 +227,7 @@ class StudyConfig:
     sweep: Sweep = field(default_factory=Sweep)
     tstar: TStar = field(default_factory=TStar)
     mia: MIA = field(default_factory=MIA)
+    multiclass: Multiclass = field(default_factory=Multiclass)
     stages: tuple[str, ...] = ("main", "ablations", "sweep", "tstar", "mia")
 
     def __post_init__(self) -> None:
@@ -208,7 +242,7 @@ class StudyConfig:
         _check_subset("learners", self.learners, LEARNERS)
         _check_count("n_clients", self.n_clients, 2, 100)
         _check_count("processes", self.processes, 1, 2)
-        _check_subset("stages", self.stages, ("main", "ablations", "sweep", "tstar", "mia"))
+        _check_subset("stages", self.stages, STAGES)
         missing = [n for n in self.learners if n not in {g.learner for g in self.grids}]
         if self.tuning == "validation" and missing:
             raise ValueError(f"grids must cover every learner; missing {missing}")
@@ -236,6 +270,7 @@ _SECTIONS = {
     "ablations": Ablations,
     "sweep": Sweep,
     "tstar": TStar,
+    "multiclass": Multiclass,
 }
 
 

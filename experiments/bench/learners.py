@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 #: Keyword arguments of each dataset's partition (``TabularDataset.client_partition``).
-PARTITION = {"synthetic": {"alpha": 0.5}, "brfss": {}, "diabetes130": {}}
+PARTITION = {"synthetic": {"alpha": 0.5}, "brfss": {}, "brfss3": {}, "diabetes130": {}}
 
 
 @functools.cache
@@ -26,6 +26,7 @@ def dataset(name: str):
     loaders = {
         "synthetic": lambda: load_synthetic(n=6_000),  # 4,800 train + val, as paper Table 4
         "brfss": load_brfss,
+        "brfss3": lambda: load_brfss(multiclass=True),  # the same rows' three classes
         "diabetes130": load_diabetes130,
     }
     if name not in loaders:

@@ -164,8 +164,9 @@ def table6(dataset: str, learner: str, epsilon: float) -> tuple[float, float] | 
 
 
 def selected(dataset: str, learner: str, epsilon: float) -> dict[str, float | int]:
-    """The paper's selected configuration for ``learner`` at ``epsilon`` (nearest paper ε)."""
-    params = dict(SELECTED[learner])
+    """The paper's selected configuration for ``learner`` at ``epsilon`` (nearest paper ε);
+    a learner the paper does not have runs at its own defaults."""
+    params = dict(SELECTED.get(learner, {}))
     if learner == "boosting":
         params["rounds"] = BOOSTING_ROUNDS[dataset][nearest_index(epsilon)]
     return params

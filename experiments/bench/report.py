@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.bench import comm
+from experiments.bench import comm, targets
 from experiments.bench.stats import format_p
 
 #: What we know differs from the paper's setup, per dataset (quoted when we differ by > 1 SD).
@@ -190,6 +190,7 @@ def write(
             "### Paired tests (AUC, paired by seed)\n",
             pairwise_table(tables["pairwise"]),
         ]
+    parts += targets.section(tables, _table)
     a = tables.get("ablations")
     if a is not None:
         rows = [

@@ -208,6 +208,23 @@ def run_sweep(ctx: Context) -> list[dict]:
     return [r for v, c in plan for r in rows_of("sweep", v, c, res[c])]
 
 
+def run_multiclass(ctx: Context, chosen: dict) -> list[dict]:
+    """The multiclass rows: every multiclass learner on ``multiclass.dataset`` at the main
+    stage's selection on its binary ``source`` (the paper's setting if none), forests fixed."""
+    cfg, mc = ctx.cfg, ctx.cfg.multiclass
+    fixed = {"lumberjack": cfg.forests.lumberjack, "random_forest": cfg.forests.random_forest}
+    plan = []
+    for eps in mc.epsilons:
+        for learner in mc.learners:
+            if learner in fixed:
+                params = dict(fixed[learner])
+            else:
+                params = base_params(ctx, chosen, mc.source, eps, learner)
+            plan += [ctx.fit(mc.dataset, learner, params, eps, s) for s in range(mc.seeds)]
+    res = ctx.run("multiclass", plan)
+    return [r for c in plan for r in rows_of("multiclass", "selected", c, res[c])]
+
+
 def run_mia(ctx: Context) -> list[dict]:
     """Paper §5.5: the off-path model and every on-path learner, ``mia.seeds`` seeds."""
     cfg, m = ctx.cfg, ctx.cfg.mia

@@ -8,6 +8,8 @@ arrays are cached by input checksum + schema digest + options.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import os
 from importlib import resources
@@ -19,7 +21,7 @@ import pandas as pd
 from fedpriv.data.dataset import TabularDataset, cached
 from fedpriv.data.encode import LoadReport, encode
 from fedpriv.data.errors import DataError
-from fedpriv.data.schema import Schema
+from fedpriv.data.schema import Schema, Target
 from fedpriv.data.split import make_split, stratified_indices
 from fedpriv.data.table import read_table
 from fedpriv.validation import check_count
@@ -62,8 +64,22 @@ HEART_CENTRES = ("cleveland", "hungarian", "switzerland", "va")
 EXPIRED_OR_HOSPICE = (11, 13, 14, 19, 20, 21)
 
 
+#: Bundled corpora that are another's file and columns with a different target:
+#: name -> (schema it derives from, its target, description).
+DERIVED = {
+    "brfss3": (
+        "brfss",
+        Target(column="Diabetes_012", labels=("0", "1", "2")),
+        "BRFSS 2015: no diabetes (0) / prediabetes (1) / diabetes (2)",
+    ),
+}
+
+
 def schema(name: str) -> Schema:
-    """The bundled public schema ``name`` (adult, heart, diabetes130, brfss)."""
+    """The bundled public schema ``name`` (adult, heart, diabetes130, brfss, brfss3)."""
+    if name in DERIVED:
+        base, target, description = DERIVED[name]
+        return dataclasses.replace(schema(base), name=name, target=target, description=description)
     ref = resources.files("fedpriv.data").joinpath("schemas").joinpath(f"{name}.toml")
     with resources.as_file(ref) as path:
         return Schema.from_toml(path)
@@ -239,18 +255,22 @@ def load_brfss(
     split_seed: int = 0,
     val_fraction: float = 0.2,
     use_cache: bool = True,
+    multiclass: bool = False,
 ) -> TabularDataset:
     """BRFSS 2015 any-diabetes, stratified subsample of ``n_rows`` (paper: 60,000).
 
-    ``full=True`` keeps all 253,680 rows. No natural clients: partition the
-    training rows with :mod:`fedpriv.data.partition` (the paper: K = 5).
+    ``full=True`` keeps all 253,680 rows. ``multiclass=True``: the three classes
+    no diabetes / prediabetes / diabetes (corpus ``brfss3``), stratified by
+    them. No natural clients: partition the training rows with
+    :mod:`fedpriv.data.partition` (the paper: K = 5).
     """
-    sch = schema("brfss")
+    name = "brfss3" if multiclass else "brfss"
+    sch = schema(name)
     n_keep = check_count("n_rows", n_rows, minimum=100)
     path = data_dir() / "brfss2015_diabetes" / "diabetes_012_health_indicators_BRFSS2015.csv.gz"
 
     def build() -> TabularDataset:
-        report = LoadReport(source="brfss")
+        report = LoadReport(source=name)
         frame, lines = read_table(path, sch)
         enc = encode(frame, sch, source=str(path), lines=lines, report=report)
         X, X_ord, y = enc.X, enc.X_ordinal, enc.y
@@ -262,7 +282,7 @@ def load_brfss(
             report.n_rows = int(keep.size)
         split = make_split(y, seed=split_seed, val_fraction=val_fraction)
         return TabularDataset(
-            name="brfss",
+            name=name,
             schema=sch,
             X=X,
             X_ordinal=X_ord,
@@ -273,7 +293,7 @@ def load_brfss(
         )
 
     opts = {"full": full, "n_rows": n_keep, "split_seed": split_seed, "val_fraction": val_fraction}
-    return cached("brfss", [path], sch, opts, build, use_cache=use_cache)
+    return cached(name, [path], sch, opts, build, use_cache=use_cache)
 
 
 LOADERS = {
@@ -281,6 +301,7 @@ LOADERS = {
     "heart": load_heart,
     "diabetes130": load_diabetes130,
     "brfss": load_brfss,
+    "brfss3": functools.partial(load_brfss, multiclass=True),
 }
 
 

@@ -170,7 +170,8 @@ def _count_missing(
 def encode_target(
     frame: pd.DataFrame, schema: Schema, *, source: str, lines: np.ndarray
 ) -> np.ndarray:
-    """0/1 labels from the schema's target; undeclared or missing labels are errors."""
+    """Class codes from the schema's target (0/1 for a binary target, the label's
+    position for a multiclass one); undeclared or missing labels are errors."""
     col = schema.target.column
     codes, uniques = _factorize(frame[col])
     if (codes < 0).any():
@@ -193,6 +194,9 @@ def encode_target(
             column=col,
             line=_first_line(mask, lines),
         )
+    if schema.target.multiclass:
+        position = {label: i for i, label in enumerate(schema.target.labels)}
+        return np.array([position[u] for u in uniques], dtype=np.int8)[codes]
     positive = np.array([u in set(schema.target.positive) for u in uniques], dtype=np.int8)
     return positive[codes]
 

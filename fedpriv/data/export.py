@@ -50,8 +50,12 @@ def decode(schema: Schema, X: np.ndarray, X_ordinal: np.ndarray, y: np.ndarray) 
             cells = np.where(X[:, j] == 1, spec.positive[0], spec.negative[0]).astype(object)
         cols[spec.name] = cells
         j += spec.width
-    negative = next(v for v in schema.target.labels if v not in schema.target.positive)
-    cols[schema.target.column] = np.where(y == 1, schema.target.positive[0], negative)
+    target = schema.target
+    if target.multiclass:
+        cols[target.column] = np.asarray(target.labels, dtype=object)[np.asarray(y, dtype=np.int64)]
+    else:
+        negative = next(v for v in target.labels if v not in target.positive)
+        cols[target.column] = np.where(y == 1, target.positive[0], negative)
     return pd.DataFrame(cols)
 
 

@@ -177,33 +177,49 @@ Column = NumericColumn | CategoricalColumn | BinaryColumn
 
 @dataclass(frozen=True, kw_only=True)
 class Target:
-    """Binary target: ``y = 1`` iff the raw label is in ``positive``.
+    """The target column and its public label set.
 
+    Binary (``positive`` given): ``y = 1`` iff the raw label is in ``positive``.
+    Multiclass (``positive`` empty): ``y`` is the label's position in
+    ``labels``, so the classes are ``0 … len(labels) − 1`` in declared order.
     ``labels`` is the declared label set; any other label is an input error.
     """
 
     column: str
-    positive: tuple[str, ...]
     labels: tuple[str, ...]
+    positive: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         pos = tuple(canonical(v) for v in _as_tuple(self.positive))
         labels = tuple(canonical(v) for v in _as_tuple(self.labels))
-        if not set(pos) <= set(labels) or not pos or set(pos) == set(labels):
+        if len(set(labels)) != len(labels) or len(labels) < 2:
+            raise SchemaError(
+                f"target {self.column!r}: labels must be at least two distinct values; "
+                f"got {list(labels)}"
+            )
+        if pos and (not set(pos) <= set(labels) or set(pos) == set(labels)):
             raise SchemaError(
                 f"target {self.column!r}: positive labels {list(pos)} must be a non-empty proper "
-                f"subset of the label set {list(labels)}"
+                f"subset of the label set {list(labels)} (omit positive for a multiclass target)"
             )
         object.__setattr__(self, "positive", pos)
         object.__setattr__(self, "labels", labels)
 
     @property
+    def multiclass(self) -> bool:
+        """True when every declared label is its own class (no ``positive``)."""
+        return not self.positive
+
+    @property
     def classes(self) -> tuple[int, ...]:
-        """The encoded label set, (0, 1): 1 for a ``positive`` label, 0 for the rest.
+        """The encoded label set: (0, 1) for a binary target (1 for a ``positive``
+        label), else the labels' positions ``0 … C − 1``.
 
         Public (from the schema, never the rows): every entry point checks the
         encoded labels against it (:func:`fedpriv.records.check_labels`).
         """
+        if self.multiclass:
+            return tuple(range(len(self.labels)))
         return BINARY_LABELS
 
 

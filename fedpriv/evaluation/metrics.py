@@ -26,3 +26,36 @@ def binary_metrics(y_true: np.ndarray, p: np.ndarray) -> dict[str, float]:
         "sensitivity_at_prevalence": tp / max(tp + fn, 1),
         "specificity_at_prevalence": tn / max(tn + fp, 1),
     }
+
+
+def multiclass_metrics(y_true: np.ndarray, proba: np.ndarray) -> dict[str, float]:
+    """Macro one-vs-rest AUC, multiclass Brier score and accuracy of class probabilities.
+
+    ``proba`` has one column per class, in class order. The Brier score is
+    Brier's (1950) original form, the mean over rows of Σ_k (p_k − 1[y = k])²;
+    for two classes it is twice :func:`binary_metrics`' ``brier``.
+    """
+    y = np.asarray(y_true).astype(np.int64)
+    p = np.asarray(proba, dtype=np.float64)
+    onehot = np.eye(p.shape[1])[y]
+    return {
+        "auc": float(skm.roc_auc_score(y, p, multi_class="ovr", average="macro")),
+        "brier": float(np.mean(np.sum((p - onehot) ** 2, axis=1))),
+        "accuracy": float((np.argmax(p, axis=1) == y).mean()),
+    }
+
+
+def base_rate_brier(y_train: np.ndarray, y_eval: np.ndarray, n_classes: int = 2) -> float:
+    """Brier score on ``y_eval`` of the constant predictor of ``y_train``'s class rates.
+
+    The benchmark's floor for calibration: a learner whose Brier score exceeds
+    it predicts worse probabilities than the base rate alone. Binary (two
+    classes): the score of ``binary_metrics`` (the positive class only);
+    otherwise that of :func:`multiclass_metrics`.
+    """
+    rates = np.bincount(np.asarray(y_train, dtype=np.int64), minlength=n_classes) / len(y_train)
+    y = np.asarray(y_eval, dtype=np.int64)
+    if n_classes == 2:
+        return float(np.mean((rates[1] - y) ** 2))
+    onehot = np.eye(n_classes)[y]
+    return float(np.mean(np.sum((rates - onehot) ** 2, axis=1)))

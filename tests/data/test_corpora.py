@@ -128,3 +128,17 @@ def test_the_corpora_ship_inside_the_package_with_their_checksums(monkeypatch, t
     shutil.copy(BUNDLED / "SHA256SUMS", copy / "SHA256SUMS")
     (copy / "heart_disease" / "processed.va.data").write_text("tampered")
     assert "heart_disease/processed.va.data" in verify_bundled(copy)
+
+
+def test_brfss3_is_brfss_with_its_three_classes():
+    """BRFSS 2015's three classes (codebook: 213,703 none, 4,631 pre, 35,346 diabetes),
+    stratified by class into the paper's 60,000-row subsample."""
+    ds = load_brfss(multiclass=True)
+    assert ds.name == "brfss3" and ds.schema.target.classes == (0, 1, 2)
+    assert ds.schema.columns == load_brfss().schema.columns
+    assert ds.y.size == 60_000 and ds.X.shape[1] == 21
+    share = np.bincount(ds.y, minlength=3) / ds.y.size
+    assert share == pytest.approx(np.array([213_703, 4_631, 35_346]) / 253_680, abs=2e-4)
+    # 1 and 2 are the binary corpus' positive labels: the same positive rate.
+    assert share[1:].sum() == pytest.approx(39_977 / 253_680, abs=2e-4)
+    assert _parts_cover(ds)

@@ -71,6 +71,27 @@ def test_categorical_and_target_validation():
         )
 
 
+def test_a_target_without_positive_labels_is_multiclass_in_declared_order(tmp_path):
+    binary = Target(column="y", positive=("b",), labels=("a", "b"))
+    assert (binary.multiclass, binary.classes) == (False, (0, 1))
+    target = Target(column="y", labels=("low", "mid", "high"))
+    assert (target.multiclass, target.classes) == (True, (0, 1, 2))
+    with pytest.raises(SchemaError, match="at least two distinct"):
+        Target(column="y", labels=("a", "a"))
+    schema = Schema.from_dict(
+        {
+            "name": "x",
+            "target": {"column": "y", "labels": ["low", "mid", "high"]},
+            "columns": [{"name": "a", "type": "numeric", "bounds": [0, 1]}],
+        }
+    )
+    path = tmp_path / "x.csv"
+    path.write_text("a,y\n0.5,high\n0.1,low\n0.2,mid\n0.3,high\n")
+    from fedpriv.data import load_csv
+
+    assert load_csv(path, schema).y.tolist() == [2, 0, 1, 2]
+
+
 def test_digest_is_stable_and_sensitive():
     a = Schema.from_toml(EXAMPLE)
     b = Schema.from_toml(EXAMPLE)
