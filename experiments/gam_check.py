@@ -89,14 +89,21 @@ def run_cell(data, learner, epsilon, keys, **settings) -> dict:
     }
 
 
+def _value(v: str):
+    """A grid value: true/false, an integer, a float, else the word itself."""
+    if v in ("true", "false"):
+        return v == "true"
+    try:
+        return int(v) if v.isdigit() else float(v)
+    except ValueError:
+        return v
+
+
 def _parse_grid(items: list[str]) -> list[dict]:
     axes = {}
     for item in items:
         key, _, values = item.partition("=")
-        axes[key] = [
-            (v == "true") if v in ("true", "false") else (int(v) if v.isdigit() else float(v))
-            for v in values.split(",")
-        ]
+        axes[key] = [_value(v) for v in values.split(",")]
     return [dict(zip(axes, combo, strict=True)) for combo in itertools.product(*axes.values())]
 
 

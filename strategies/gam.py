@@ -46,6 +46,7 @@ from fedpriv.models.gam import (
     box_terms,
     newton_bin_updates,
     quantile_cuts,
+    residual_gain,
     schema_terms,
 )
 from fedpriv.privacy.ledger import PrivacyLedger
@@ -57,6 +58,10 @@ from fedpriv.privacy.range_guard import check_release, noise_margin, sum_bound
 from fedpriv.validation import check_count, check_positive, check_probability
 
 METHOD = "dp_gam"
+#: How round t ≥ 1 picks its term: ``cyclic`` in schema order; ``gain``: one
+#: cyclic pass, then the term with the largest residual Newton gain estimated
+#: from its latest released sums (:func:`fedpriv.models.gam.residual_gain`).
+COLUMN_ORDERS = ("cyclic", "gain")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,8 +89,13 @@ class GAMConfig:
     lam: float = 5.0
     reg_lambda: float = 1.0
     max_update: float = 2.0
+    column_order: str = "cyclic"
 
     def __post_init__(self) -> None:
+        if self.column_order not in COLUMN_ORDERS:
+            raise ValueError(
+                f"column_order must be one of {list(COLUMN_ORDERS)}; got {self.column_order!r}"
+            )
         check_count("rounds", self.rounds, minimum=2)
         check_count("bins", self.bins, minimum=2)
         if self.bins > FINE_GRID:
@@ -163,6 +173,9 @@ class DPGAMStrategy:
 
     def _reset_shapes(self) -> None:
         self._shapes = [np.zeros(self._live.n_bins(k)) for k in range(self._live.m)]
+        # Residual gain per term from its latest release (inf: not visited yet).
+        self._gain = np.full(self._live.m, np.inf)
+        self._visits: list[int] = []
 
     @property
     def rounds(self) -> int:
@@ -176,8 +189,16 @@ class DPGAMStrategy:
         return max(self.config.lam * sigma, self.config.reg_lambda)
 
     def term_of(self, t: int) -> int:
-        """The term round ``t ≥ 1`` visits (cyclic, public)."""
-        return (t - 1) % self._live.m
+        """The term round ``t ≥ 1`` visits: cyclic (public), or by residual gain from
+        released sums (post-processing); fixed once the round's query is asked."""
+        if t <= len(self._visits):
+            return self._visits[t - 1]
+        if self.config.column_order == "cyclic" or t <= self._live.m:
+            k = (t - 1) % self._live.m
+        else:
+            k = int(np.argmax(self._gain))  # ties: the first in schema order
+        self._visits.append(k)
+        return k
 
     def next_query(self) -> Query | None:
         t = self._t
@@ -257,13 +278,14 @@ class DPGAMStrategy:
             raise ValueError(f"round {self._t}: need {2 * nb} sums for term {k}; got {stats.shape}")
         if self._noise is not None:
             stats = self._noise.release(stats, label=f"round {self._t}: term {k} bin (Σg, Σh)")
-        self._shapes[k] = self._shapes[k] + newton_bin_updates(
-            stats[:nb],
-            stats[nb:],
+        step = dict(
             learning_rate=cfg.learning_rate,
             reg_lambda=self._lambda(L2_SENSITIVITY),
             max_update=cfg.max_update,
         )
+        self._shapes[k] = self._shapes[k] + newton_bin_updates(stats[:nb], stats[nb:], **step)
+        sigma_g = 0.0 if self._noise is None else self.noise_multiplier_ * L2_SENSITIVITY
+        self._gain[k] = residual_gain(stats[:nb], stats[nb:], noise_std=sigma_g, **step)
 
     # -- result ---------------------------------------------------------------
     def model(self) -> GAMModel:

@@ -278,6 +278,35 @@ def newton_bin_updates(
     return np.clip(step, -max_update, max_update)
 
 
+def residual_gain(
+    sum_g: np.ndarray,
+    sum_h: np.ndarray,
+    *,
+    learning_rate: float,
+    reg_lambda: float,
+    max_update: float,
+    noise_std: float = 0.0,
+) -> float:
+    """The Newton gain left in a term after the step :func:`newton_bin_updates` took.
+
+    Under the local quadratic model of the loss in bin b, with gradient sum G and
+    hessian sum H, the step s = clip(−ηG/(H + λ)) leaves the gradient G + H·s,
+    whose remaining gain is (G + H·s)² / (H + λ) (Chen & Guestrin 2016, eq. 6).
+    The released G̃ = G + N(0, σ²) gives E[G̃²] = G² + σ², so σ² is subtracted from
+    each bin's squared gradient (clipped at 0) before it counts: otherwise a term
+    with many bins would look promising from noise alone. Post-processing of the
+    released sums only.
+    """
+    g = np.asarray(sum_g, dtype=np.float64)
+    h = np.maximum(np.asarray(sum_h, dtype=np.float64), 0.0)
+    step = newton_bin_updates(
+        g, h, learning_rate=learning_rate, reg_lambda=reg_lambda, max_update=max_update
+    )
+    left = g + h * step
+    signal = np.maximum(left**2 - noise_std**2, 0.0)
+    return float(np.sum(signal / (h + reg_lambda)))
+
+
 @dataclass(frozen=True)
 class GAMModel:
     """``f(x) = base + Σ_k shapes[k][bin_k(x)]`` on the logit scale; released values only."""

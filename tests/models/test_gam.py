@@ -162,3 +162,16 @@ def test_model_round_trips_and_predicts_its_lookup():
     np.testing.assert_array_equal(again.decision_function(X), model.decision_function(X))
     with pytest.raises(ValueError, match="one shape per term"):
         GAMModel(base=0.0, terms=terms, shapes=shapes[:-1])
+
+
+def test_residual_gain_is_the_gain_left_after_the_step_less_the_noise():
+    from fedpriv.models.gam import residual_gain
+
+    g, h = np.array([-30.0, 4.0, 0.0]), np.array([20.0, 10.0, 5.0])
+    kw = dict(learning_rate=0.5, reg_lambda=10.0, max_update=2.0)
+    step = newton_bin_updates(g, h, **kw)
+    left = g + h * step  # a half step leaves half of G·λ/(H+λ)-ish; computed directly
+    assert residual_gain(g, h, **kw) == pytest.approx(np.sum(left**2 / (h + 10.0)))
+    # A full Newton step with λ = 0 leaves no gain; noise² is removed bin by bin.
+    assert residual_gain(g, h, learning_rate=1.0, reg_lambda=1e-12, max_update=99) < 1e-9
+    assert residual_gain(g, h, noise_std=1e3, **kw) == 0.0

@@ -130,3 +130,17 @@ def test_lambda_is_relative_to_the_noise_std_and_aborted_rounds_release_nothing(
     assert np.any(model.shapes[2] != 0)
     # The bin steps are bounded whatever the noise.
     assert max(np.abs(s).max() for s in model.shapes) <= cfg.max_update
+
+
+def test_gain_order_revisits_the_informative_column_and_cyclic_never_does():
+    # Only column 0 carries signal (_clients): after one cyclic pass, the gain order
+    # keeps returning to it; the cyclic order visits every column in turn.
+    clients = _clients(n=400, d=3)
+    half = {"rounds": 13, "learning_rate": 0.5}  # a half step leaves gain where there is signal
+    gain = _run(_start(GAMConfig(column_order="gain", **half), clients), clients)
+    cyclic = _run(_start(GAMConfig(**half), clients), clients)
+    assert gain._visits[:3] == [0, 1, 2] and cyclic._visits == [0, 1, 2] * 4
+    later = gain._visits[3:]
+    assert later.count(0) >= 4 and later.count(0) > max(later.count(1), later.count(2))
+    with pytest.raises(ValueError, match="column_order must be one of"):
+        GAMConfig(column_order="random")
