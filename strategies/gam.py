@@ -76,7 +76,10 @@ class GAMConfig:
     histograms on a fine public grid). ``learning_rate`` η scales each Newton
     step; the step's regulariser is λ = max(``lam`` · σ_H, ``reg_lambda``), σ_H
     the std of the noise on each released Σh; ``max_update`` bounds each bin's
-    step (logits). The privacy budget is the run ledger's. Defaults measured
+    step (logits). ``column_order`` (:data:`COLUMN_ORDERS`): ``cyclic``, or
+    ``gain`` (one cyclic pass, then the term with the largest residual gain:
+    better where few of many columns carry the signal, e.g. Diabetes 130-US,
+    worse on Adult). The privacy budget is the run ledger's. Defaults measured
     on Adult (ε = 0.5), BRFSS (ε = 0.5) and Diabetes 130-US (ε = 2)
     (``experiments/gam_check.py``): 70 column rounds (5 passes over Adult's 14
     columns, 1.7 over 130-US's 41), 16 quantile bins, η = 1, λ = 5 σ_H.
