@@ -22,8 +22,29 @@ sketch) identical Gaussian events ``GaussianDpEvent(z)``; z is calibrated for
 exactly that plan and the plan reserved before any noise is drawn. Each
 release is range-checked against the public bound on an honest sum.
 
-Everything the server decides (term, bins, λ, intercept, shapes) uses only
-the public configuration and released values.
+Multiclass (C > 2 public classes, :mod:`fedpriv.models.gam_softmax`): a
+softmax GAM with C values per bin. Round 0 asks for ``[Σg_1..C, Σh]`` at
+margin 0 (sensitivity √(1 − 1/C + h₀²), h₀ = (1/C)(1 − 1/C)), a column round
+for ``[Σg_{b,c} | Σh_{b,c}]`` (sensitivity √(2 + ¼(1 − 1/C))); the released
+Σg are projected on the sum-zero plane and each class gets its diagonal
+Newton step. Binary runs are unchanged (one logit per bin).
+
+Interactions (``interactions`` = P > 0, :mod:`fedpriv.models.gam_pairs`): the
+last ``interaction_rounds`` rounds fit P pair terms. The first of them, the
+*selection* round, asks for the per-cell sums of every candidate pair (all
+pairs among the ``interaction_candidates`` terms of largest released
+importance) at the current model: one release with sensitivity √(#candidates)
+times a column round's. The P pairs of largest noise-corrected gain are kept
+and that release's sums are their first Newton step; each later round visits
+one kept pair (cyclic) and asks for its per-cell sums (a column round's
+sensitivity: one record, one cell). The selection costs one round of the plan
+and reads nothing but released values; the pairs' coarse bins
+(``interaction_bins`` per side) are post-processing of the released binning
+and shapes. If the selection round is aborted, the remaining rounds keep
+cycling over the columns.
+
+Everything the server decides (term, bins, pairs, λ, intercept, shapes) uses
+only the public configuration and released values.
 """
 
 from __future__ import annotations
@@ -48,6 +69,7 @@ from fedpriv.models.gam import (
     quantile_cuts,
     schema_terms,
 )
+from fedpriv.models.gam_softmax import intercept_sensitivity, sum_zero, term_sensitivity
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.mechanisms import GaussianMechanism
 from fedpriv.privacy.noise_stage import GaussianRounds
@@ -55,6 +77,7 @@ from fedpriv.privacy.participation import ParticipationAccounting
 from fedpriv.privacy.randomness import check_private
 from fedpriv.privacy.range_guard import check_release, noise_margin, sum_bound
 from fedpriv.validation import check_count, check_positive, check_probability
+from strategies.gam_pairs import PairStage
 
 METHOD = "dp_gam"
 
@@ -64,15 +87,19 @@ class GAMConfig:
     """Hyper-parameters of DP histogram boosting (DP-EBM).
 
     ``rounds``: federated rounds, the intercept's plus one per column visit
-    (cyclic in schema order; 1 + passes × columns for whole passes).
+    (cyclic in schema order; 1 + passes × columns for whole passes), plus the
+    pair stage's ``interaction_rounds`` when ``interactions`` > 0.
     ``bins``: equal-width bins of a numeric column (a categorical column has one
     bin per level, a binary one two), or the number of quantile bins with
     ``quantile_bins`` (one extra accounted release: the numeric columns'
     histograms on a fine public grid). ``learning_rate`` η scales each Newton
     step; the step's regulariser is λ = max(``lam`` · σ_H, ``reg_lambda``), σ_H
     the std of the noise on each released Σh; ``max_update`` bounds each bin's
-    step (logits). The privacy budget is the run ledger's. Defaults measured
-    on Adult (ε = 0.5), BRFSS (ε = 0.5) and Diabetes 130-US (ε = 2)
+    step (logits). ``interactions``: pair terms fitted in the last
+    ``interaction_rounds`` rounds (0: none), chosen among the pairs of the
+    ``interaction_candidates`` most important columns, on ``interaction_bins``
+    coarse bins per side. The privacy budget is the run ledger's. Defaults
+    measured on Adult (ε = 0.5), BRFSS (ε = 0.5) and Diabetes 130-US (ε = 2)
     (``experiments/gam_check.py``): 70 column rounds (5 passes over Adult's 14
     columns, 1.7 over 130-US's 41), 16 quantile bins, η = 1, λ = 5 σ_H.
     """
@@ -84,6 +111,10 @@ class GAMConfig:
     lam: float = 5.0
     reg_lambda: float = 1.0
     max_update: float = 2.0
+    interactions: int = 0
+    interaction_rounds: int = 15
+    interaction_candidates: int = 6
+    interaction_bins: int = 8
 
     def __post_init__(self) -> None:
         check_count("rounds", self.rounds, minimum=2)
@@ -97,6 +128,32 @@ class GAMConfig:
             raise ValueError(f"lam must lie in [0, inf); got {self.lam!r}")
         check_positive("reg_lambda", self.reg_lambda)
         check_positive("max_update", self.max_update)
+        check_count("interactions", self.interactions, minimum=0)
+        check_count("interaction_rounds", self.interaction_rounds, minimum=2)
+        check_count("interaction_candidates", self.interaction_candidates, minimum=2)
+        check_count("interaction_bins", self.interaction_bins, minimum=2)
+        if self.interaction_bins > FINE_GRID:
+            raise ValueError(
+                f"interaction_bins must lie in [2, {FINE_GRID}]; got {self.interaction_bins}"
+            )
+        if self.interactions:
+            if self.interaction_rounds > self.rounds - 2:
+                raise ValueError(
+                    f"interaction_rounds must lie in [2, rounds − 2 = {self.rounds - 2}] "
+                    f"with interactions; got {self.interaction_rounds}"
+                )
+            n_pairs = self.interaction_candidates * (self.interaction_candidates - 1) // 2
+            if self.interactions > n_pairs:
+                raise ValueError(
+                    f"interactions must lie in [0, {n_pairs}] (pairs among "
+                    f"interaction_candidates = {self.interaction_candidates}); "
+                    f"got {self.interactions}"
+                )
+
+    @property
+    def main_rounds(self) -> int:
+        """Rounds before the pair stage (the intercept's and the column rounds)."""
+        return self.rounds - (self.interaction_rounds if self.interactions else 0)
 
     @property
     def sampling_rate(self) -> float:
@@ -104,7 +161,7 @@ class GAMConfig:
         return 1.0
 
 
-class DPGAMStrategy:
+class DPGAMStrategy(PairStage):
     """Server half of DP-EBM; speaks only :class:`Query` and released sums."""
 
     method = METHOD
@@ -116,17 +173,29 @@ class DPGAMStrategy:
         terms: Terms | None = None,
         participation: float = 1.0,
         n_records: int | None = None,
+        n_classes: int = 2,
     ) -> None:
         """``terms``: the public binning (default: every feature a numeric term on the
         box [0, 1]); ``participation``: client participation ρ (accounted as ``valid``:
         it never lowers the noise); ``n_records``: public bound on the records behind a
-        sum, for the range checks (``None``: no check)."""
+        sum, for the range checks (``None``: no check); ``n_classes``: size of the
+        public label set (> 2: a softmax GAM)."""
         self.config = config
         self.terms = terms
         self.participation = check_probability("participation", participation)
         self.n_records = None if n_records is None else check_count("n_records", n_records)
+        self.n_classes = check_count("n_classes", n_classes, minimum=2)
         self.noise_multiplier_: float | None = None
         self._t = 0
+
+    @property
+    def multiclass(self) -> bool:
+        return self.n_classes > 2
+
+    @property
+    def term_sensitivity(self) -> float:
+        """L2 sensitivity of one term's (or pair's) per-bin reply."""
+        return term_sensitivity(self.n_classes) if self.multiclass else L2_SENSITIVITY
 
     # -- Strategy protocol ----------------------------------------------------
     def begin(
@@ -143,14 +212,14 @@ class DPGAMStrategy:
             self.terms = box_terms(n_features, cfg.bins)
         self.terms.check_features(n_features)
         self._t = 0
-        self._base = 0.0
+        self._base = 0.0 if not self.multiclass else np.zeros(self.n_classes)
         self._live = self.terms  # cuts replaced by the sketch's after round 0
         self._shapes: list[np.ndarray] = []
         self._n_numeric = int(self.terms.numeric.sum())
         self._sketch = cfg.quantile_bins and self._n_numeric > 0
         self._noise = GaussianRounds.plan(
             ledger,
-            l2_sensitivity=L2_SENSITIVITY,
+            l2_sensitivity=self.term_sensitivity,
             sampling_rate=1.0,
             rounds=cfg.rounds + int(self._sketch),
             participation=self.participation,
@@ -162,7 +231,10 @@ class DPGAMStrategy:
         self.noise_multiplier_ = None if self._noise is None else self._noise.noise_multiplier
 
     def _reset_shapes(self) -> None:
-        self._shapes = [np.zeros(self._live.n_bins(k)) for k in range(self._live.m)]
+        tail = (self.n_classes,) if self.multiclass else ()
+        self._shapes = [np.zeros((self._live.n_bins(k), *tail)) for k in range(self._live.m)]
+        self._hess = [np.zeros((self._live.n_bins(k), *tail)) for k in range(self._live.m)]
+        self._pairs = []
 
     @property
     def rounds(self) -> int:
@@ -179,27 +251,38 @@ class DPGAMStrategy:
         """The term round ``t ≥ 1`` visits (cyclic, public)."""
         return (t - 1) % self._live.m
 
+    def _width(self) -> int:
+        """Values per bin of a reply: Σg and Σh, for one logit or C classes."""
+        return 2 * (self.n_classes if self.multiclass else 1)
+
     def next_query(self) -> Query | None:
         t = self._t
         if t >= self.config.rounds:
             return None
         if t == 0:
             grid = FINE_GRID if self._sketch else 0
+            head = self.n_classes + 1 if self.multiclass else 2
+            config = {"phase": "intercept", "grid": grid}
+            if self.multiclass:
+                config["n_classes"] = self.n_classes
             return Query(
                 round=0,
                 method=METHOD,
                 sampling_rate=1.0,
-                reply_length=2 + grid * self._n_numeric,
+                reply_length=head + grid * self._n_numeric,
                 record_bound=1.0,
                 arrays=self._live.to_arrays(),
-                config={"phase": "intercept", "grid": grid},
+                config=config,
             )
+        main = self.config.main_rounds
+        if t >= main and ((t == main and self._live.m >= 2) or self._pairs):
+            return self.pair_query(t)
         k = self.term_of(t)
         return Query(
             round=t,
             method=METHOD,
             sampling_rate=1.0,
-            reply_length=2 * self._live.n_bins(k),
+            reply_length=self._width() * self._live.n_bins(k),
             record_bound=1.0,
             arrays=self.model().to_arrays(),
             config={"phase": "term", "term": k},
@@ -210,10 +293,14 @@ class DPGAMStrategy:
         if query.round != t:
             raise ValueError(f"update for round {query.round}, expected round {t}")
         if aggregate is not None:
-            if t == 0:
-                self._update_intercept(np.asarray(aggregate, dtype=np.float64))
+            stats = np.asarray(aggregate, dtype=np.float64)
+            phase = query.config["phase"]
+            if phase == "intercept":
+                self._update_intercept(stats)
+            elif phase == "term":
+                self._update_term(int(query.config["term"]), stats)
             else:
-                self._update_term(self.term_of(t), np.asarray(aggregate, dtype=np.float64))
+                self.update_pairs(query, stats)
         # Aborted round: nothing released, the model stays as it is.
         self._t += 1
 
@@ -233,47 +320,82 @@ class DPGAMStrategy:
         return noisy
 
     def _update_intercept(self, stats: np.ndarray) -> None:
-        head = self._release(
-            stats[:2], INTERCEPT_SENSITIVITY, INTERCEPT_GRAD_BOUND, "round 0: intercept (Σg, Σh)"
-        )
+        C = self.n_classes
+        if self.multiclass:
+            head = self._release(
+                stats[: C + 1], intercept_sensitivity(C), 1.0, "round 0: intercept (Σg, Σh)"
+            )
+            rest = stats[C + 1 :]
+        else:
+            head = self._release(
+                stats[:2],
+                INTERCEPT_SENSITIVITY,
+                INTERCEPT_GRAD_BOUND,
+                "round 0: intercept (Σg, Σh)",
+            )
+            rest = stats[2:]
         cuts = {}
         if self._sketch:
             hist = self._release(
-                stats[2:],
+                rest,
                 math.sqrt(self._n_numeric),
                 1.0,
                 "round 0: numeric columns' fine histograms",
             ).reshape(self._n_numeric, FINE_GRID)
             for row, k in zip(hist, np.flatnonzero(self.terms.numeric), strict=True):
                 cuts[int(k)] = quantile_cuts(row, self.config.bins)
-        lam = self._lambda(INTERCEPT_SENSITIVITY)
-        self._base = float(-head[0] / (max(head[1], 0.0) + lam))
+        if self.multiclass:
+            lam = self._lambda(intercept_sensitivity(C))
+            self._base = -sum_zero(head[:C]) / (max(head[C], 0.0) + lam)
+        else:
+            lam = self._lambda(INTERCEPT_SENSITIVITY)
+            self._base = float(-head[0] / (max(head[1], 0.0) + lam))
         self._live = self.terms.with_cuts(cuts)
         self._reset_shapes()
 
-    def _update_term(self, k: int, stats: np.ndarray) -> None:
-        cfg, nb = self.config, self._live.n_bins(k)
-        if stats.shape != (2 * nb,):
-            raise ValueError(f"round {self._t}: need {2 * nb} sums for term {k}; got {stats.shape}")
-        if self._noise is not None:
-            stats = self._noise.release(stats, label=f"round {self._t}: term {k} bin (Σg, Σh)")
-        self._shapes[k] = self._shapes[k] + newton_bin_updates(
-            stats[:nb],
-            stats[nb:],
+    def newton_step(self, stats: np.ndarray, n: int, sensitivity: float):
+        """Released ``[Σg | Σh]`` over ``n`` bins (or cells) → (step, Σh), each (n[, C])."""
+        cfg = self.config
+        if self.multiclass:
+            stats = stats.reshape(2, n, self.n_classes)
+            g, h = sum_zero(stats[0]), stats[1]
+        else:
+            g, h = stats[:n], stats[n:]
+        step = newton_bin_updates(
+            g,
+            h,
             learning_rate=cfg.learning_rate,
-            reg_lambda=self._lambda(L2_SENSITIVITY),
+            reg_lambda=self._lambda(sensitivity),
             max_update=cfg.max_update,
         )
+        return step, h
+
+    def _update_term(self, k: int, stats: np.ndarray) -> None:
+        nb = self._live.n_bins(k)
+        if stats.shape != (self._width() * nb,):
+            raise ValueError(
+                f"round {self._t}: need {self._width() * nb} sums for term {k}; got {stats.shape}"
+            )
+        if self._noise is not None:
+            stats = self._noise.release(stats, label=f"round {self._t}: term {k} bin (Σg, Σh)")
+        step, self._hess[k] = self.newton_step(stats, nb, self.term_sensitivity)
+        self._shapes[k] = self._shapes[k] + step
 
     # -- result ---------------------------------------------------------------
     def model(self) -> GAMModel:
         """The released model so far."""
-        return GAMModel(base=self._base, terms=self._live, shapes=tuple(self._shapes))
+        return GAMModel(
+            base=self._base, terms=self._live, shapes=tuple(self._shapes), pairs=tuple(self._pairs)
+        )
 
 
 def build(config: GAMConfig, context: StrategyContext) -> DPGAMStrategy:
     """The registry's factory: one term per column of the public schema."""
     terms = None if context.schema is None else schema_terms(context.schema, config.bins)
     return DPGAMStrategy(
-        config, terms=terms, participation=context.participation, n_records=context.n_records
+        config,
+        terms=terms,
+        participation=context.participation,
+        n_records=context.n_records,
+        n_classes=context.n_classes,
     )
