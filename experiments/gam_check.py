@@ -4,13 +4,15 @@ Each cell (dataset, ε, learner) is fitted with the in-process estimator on
 the training split, once per secret key (subkeys of the process key,
 :mod:`experiments.keys`), and scored on the test split: mean ± sd of AUC and
 Brier over the keys, next to the base-rate Brier (predicting the training
-positive rate). ``--grid`` sweeps dp_gam's settings instead.
+positive rate, or class shares). ``--grid`` sweeps dp_gam's settings instead,
+e.g. with and without pair terms (``interactions``).
 
 Usage::
 
     python -m experiments.gam_check                      # the report's table
     python -m experiments.gam_check --keys 5 --learners dp_gam
     python -m experiments.gam_check --grid rounds=29,43 lam=2.5,5 --cells adult:0.5
+    python -m experiments.gam_check --keys 5 --cells adult:0.5,adult:2 --grid interactions=0,3
 """
 
 from __future__ import annotations
@@ -51,17 +53,30 @@ def load(name: str):
 
 
 def score(data, learner: str, epsilon: float, key, **settings) -> tuple[float, float]:
-    """Test AUC and Brier of one fit."""
+    """Test AUC and Brier of one fit (C > 2 classes: macro one-vs-rest AUC and the
+    multiclass Brier score Σ_c (p_c − 1[y = c])², averaged over rows)."""
     est = get_method(learner).estimator_class(
         epsilon=epsilon, num_clients=NUM_CLIENTS, secret_key=key, **settings
     )
     est.fit(data)
     X, y = data.X[data.split.test], data.y[data.split.test]
-    p = est.predict_proba(X)[:, 1]
+    P = est.predict_proba(X)
+    if P.shape[1] > 2:
+        onehot = np.eye(P.shape[1])[np.asarray(y, dtype=np.int64)]
+        auc = roc_auc_score(y, P, multi_class="ovr", labels=np.arange(P.shape[1]))
+        return float(auc), float(np.mean(np.sum((P - onehot) ** 2, axis=1)))
+    p = P[:, 1]
     return float(roc_auc_score(y, p)), float(brier_score_loss(y, p))
 
 
 def base_rate_brier(data) -> float:
+    """Brier of predicting the training class shares (binary: the positive rate)."""
+    y_train = np.asarray(data.y[data.split.train], dtype=np.int64)
+    y = np.asarray(data.y[data.split.test], dtype=np.int64)
+    n_classes = len(data.schema.target.classes)
+    if n_classes > 2:
+        shares = np.bincount(y_train, minlength=n_classes) / y_train.size
+        return float(np.mean(np.sum((shares - np.eye(n_classes)[y]) ** 2, axis=1)))
     rate = data.y[data.split.train].mean()
     y = data.y[data.split.test]
     return float(np.mean((y - rate) ** 2))

@@ -18,6 +18,10 @@ term by at most (:data:`GRAD_BOUND`, :data:`HESS_BOUND`), so the L2
 sensitivity of a term's reply is :data:`L2_SENSITIVITY` = √(1 + 1/16). The
 client clips every record's g to [−1, 1] and h to [0, ¼] where it computes
 them (:func:`bin_sums`), so the bound holds for any label.
+
+More than two classes: a softmax GAM with C values per bin, its bounds
+derived in :mod:`fedpriv.models.gam_softmax`. Pair terms (2-D shape functions
+over coarse public bins): :mod:`fedpriv.models.gam_pairs`.
 """
 
 from __future__ import annotations
