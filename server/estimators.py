@@ -90,8 +90,7 @@ class DPGAMClassifier(MethodEstimator):
     method = "dp_gam"
 
     def _class_scores(self, X: np.ndarray) -> np.ndarray:
-        p = self.model_.predict_proba(X)
-        return p if p.ndim == 2 else np.column_stack([1.0 - p, p])
+        return self.model_.class_scores(X)
 
 
 class DPLogisticClassifier(MethodEstimator):

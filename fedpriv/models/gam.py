@@ -376,11 +376,19 @@ class GAMModel:
         XT = np.ascontiguousarray(np.asarray(X, dtype=np.float64).T)
         return self.margins(bin_matrix(self.terms, XT))
 
-    def predict_proba(self, X: np.ndarray) -> np.ndarray:
-        """P(y = 1) of every row (as :class:`~fedpriv.models.trees.TreeEnsemble`), or the
-        (n, C) class probabilities of a softmax model."""
+    def class_scores(self, X: np.ndarray) -> np.ndarray:
+        """(n, C) class probabilities, columns in class order (binary: 1 − p, p)."""
         f = self.decision_function(X)
-        return sigmoid(f) if f.ndim == 1 else softmax(f)
+        if f.ndim == 2:
+            return softmax(f)
+        p = sigmoid(f)
+        return np.column_stack([1.0 - p, p])
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        """P(y = 1) of every row (as :class:`~fedpriv.models.trees.TreeEnsemble`); for a
+        softmax model P(class 1), as the forests' models (:meth:`class_scores`: all C)."""
+        f = self.decision_function(X)
+        return sigmoid(f) if f.ndim == 1 else softmax(f)[:, 1]
 
 
 def warm_up() -> None:

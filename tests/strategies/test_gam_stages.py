@@ -108,6 +108,10 @@ def test_softmax_estimator_predicts_c_columns_and_its_model_file_round_trips(tmp
     P = est.predict_proba(X[600:])
     assert P.shape == (300, 3)
     np.testing.assert_allclose(P.sum(axis=1), 1.0, atol=1e-12)
+    # The model itself, as the forests' models: class_scores has every class, and
+    # predict_proba the column of class 1 (what a binary-only consumer reads).
+    np.testing.assert_array_equal(est.model_.class_scores(X[600:]), P)
+    np.testing.assert_array_equal(est.model_.predict_proba(X[600:]), P[:, 1])
     assert np.mean(est.predict(X[600:]) == labels[600:]) > 0.6  # majority class ≈ 0.4
     loaded = DPGAMClassifier.load(est.save(tmp_path / "m.npz"))
     np.testing.assert_array_equal(loaded.predict_proba(X[600:]), P)
@@ -172,3 +176,31 @@ def test_pair_config_ranges_and_coarse_bins():
     g, h = np.zeros(4), np.full(4, 9.0)
     assert pair_gain(g, h, 1.0, sigma=2.0) == pytest.approx(-0.5 * 4 * 4 / 10)
     assert intercept_sensitivity(3) < term_sensitivity(3) < math.sqrt(3)
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_one_record_moves_the_selection_reply_by_at_most_its_sensitivity(n_classes):
+    from clients.gam import GAMClient
+
+    X, y = _three_classes(n=200, seed=3)
+    if n_classes == 2:
+        y = (y == 2).astype(int)
+    clients = _clients(X, y.astype(float))
+    cfg = GAMConfig(rounds=8, bins=4, interactions=1, interaction_rounds=2)
+    strategy = _start(cfg, clients, n_classes=n_classes)
+    handler = GAMClient()
+    while (q := strategy.next_query()).config["phase"] != "select":
+        replies = [handler.answer(q, c, np.arange(c.n), {}) for c in clients]
+        strategy.update(q, np.sum(replies, axis=0))
+    n_pairs = len(strategy._cands)
+    assert n_pairs == 6  # all pairs of the 4 columns
+    bound = math.sqrt(n_pairs) * strategy.term_sensitivity
+    rng = np.random.default_rng(0)
+    c = clients[0]
+    full = handler.answer(q, c, np.arange(c.n), {})
+    worst = 0.0
+    for i in rng.choice(c.n, 20, replace=False):
+        keep = np.delete(np.arange(c.n), i)
+        drop = type(c)(c.client_id, c.X[keep], c.y[keep])
+        worst = max(worst, float(np.linalg.norm(full - handler.answer(q, drop, keep, {}))))
+    assert 0.3 * bound < worst <= bound
