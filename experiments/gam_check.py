@@ -4,8 +4,9 @@ Each cell (dataset, ε, learner) is fitted with the in-process estimator on
 the training split, once per secret key (subkeys of the process key,
 :mod:`experiments.keys`), and scored on the test split: mean ± sd of AUC and
 Brier over the keys, next to the base-rate Brier (predicting the training
-positive rate, or class shares). ``--grid`` sweeps dp_gam's settings instead,
-e.g. with and without pair terms (``interactions``).
+class rates; with C > 2 classes the multiclass Brier and macro AUC).
+``--grid`` sweeps dp_gam's settings instead, e.g. with and without pair terms
+(``interactions``).
 
 Usage::
 
@@ -27,6 +28,8 @@ from sklearn.metrics import brier_score_loss, roc_auc_score
 
 from experiments.keys import secret_key_for
 from fedpriv.data import load_brfss, load_dataset, load_diabetes130
+from fedpriv.evaluation.metrics import base_rate_brier as _base_rate_brier
+from fedpriv.evaluation.metrics import multiclass_metrics
 from fedpriv.methods import get_method
 
 log = logging.getLogger(__name__)
@@ -49,12 +52,14 @@ def load(name: str):
         return load_diabetes130(n_clients=NUM_CLIENTS)
     if name == "brfss":
         return load_brfss()
+    if name == "brfss3":
+        return load_brfss(multiclass=True)
     return load_dataset(name)
 
 
 def score(data, learner: str, epsilon: float, key, **settings) -> tuple[float, float]:
     """Test AUC and Brier of one fit (C > 2 classes: macro one-vs-rest AUC and the
-    multiclass Brier score Σ_c (p_c − 1[y = c])², averaged over rows)."""
+    multiclass Brier score, :func:`fedpriv.evaluation.metrics.multiclass_metrics`)."""
     est = get_method(learner).estimator_class(
         epsilon=epsilon, num_clients=NUM_CLIENTS, secret_key=key, **settings
     )
@@ -62,24 +67,17 @@ def score(data, learner: str, epsilon: float, key, **settings) -> tuple[float, f
     X, y = data.X[data.split.test], data.y[data.split.test]
     P = est.predict_proba(X)
     if P.shape[1] > 2:
-        onehot = np.eye(P.shape[1])[np.asarray(y, dtype=np.int64)]
-        auc = roc_auc_score(y, P, multi_class="ovr", labels=np.arange(P.shape[1]))
-        return float(auc), float(np.mean(np.sum((P - onehot) ** 2, axis=1)))
+        m = multiclass_metrics(y, P)
+        return m["auc"], m["brier"]
     p = P[:, 1]
     return float(roc_auc_score(y, p)), float(brier_score_loss(y, p))
 
 
 def base_rate_brier(data) -> float:
-    """Brier of predicting the training class shares (binary: the positive rate)."""
-    y_train = np.asarray(data.y[data.split.train], dtype=np.int64)
-    y = np.asarray(data.y[data.split.test], dtype=np.int64)
-    n_classes = len(data.schema.target.classes)
-    if n_classes > 2:
-        shares = np.bincount(y_train, minlength=n_classes) / y_train.size
-        return float(np.mean(np.sum((shares - np.eye(n_classes)[y]) ** 2, axis=1)))
-    rate = data.y[data.split.train].mean()
-    y = data.y[data.split.test]
-    return float(np.mean((y - rate) ** 2))
+    """Brier of predicting the training class rates (binary: the positive rate)."""
+    return _base_rate_brier(
+        data.y[data.split.train], data.y[data.split.test], len(data.schema.target.classes)
+    )
 
 
 def run_cell(data, learner, epsilon, keys, **settings) -> dict:

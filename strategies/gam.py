@@ -27,7 +27,8 @@ softmax GAM with C values per bin. Round 0 asks for ``[Σg_1..C, Σh]`` at
 margin 0 (sensitivity √(1 − 1/C + h₀²), h₀ = (1/C)(1 − 1/C)), a column round
 for ``[Σg_{b,c} | Σh_{b,c}]`` (sensitivity √(2 + ¼(1 − 1/C))); the released
 Σg are projected on the sum-zero plane and each class gets its diagonal
-Newton step. Binary runs are unchanged (one logit per bin).
+Newton step scaled by (C − 1)/C (:func:`~fedpriv.models.gam_softmax.softmax_step_scale`).
+Binary runs are unchanged (one logit per bin).
 
 Interactions (``interactions`` = P > 0, :mod:`fedpriv.models.gam_pairs`): the
 last ``interaction_rounds`` rounds fit P pair terms. The first of them, the
@@ -69,7 +70,12 @@ from fedpriv.models.gam import (
     quantile_cuts,
     schema_terms,
 )
-from fedpriv.models.gam_softmax import intercept_sensitivity, sum_zero, term_sensitivity
+from fedpriv.models.gam_softmax import (
+    intercept_sensitivity,
+    softmax_step_scale,
+    sum_zero,
+    term_sensitivity,
+)
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.mechanisms import GaussianMechanism
 from fedpriv.privacy.noise_stage import GaussianRounds
@@ -346,7 +352,7 @@ class DPGAMStrategy(PairStage):
                 cuts[int(k)] = quantile_cuts(row, self.config.bins)
         if self.multiclass:
             lam = self._lambda(intercept_sensitivity(C))
-            self._base = -sum_zero(head[:C]) / (max(head[C], 0.0) + lam)
+            self._base = -softmax_step_scale(C) * sum_zero(head[:C]) / (max(head[C], 0.0) + lam)
         else:
             lam = self._lambda(INTERCEPT_SENSITIVITY)
             self._base = float(-head[0] / (max(head[1], 0.0) + lam))
@@ -356,15 +362,17 @@ class DPGAMStrategy(PairStage):
     def newton_step(self, stats: np.ndarray, n: int, sensitivity: float):
         """Released ``[Σg | Σh]`` over ``n`` bins (or cells) → (step, Σh), each (n[, C])."""
         cfg = self.config
+        rate = cfg.learning_rate
         if self.multiclass:
             stats = stats.reshape(2, n, self.n_classes)
             g, h = sum_zero(stats[0]), stats[1]
+            rate = rate * softmax_step_scale(self.n_classes)
         else:
             g, h = stats[:n], stats[n:]
         step = newton_bin_updates(
             g,
             h,
-            learning_rate=cfg.learning_rate,
+            learning_rate=rate,
             reg_lambda=self._lambda(sensitivity),
             max_update=cfg.max_update,
         )

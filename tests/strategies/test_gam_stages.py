@@ -86,7 +86,7 @@ def test_non_private_softmax_intercept_and_step_are_exact_newton_steps():
     model = _run(_start(cfg, clients), clients).model()
     n = y.size
     G = n / 3 - np.bincount(y, minlength=3)
-    base = -sum_zero(G) / (n * 2 / 9 + 2.0)
+    base = -(2 / 3) * sum_zero(G) / (n * 2 / 9 + 2.0)  # steps scaled by (C − 1)/C
     np.testing.assert_allclose(model.base, base, rtol=1e-12)
     p = np.exp(base) / np.exp(base).sum()
     bins = np.minimum((X[:, 0] * 4).astype(int), 3)
@@ -94,7 +94,7 @@ def test_non_private_softmax_intercept_and_step_are_exact_newton_steps():
     h = np.zeros((4, 3))
     np.add.at(g, bins, p - np.eye(3)[y])
     np.add.at(h, bins, np.broadcast_to(p * (1 - p), (n, 3)))
-    step = np.clip(-sum_zero(g) / (h + 2.0), -2.0, 2.0)
+    step = np.clip(-(2 / 3) * sum_zero(g) / (h + 2.0), -2.0, 2.0)
     np.testing.assert_allclose(model.shapes[0], step, rtol=1e-9, atol=1e-12)
 
 
