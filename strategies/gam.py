@@ -30,19 +30,8 @@ for ``[Σg_{b,c} | Σh_{b,c}]`` (sensitivity √(2 + ¼(1 − 1/C))); the releas
 Newton step scaled by (C − 1)/C (:func:`~fedpriv.models.gam_softmax.softmax_step_scale`).
 Binary runs are unchanged (one logit per bin).
 
-Interactions (``interactions`` = P > 0, :mod:`fedpriv.models.gam_pairs`): the
-last ``interaction_rounds`` rounds fit P pair terms. The first of them, the
-*selection* round, asks for the per-cell sums of every candidate pair (all
-pairs among the ``interaction_candidates`` terms of largest released
-importance) at the current model: one release with sensitivity √(#candidates)
-times a column round's. The P pairs of largest noise-corrected gain are kept
-and that release's sums are their first Newton step; each later round visits
-one kept pair (cyclic) and asks for its per-cell sums (a column round's
-sensitivity: one record, one cell). The selection costs one round of the plan
-and reads nothing but released values; the pairs' coarse bins
-(``interaction_bins`` per side) are post-processing of the released binning
-and shapes. If the selection round is aborted, the remaining rounds keep
-cycling over the columns.
+Interactions (``interactions`` > 0): the last ``interaction_rounds`` rounds
+select and fit pair terms from released values only (:mod:`strategies.gam_pairs`).
 
 Everything the server decides (term, bins, pairs, λ, intercept, shapes) uses
 only the public configuration and released values.

@@ -1,10 +1,26 @@
 """DP-EBM's pair stage, the server half: select pairs from a release, then fit them.
 
-Mixed into :class:`strategies.gam.DPGAMStrategy` (its module docstring states
-the rounds and their privacy). Everything here reads the public configuration
-and released values only: the importance of a column is the released-Σh
-weighted spread of its released shape, the coarse bins follow the released
-binning and shapes, the gains the released cell sums.
+Mixed into :class:`strategies.gam.DPGAMStrategy`; the maths and the coarse
+bins are in :mod:`fedpriv.models.gam_pairs`.
+
+Interactions (``interactions`` = P > 0, :mod:`fedpriv.models.gam_pairs`): the
+last ``interaction_rounds`` rounds fit P pair terms. The first of them, the
+*selection* round, asks for the per-cell sums of every candidate pair (all
+pairs among the ``interaction_candidates`` terms of largest released
+importance) at the current model: one release with sensitivity √(#candidate pairs)
+times a column round's. The P pairs of largest noise-corrected gain are kept
+and that release's sums are their first Newton step; each later round visits
+one kept pair (cyclic) and asks for its per-cell sums (a column round's
+sensitivity: one record, one cell). The selection costs one round of the plan
+and reads nothing but released values; the pairs' coarse bins
+(``interaction_bins`` per side) are post-processing of the released binning
+and shapes. If the selection round is aborted, the remaining rounds keep
+cycling over the columns.
+
+Everything here reads the public configuration and released values only: the
+importance of a column is the released-Σh weighted spread of its released
+shape, the coarse bins follow the released binning and shapes, the gains the
+released cell sums.
 """
 
 from __future__ import annotations
