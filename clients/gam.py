@@ -6,7 +6,11 @@ positive, by every numeric term's counts on that many equal cells of [0, 1]
 (:func:`fedpriv.models.gam.fine_histograms`). Round t ≥ 1 (``phase =
 "term"``): it scores all its rows with the released model in the query and
 returns the per-bin ``[Σg | Σh]`` of the query's term, g and h clipped to
-the bounds the server's sensitivity assumes (:func:`fedpriv.models.gam.bin_sums`).
+the bounds the server's sensitivity assumes (:func:`fedpriv.models.gam.bin_sums`;
+a softmax model's: :func:`fedpriv.models.gam_softmax.softmax_bin_sums`). The
+pair stage's rounds (``phase = "select"``: every candidate pair's per-cell
+sums, concatenated; ``phase = "pair"``: one kept pair's) are scored the same
+way, a record's cell standing for its bin.
 
 The handler keeps only a cache of its rows' bins (keyed by the public
 binning), which a runtime may drop: the reply is a function of the query and
@@ -28,8 +32,9 @@ from fedpriv.models.gam import (
     bin_sums,
     fine_histograms,
     intercept_sums,
-    margins,
 )
+from fedpriv.models.gam_pairs import pairs_from_arrays
+from fedpriv.models.gam_softmax import softmax_bin_sums, softmax_intercept_sums
 from fedpriv.privacy.randomness import SecretKey
 
 
@@ -38,6 +43,13 @@ def _binning_key(terms: Terms) -> str:
     for a in terms.to_arrays().values():
         h.update(np.ascontiguousarray(a).tobytes())
     return h.hexdigest()
+
+
+def _sums(model: GAMModel, f: np.ndarray, y: np.ndarray, bins: np.ndarray, n: int):
+    """``[Σg | Σh]`` over ``n`` bins (or cells): one logit, or C classes (softmax)."""
+    if model.n_classes == 2:
+        return bin_sums(f, y, bins, n)
+    return softmax_bin_sums(f, y, bins, n, model.n_classes)
 
 
 class GAMClient:
@@ -59,22 +71,38 @@ class GAMClient:
             raise ValueError("DP-EBM counts every record in every round: the sample must be all")
         phase = str(query.config["phase"])
         if phase == "intercept":
-            out = intercept_sums(data.y)
+            C = int(query.config.get("n_classes", 2))
+            out = intercept_sums(data.y) if C == 2 else softmax_intercept_sums(data.y, C)
             grid = int(query.config["grid"])
             if grid > 0:
                 terms = Terms.from_arrays(dict(query.arrays))
                 terms.check_features(data.XT.shape[0])
                 out = np.concatenate([out, fine_histograms(terms, data.XT, grid)])
-        elif phase == "term":
-            model = GAMModel.from_arrays(dict(query.arrays))
+        elif phase in ("term", "pair", "select"):
+            arrays = dict(query.arrays)
+            model = GAMModel.from_arrays(arrays)
             bins = self._bins(model.terms, data, state)
-            k = int(query.config["term"])
-            if not 0 <= k < model.terms.m:
-                raise ValueError(f"term must lie in [0, {model.terms.m}); got {k}")
-            f = margins(model.base, model.shapes, bins)
-            out = bin_sums(f, data.y, bins[k], model.terms.n_bins(k))
+            f = model.margins(bins)
+            if phase == "term":
+                k = int(query.config["term"])
+                if not 0 <= k < model.terms.m:
+                    raise ValueError(f"term must lie in [0, {model.terms.m}); got {k}")
+                out = _sums(model, f, data.y, bins[k], model.terms.n_bins(k))
+            elif phase == "pair":
+                j = int(query.config["pair"])
+                if not 0 <= j < len(model.pairs):
+                    raise ValueError(f"pair must lie in [0, {len(model.pairs)}); got {j}")
+                pair = model.pairs[j]
+                out = _sums(model, f, data.y, pair.cells(bins), pair.n_cells)
+            else:
+                cands = pairs_from_arrays(arrays, model.terms.n_bins, prefix="candidate")
+                out = np.concatenate(
+                    [_sums(model, f, data.y, p.cells(bins), p.n_cells) for p in cands]
+                )
         else:
-            raise ValueError(f"phase must be one of ['intercept', 'term']; got {phase!r}")
+            raise ValueError(
+                f"phase must be one of ['intercept', 'term', 'pair', 'select']; got {phase!r}"
+            )
         if out.size != query.reply_length:
             raise ValueError(
                 f"reply has {out.size} values; the query asks for {query.reply_length}"

@@ -4,13 +4,16 @@ Each cell (dataset, ε, learner) is fitted with the in-process estimator on
 the training split, once per secret key (subkeys of the process key,
 :mod:`experiments.keys`), and scored on the test split: mean ± sd of AUC and
 Brier over the keys, next to the base-rate Brier (predicting the training
-positive rate). ``--grid`` sweeps dp_gam's settings instead.
+class rates; with C > 2 classes the multiclass Brier and macro AUC).
+``--grid`` sweeps dp_gam's settings instead, e.g. with and without pair terms
+(``interactions``).
 
 Usage::
 
     python -m experiments.gam_check                      # the report's table
     python -m experiments.gam_check --keys 5 --learners dp_gam
     python -m experiments.gam_check --grid rounds=29,43 lam=2.5,5 --cells adult:0.5
+    python -m experiments.gam_check --keys 5 --cells adult:0.5,adult:2 --grid interactions=0,3
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from sklearn.metrics import brier_score_loss, roc_auc_score
 
 from experiments.keys import secret_key_for
 from fedpriv.data import load_brfss, load_dataset, load_diabetes130
+from fedpriv.evaluation.metrics import base_rate_brier as _base_rate_brier
+from fedpriv.evaluation.metrics import multiclass_metrics
 from fedpriv.methods import get_method
 
 log = logging.getLogger(__name__)
@@ -47,24 +52,32 @@ def load(name: str):
         return load_diabetes130(n_clients=NUM_CLIENTS)
     if name == "brfss":
         return load_brfss()
+    if name == "brfss3":
+        return load_brfss(multiclass=True)
     return load_dataset(name)
 
 
 def score(data, learner: str, epsilon: float, key, **settings) -> tuple[float, float]:
-    """Test AUC and Brier of one fit."""
+    """Test AUC and Brier of one fit (C > 2 classes: macro one-vs-rest AUC and the
+    multiclass Brier score, :func:`fedpriv.evaluation.metrics.multiclass_metrics`)."""
     est = get_method(learner).estimator_class(
         epsilon=epsilon, num_clients=NUM_CLIENTS, secret_key=key, **settings
     )
     est.fit(data)
     X, y = data.X[data.split.test], data.y[data.split.test]
-    p = est.predict_proba(X)[:, 1]
+    P = est.predict_proba(X)
+    if P.shape[1] > 2:
+        m = multiclass_metrics(y, P)
+        return m["auc"], m["brier"]
+    p = P[:, 1]
     return float(roc_auc_score(y, p)), float(brier_score_loss(y, p))
 
 
 def base_rate_brier(data) -> float:
-    rate = data.y[data.split.train].mean()
-    y = data.y[data.split.test]
-    return float(np.mean((y - rate) ** 2))
+    """Brier of predicting the training class rates (binary: the positive rate)."""
+    return _base_rate_brier(
+        data.y[data.split.train], data.y[data.split.test], len(data.schema.target.classes)
+    )
 
 
 def run_cell(data, learner, epsilon, keys, **settings) -> dict:

@@ -278,6 +278,7 @@ register_method(
         kernels="fedpriv.models.gam",
         estimator="server.estimators:DPGAMClassifier",
         maths="fedpriv.models.gam",
+        multiclass=True,
         family="histogram",
     )
 )

@@ -15,7 +15,7 @@ else the ``classes`` parameter (any labels, strings included, sorted as
 :class:`~fedpriv.errors.DataError` naming the label. ``predict`` returns
 labels from ``classes_``; ``predict_proba``'s columns follow ``classes_``.
 Boosting and DP-SGD are binary (``classes`` of exactly two labels, the
-second the positive class); the forests take any number.
+second the positive class); the forests and DP-EBM (``dp_gam``) take any number.
 
 Secret key. ``secret_key`` is stored as given (``clone`` needs the very
 object back) and becomes a :class:`~fedpriv.privacy.randomness.SecretKey` in
@@ -39,7 +39,7 @@ charged together.
 
 Tags. ``non_deterministic=True`` (without ``secret_key`` every fit draws
 fresh noise), ``requires_fit=True``, ``poor_score=True`` (a DP model on a
-few dozen rows is noise), ``multi_class`` only for the forests.
+few dozen rows is noise), ``multi_class`` for the forests and DP-EBM.
 
 scikit-learn's ``check_estimator`` (1.9; ``tests/server/test_sklearn_contract.py``
 runs every check on every estimator, with an injected ``secret_key`` so that

@@ -62,6 +62,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import numpy as np
+
 from server.forest_estimators import DPRandomForestClassifier, LumberjackClassifier
 from server.method_estimator import MethodEstimator
 
@@ -80,9 +82,15 @@ class DPGAMClassifier(MethodEstimator):
     """DP histogram boosting of one-column trees, federated (DP-EBM; Nori et al. 2021).
 
     Settings: :class:`strategies.gam.GAMConfig`; run parameters: module docstring.
+    More than two ``classes``: a softmax GAM (:mod:`fedpriv.models.gam_softmax`);
+    ``predict_proba`` has one column per class of ``classes_``, and
+    ``decision_function`` the (n, C) logits.
     """
 
     method = "dp_gam"
+
+    def _class_scores(self, X: np.ndarray) -> np.ndarray:
+        return self.model_.class_scores(X)
 
 
 class DPLogisticClassifier(MethodEstimator):

@@ -22,8 +22,19 @@ sketch) identical Gaussian events ``GaussianDpEvent(z)``; z is calibrated for
 exactly that plan and the plan reserved before any noise is drawn. Each
 release is range-checked against the public bound on an honest sum.
 
-Everything the server decides (term, bins, λ, intercept, shapes) uses only
-the public configuration and released values.
+Multiclass (C > 2 public classes, :mod:`fedpriv.models.gam_softmax`): a
+softmax GAM with C values per bin. Round 0 asks for ``[Σg_1..C, Σh]`` at
+margin 0 (sensitivity √(1 − 1/C + h₀²), h₀ = (1/C)(1 − 1/C)), a column round
+for ``[Σg_{b,c} | Σh_{b,c}]`` (sensitivity √(2 + ¼(1 − 1/C))); the released
+Σg are projected on the sum-zero plane and each class gets its diagonal
+Newton step scaled by (C − 1)/C (:func:`~fedpriv.models.gam_softmax.softmax_step_scale`).
+Binary runs are unchanged (one logit per bin).
+
+Interactions (``interactions`` > 0): the last ``interaction_rounds`` rounds
+select and fit pair terms from released values only (:mod:`strategies.gam_pairs`).
+
+Everything the server decides (term, bins, pairs, λ, intercept, shapes) uses
+only the public configuration and released values.
 """
 
 from __future__ import annotations
@@ -49,6 +60,12 @@ from fedpriv.models.gam import (
     residual_gain,
     schema_terms,
 )
+from fedpriv.models.gam_softmax import (
+    intercept_sensitivity,
+    softmax_step_scale,
+    sum_zero,
+    term_sensitivity,
+)
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.mechanisms import GaussianMechanism
 from fedpriv.privacy.noise_stage import GaussianRounds
@@ -56,6 +73,7 @@ from fedpriv.privacy.participation import ParticipationAccounting
 from fedpriv.privacy.randomness import check_private
 from fedpriv.privacy.range_guard import check_release, noise_margin, sum_bound
 from fedpriv.validation import check_count, check_positive, check_probability
+from strategies.gam_pairs import PairStage
 
 METHOD = "dp_gam"
 #: How round t ≥ 1 picks its term: ``cyclic`` in schema order; ``gain``: one
@@ -69,7 +87,8 @@ class GAMConfig:
     """Hyper-parameters of DP histogram boosting (DP-EBM).
 
     ``rounds``: federated rounds, the intercept's plus one per column visit
-    (cyclic in schema order; 1 + passes × columns for whole passes).
+    (cyclic in schema order; 1 + passes × columns for whole passes), plus the
+    pair stage's ``interaction_rounds`` when ``interactions`` > 0.
     ``bins``: equal-width bins of a numeric column (a categorical column has one
     bin per level, a binary one two), or the number of quantile bins with
     ``quantile_bins`` (one extra accounted release: the numeric columns'
@@ -77,10 +96,12 @@ class GAMConfig:
     step; the step's regulariser is λ = max(``lam`` · σ_H, ``reg_lambda``), σ_H
     the std of the noise on each released Σh; ``max_update`` bounds each bin's
     step (logits). ``column_order`` (:data:`COLUMN_ORDERS`): ``cyclic``, or
-    ``gain`` (one cyclic pass, then the term with the largest residual gain:
-    better where few of many columns carry the signal, e.g. Diabetes 130-US,
-    worse on Adult). The privacy budget is the run ledger's. Defaults measured
-    on Adult (ε = 0.5), BRFSS (ε = 0.5) and Diabetes 130-US (ε = 2)
+    ``gain`` (better where few of many columns carry the signal, e.g. Diabetes
+    130-US; worse on Adult). ``interactions``: pair terms fitted in the last
+    ``interaction_rounds`` rounds (0: none), chosen among the pairs of the
+    ``interaction_candidates`` most important columns, on ``interaction_bins``
+    coarse bins per side. The privacy budget is the run ledger's. Defaults
+    measured on Adult (ε = 0.5), BRFSS (ε = 0.5) and Diabetes 130-US (ε = 2)
     (``experiments/gam_check.py``): 70 column rounds (5 passes over Adult's 14
     columns, 1.7 over 130-US's 41), 16 quantile bins, η = 1, λ = 5 σ_H.
     """
@@ -93,12 +114,12 @@ class GAMConfig:
     reg_lambda: float = 1.0
     max_update: float = 2.0
     column_order: str = "cyclic"
+    interactions: int = 0
+    interaction_rounds: int = 15
+    interaction_candidates: int = 6
+    interaction_bins: int = 8
 
     def __post_init__(self) -> None:
-        if self.column_order not in COLUMN_ORDERS:
-            raise ValueError(
-                f"column_order must be one of {list(COLUMN_ORDERS)}; got {self.column_order!r}"
-            )
         check_count("rounds", self.rounds, minimum=2)
         check_count("bins", self.bins, minimum=2)
         if self.bins > FINE_GRID:
@@ -110,6 +131,36 @@ class GAMConfig:
             raise ValueError(f"lam must lie in [0, inf); got {self.lam!r}")
         check_positive("reg_lambda", self.reg_lambda)
         check_positive("max_update", self.max_update)
+        if self.column_order not in COLUMN_ORDERS:
+            raise ValueError(
+                f"column_order must be one of {list(COLUMN_ORDERS)}; got {self.column_order!r}"
+            )
+        check_count("interactions", self.interactions, minimum=0)
+        check_count("interaction_rounds", self.interaction_rounds, minimum=2)
+        check_count("interaction_candidates", self.interaction_candidates, minimum=2)
+        check_count("interaction_bins", self.interaction_bins, minimum=2)
+        if self.interaction_bins > FINE_GRID:
+            raise ValueError(
+                f"interaction_bins must lie in [2, {FINE_GRID}]; got {self.interaction_bins}"
+            )
+        if self.interactions:
+            if self.interaction_rounds > self.rounds - 2:
+                raise ValueError(
+                    f"interaction_rounds must lie in [2, rounds − 2 = {self.rounds - 2}] "
+                    f"with interactions; got {self.interaction_rounds}"
+                )
+            n_pairs = self.interaction_candidates * (self.interaction_candidates - 1) // 2
+            if self.interactions > n_pairs:
+                raise ValueError(
+                    f"interactions must lie in [0, {n_pairs}] (pairs among "
+                    f"interaction_candidates = {self.interaction_candidates}); "
+                    f"got {self.interactions}"
+                )
+
+    @property
+    def main_rounds(self) -> int:
+        """Rounds before the pair stage (the intercept's and the column rounds)."""
+        return self.rounds - (self.interaction_rounds if self.interactions else 0)
 
     @property
     def sampling_rate(self) -> float:
@@ -117,7 +168,7 @@ class GAMConfig:
         return 1.0
 
 
-class DPGAMStrategy:
+class DPGAMStrategy(PairStage):
     """Server half of DP-EBM; speaks only :class:`Query` and released sums."""
 
     method = METHOD
@@ -129,17 +180,29 @@ class DPGAMStrategy:
         terms: Terms | None = None,
         participation: float = 1.0,
         n_records: int | None = None,
+        n_classes: int = 2,
     ) -> None:
         """``terms``: the public binning (default: every feature a numeric term on the
         box [0, 1]); ``participation``: client participation ρ (accounted as ``valid``:
         it never lowers the noise); ``n_records``: public bound on the records behind a
-        sum, for the range checks (``None``: no check)."""
+        sum, for the range checks (``None``: no check); ``n_classes``: size of the
+        public label set (> 2: a softmax GAM)."""
         self.config = config
         self.terms = terms
         self.participation = check_probability("participation", participation)
         self.n_records = None if n_records is None else check_count("n_records", n_records)
+        self.n_classes = check_count("n_classes", n_classes, minimum=2)
         self.noise_multiplier_: float | None = None
         self._t = 0
+
+    @property
+    def multiclass(self) -> bool:
+        return self.n_classes > 2
+
+    @property
+    def term_sensitivity(self) -> float:
+        """L2 sensitivity of one term's (or pair's) per-bin reply."""
+        return term_sensitivity(self.n_classes) if self.multiclass else L2_SENSITIVITY
 
     # -- Strategy protocol ----------------------------------------------------
     def begin(
@@ -156,14 +219,14 @@ class DPGAMStrategy:
             self.terms = box_terms(n_features, cfg.bins)
         self.terms.check_features(n_features)
         self._t = 0
-        self._base = 0.0
+        self._base = 0.0 if not self.multiclass else np.zeros(self.n_classes)
         self._live = self.terms  # cuts replaced by the sketch's after round 0
         self._shapes: list[np.ndarray] = []
         self._n_numeric = int(self.terms.numeric.sum())
         self._sketch = cfg.quantile_bins and self._n_numeric > 0
         self._noise = GaussianRounds.plan(
             ledger,
-            l2_sensitivity=L2_SENSITIVITY,
+            l2_sensitivity=self.term_sensitivity,
             sampling_rate=1.0,
             rounds=cfg.rounds + int(self._sketch),
             participation=self.participation,
@@ -175,10 +238,12 @@ class DPGAMStrategy:
         self.noise_multiplier_ = None if self._noise is None else self._noise.noise_multiplier
 
     def _reset_shapes(self) -> None:
-        self._shapes = [np.zeros(self._live.n_bins(k)) for k in range(self._live.m)]
-        # Residual gain per term from its latest release (inf: not visited yet).
-        self._gain = np.full(self._live.m, np.inf)
-        self._visits: list[int] = []
+        tail = (self.n_classes,) if self.multiclass else ()
+        self._shapes = [np.zeros((self._live.n_bins(k), *tail)) for k in range(self._live.m)]
+        self._hess = [np.zeros((self._live.n_bins(k), *tail)) for k in range(self._live.m)]
+        self._pairs = []
+        self._gain = np.full(self._live.m, np.inf)  # residual gain per term (inf: unvisited)
+        self._visits: dict[int, int] = {}  # round -> term
 
     @property
     def rounds(self) -> int:
@@ -194,14 +259,14 @@ class DPGAMStrategy:
     def term_of(self, t: int) -> int:
         """The term round ``t ≥ 1`` visits: cyclic (public), or by residual gain from
         released sums (post-processing); fixed once the round's query is asked."""
-        if t <= len(self._visits):
-            return self._visits[t - 1]
-        if self.config.column_order == "cyclic" or t <= self._live.m:
-            k = (t - 1) % self._live.m
-        else:
-            k = int(np.argmax(self._gain))  # ties: the first in schema order
-        self._visits.append(k)
-        return k
+        if t not in self._visits:
+            gain = self.config.column_order == "gain" and t > self._live.m
+            self._visits[t] = int(np.argmax(self._gain)) if gain else (t - 1) % self._live.m
+        return self._visits[t]
+
+    def _width(self) -> int:
+        """Values per bin of a reply: Σg and Σh, for one logit or C classes."""
+        return 2 * (self.n_classes if self.multiclass else 1)
 
     def next_query(self) -> Query | None:
         t = self._t
@@ -209,21 +274,28 @@ class DPGAMStrategy:
             return None
         if t == 0:
             grid = FINE_GRID if self._sketch else 0
+            head = self.n_classes + 1 if self.multiclass else 2
+            config = {"phase": "intercept", "grid": grid}
+            if self.multiclass:
+                config["n_classes"] = self.n_classes
             return Query(
                 round=0,
                 method=METHOD,
                 sampling_rate=1.0,
-                reply_length=2 + grid * self._n_numeric,
+                reply_length=head + grid * self._n_numeric,
                 record_bound=1.0,
                 arrays=self._live.to_arrays(),
-                config={"phase": "intercept", "grid": grid},
+                config=config,
             )
+        main = self.config.main_rounds
+        if t >= main and ((t == main and self._live.m >= 2) or self._pairs):
+            return self.pair_query(t)
         k = self.term_of(t)
         return Query(
             round=t,
             method=METHOD,
             sampling_rate=1.0,
-            reply_length=2 * self._live.n_bins(k),
+            reply_length=self._width() * self._live.n_bins(k),
             record_bound=1.0,
             arrays=self.model().to_arrays(),
             config={"phase": "term", "term": k},
@@ -234,10 +306,14 @@ class DPGAMStrategy:
         if query.round != t:
             raise ValueError(f"update for round {query.round}, expected round {t}")
         if aggregate is not None:
-            if t == 0:
-                self._update_intercept(np.asarray(aggregate, dtype=np.float64))
+            stats = np.asarray(aggregate, dtype=np.float64)
+            phase = query.config["phase"]
+            if phase == "intercept":
+                self._update_intercept(stats)
+            elif phase == "term":
+                self._update_term(int(query.config["term"]), stats)
             else:
-                self._update_term(self.term_of(t), np.asarray(aggregate, dtype=np.float64))
+                self.update_pairs(query, stats)
         # Aborted round: nothing released, the model stays as it is.
         self._t += 1
 
@@ -257,48 +333,84 @@ class DPGAMStrategy:
         return noisy
 
     def _update_intercept(self, stats: np.ndarray) -> None:
-        head = self._release(
-            stats[:2], INTERCEPT_SENSITIVITY, INTERCEPT_GRAD_BOUND, "round 0: intercept (Σg, Σh)"
-        )
+        C = self.n_classes
+        if self.multiclass:
+            head = self._release(
+                stats[: C + 1], intercept_sensitivity(C), 1.0, "round 0: intercept (Σg, Σh)"
+            )
+            rest = stats[C + 1 :]
+        else:
+            head = self._release(
+                stats[:2],
+                INTERCEPT_SENSITIVITY,
+                INTERCEPT_GRAD_BOUND,
+                "round 0: intercept (Σg, Σh)",
+            )
+            rest = stats[2:]
         cuts = {}
         if self._sketch:
             hist = self._release(
-                stats[2:],
+                rest,
                 math.sqrt(self._n_numeric),
                 1.0,
                 "round 0: numeric columns' fine histograms",
             ).reshape(self._n_numeric, FINE_GRID)
             for row, k in zip(hist, np.flatnonzero(self.terms.numeric), strict=True):
                 cuts[int(k)] = quantile_cuts(row, self.config.bins)
-        lam = self._lambda(INTERCEPT_SENSITIVITY)
-        self._base = float(-head[0] / (max(head[1], 0.0) + lam))
+        if self.multiclass:
+            lam = self._lambda(intercept_sensitivity(C))
+            self._base = -softmax_step_scale(C) * sum_zero(head[:C]) / (max(head[C], 0.0) + lam)
+        else:
+            lam = self._lambda(INTERCEPT_SENSITIVITY)
+            self._base = float(-head[0] / (max(head[1], 0.0) + lam))
         self._live = self.terms.with_cuts(cuts)
         self._reset_shapes()
 
+    def newton_step(self, stats: np.ndarray, n: int, sensitivity: float):
+        """Released ``[Σg | Σh]`` over ``n`` bins (or cells) → (step, Σh), each (n[, C])."""
+        cfg = self.config
+        rate = cfg.learning_rate
+        if self.multiclass:
+            stats = stats.reshape(2, n, self.n_classes)
+            g, h = sum_zero(stats[0]), stats[1]
+            rate = rate * softmax_step_scale(self.n_classes)
+        else:
+            g, h = stats[:n], stats[n:]
+        lam = self._lambda(sensitivity)
+        step = newton_bin_updates(
+            g, h, learning_rate=rate, reg_lambda=lam, max_update=cfg.max_update
+        )
+        sigma = 0.0 if self._noise is None else self.noise_multiplier_ * sensitivity
+        self._last_gain = residual_gain(g, h, step, reg_lambda=lam, noise_std=sigma)
+        return step, h
+
     def _update_term(self, k: int, stats: np.ndarray) -> None:
-        cfg, nb = self.config, self._live.n_bins(k)
-        if stats.shape != (2 * nb,):
-            raise ValueError(f"round {self._t}: need {2 * nb} sums for term {k}; got {stats.shape}")
+        nb = self._live.n_bins(k)
+        if stats.shape != (self._width() * nb,):
+            raise ValueError(
+                f"round {self._t}: need {self._width() * nb} sums for term {k}; got {stats.shape}"
+            )
         if self._noise is not None:
             stats = self._noise.release(stats, label=f"round {self._t}: term {k} bin (Σg, Σh)")
-        step = dict(
-            learning_rate=cfg.learning_rate,
-            reg_lambda=self._lambda(L2_SENSITIVITY),
-            max_update=cfg.max_update,
-        )
-        self._shapes[k] = self._shapes[k] + newton_bin_updates(stats[:nb], stats[nb:], **step)
-        sigma_g = 0.0 if self._noise is None else self.noise_multiplier_ * L2_SENSITIVITY
-        self._gain[k] = residual_gain(stats[:nb], stats[nb:], noise_std=sigma_g, **step)
+        step, self._hess[k] = self.newton_step(stats, nb, self.term_sensitivity)
+        self._shapes[k] = self._shapes[k] + step
+        self._gain[k] = self._last_gain
 
     # -- result ---------------------------------------------------------------
     def model(self) -> GAMModel:
         """The released model so far."""
-        return GAMModel(base=self._base, terms=self._live, shapes=tuple(self._shapes))
+        return GAMModel(
+            base=self._base, terms=self._live, shapes=tuple(self._shapes), pairs=tuple(self._pairs)
+        )
 
 
 def build(config: GAMConfig, context: StrategyContext) -> DPGAMStrategy:
     """The registry's factory: one term per column of the public schema."""
     terms = None if context.schema is None else schema_terms(context.schema, config.bins)
     return DPGAMStrategy(
-        config, terms=terms, participation=context.participation, n_records=context.n_records
+        config,
+        terms=terms,
+        participation=context.participation,
+        n_records=context.n_records,
+        n_classes=context.n_classes,
     )

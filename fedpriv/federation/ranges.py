@@ -64,6 +64,10 @@ METHOD_RANGES: dict[str, dict[str, str]] = {
         "lam": "[0, inf)",
         "reg-lambda": "(0, inf)",
         "max-update": "(0, inf)",
+        "interactions": "[0, inf) (at most the candidates' pairs)",
+        "interaction-rounds": "[2, inf) (at most rounds − 2 with interactions)",
+        "interaction-candidates": "[2, inf)",
+        "interaction-bins": "[2, 256]",
     },
 }
 METHOD_RANGES["mlp"] = {**METHOD_RANGES["logistic"], "hidden": "[1, inf)"}

@@ -18,6 +18,10 @@ term by at most (:data:`GRAD_BOUND`, :data:`HESS_BOUND`), so the L2
 sensitivity of a term's reply is :data:`L2_SENSITIVITY` = √(1 + 1/16). The
 client clips every record's g to [−1, 1] and h to [0, ¼] where it computes
 them (:func:`bin_sums`), so the bound holds for any label.
+
+More than two classes: a softmax GAM with C values per bin, its bounds
+derived in :mod:`fedpriv.models.gam_softmax`. Pair terms (2-D shape functions
+over coarse public bins): :mod:`fedpriv.models.gam_pairs`.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedpriv.models.gam_pairs import PairTerm, pairs_from_arrays, pairs_to_arrays
+from fedpriv.models.gam_softmax import softmax
 from fedpriv.models.trees import sigmoid
 from fedpriv.validation import check_count
 
@@ -199,11 +205,19 @@ def bin_matrix(terms: Terms, XT: np.ndarray) -> np.ndarray:
     return np.stack([term_bins(terms, k, XT) for k in range(terms.m)])
 
 
-def margins(base: float, shapes: tuple[np.ndarray, ...], bins: np.ndarray) -> np.ndarray:
-    """Logit of every row: ``base + Σ_k shapes[k][bins[k]]`` (summed in term order)."""
-    out = np.full(bins.shape[1], float(base))
+def margins(
+    base, shapes: tuple[np.ndarray, ...], bins: np.ndarray, pairs: tuple = ()
+) -> np.ndarray:
+    """Logit(s) of every row: ``base + Σ_k shapes[k][bins[k]] + Σ_pairs v[cell]`` (summed
+    in term order); (n,) for a binary model, (n, C) for a softmax one."""
+    if np.ndim(base) == 0:
+        out = np.full(bins.shape[1], float(base))
+    else:
+        out = np.zeros((bins.shape[1], np.size(base))) + np.asarray(base, dtype=np.float64)
     for k, s in enumerate(shapes):
         out += s[bins[k]]
+    for pair in pairs:
+        out += pair.values[pair.cells(bins)]
     return out
 
 
@@ -281,77 +295,123 @@ def newton_bin_updates(
 def residual_gain(
     sum_g: np.ndarray,
     sum_h: np.ndarray,
+    step: np.ndarray,
     *,
-    learning_rate: float,
     reg_lambda: float,
-    max_update: float,
     noise_std: float = 0.0,
 ) -> float:
-    """The Newton gain left in a term after the step :func:`newton_bin_updates` took.
+    """The Newton gain left in a term after it took ``step`` (:func:`newton_bin_updates`).
 
     Under the local quadratic model of the loss in bin b, with gradient sum G and
-    hessian sum H, the step s = clip(−ηG/(H + λ)) leaves the gradient G + H·s,
-    whose remaining gain is (G + H·s)² / (H + λ) (Chen & Guestrin 2016, eq. 6).
-    The released G̃ = G + N(0, σ²) gives E[G̃²] = G² + σ², so σ² is subtracted from
-    each bin's squared gradient (clipped at 0) before it counts: otherwise a term
-    with many bins would look promising from noise alone. Post-processing of the
-    released sums only.
+    hessian sum H, the step s leaves the gradient G + H·s, whose remaining gain is
+    (G + H·s)² / (H + λ) (Chen & Guestrin 2016, eq. 6). The released G̃ = G +
+    N(0, σ²) gives E[G̃²] = G² + σ², so σ² is subtracted from each bin's squared
+    gradient (clipped at 0) before it counts: otherwise a term with many bins
+    would look promising from noise alone. Post-processing of released sums.
     """
-    g = np.asarray(sum_g, dtype=np.float64)
     h = np.maximum(np.asarray(sum_h, dtype=np.float64), 0.0)
-    step = newton_bin_updates(
-        g, h, learning_rate=learning_rate, reg_lambda=reg_lambda, max_update=max_update
-    )
-    left = g + h * step
+    left = np.asarray(sum_g, dtype=np.float64) + h * np.asarray(step)
     signal = np.maximum(left**2 - noise_std**2, 0.0)
     return float(np.sum(signal / (h + reg_lambda)))
 
 
 @dataclass(frozen=True)
 class GAMModel:
-    """``f(x) = base + Σ_k shapes[k][bin_k(x)]`` on the logit scale; released values only."""
+    """``f(x) = base + Σ_k shapes[k][bin_k(x)] + Σ_pairs v[cell(x)]``; released values only.
 
-    base: float
+    Binary: ``base`` a float and each shape (n_bins,) on the logit scale.
+    Softmax (C > 2 classes, :mod:`fedpriv.models.gam_softmax`): ``base`` (C,) and
+    each shape (n_bins, C). ``pairs``: interaction terms
+    (:class:`fedpriv.models.gam_pairs.PairTerm`), values (cells,) or (cells, C).
+    """
+
+    base: float | np.ndarray
     terms: Terms
     shapes: tuple[np.ndarray, ...]
+    pairs: tuple[PairTerm, ...] = ()
 
     def __post_init__(self) -> None:
         shapes = tuple(np.asarray(s, dtype=np.float64) for s in self.shapes)
+        if np.ndim(self.base) == 0:
+            object.__setattr__(self, "base", float(self.base))
+            tail: tuple[int, ...] = ()
+        else:
+            base = np.asarray(self.base, dtype=np.float64).reshape(-1)
+            if base.size < 3:
+                raise ValueError(f"a softmax base needs C ≥ 3 classes; got {base.size}")
+            object.__setattr__(self, "base", base)
+            tail = (base.size,)
         if len(shapes) != self.terms.m or any(
-            s.shape != (self.terms.n_bins(k),) for k, s in enumerate(shapes)
+            s.shape != (self.terms.n_bins(k), *tail) for k, s in enumerate(shapes)
         ):
             raise ValueError(
-                "need one shape per term with one value per bin "
-                f"({[self.terms.n_bins(k) for k in range(self.terms.m)]}); "
+                "need one shape per term with one value per bin (and class) "
+                f"({[self.terms.n_bins(k) for k in range(self.terms.m)]}, {tail}); "
                 f"got {[s.shape for s in shapes]}"
             )
         object.__setattr__(self, "shapes", shapes)
-        object.__setattr__(self, "base", float(self.base))
+        pairs = tuple(self.pairs)
+        for p in pairs:
+            if p.b >= self.terms.m or p.values.shape[1:] != tail:
+                raise ValueError(f"pair ({p.a}, {p.b}) does not fit {self.terms.m} terms, {tail}")
+            if p.map_a.size != self.terms.n_bins(p.a) or p.map_b.size != self.terms.n_bins(p.b):
+                raise ValueError(f"pair ({p.a}, {p.b}): its maps must cover every fine bin")
+        object.__setattr__(self, "pairs", pairs)
+
+    @property
+    def n_classes(self) -> int:
+        """2 for a binary model, C for a softmax one."""
+        return 2 if np.ndim(self.base) == 0 else int(np.size(self.base))
 
     def to_arrays(self) -> dict[str, np.ndarray]:
-        """Base, binning and shapes (padded with 0 to the widest term) as arrays."""
-        table = np.zeros((self.terms.m, self.terms.max_bins))
+        """Base, binning, shapes (padded with 0 to the widest term) and pairs as arrays."""
+        tail = () if self.n_classes == 2 else (self.n_classes,)
+        table = np.zeros((self.terms.m, self.terms.max_bins, *tail))
         for k, s in enumerate(self.shapes):
-            table[k, : s.size] = s
-        return {"base": np.array([self.base]), **self.terms.to_arrays(), "shapes": table}
+            table[k, : s.shape[0]] = s
+        base = np.array([self.base]) if self.n_classes == 2 else self.base.copy()
+        out = {"base": base, **self.terms.to_arrays(), "shapes": table}
+        if self.pairs:
+            out.update(pairs_to_arrays(self.pairs, self.terms.max_bins))
+        return out
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray]) -> GAMModel:
         """Inverse of :meth:`to_arrays`."""
         terms = Terms.from_arrays(arrays)
-        table = np.asarray(arrays["shapes"], dtype=np.float64).reshape(terms.m, -1)
+        base = np.asarray(arrays["base"], dtype=np.float64).reshape(-1)
+        tail = () if base.size == 1 else (base.size,)
+        table = np.asarray(arrays["shapes"], dtype=np.float64).reshape(terms.m, -1, *tail)
         shapes = tuple(table[k, : terms.n_bins(k)] for k in range(terms.m))
         return cls(
-            base=float(np.asarray(arrays["base"]).reshape(-1)[0]), terms=terms, shapes=shapes
+            base=float(base[0]) if base.size == 1 else base,
+            terms=terms,
+            shapes=shapes,
+            pairs=pairs_from_arrays(arrays, terms.n_bins),
         )
 
+    def margins(self, bins: np.ndarray) -> np.ndarray:
+        """Logit(s) of rows given their (m, n) bins."""
+        return margins(self.base, self.shapes, bins, self.pairs)
+
     def decision_function(self, X: np.ndarray) -> np.ndarray:
+        """Logit of every row (binary) or its (n, C) logits (softmax)."""
         XT = np.ascontiguousarray(np.asarray(X, dtype=np.float64).T)
-        return margins(self.base, self.shapes, bin_matrix(self.terms, XT))
+        return self.margins(bin_matrix(self.terms, XT))
+
+    def class_scores(self, X: np.ndarray) -> np.ndarray:
+        """(n, C) class probabilities, columns in class order (binary: 1 − p, p)."""
+        f = self.decision_function(X)
+        if f.ndim == 2:
+            return softmax(f)
+        p = sigmoid(f)
+        return np.column_stack([1.0 - p, p])
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
-        """P(y = 1) of every row (as :class:`~fedpriv.models.trees.TreeEnsemble`)."""
-        return sigmoid(self.decision_function(X))
+        """P(y = 1) of every row (as :class:`~fedpriv.models.trees.TreeEnsemble`); for a
+        softmax model P(class 1), as the forests' models (:meth:`class_scores`: all C)."""
+        f = self.decision_function(X)
+        return sigmoid(f) if f.ndim == 1 else softmax(f)[:, 1]
 
 
 def warm_up() -> None:

@@ -170,8 +170,9 @@ def test_residual_gain_is_the_gain_left_after_the_step_less_the_noise():
     g, h = np.array([-30.0, 4.0, 0.0]), np.array([20.0, 10.0, 5.0])
     kw = dict(learning_rate=0.5, reg_lambda=10.0, max_update=2.0)
     step = newton_bin_updates(g, h, **kw)
-    left = g + h * step  # a half step leaves half of G·λ/(H+λ)-ish; computed directly
-    assert residual_gain(g, h, **kw) == pytest.approx(np.sum(left**2 / (h + 10.0)))
-    # A full Newton step with λ = 0 leaves no gain; noise² is removed bin by bin.
-    assert residual_gain(g, h, learning_rate=1.0, reg_lambda=1e-12, max_update=99) < 1e-9
-    assert residual_gain(g, h, noise_std=1e3, **kw) == 0.0
+    left = g + h * step  # computed directly
+    assert residual_gain(g, h, step, reg_lambda=10.0) == pytest.approx(np.sum(left**2 / (h + 10.0)))
+    # A full Newton step with λ → 0 leaves no gain; noise² is removed bin by bin.
+    full = newton_bin_updates(g, h, learning_rate=1.0, reg_lambda=1e-12, max_update=99)
+    assert residual_gain(g[:2], h[:2], full[:2], reg_lambda=1e-12) < 1e-9
+    assert residual_gain(g, h, step, reg_lambda=10.0, noise_std=1e3) == 0.0

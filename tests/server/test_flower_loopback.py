@@ -157,7 +157,8 @@ def test_random_forest_app_releases_the_in_process_forest(monkeypatch, tmp_path)
     assert _json(out, "privacy")["epsilon"] == pytest.approx(ref.epsilon_spent_)
 
 
-def test_dp_gam_app_releases_the_in_process_model(monkeypatch, tmp_path):
+@pytest.mark.parametrize("pairs", [{}, {"interactions": 1, "interaction_rounds": 4}])
+def test_dp_gam_app_releases_the_in_process_model(monkeypatch, tmp_path, pairs):
     from fedpriv.artefact import ARTEFACT_NAME, load_model
     from fedpriv.models.gam import GAMModel
     from server.estimators import DPGAMClassifier
@@ -170,13 +171,16 @@ def test_dp_gam_app_releases_the_in_process_model(monkeypatch, tmp_path):
         "bins": 8,
         "epsilon": 2.0,
         "seed": 5,
+        **{k.replace("_", "-"): v for k, v in pairs.items()},
     }
     out = run_app(monkeypatch, tmp_path, job)
     saved = load_model(out / ARTEFACT_NAME).model  # the model file names GAMModel
     assert isinstance(saved, GAMModel)
+    assert len(saved.pairs) == pairs.get("interactions", 0)  # the pair term is in the file
     ref = DPGAMClassifier(
-        rounds=12, bins=8, epsilon=2.0, seed=5, secret_key=key_for(KEY), max_records=BOUND
+        rounds=12, bins=8, epsilon=2.0, seed=5, secret_key=key_for(KEY), max_records=BOUND, **pairs
     ).fit(load_heart())
+    assert set(saved.to_arrays()) == set(ref.model_.to_arrays())
     for key, value in ref.model_.to_arrays().items():
         np.testing.assert_array_equal(saved.to_arrays()[key], value, err_msg=key)
     privacy = _json(out, "privacy")
