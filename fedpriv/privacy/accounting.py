@@ -220,16 +220,14 @@ def rdp_curve(event: dp_event.DpEvent) -> np.ndarray:
     transform of its candidates' pointwise maximum (module docstring); other
     leaves follow the table above (``inf`` where RDP has no rule).
     """
-    if isinstance(event, dp_event.NoOpDpEvent):
-        return np.zeros_like(ORDERS)
-    if isinstance(event, dp_event.SelfComposedDpEvent):
-        return event.count * rdp_curve(event.event)
-    if isinstance(event, dp_event.ComposedDpEvent):
-        return sum((rdp_curve(e) for e in event.events), np.zeros_like(ORDERS))
-    if isinstance(event, TunedSelectionDpEvent):
-        return tuned_selection_curve(event)
-    with _quiet_absl():
-        return _rdp_curve(event, ORDERS)
+    total = np.zeros_like(ORDERS)
+    for leaf, count in pld_mod.flatten(event):  # identical leaves once (a run's T rounds)
+        if isinstance(leaf, TunedSelectionDpEvent):
+            total += count * tuned_selection_curve(leaf)
+        else:
+            with _quiet_absl():
+                total += count * _rdp_curve(leaf, ORDERS)
+    return total
 
 
 def runs_distribution(event: TunedSelectionDpEvent) -> RunsDistribution:

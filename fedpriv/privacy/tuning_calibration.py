@@ -20,9 +20,11 @@ break their premise, and the selected configuration would leak the
 validation rows without bound, which is what ``tuning = "validation"`` in
 the benchmark does (and says it does not account).
 
-The search is a bisection on log ε_b between a feasible and an infeasible
-per-run budget; every answer is *checked*: the returned event's ε is at most
-the target (never an overshoot), within relative ``rtol`` of the best ε_b.
+The search brackets ε_b between a feasible and an infeasible per-run budget
+and narrows the bracket by safeguarded regula falsi on (log ε_b, log ε)
+(each step costs one noise calibration per distinct plan, so few steps
+matter). Every answer is *checked*: the returned event's ε is at most the
+target (never an overshoot) and at least (1 − ``rtol``) times it.
 """
 
 from __future__ import annotations
@@ -120,7 +122,8 @@ def calibrate_base_epsilon(
     distribution : RunsDistribution
         The law of the number of runs K.
     rtol : float
-        Relative width of the final bracket on ε_b, in (0, 1).
+        The answer's tuned ε lies in [(1 − rtol)·target, target], in (0, 1)
+        (unless ε_b is pinned to within rtol/100 first).
 
     Raises
     ------
@@ -143,45 +146,48 @@ def calibrate_base_epsilon(
             return math.inf, None
         return selection_epsilon(event, dlt), event
 
-    # The tuned ε exceeds the base run's, so ε_b = target is infeasible unless K ≡ 1.
-    hi = eps
-    hi_eps, hi_event = at(hi)
-    if hi_eps <= eps:
+    def done(x: float, x_eps: float, event: TunedSelectionDpEvent) -> TuningCalibration:
         return TuningCalibration(
-            base_epsilon=hi,
+            base_epsilon=x,
             delta=dlt,
-            epsilon=hi_eps,
+            epsilon=x_eps,
             target_epsilon=eps,
-            event=hi_event,
+            event=event,
             distribution=distribution,
             steps=steps,
         )
-    lo = hi
-    while True:
-        lo = lo / 4.0
-        if lo < MIN_BASE_EPSILON:
-            raise TuningBudgetError(
-                f"no per-run epsilon in [{MIN_BASE_EPSILON:g}, {eps:g}] makes the tuned "
-                f"procedure ({distribution.describe()}) fit target_epsilon={eps:g} at "
-                f"delta={dlt:g}; raise the target, lower E[K], or shrink fixed per-run costs"
-            )
-        lo_eps, lo_event = at(lo)
-        if lo_eps <= eps:
-            break
-        hi = lo
-    while hi / lo > 1.0 + rtol:
-        mid = math.sqrt(lo * hi)
+
+    # Bracket: a feasible lo and an infeasible hi (the tuned ε exceeds a run's).
+    lo = eps / 2.0
+    lo_eps, lo_event = at(lo)
+    if lo_eps <= eps:
+        hi = eps
+        hi_eps, hi_event = at(hi)
+        if hi_eps <= eps:  # e.g. K ≡ 1 in effect: the whole budget per run
+            return done(hi, hi_eps, hi_event)
+    else:
+        while lo_eps > eps:
+            hi, hi_eps = lo, lo_eps
+            lo = lo / 4.0
+            if lo < MIN_BASE_EPSILON:
+                raise TuningBudgetError(
+                    f"no per-run epsilon in [{MIN_BASE_EPSILON:g}, {eps:g}] makes the tuned "
+                    f"procedure ({distribution.describe()}) fit target_epsilon={eps:g} at "
+                    f"delta={dlt:g}; raise the target, lower E[K], or shrink fixed per-run costs"
+                )
+            lo_eps, lo_event = at(lo)
+    # Safeguarded regula falsi on (log ε_b, log ε): stop at a feasible ε_b whose tuned ε
+    # is within rtol of the target (or when the bracket is narrower than rtol / 100).
+    aim = math.log(eps * (1.0 - rtol / 2.0))
+    while lo_eps < (1.0 - rtol) * eps and hi / lo > 1.0 + rtol / 100.0:
+        t = 0.5
+        if math.isfinite(hi_eps) and lo_eps > 0.0:
+            t = (aim - math.log(lo_eps)) / (math.log(hi_eps) - math.log(lo_eps))
+        t = min(max(t, 0.1), 0.9)  # guarantees the bracket shrinks every step
+        mid = math.exp(math.log(lo) + t * (math.log(hi) - math.log(lo)))
         mid_eps, mid_event = at(mid)
         if mid_eps <= eps:
             lo, lo_eps, lo_event = mid, mid_eps, mid_event
         else:
-            hi = mid
-    return TuningCalibration(
-        base_epsilon=lo,
-        delta=dlt,
-        epsilon=lo_eps,
-        target_epsilon=eps,
-        event=lo_event,
-        distribution=distribution,
-        steps=steps,
-    )
+            hi, hi_eps = mid, mid_eps
+    return done(lo, lo_eps, lo_event)

@@ -155,13 +155,14 @@ def test_calibration_never_overshoots_and_is_tight(dist):
     cal = calibrate_base_epsilon(
         target_epsilon=2.0, target_delta=DELTA, candidates=_gaussian, distribution=dist, rtol=0.02
     )
-    assert cal.epsilon <= 2.0
+    assert 0.98 * 2.0 <= cal.epsilon <= 2.0
     assert selection_epsilon(cal.event, DELTA) == pytest.approx(cal.epsilon, rel=1e-12)
     assert 0.1 < cal.base_epsilon < 2.0
-    # A per-run budget 2·rtol larger would overshoot: the answer is within rtol of the best.
+    assert cal.steps <= 8
+    # A per-run budget 5 % larger overshoots: the answer is close to the best.
     from fedpriv.privacy.tuning_calibration import selection_event
 
-    over = selection_event(_gaussian(cal.base_epsilon * 1.04), dist)
+    over = selection_event(_gaussian(cal.base_epsilon * 1.05), dist)
     assert selection_epsilon(over, DELTA) > 2.0
 
 
