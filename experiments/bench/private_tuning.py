@@ -197,10 +197,13 @@ def run_private(
 ) -> list[dict]:
     """Rows of variant ``"private"``: per (dataset, ε, learner, seed), the selected run's test
     metrics, K, E[K], the per-run ε and the ledger's ε."""
+    import time
+
     from fedpriv.privacy import PrivacyBudget, PrivacyLedger
 
     cfg, pt = ctx.cfg, ctx.cfg.private_tuning
     dist = distribution(pt)
+    t0 = time.perf_counter()
     plan: dict[tuple, tuple[Any, list[RunCell]]] = {}
     for m in learners:
         grid = cfg.grid(m).configs()
@@ -228,6 +231,14 @@ def run_private(
                         for j, i in enumerate(_draws(d, e, m, s, len(configs), dist))
                     ]
                     plan[(d, e, m, s)] = (cal, ledger.report(), runs)
+    ctx.timing.append(
+        {
+            "stage": f"{stage} (per-run budget calibration)",
+            "cells": 0,
+            "wall_seconds": time.perf_counter() - t0,
+            "cell_seconds": 0.0,
+        }
+    )
     res = ctx.run(stage, [c for _, _, runs in plan.values() for c in runs], runner=run_base)
     rows = []
     for (d, e, m, s), (cal, report, runs) in plan.items():

@@ -63,3 +63,22 @@ def test_the_selection_is_charged_before_any_run(quick):
     plans = {(dict(c)["rounds"], dict(c)["sampling_rate"]) for c in configs}
     assert len(cal.event.candidates) == len(plans)
     assert math.isfinite(cal.base_epsilon)
+
+
+@pytest.mark.parametrize(
+    ("table", "match"),
+    [
+        ({"distribution": "uniform"}, "private_tuning.distribution"),
+        ({"mean_runs": 1.0}, "private_tuning.mean_runs"),
+        ({"learners": ["lumberjack"]}, "private_tuning.learners"),
+    ],
+)
+def test_bad_private_tuning_settings_are_named(table, match):
+    import tomllib
+
+    from experiments.bench.config import from_dict
+
+    raw = tomllib.loads(CONFIG.read_text())
+    raw["private_tuning"] = {**raw["private_tuning"], **table}
+    with pytest.raises(ValueError, match=match):
+        from_dict(raw)
