@@ -82,3 +82,25 @@ def test_bad_private_tuning_settings_are_named(table, match):
     raw["private_tuning"] = {**raw["private_tuning"], **table}
     with pytest.raises(ValueError, match=match):
         from_dict(raw)
+
+
+def test_tuning_private_makes_the_main_rows_accounted(quick, tmp_path):
+    from experiments.bench import analysis
+    from experiments.bench.config import Forests
+
+    cfg = dataclasses.replace(
+        quick,
+        tuning="private",
+        stages=("main",),
+        learners=("logistic",),
+        epsilons=(4.0,),
+        forests=Forests(seeds=0, learners=()),
+    )
+    ctx = stages.Context(cfg=cfg, cache=CellCache(tmp_path / "cache"), pool=None)
+    rows, chosen = stages.run_main(ctx)
+    df = pd.DataFrame(rows, columns=list(stages.ROW_KEYS))
+    assert chosen == {} and set(df["variant"]) == {"private"} and set(df["stage"]) == {"main"}
+    summary = analysis.main_summary(df)
+    assert len(summary) == 1 and summary["n"].iloc[0] == cfg.seeds
+    assert summary["epsilon_spent_max"].iloc[0] <= 4.0
+    assert 0.55 < summary["auc_mean"].iloc[0] < 1.0
