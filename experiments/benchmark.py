@@ -8,6 +8,8 @@ learners, every one accounted by the same ledger and calibrated per (ε, q, T):
   paper's settings), then test metrics over 20 seeds, paired tests; forest rows;
 * Table 8 ablations, Figure 3 sweeps, the Appendix A.4 T* analysis;
 * §5.1/§5.5 off-path vs on-path membership inference;
+* accounted tuning (Papernot & Steinke 2022): private random search over the
+  grid, its selection inside each row's ε, next to the validation-mode AUC;
 * Tables 11/12 communication and synchronisation time.
 
 Each stage shows a progress bar; finished cells are cached under
@@ -35,7 +37,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.bench import analysis, figures, report, stages, targets
+from experiments.bench import analysis, figures, private_tuning, report, stages, targets
 from experiments.bench.cells import CellCache, make_pool
 from experiments.bench.config import load
 from fedpriv import logs
@@ -72,6 +74,8 @@ def run(config: Path, *, quick: bool, out: Path, processes: int | None = None) -
             rows += stages.run_mia(ctx)
         if "multiclass" in cfg.stages:
             rows += stages.run_multiclass(ctx, chosen)
+        if "private_tuning" in cfg.stages:
+            rows += private_tuning.run_stage(ctx)
     finally:
         if pool is not None:
             pool.shutdown()
@@ -125,6 +129,8 @@ def _analyse(df: pd.DataFrame, cfg, out: Path, ctx) -> tuple[dict, dict]:
             )
     if (df["stage"] == "multiclass").any():
         tables["multiclass"] = analysis.main_summary(df, "multiclass", analysis.MULTICLASS_METRICS)
+    if (df["variant"] == "private").any():
+        tables["private_tuning"] = private_tuning.summary(df, cfg.tuning)
     if (df["stage"] == "mia").any():
         tables["mia"] = analysis.mia_summary(df)
         figs["fig4"] = figures.mia_figure(tables["mia"], out)

@@ -24,8 +24,8 @@ MULTICLASS_DATASETS = ("brfss3",)
 LEARNERS = tuple(m.name for m in methods() if m.family in ("gaussian-rounds", "histogram"))
 FORESTS = tuple(m.name for m in methods() if m.family == "forest")
 MULTICLASS_LEARNERS = tuple(m.name for m in methods() if m.multiclass)
-STAGES = ("main", "ablations", "sweep", "tstar", "mia", "multiclass")
-TUNING_MODES = ("validation", "paper")
+TUNING_MODES = ("validation", "paper", "private")
+STAGES = ("main", "ablations", "sweep", "tstar", "mia", "multiclass", "private_tuning")
 LOSSES = ("1-auc", "logloss")
 
 
@@ -199,6 +199,49 @@ class Multiclass:
 
 
 @dataclass(frozen=True)
+class PrivateTuning:
+    """Accounted tuning (Papernot & Steinke 2022; :mod:`experiments.bench.private_tuning`).
+
+    K ~ TNB(``eta``, γ) with γ solved for E[K] = ``mean_runs`` (``distribution
+    = "tnb"``), or K ~ Poisson(``mean_runs``); each run draws a grid point,
+    trains on ``train`` and releases its validation AUC from a score
+    histogram of ``val_bins`` bins per class with Gaussian noise of multiplier
+    ``val_noise`` (Δ₂ = 1). ``datasets``/``epsilons``/``learners``/``seeds``
+    size the ``private_tuning`` stage; ``tuning = "private"`` uses the study's.
+    """
+
+    distribution: str = "tnb"
+    eta: float = 1.0
+    mean_runs: float = 5.0
+    val_noise: float = 10.0
+    val_bins: int = 20
+    seeds: int = 5
+    datasets: tuple[str, ...] = ("brfss", "diabetes130")
+    epsilons: tuple[float, ...] = (1.0, 4.0)
+    learners: tuple[str, ...] = ("logistic", "boosting")
+
+    def __post_init__(self) -> None:
+        allowed = ("tnb", "poisson")
+        _check(
+            "private_tuning.distribution",
+            self.distribution,
+            self.distribution in allowed,
+            f"one of {list(allowed)}",
+        )
+        _check_range("private_tuning.eta", self.eta, -1.0, 100.0)
+        lo = 1.0 if self.distribution == "tnb" else 0.0
+        _check_range("private_tuning.mean_runs", self.mean_runs, lo, 1000.0)
+        _check_range("private_tuning.val_noise", self.val_noise, 0.0, 1e6)
+        _check_count("private_tuning.val_bins", self.val_bins, 2, 1000)
+        _check("private_tuning.val_bins", self.val_bins, self.val_bins % 2 == 0, "even")
+        _check_count("private_tuning.seeds", self.seeds, 1, 1000)
+        _check_subset("private_tuning.datasets", self.datasets, DATASETS)
+        for e in self.epsilons:
+            _check_range("private_tuning.epsilons", e, 0.0, 100.0)
+        _check_subset("private_tuning.learners", self.learners, LEARNERS)
+
+
+@dataclass(frozen=True)
 class StudyConfig:
     """A whole matched-accounting study (benchmark paper §4.2 protocol).
 
@@ -207,7 +250,9 @@ class StudyConfig:
     the paper's protocol, whose privacy cost on the validation rows is *not*
     accounted. ``tuning="paper"`` skips tuning and uses the paper's selected
     settings (TARGETS.md, paper Table 5): public constants, so the ledger of
-    each fit is the whole privacy cost.
+    each fit is the whole privacy cost. ``tuning="private"`` tunes per seed
+    with the accounted random search of ``private_tuning`` (its selection is
+    inside each row's ε).
     """
 
     name: str
@@ -228,6 +273,7 @@ class StudyConfig:
     tstar: TStar = field(default_factory=TStar)
     mia: MIA = field(default_factory=MIA)
     multiclass: Multiclass = field(default_factory=Multiclass)
+    private_tuning: PrivateTuning = field(default_factory=PrivateTuning)
     stages: tuple[str, ...] = ("main", "ablations", "sweep", "tstar", "mia")
 
     def __post_init__(self) -> None:
@@ -243,9 +289,16 @@ class StudyConfig:
         _check_count("n_clients", self.n_clients, 2, 100)
         _check_count("processes", self.processes, 1, 2)
         _check_subset("stages", self.stages, STAGES)
-        missing = [n for n in self.learners if n not in {g.learner for g in self.grids}]
-        if self.tuning == "validation" and missing:
+        grids = {g.learner for g in self.grids}
+        missing = [n for n in self.learners if n not in grids]
+        if self.tuning in ("validation", "private") and missing:
             raise ValueError(f"grids must cover every learner; missing {missing}")
+        if "private_tuning" in self.stages:
+            missing = [n for n in self.private_tuning.learners if n not in grids]
+            if missing:
+                raise ValueError(
+                    f"grids must cover every private_tuning learner; missing {missing}"
+                )
 
     def grid(self, learner: str) -> Grid:
         return next(g for g in self.grids if g.learner == learner)
@@ -271,6 +324,7 @@ _SECTIONS = {
     "sweep": Sweep,
     "tstar": TStar,
     "multiclass": Multiclass,
+    "private_tuning": PrivateTuning,
 }
 
 

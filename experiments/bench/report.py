@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.bench import comm, targets
+from experiments.bench import comm, private_tuning, targets
 from experiments.bench.stats import format_p
 
 #: What we know differs from the paper's setup, per dataset (quoted when we differ by > 1 SD).
@@ -172,6 +172,12 @@ def write(
             "for fits whose ledger is the whole cost (the paper's published settings, no "
             "selection on our data).\n"
         )
+    elif cfg.tuning == "private":
+        parts.append(
+            '> **Privacy note.** `tuning = "private"`: each row is the best of a random '
+            "number of DP runs with DP validation scores; the selection is charged to the "
+            "row's ledger, whose ε (RDP) covers it.\n"
+        )
     else:
         parts.append(
             '> **Privacy note.** `tuning = "paper"`: no selection on our data; each '
@@ -229,6 +235,7 @@ def write(
     parts += _tstar_section(tables, figures)
     parts += _mia_section(tables, figures)
     parts += _comm_section(tables)
+    parts += private_tuning.report_section(tables.get("private_tuning"), cfg)
     t = tables.get("timing")
     if t is not None:
         rows = [

@@ -5,7 +5,9 @@ Stages (each one progress bar, each cell cached):
 * ``main`` — paper §4.2: per (dataset, ε, learner) tuning on train → val
   (``tuning="validation"``) or the paper's settings (``"paper"``), then the
   selected configuration refitted on train + val and scored on test over
-  ``seeds`` seeds; plus the forest rows at a fixed setting and ``forests.seeds``.
+  ``seeds`` seeds (``"private"``: accounted tuning per seed instead,
+  :mod:`experiments.bench.private_tuning`); plus the forest rows at a fixed
+  setting and ``forests.seeds``.
 * ``ablations`` — paper Table 8 at one ε.
 * ``sweep`` — paper Figure 3: boosting vs T and DP-SGD vs steps; the boosting
   sweep at every ``sweep.fit_epsilons`` feeds the T* fit.
@@ -23,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from experiments.bench import paper
-from experiments.bench.cells import Cell, CellCache, run_cells
+from experiments.bench.cells import Cell, CellCache, execute, run_cells
 from experiments.bench.config import StudyConfig
 from experiments.bench.learners import label
 
@@ -75,9 +77,9 @@ class Context:
             secure_aggregation=self.cfg.secure_aggregation,
         )
 
-    def run(self, stage: str, cells: list[Cell]) -> dict[Cell, dict[str, Any]]:
+    def run(self, stage: str, cells: list, *, runner=execute) -> dict[Any, dict[str, Any]]:
         t0 = time.perf_counter()
-        out = run_cells(cells, self.cache, self.pool, desc=stage)
+        out = run_cells(cells, self.cache, self.pool, desc=stage, runner=runner)
         self.timing.append(
             {
                 "stage": stage,
@@ -136,7 +138,22 @@ def _select(ctx: Context) -> tuple[dict[tuple[str, float, str], dict[str, Any]],
 def run_main(ctx: Context) -> tuple[list[dict], dict[tuple[str, float, str], dict[str, Any]]]:
     """Tuning, then the 20-seed test evaluation of every learner and the forest rows."""
     cfg = ctx.cfg
-    chosen, rows = _select(ctx)
+    if cfg.tuning == "private":  # tuned per seed, inside each row's ε
+        from experiments.bench import private_tuning
+
+        chosen, rows = (
+            {},
+            private_tuning.run_private(
+                ctx,
+                stage="main",
+                datasets=cfg.datasets,
+                epsilons=cfg.epsilons,
+                learners=cfg.learners,
+                seeds=cfg.seeds,
+            ),
+        )
+    else:
+        chosen, rows = _select(ctx)
     plan: list[tuple[str, Cell]] = [
         ("selected", ctx.fit(d, m, chosen[(d, e, m)], e, s))
         for (d, e, m) in chosen

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 # and scipy there too (~0.7 s more on a ~0.9 s cold start). One entry per name,
 # the module that defines it (checked by tests/privacy/test_package.py).
 _SOURCES = {
-    "accounting": ("Accounting", "account", "pld_epsilon", "rdp_epsilon"),
+    "accounting": ("Accounting", "account", "pld_epsilon", "rdp_curve", "rdp_epsilon"),
     "audit": (
         "AuditResult",
         "audit_epsilon",
@@ -34,6 +34,7 @@ _SOURCES = {
         "EffectiveRateDpEvent",
         "ParticipationDpEvent",
         "PureDpEvent",
+        "TunedSelectionDpEvent",
         "event_from_dict",
         "event_to_dict",
     ),
@@ -62,6 +63,8 @@ _SOURCES = {
         "two_sided_delta",
         "zcdp_delta",
     ),
+    "tuning": ("RunsDistribution",),
+    "tuning_calibration": ("TuningCalibration", "calibrate_base_epsilon"),
 }
 _WHERE = {name: module for module, names in _SOURCES.items() for name in names}
 
@@ -79,7 +82,13 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from fedpriv.privacy.accounting import Accounting, account, pld_epsilon, rdp_epsilon
+    from fedpriv.privacy.accounting import (
+        Accounting,
+        account,
+        pld_epsilon,
+        rdp_curve,
+        rdp_epsilon,
+    )
     from fedpriv.privacy.audit import (
         AuditResult,
         audit_epsilon,
@@ -101,6 +110,7 @@ if TYPE_CHECKING:
         EffectiveRateDpEvent,
         ParticipationDpEvent,
         PureDpEvent,
+        TunedSelectionDpEvent,
         event_from_dict,
         event_to_dict,
     )
@@ -133,6 +143,8 @@ if TYPE_CHECKING:
         two_sided_delta,
         zcdp_delta,
     )
+    from fedpriv.privacy.tuning import RunsDistribution
+    from fedpriv.privacy.tuning_calibration import TuningCalibration, calibrate_base_epsilon
 
 __all__ = [
     "Accounting",
@@ -155,11 +167,15 @@ __all__ = [
     "PrivacyLedger",
     "PrivacyReport",
     "PureDpEvent",
+    "RunsDistribution",
     "SparseThreshold",
     "SparseThresholdCalibration",
+    "TunedSelectionDpEvent",
+    "TuningCalibration",
     "account",
     "analytic_gaussian_noise_multiplier",
     "audit_epsilon",
+    "calibrate_base_epsilon",
     "calibrate_gaussian_noise_multiplier",
     "calibrate_noise_multiplier",
     "calibrate_participation_noise_multiplier",
@@ -174,6 +190,7 @@ __all__ = [
     "lemma7_parameters",
     "pld_epsilon",
     "queries_per_record",
+    "rdp_curve",
     "rdp_epsilon",
     "staged_queries_per_record",
     "subsampled_gaussian_event",

@@ -15,7 +15,15 @@ Poisson(q) of either            ε' = log(1+q(e^ε−1)) pure [BBG18, T8]  (ε')
 ``ApproxDpEvent(ε, δ)``         basic composition: ε and δ add         basic composition
 ``ParticipationDpEvent(ρ, e)``  (1−ρ)·(loss 0) + ρ·PLD(e)              log(1−ρ+ρe^{(α−1)R})/(α−1)
 ``EffectiveRateDpEvent(ρ, e)``  e at rate ρ·q: **not certified**       the same, at rate ρ·q
+``TunedSelectionDpEvent``       *RDP-only*: no PLD rule                [PS22] Thm. 2 / Thm. 6
 ==============================  =====================================  ==========================
+
+``TunedSelectionDpEvent`` (private hyper-parameter tuning): the base run's
+curve is the pointwise maximum of its candidates' curves (:func:`rdp_curve`),
+transformed by :mod:`fedpriv.privacy.tuning`. There is no PLD of the
+selection, so a ledger holding one certifies the RDP figure (its PLD figure
+is the δ-split ``"pld+rdp"`` bound below, never smaller), and the report's
+``binding_accountant`` says ``"rdp"``.
 
 ``ParticipationDpEvent``: both pairs reveal whether ``e`` ran; the Rényi
 divergence of such a pair is ``E_Q[(P/Q)^α] = (1 − ρ) + ρ·e^{(α−1)R(α)}`` for
@@ -40,6 +48,7 @@ report names which accountant binds. Nothing is ever dropped.
 [BS16] Bun & Steinke, "Concentrated differential privacy", TCC 2016.
 [KOV15] Kairouz, Oh & Viswanath, "The composition theorem for DP", ICML 2015.
 [BBG18] Balle, Barthe & Gaboardi, "Privacy amplification by subsampling", NeurIPS 2018.
+[PS22] Papernot & Steinke, "Hyperparameter tuning with Rényi DP", ICLR 2022.
 """
 
 from __future__ import annotations
@@ -62,10 +71,12 @@ from fedpriv.privacy.events import (
     EffectiveRateDpEvent,
     ParticipationDpEvent,
     PureDpEvent,
+    TunedSelectionDpEvent,
     effective_rate_event,
     is_certified,
 )
 from fedpriv.privacy.pld_size import MAX_PLD_POINTS, PLDSizeError
+from fedpriv.privacy.tuning import ORDERS, RunsDistribution
 
 Group = pld_mod.Group
 
@@ -202,12 +213,47 @@ def _rdp_curve(event: dp_event.DpEvent, orders: np.ndarray) -> np.ndarray:
     return np.array(accountant._rdp)  # private: the accountant has no per-order getter
 
 
+def rdp_curve(event: dp_event.DpEvent) -> np.ndarray:
+    """Per-order RDP of any event tree on :data:`~fedpriv.privacy.tuning.ORDERS`.
+
+    Composition adds curves; a :class:`TunedSelectionDpEvent` is the
+    transform of its candidates' pointwise maximum (module docstring); other
+    leaves follow the table above (``inf`` where RDP has no rule).
+    """
+    total = np.zeros_like(ORDERS)
+    for leaf, count in pld_mod.flatten(event):  # identical leaves once (a run's T rounds)
+        if isinstance(leaf, TunedSelectionDpEvent):
+            total += count * tuned_selection_curve(leaf)
+        else:
+            with _quiet_absl():
+                total += count * _rdp_curve(leaf, ORDERS)
+    return total
+
+
+def runs_distribution(event: TunedSelectionDpEvent) -> RunsDistribution:
+    """The law of K that ``event`` names."""
+    return RunsDistribution(
+        kind=event.distribution, eta=event.eta, gamma=event.gamma, mean=event.mean
+    )
+
+
+def tuned_selection_curve(event: TunedSelectionDpEvent) -> np.ndarray:
+    """[PS22] Thm. 2 (TNB) or Thm. 6 (Poisson) of the base curve max_c ε_c(λ)."""
+    if not event.candidates:
+        raise ValueError("a TunedSelectionDpEvent needs at least one candidate; got none")
+    base = np.max([rdp_curve(c) for c in event.candidates], axis=0)
+    return runs_distribution(event).rdp(base)
+
+
 def _rdp_epsilon(groups: Sequence[Group], delta: float) -> float:
-    accountant = rdp_lib.RdpAccountant()
-    orders = np.asarray(accountant._orders, dtype=np.float64)
+    accountant = rdp_lib.RdpAccountant(orders=ORDERS)
+    orders = ORDERS
     extra = np.zeros_like(orders)
     with _quiet_absl():  # composing evaluates the RDP curve and may warn per order
         for leaf, count in groups:
+            if isinstance(leaf, TunedSelectionDpEvent):
+                extra += count * tuned_selection_curve(leaf)
+                continue
             if isinstance(leaf, ParticipationDpEvent):
                 extra += count * _rdp_curve(leaf, orders)
                 continue

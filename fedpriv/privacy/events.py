@@ -78,6 +78,41 @@ class ParticipationDpEvent(dp_event.DpEvent):
     event: dp_event.DpEvent
 
 
+def freeze_event(event: dp_event.DpEvent) -> dp_event.DpEvent:
+    """``event`` with every ``ComposedDpEvent``'s list of events made a tuple (hashable)."""
+    if isinstance(event, dp_event.ComposedDpEvent):
+        return dp_event.ComposedDpEvent(tuple(freeze_event(e) for e in event.events))
+    if isinstance(event, dp_event.SelfComposedDpEvent):
+        return dp_event.SelfComposedDpEvent(freeze_event(event.event), event.count)
+    return event
+
+
+def _frozen_events(events: Any) -> tuple[dp_event.DpEvent, ...]:
+    return tuple(freeze_event(e) for e in events)
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class TunedSelectionDpEvent(dp_event.DpEvent):
+    """The best of K base runs, K random: private hyper-parameter tuning.
+
+    Papernot & Steinke (2022), Algorithm 1 (:mod:`fedpriv.privacy.tuning`):
+    K ~ ``distribution`` (``"tnb"``: TNB(``eta``, ``gamma``), Theorem 2;
+    ``"poisson"``: Poisson(``mean``), Theorem 6) hidden runs, each drawing one
+    of ``candidates`` (every configuration's whole base run: training plus its
+    DP validation score) and only the best run's output released. A base run's
+    RDP curve is the pointwise maximum over ``candidates`` (it draws its
+    configuration at random); the selection's curve is the theorem's
+    transform of it. RDP-only: no PLD rule exists, so the ledger certifies the
+    RDP figure (:mod:`fedpriv.privacy.accounting`).
+    """
+
+    candidates: tuple[dp_event.DpEvent, ...] = attr.ib(converter=_frozen_events)
+    distribution: str = "tnb"
+    eta: float = 1.0
+    gamma: float = 0.0
+    mean: float = 0.0
+
+
 #: What a report says when its ε rests on an :class:`EffectiveRateDpEvent`.
 PAPER_CAVEAT = (
     "participation accounted at the effective rate rho*q (benchmark paper §5.6): "

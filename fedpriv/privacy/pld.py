@@ -37,6 +37,7 @@ from fedpriv.privacy.events import (
     EffectiveRateDpEvent,
     ParticipationDpEvent,
     PureDpEvent,
+    TunedSelectionDpEvent,
     effective_rate_event,
 )
 
@@ -193,10 +194,10 @@ def flatten(event: dp_event.DpEvent, count: int = 1) -> list[Group]:
 
 
 def is_rdp_only(event: dp_event.DpEvent) -> bool:
-    """Whether the leaf event has no sound PLD translation here (zCDP)."""
+    """Whether the leaf event has no sound PLD translation here (zCDP, a tuned selection)."""
     if isinstance(event, (ParticipationDpEvent, EffectiveRateDpEvent)):
         return is_rdp_only(event.event)
-    return isinstance(event, dp_event.ZCDpEvent)
+    return isinstance(event, (dp_event.ZCDpEvent, TunedSelectionDpEvent))
 
 
 def participation_pld(participation: float, inner: PLD, vdi: float) -> PLD:
