@@ -34,7 +34,7 @@ from fedpriv import logs
 from fedpriv.artefact import write_artefact
 from fedpriv.atomic import write_json_atomic
 from fedpriv.data.node import DataSource, public_test_split, read_file, record_bound, run_schema
-from fedpriv.evaluation import binary_metrics
+from fedpriv.evaluation import binary_metrics, multiclass_metrics
 from fedpriv.federation.protocol import Strategy
 from fedpriv.federation.settings import RunSettings, SettingError
 from fedpriv.federation.status import RunFailedError, RunStatus, outcome_of, write_status
@@ -280,4 +280,7 @@ def evaluate(model, s: RunSettings) -> dict:
             "federated evaluation on the nodes' held-out rows)",
         }
     X, y, where = data
+    scores = model.class_scores(X) if hasattr(model, "class_scores") else None
+    if scores is not None and scores.shape[1] > 2:  # macro AUC, Brier over the classes
+        return {"evaluated": True, "eval_source": where, **multiclass_metrics(y, scores)}
     return {"evaluated": True, "eval_source": where, **binary_metrics(y, model.predict_proba(X))}

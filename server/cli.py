@@ -80,7 +80,9 @@ def cli(ctx: click.Context, verbose: bool) -> None:
 
 
 @cli.command(cls=_RunCommand)
-@click.option("--method", default="boosting", show_default=True, help="A registered method.")
+@click.option(
+    "--method", default=None, help="A registered method (or --set method=…)  [default: boosting]"
+)
 @click.option("--dataset", default=None, help="A bundled corpus [default: diabetes130].")
 @click.option("--csv", type=click.Path(path_type=Path), help="Your CSV (needs --schema).")
 @click.option("--schema", type=click.Path(path_type=Path), help="The CSV's public schema TOML.")
@@ -101,6 +103,11 @@ def run(ctx: click.Context, method, dataset, csv, schema, client_column, sets, f
 
     verbose = run_verbose or (ctx.obj or {}).get("verbose", False)
     overrides = parse_set(list(sets))
+    given = overrides.pop("method", None)
+    if method is not None and given is not None and given != method:
+        raise click.UsageError(f"--method {method} and --set method={given} disagree")
+    method = method or given or "boosting"
+    sets = tuple(s for s in sets if not s.replace(" ", "").startswith("method="))
     if flower:
         from server import simulate
 

@@ -200,7 +200,9 @@ def run_in_process(
         return 1
     X, y = data.xy("test")
     try:
-        auc = f"{roc_auc_score(y, est.predict_proba(X)[:, 1]):.4f}"
+        proba = est.predict_proba(X)
+        score = proba[:, 1] if proba.shape[1] == 2 else proba  # macro one-vs-rest beyond two
+        auc = f"{roc_auc_score(y, score, multi_class='ovr'):.4f}"
     except ValueError:  # a test split of one class
         auc = "n/a"
     eps = (None, None) if report is None else (report.to_dict()["epsilon_pld"],

@@ -1,5 +1,5 @@
 """Evaluation: metrics of released models."""
 
-from fedpriv.evaluation.metrics import binary_metrics
+from fedpriv.evaluation.metrics import base_rate_brier, binary_metrics, multiclass_metrics
 
-__all__ = ["binary_metrics"]
+__all__ = ["base_rate_brier", "binary_metrics", "multiclass_metrics"]

@@ -228,6 +228,13 @@ def test_run_refuses_bad_settings_before_loading(sets, message, caplog):
     assert re.search(message, caplog.text), caplog.text
 
 
+def test_run_takes_the_method_from_set_and_refuses_two_that_disagree(capsys, caplog):
+    argv = ["run", "--dataset", "heart", "--set", 'method="dp_gam"', "--set", "rounds=3"]
+    assert main(argv) == 0
+    assert "dp_gam in process on heart: 3 rounds" in capsys.readouterr().err + caplog.text
+    assert main([*argv, "--method", "boosting"]) == 2
+
+
 def test_schema_draft_command(tmp_path, capsys):
     csv = tmp_path / "t.csv"
     csv.write_text("age,ward,y\n71.5,ocelot,yes\n33.25,lynx,no\n")
