@@ -58,9 +58,11 @@ class DPSGDClient:
         kind = query.config["model"]
         if kind == CUSTOM:
             return None
-        key = (kind, n_features, int(query.config["hidden"]))
+        key = (kind, n_features, int(query.config["hidden"]), int(query.config.get("n_classes", 2)))
         if (spec := self._specs.get(key)) is None:
-            spec = self._specs[key] = NetworkSpec(kind=kind, n_features=n_features, hidden=key[2])
+            spec = self._specs[key] = NetworkSpec(
+                kind=kind, n_features=n_features, hidden=key[2], n_classes=key[3]
+            )
         return spec
 
     def _input_map(self, query: Query) -> InputMap:
@@ -73,7 +75,11 @@ class DPSGDClient:
     def _opacus_backend(self, spec: NetworkSpec | None):
         from fedpriv.models.opacus_backend import OpacusGradients, builtin_module
 
-        key = ("module",) if spec is None else (spec.kind, spec.n_features, spec.hidden)
+        key = (
+            ("module",)
+            if spec is None
+            else (spec.kind, spec.n_features, spec.hidden, spec.n_classes)
+        )
         if key not in self._opacus:
             if spec is None:
                 if self.module is None:

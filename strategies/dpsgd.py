@@ -1,5 +1,9 @@
 """DP-SGD logistic regression and one-hidden-layer MLP: the server half.
 
+Two classes train the sigmoid model (one logit); K > 2 classes the softmax
+model (K logits, :mod:`fedpriv.models.networks`); the step and its privacy
+are the same (one clipped gradient per record, sensitivity C).
+
 Benchmark paper §3.5 (standard DP-SGD, Abadi et al. 2016, Alg. 1) in the
 central model with secure aggregation. Each step:
 
@@ -119,6 +123,9 @@ class DPSGDStrategy:
     input_map : InputMap, optional
         Public input map of the model (e.g. from
         :func:`fedpriv.data.box_standardisation`); default identity.
+    n_classes : int
+        Size of the public label set: 2 is the sigmoid model (one logit),
+        K > 2 the softmax model (K logits; labels are class indices).
     custom_spec : optional
         A user's model (:class:`fedpriv.models.opacus_backend.TorchSpec`)
         instead of the built-in ``config.model``; clients then need the same
@@ -133,9 +140,11 @@ class DPSGDStrategy:
         participation: float = 1.0,
         initial_params: np.ndarray | None = None,
         input_map: InputMap | None = None,
+        n_classes: int = 2,
         custom_spec: Any = None,
     ) -> None:
         self.config = config
+        self.n_classes = check_count("n_classes", n_classes, minimum=2)
         self.method = config.model.value  # the registry name: "logistic" or "mlp"
         self.n_records = check_count("n_records", n_records)
         self.participation = check_probability("participation", participation)
@@ -165,7 +174,9 @@ class DPSGDStrategy:
         if self.custom_spec is not None:
             self.spec = self.custom_spec
         else:
-            self.spec = NetworkSpec(kind=cfg.model, n_features=n_features, hidden=cfg.hidden)
+            self.spec = NetworkSpec(
+                kind=cfg.model, n_features=n_features, hidden=cfg.hidden, n_classes=self.n_classes
+            )
         self._t = 0
         self._map = self.input_map or InputMap.identity(n_features)
         if self._map.n_features != n_features:
@@ -229,6 +240,7 @@ class DPSGDStrategy:
             config={
                 "model": self._model_name,
                 "hidden": self.spec.hidden,
+                "n_classes": self.n_classes,
                 "clip_norm": cfg.clip_norm,
                 "backend": cfg.backend,
             },
@@ -269,5 +281,6 @@ def build(config: LogisticConfig, context: StrategyContext) -> DPSGDStrategy:
         n_records=context.n_records,
         participation=context.participation,
         input_map=input_map,
+        n_classes=context.n_classes,
         custom_spec=context.extra.get("custom_spec"),
     )
