@@ -21,7 +21,6 @@ closed-form, vectorised per-example gradient with L2 clipping (Abadi et al.
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 from enum import StrEnum
@@ -234,15 +233,33 @@ def clip_factors(norms: np.ndarray, clip: float) -> np.ndarray:
 
 
 def clipped_gradient_sum(
-    spec: NetworkSpec, params: np.ndarray, X: np.ndarray, y: np.ndarray, clip: float
+    spec: NetworkSpec,
+    params: np.ndarray,
+    X: np.ndarray,
+    y: np.ndarray,
+    clip: float,
+    *,
+    bias_bound: float = 0.0,
 ) -> np.ndarray:
     """Σ_i g_i · min(1, C/‖g_i‖₂): the DP-SGD sum whose L2 sensitivity is C.
 
-    A vectorised numpy reference (it materialises the n × P gradients); the
+    ``bias_bound`` B > 0: the output bias's gradient r (o coordinates, the
+    last of θ) is clipped on its own to ‖r‖ ≤ B and the rest of g to C, so one
+    record moves the sum by at most √(C² + B²) (module docstring). A
+    vectorised numpy reference (it materialises the n × P gradients); the
     clients use the compiled kernels, which agree to rounding.
     """
     grads = per_example_gradients(spec, params, X, y)
-    return clip_factors(np.linalg.norm(grads, axis=1), clip) @ grads
+    if bias_bound == 0:
+        return clip_factors(np.linalg.norm(grads, axis=1), clip) @ grads
+    o = spec.n_outputs
+    rest, bias = grads[:, :-o], grads[:, -o:]
+    return np.concatenate(
+        [
+            clip_factors(np.linalg.norm(rest, axis=1), clip) @ rest,
+            clip_factors(np.linalg.norm(bias, axis=1), bias_bound) @ bias,
+        ]
+    )
 
 
 @dataclass(frozen=True)
@@ -288,103 +305,3 @@ class NetworkModel:
         spec = NetworkSpec(kind=kind, n_features=d, hidden=h, n_classes=k[0] if k else 2)
         imap = InputMap(arrays["input_shift"], arrays["input_scale"])
         return cls(spec, np.asarray(arrays["params"], dtype=np.float64), imap)
-
-
-@dataclass(frozen=True, eq=False)
-class RowBlocks:
-    """K clients' rows stacked, row-major, checked once for the compiled sums.
-
-    Client c owns rows ``offsets[c] .. offsets[c] + sizes[c]`` of ``X``
-    (N × d, float64, C order: a sampled row is read front to back) and the
-    same entries of ``y``.
-    """
-
-    X: np.ndarray
-    y: np.ndarray
-    offsets: np.ndarray
-    sizes: np.ndarray
-
-    def __post_init__(self) -> None:
-        X = np.ascontiguousarray(self.X, dtype=np.float64)
-        y = np.ascontiguousarray(self.y, dtype=np.float64)
-        offsets = np.ascontiguousarray(self.offsets, dtype=np.int64)
-        sizes = np.ascontiguousarray(self.sizes, dtype=np.int64)
-        if X.ndim != 2 or y.shape != (X.shape[0],):
-            raise ValueError(f"X must be (N, d) and y (N,); got {X.shape} and {y.shape}")
-        if (
-            offsets.ndim != 1
-            or sizes.shape != offsets.shape
-            or (sizes.size and (offsets.min() < 0 or sizes.min() < 0))
-            or (sizes.size and (offsets + sizes).max() > X.shape[0])
-        ):
-            raise ValueError(f"client blocks (offsets {offsets}, sizes {sizes}) exceed N={y.size}")
-        for name, value in (("X", X), ("y", y), ("offsets", offsets), ("sizes", sizes)):
-            object.__setattr__(self, name, value)
-
-    @classmethod
-    def of(cls, Xs: list[np.ndarray], ys: list[np.ndarray]) -> RowBlocks:
-        """Blocks of the given clients' row-major matrices (one client: not a copy)."""
-        sizes = np.array([y.size for y in ys], dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-        if len(Xs) == 1:
-            return cls(Xs[0], ys[0], offsets, sizes)
-        return cls(np.concatenate(Xs, axis=0), np.concatenate(ys), offsets, sizes)
-
-    @property
-    def n_features(self) -> int:
-        return int(self.X.shape[1])
-
-
-def compiled_clipped_sums(
-    spec: NetworkSpec,
-    params: np.ndarray,
-    blocks: RowBlocks,
-    clip: float,
-    samples: list[np.ndarray],
-    input_map: InputMap | None = None,
-) -> np.ndarray:
-    """Each client's clipped gradient sum (rows of the (K, P) result), compiled.
-
-    ``samples[c]`` indexes into client c's block. Rows are mapped by
-    ``input_map`` (default identity) on the fly; the result equals
-    :func:`clipped_gradient_sum` on the mapped rows up to rounding, and is
-    bit-identical for a client whether it is served alone or among others
-    (:mod:`fedpriv.models._sgd_kernels`).
-    """
-    from fedpriv.models import _sgd_kernels
-
-    params = check_params(spec, params)
-    if blocks.n_features != spec.n_features or len(samples) != blocks.sizes.size:
-        raise ValueError(
-            f"{len(samples)} samples for {blocks.sizes.size} clients of {blocks.n_features} "
-            f"features; the model has {spec.n_features}"
-        )
-    if not (clip > 0 and math.isfinite(clip)):
-        raise ValueError(f"clip must lie in (0, inf); got {clip!r}")
-    imap = input_map or InputMap.identity(spec.n_features)
-    if imap.n_features != spec.n_features:
-        raise ValueError(f"input map has {imap.n_features} features; the model {spec.n_features}")
-    rows = np.concatenate(samples) if samples else np.zeros(0, dtype=np.int64)
-    if rows.ndim != 1:
-        raise ValueError(f"samples must be 1-D arrays of row indices; got shape {rows.shape}")
-    if rows.dtype != np.int64:
-        if rows.size and not np.issubdtype(rows.dtype, np.integer):
-            raise ValueError(f"samples must hold integer row indices; got {rows.dtype}")
-        rows = rows.astype(np.int64)
-    starts = np.array([0, *itertools.accumulate(s.size for s in samples)], dtype=np.int64)
-    out = np.zeros((len(samples), spec.n_params))
-    head = (blocks.X, imap.shift, imap.scale, blocks.y, params)
-    tail = (float(clip), rows, starts, blocks.offsets, blocks.sizes, out)
-    if spec.n_outputs > 1:
-        # A label outside 0..K−1 adds nothing (its r would not be softmax − e_y).
-        if spec.kind is ModelKind.LOGISTIC:
-            ok = _sgd_kernels.softmax_clipped_sums(*head, 0, spec.n_classes, *tail)
-        else:
-            ok = _sgd_kernels.softmax_clipped_sums(*head, spec.hidden, spec.n_classes, *tail)
-    elif spec.kind is ModelKind.LOGISTIC:
-        ok = _sgd_kernels.logistic_clipped_sums(*head, *tail)
-    else:
-        ok = _sgd_kernels.mlp_clipped_sums(*head, spec.hidden, *tail)
-    if not ok:
-        raise ValueError(f"a sample holds a row index outside its client's rows ({blocks.sizes})")
-    return out

@@ -74,15 +74,33 @@ class OpacusGradients:
         self.n_params = int(sum(p.numel() for p in self._params))
 
     def clipped_sum(
-        self, params: np.ndarray, X: np.ndarray, y: np.ndarray, clip: float
+        self,
+        params: np.ndarray,
+        X: np.ndarray,
+        y: np.ndarray,
+        clip: float,
+        *,
+        bias_bound: float = 0.0,
     ) -> np.ndarray:
         """Σ_i ∇ℓ_i · min(1, C/‖∇ℓ_i‖₂) at ``params`` over the rows of ``X`` (float64)."""
-        return self.clipped_sums(params, X, y, clip, [np.asarray(X).shape[0]])[0]
+        n = np.asarray(X).shape[0]
+        return self.clipped_sums(params, X, y, clip, [n], bias_bound=bias_bound)[0]
 
     def clipped_sums(
-        self, params: np.ndarray, X: np.ndarray, y: np.ndarray, clip: float, sizes: list[int]
+        self,
+        params: np.ndarray,
+        X: np.ndarray,
+        y: np.ndarray,
+        clip: float,
+        sizes: list[int],
+        *,
+        bias_bound: float = 0.0,
     ) -> np.ndarray:
         """One clipped sum per consecutive block of ``sizes`` rows, from one backward pass.
+
+        ``bias_bound`` B > 0: the module's last parameter (the output bias of
+        the built-in models) is clipped on its own to B, the rest to C, as in
+        :func:`fedpriv.models.networks.clipped_gradient_sum`.
 
         Per-sample gradients do not depend on which other rows share the
         batch (Opacus refuses batch-coupling layers such as BatchNorm), so
@@ -136,9 +154,16 @@ class OpacusGradients:
             # whatever its label (y ∈ {0, 5} makes |σ(f) − y| up to 5, still clipped).
             finite = torch.isfinite(grads).all(dim=1)
             grads = torch.where(finite[:, None], grads, torch.zeros((), dtype=grads.dtype))
-            norms = grads.norm(dim=1)
-            factor = clip / norms.clamp_min(clip)  # min(1, C/‖g‖), no division by zero
-            clipped = (factor[:, None] * grads).numpy()
+            if bias_bound > 0:
+                o = self._params[-1].numel()
+                rest, bias = grads[:, :-o], grads[:, -o:]
+                factor = clip / rest.norm(dim=1).clamp_min(clip)  # min(1, C/‖g‖)
+                fb = bias_bound / bias.norm(dim=1).clamp_min(bias_bound)
+                clipped = torch.cat([factor[:, None] * rest, fb[:, None] * bias], dim=1).numpy()
+            else:
+                norms = grads.norm(dim=1)
+                factor = clip / norms.clamp_min(clip)  # min(1, C/‖g‖), no division by zero
+                clipped = (factor[:, None] * grads).numpy()
         start = 0
         for k, size in enumerate(sizes):
             out[k] = clipped[start : start + size].sum(axis=0)

@@ -16,12 +16,11 @@ from fedpriv.models.networks import (
     ModelKind,
     NetworkModel,
     NetworkSpec,
-    RowBlocks,
     clipped_gradient_sum,
-    compiled_clipped_sums,
     per_example_gradients,
 )
 from fedpriv.models.opacus_backend import OpacusGradients, builtin_module
+from fedpriv.models.sgd_sums import RowBlocks, compiled_clipped_sums
 
 KINDS = [ModelKind.LOGISTIC, ModelKind.MLP]
 
@@ -121,3 +120,27 @@ def test_model_predicts_k_probabilities_and_round_trips(kind):
     )
     arrays = old.to_arrays() | {"shape": old.to_arrays()["shape"][:2]}
     assert NetworkModel.from_arrays(arrays).spec.n_classes == 2
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("k", [2, 3])
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**31), clip=st.floats(0.05, 5.0), scale=st.floats(0.0, 4.0))
+def test_output_bias_clipped_on_its_own_bounds_a_record_by_the_hypotenuse(
+    kind, k, seed, clip, scale
+):
+    # Per-layer clipping: the output bias's r to B, the rest to C; one record moves
+    # the sum by ≤ √(C² + B²) whatever its label (y = 5 is clipped like any other).
+    spec, params, X, y = _problem(kind, k=k, n=10, seed=seed, scale=scale)
+    y[1] = 5.0 if k == 2 else y[1]
+    bound = 1.0 if k == 2 else np.sqrt(2.0)
+    blocks, every = RowBlocks.of([X], [y]), np.arange(X.shape[0])
+    full = compiled_clipped_sums(spec, params, blocks, clip, [every], bias_bound=bound)[0]
+    for i in every:
+        rest = np.delete(every, i)
+        without = compiled_clipped_sums(spec, params, blocks, clip, [rest], bias_bound=bound)[0]
+        assert np.linalg.norm(full - without) <= np.hypot(clip, bound) * (1 + 1e-12)
+    ref = clipped_gradient_sum(spec, params, X, y, clip, bias_bound=bound)
+    np.testing.assert_allclose(full, ref, rtol=1e-11, atol=1e-11)
+    opacus = OpacusGradients(builtin_module(spec)).clipped_sum(params, X, y, clip, bias_bound=bound)
+    np.testing.assert_allclose(opacus, full, rtol=1e-10, atol=1e-10)
