@@ -3,7 +3,10 @@
 Given the public query (the current parameters θ, the model's shape, its
 public input map and the clipping norm C), a client returns
 Σ_i ∇ℓ(θ; x_i, y_i) · min(1, C/‖∇ℓ_i‖) over its Poisson sample (benchmark
-paper §3.5; Abadi et al. 2016, Alg. 1). Nothing else leaves the client: no
+paper §3.5; Abadi et al. 2016, Alg. 1), with the output bias's part clipped
+on its own to B when the query says so (``bias_bound``). In the centring
+round (``stage="centre"``) it returns Σ_i x̃_i · min(1, R/‖x̃_i‖) over all its
+rows, x̃ the mapped row (:mod:`strategies.dpsgd`). Nothing else leaves the client: no
 count, no loss. The handler keeps no state between steps; everything it needs
 is in the query.
 
@@ -25,7 +28,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedpriv.federation.protocol import ClientData, Query
-from fedpriv.models.networks import InputMap, NetworkSpec, RowBlocks, compiled_clipped_sums
+from fedpriv.models.networks import InputMap, NetworkSpec
+from fedpriv.models.sgd_sums import (
+    CENTRE,
+    RowBlocks,
+    compiled_clipped_sums,
+    compiled_feature_sums,
+)
 from fedpriv.privacy.randomness import SecretKey
 
 if TYPE_CHECKING:
@@ -58,9 +67,11 @@ class DPSGDClient:
         kind = query.config["model"]
         if kind == CUSTOM:
             return None
-        key = (kind, n_features, int(query.config["hidden"]))
+        key = (kind, n_features, int(query.config["hidden"]), int(query.config.get("n_classes", 2)))
         if (spec := self._specs.get(key)) is None:
-            spec = self._specs[key] = NetworkSpec(kind=kind, n_features=n_features, hidden=key[2])
+            spec = self._specs[key] = NetworkSpec(
+                kind=kind, n_features=n_features, hidden=key[2], n_classes=key[3]
+            )
         return spec
 
     def _input_map(self, query: Query) -> InputMap:
@@ -73,7 +84,11 @@ class DPSGDClient:
     def _opacus_backend(self, spec: NetworkSpec | None):
         from fedpriv.models.opacus_backend import OpacusGradients, builtin_module
 
-        key = ("module",) if spec is None else (spec.kind, spec.n_features, spec.hidden)
+        key = (
+            ("module",)
+            if spec is None
+            else (spec.kind, spec.n_features, spec.hidden, spec.n_classes)
+        )
         if key not in self._opacus:
             if spec is None:
                 if self.module is None:
@@ -122,13 +137,18 @@ class DPSGDClient:
         samples: Sequence[np.ndarray],
         blocks: RowBlocks,
     ) -> np.ndarray:
-        params = query.arrays["params"]
         clip = float(query.config["clip_norm"])
         imap = self._input_map(query)
+        if query.config.get("stage") == CENTRE:
+            return compiled_feature_sums(blocks, imap, clip, list(samples))
+        params = query.arrays["params"]
+        bias_bound = float(query.config.get("bias_bound", 0.0))
         spec = self._spec(query, blocks.n_features)
         backend = query.config.get("backend", "fast")
         if backend == "fast" and spec is not None:
-            return compiled_clipped_sums(spec, params, blocks, clip, list(samples), imap)
+            return compiled_clipped_sums(
+                spec, params, blocks, clip, list(samples), imap, bias_bound=bias_bound
+            )
         if backend != "opacus":
             raise ValueError(
                 f"backend must be 'fast' or 'opacus' (a custom module needs 'opacus'); "
@@ -138,7 +158,7 @@ class DPSGDClient:
         rows = [_check_rows(s, d.n) for d, s in zip(datas, samples, strict=True)]
         X = imap.apply(np.concatenate([d.X[r] for d, r in zip(datas, rows, strict=True)]))
         y = np.concatenate([d.y[r] for d, r in zip(datas, rows, strict=True)])
-        return grads.clipped_sums(params, X, y, clip, [r.size for r in rows])
+        return grads.clipped_sums(params, X, y, clip, [r.size for r in rows], bias_bound=bias_bound)
 
 
 def _check_rows(sample: np.ndarray, n: int) -> np.ndarray:

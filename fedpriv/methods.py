@@ -224,6 +224,7 @@ register_method(
         kernels="fedpriv.models._sgd_kernels",
         estimator="server.estimators:DPLogisticClassifier",
         maths="fedpriv.models.networks",
+        multiclass=True,
     )
 )
 register_method(
@@ -236,6 +237,7 @@ register_method(
         kernels="fedpriv.models._sgd_kernels",
         estimator="server.estimators:DPMLPClassifier",
         maths="fedpriv.models.networks",
+        multiclass=True,
     )
 )
 register_method(

@@ -196,8 +196,11 @@ _NOT_BINARY = "the check's labels {0, 1, 2} are not the binary learner's public 
 
 def expected_failed_checks(estimator: Estimator) -> dict[str, str]:
     """scikit-learn checks ``estimator`` fails by design, and why (``check_estimator``'s
-    ``expected_failed_checks``). For a forest, with ``classes=[0, 1, 2]`` (the
-    checks' multiclass labels); for a binary learner, with the default {0, 1}."""
+    ``expected_failed_checks``). For a multiclass learner, with ``classes=[0, 1, 2]``
+    (the checks' multiclass labels); for a binary learner, with the default {0, 1}.
+    ``check_decision_proba_consistency`` (listed for K-logit models) may also pass:
+    on two of three classes it compares P(class 1) with the mean of each row's
+    three logits, whose order is up to the fit."""
     out = {
         "check_classifiers_classes": f"string labels: {_FROM_DATA}",
         "check_classifiers_regression_target": (
@@ -206,10 +209,16 @@ def expected_failed_checks(estimator: Estimator) -> dict[str, str]:
         ),
     }
     if estimator._multi_class:
-        return out | {
+        out |= {
             "check_classifiers_train": f"binary and 3-class problems alike: {_FROM_DATA}",
             "check_dtype_object": f"labels 0..3 against classes [0, 1, 2]: {_FROM_DATA}",
         }
+        if estimator._class_logits:
+            out["check_decision_proba_consistency"] = (
+                "it ranks decision_function as one binary score; with the public classes "
+                "[0, 1, 2] it is the (n, 3) logits of the softmax model"
+            )
+        return out
     return out | {
         "check_estimators_dtypes": _NOT_BINARY,
         "check_classifier_data_not_an_array": _NOT_BINARY,
@@ -238,6 +247,8 @@ class Estimator(ClassifierMixin, BaseEstimator):
 
     #: Whether the learner takes more than two classes (the forests do).
     _multi_class: ClassVar[bool] = False
+    #: Whether ``decision_function`` gives K logits for K > 2 classes (DP-SGD's softmax).
+    _class_logits: ClassVar[bool] = False
 
     # -- scikit-learn plumbing -------------------------------------------
     def __sklearn_tags__(self):

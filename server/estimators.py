@@ -103,6 +103,7 @@ class DPLogisticClassifier(MethodEstimator):
 
     method = "logistic"
     extra_params: ClassVar[dict[str, Any]] = {"module": None}
+    _class_logits: ClassVar[bool] = True
 
     def _context_extra(self) -> dict[str, Any]:
         if self.module is None:
@@ -115,6 +116,11 @@ class DPLogisticClassifier(MethodEstimator):
         from clients.dpsgd import DPSGDClient
 
         return DPSGDClient(module=self.module)
+
+    def _class_scores(self, X: np.ndarray) -> np.ndarray:
+        """Two classes: (1 − p, p); K classes: the model's softmax, columns as ``classes_``."""
+        p = self.model_.predict_proba(X)
+        return p if p.ndim == 2 else np.column_stack([1.0 - p, p])
 
 
 class DPMLPClassifier(DPLogisticClassifier):

@@ -242,13 +242,22 @@ def dpsgd_audit(
     n_rows: int = 40,
     twin_factor: float = 5.0,
 ) -> LearnerAudit:
-    """DP-SGD on 40 random rows, T = 3 full-batch steps; twin: noise / ``twin_factor``."""
+    """DP-SGD on 40 random rows, T = 3 full-batch steps; twin: noise / ``twin_factor``.
+
+    The steps with one joint clip (``centre_share=0``): the canary's gradient is
+    clipped to C, so it carries the full sensitivity the statistic divides by.
+    """
     data = random_rows(n_rows, f"dpsgd-{model}")
     # C below every per-example gradient norm at these parameters: the canary is clipped.
     clip = 0.25 if model == "logistic" else 0.05
     shape = {"hidden": 4} if model == "mlp" else {}
     config = (MLPConfig if model == "mlp" else LogisticConfig)(
-        **shape, rounds=rounds, learning_rate=1.0, clip_norm=clip, sampling_rate=1.0
+        **shape,
+        rounds=rounds,
+        learning_rate=1.0,
+        clip_norm=clip,
+        sampling_rate=1.0,
+        centre_share=0.0,
     )
     n_public = data.n + 1  # public record count, the same for D and D'
 

@@ -43,10 +43,11 @@ METHOD_RANGES: dict[str, dict[str, str]] = {
         "reg-lambda": "(0, inf)",
     },
     "logistic": {
-        "rounds": "[1, inf)",
+        "rounds": "[2, inf)",  # 1 with centre-share = 0
         "learning-rate": "(0, inf)",
         "sampling-rate": "(0, 1]",
         "clip-norm": "(0, inf)",
+        "centre-share": "[0, 1)",
     },
     "lumberjack": {
         "trees": "[1, inf)",

@@ -9,8 +9,11 @@ the Opacus backend (:mod:`fedpriv.models.opacus_backend`) unchanged:
 * logistic, P = d + 1:  ``[w (d) | b]``;
 * MLP, P = d·h + 2h + 1: ``[W1 (h × d, row-major) | b1 (h) | w2 (h) | b2]``.
 
-The loss is the logistic loss ℓ(θ; x, y) = log(1 + e^f) − y·f of the logit
-f = f_θ(x) (benchmark paper §3.5). :func:`clipped_gradient_sum` is the
+Two classes: one logit f, the logistic loss ℓ(θ; x, y) = log(1 + e^f) − y·f
+(benchmark paper §3.5). K > 2 classes: K logits (``nn.Linear(·, K)``, weight
+K × fan-in row-major, then its K biases), softmax cross-entropy
+ℓ = log Σ_k e^{f_k} − f_y, label y the class index; with r = softmax(f) − e_y
+the output layer's gradients are r xᵀ (or r aᵀ) and r. :func:`clipped_gradient_sum` is the
 closed-form, vectorised per-example gradient with L2 clipping (Abadi et al.
 2016, Alg. 1, "clip gradient"); the compiled clients use
 :mod:`fedpriv.models._sgd_kernels`, which computes the same sums row by row.
@@ -18,7 +21,6 @@ closed-form, vectorised per-example gradient with L2 clipping (Abadi et al.
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 from enum import StrEnum
@@ -76,15 +78,23 @@ class InputMap:
 
 @dataclass(frozen=True, kw_only=True)
 class NetworkSpec:
-    """Shape of a built-in model; ``hidden`` is the MLP width (0 for logistic)."""
+    """Shape of a built-in model; ``hidden`` is the MLP width (0 for logistic).
+
+    ``n_classes`` 2 is the sigmoid model (one logit); K > 2 the softmax model
+    (K logits).
+    """
 
     kind: ModelKind
     n_features: int
     hidden: int = 16
+    n_classes: int = 2
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", ModelKind(self.kind))
         check_count("n_features", self.n_features)
+        check_count("n_classes", self.n_classes, minimum=2)
+        if self.n_classes > 1024:
+            raise ValueError(f"n_classes must lie in [2, 1024]; got {self.n_classes}")
         if self.kind is ModelKind.LOGISTIC:
             object.__setattr__(self, "hidden", 0)
             return
@@ -93,22 +103,32 @@ class NetworkSpec:
             raise ValueError(f"hidden must lie in [1, 4096]; got {self.hidden}")
 
     @property
+    def n_outputs(self) -> int:
+        """Logits per row: 1 for two classes, else ``n_classes``."""
+        return 1 if self.n_classes == 2 else self.n_classes
+
+    @property
     def n_params(self) -> int:
-        """P: d + 1 (logistic) or d·h + 2h + 1 (MLP)."""
-        d, h = self.n_features, self.hidden
-        return d + 1 if self.kind is ModelKind.LOGISTIC else d * h + 2 * h + 1
+        """P: (d + 1)·o (logistic) or d·h + h + (h + 1)·o (MLP), o = :attr:`n_outputs`."""
+        d, h, o = self.n_features, self.hidden, self.n_outputs
+        return (d + 1) * o if self.kind is ModelKind.LOGISTIC else d * h + h + (h + 1) * o
 
     def unpack(self, params: np.ndarray) -> dict[str, np.ndarray]:
-        """Views of ``params`` by name (``w, b`` or ``W1, b1, w2, b2``)."""
+        """Views of ``params`` by name (``w, b`` or ``W1, b1, w2, b2``).
+
+        Two classes: ``w`` (d,), ``w2`` (h,), ``b``/``b2`` (1,); K classes:
+        ``w`` (K, d), ``w2`` (K, h), ``b``/``b2`` (K,).
+        """
         params = check_params(self, params)
-        d, h = self.n_features, self.hidden
+        d, h, o = self.n_features, self.hidden, self.n_outputs
+        shape = (lambda n: (n,)) if o == 1 else (lambda n: (o, n))
         if self.kind is ModelKind.LOGISTIC:
-            return {"w": params[:d], "b": params[d:]}
+            return {"w": params[: o * d].reshape(shape(d)), "b": params[o * d :]}
         return {
             "W1": params[: h * d].reshape(h, d),
             "b1": params[h * d : h * d + h],
-            "w2": params[h * d + h : h * d + 2 * h],
-            "b2": params[h * d + 2 * h :],
+            "w2": params[h * d + h : h * d + h + o * h].reshape(shape(h)),
+            "b2": params[h * d + h + o * h :],
         }
 
     def init_params(self, rng: np.random.Generator) -> np.ndarray:
@@ -121,9 +141,9 @@ class NetworkSpec:
         check_generator("rng", rng)
         if self.kind is ModelKind.LOGISTIC:
             return np.zeros(self.n_params)
-        d, h = self.n_features, self.hidden
+        d, h, o = self.n_features, self.hidden, self.n_outputs
         first = rng.uniform(-1.0, 1.0, size=h * d + h) / math.sqrt(d)
-        second = rng.uniform(-1.0, 1.0, size=h + 1) / math.sqrt(h)
+        second = rng.uniform(-1.0, 1.0, size=(h + 1) * o) / math.sqrt(h)
         return np.concatenate([first, second])
 
     def model(self, params: np.ndarray, input_map: InputMap | None = None) -> NetworkModel:
@@ -131,15 +151,16 @@ class NetworkSpec:
         return NetworkModel(self, params, input_map)
 
     def decision_function(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
-        """Logits f_θ(x) of the rows of ``X``."""
+        """Logits f_θ(x) of the rows of ``X``: (n,) for two classes, else (n, K)."""
         X = np.asarray(X, dtype=np.float64)
         if X.ndim != 2 or X.shape[1] != self.n_features:
             raise ValueError(f"X must be (n, {self.n_features}); got {X.shape}")
         p = self.unpack(params)
         if self.kind is ModelKind.LOGISTIC:
-            return X @ p["w"] + p["b"][0]
-        hidden = np.maximum(X @ p["W1"].T + p["b1"], 0.0)
-        return hidden @ p["w2"] + p["b2"][0]
+            inner, w, b = X, p["w"], p["b"]
+        else:
+            inner, w, b = np.maximum(X @ p["W1"].T + p["b1"], 0.0), p["w2"], p["b2"]
+        return inner @ w + b[0] if self.n_outputs == 1 else inner @ w.T + b
 
 
 def check_params(spec: NetworkSpec, params: np.ndarray) -> np.ndarray:
@@ -163,6 +184,12 @@ def sigmoid(z: np.ndarray) -> np.ndarray:
     return np.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
+def softmax(z: np.ndarray) -> np.ndarray:
+    """Row-wise softmax of (n, K) logits, without overflow."""
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
 def per_example_gradients(
     spec: NetworkSpec, params: np.ndarray, X: np.ndarray, y: np.ndarray
 ) -> np.ndarray:
@@ -170,12 +197,24 @@ def per_example_gradients(
 
     With r = σ(f) − y (∂ℓ/∂f): logistic ∇ = r·[x, 1]; MLP, with a = ReLU(W1 x +
     b1) and u = r·w2 ⊙ 1[W1 x + b1 > 0] (ReLU's derivative is 0 at 0, as in
-    PyTorch): ∇W1 = u xᵀ, ∇b1 = u, ∇w2 = r·a, ∇b2 = r.
+    PyTorch): ∇W1 = u xᵀ, ∇b1 = u, ∇w2 = r·a, ∇b2 = r. K classes: r =
+    softmax(f) − e_y (K,), ∇W = r xᵀ, ∇b = r; MLP u = W2ᵀ r ⊙ 1[z > 0].
     """
     X = np.asarray(X, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     p = spec.unpack(params)
     n = X.shape[0]
+    if spec.n_outputs > 1:
+        r = softmax(spec.decision_function(params, X))
+        r[np.arange(n), y.astype(np.int64)] -= 1.0
+        if spec.kind is ModelKind.LOGISTIC:
+            return np.column_stack([(r[:, :, None] * X[:, None, :]).reshape(n, -1), r])
+        pre = X @ p["W1"].T + p["b1"]
+        a = np.maximum(pre, 0.0)
+        u = (r @ p["w2"]) * (pre > 0)
+        dW1 = (u[:, :, None] * X[:, None, :]).reshape(n, -1)
+        dW2 = (r[:, :, None] * a[:, None, :]).reshape(n, -1)
+        return np.column_stack([dW1, u, dW2, r])
     if spec.kind is ModelKind.LOGISTIC:
         r = sigmoid(X @ p["w"] + p["b"][0]) - y
         return np.column_stack([r[:, None] * X, r])
@@ -194,15 +233,33 @@ def clip_factors(norms: np.ndarray, clip: float) -> np.ndarray:
 
 
 def clipped_gradient_sum(
-    spec: NetworkSpec, params: np.ndarray, X: np.ndarray, y: np.ndarray, clip: float
+    spec: NetworkSpec,
+    params: np.ndarray,
+    X: np.ndarray,
+    y: np.ndarray,
+    clip: float,
+    *,
+    bias_bound: float = 0.0,
 ) -> np.ndarray:
     """Σ_i g_i · min(1, C/‖g_i‖₂): the DP-SGD sum whose L2 sensitivity is C.
 
-    A vectorised numpy reference (it materialises the n × P gradients); the
+    ``bias_bound`` B > 0: the output bias's gradient r (o coordinates, the
+    last of θ) is clipped on its own to ‖r‖ ≤ B and the rest of g to C, so one
+    record moves the sum by at most √(C² + B²) (module docstring). A
+    vectorised numpy reference (it materialises the n × P gradients); the
     clients use the compiled kernels, which agree to rounding.
     """
     grads = per_example_gradients(spec, params, X, y)
-    return clip_factors(np.linalg.norm(grads, axis=1), clip) @ grads
+    if bias_bound == 0:
+        return clip_factors(np.linalg.norm(grads, axis=1), clip) @ grads
+    o = spec.n_outputs
+    rest, bias = grads[:, :-o], grads[:, -o:]
+    return np.concatenate(
+        [
+            clip_factors(np.linalg.norm(rest, axis=1), clip) @ rest,
+            clip_factors(np.linalg.norm(bias, axis=1), bias_bound) @ bias,
+        ]
+    )
 
 
 @dataclass(frozen=True)
@@ -226,8 +283,9 @@ class NetworkModel:
         return self.spec.decision_function(self.params, self.input_map.apply(X))
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
-        """P(y = 1 | x) per row."""
-        return sigmoid(self.decision_function(X))
+        """P(y = 1 | x) per row (two classes), else (n, K) class probabilities."""
+        f = self.decision_function(X)
+        return sigmoid(f) if self.spec.n_outputs == 1 else softmax(f)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         s = self.spec
@@ -235,108 +293,15 @@ class NetworkModel:
             "params": np.asarray(self.params),
             # Numeric, so every transport (Flower's Array, np.savez) carries it.
             "kind": np.array(_KINDS.index(s.kind), dtype=np.int64),
-            "shape": np.array([s.n_features, s.hidden], dtype=np.int64),
+            "shape": np.array([s.n_features, s.hidden, s.n_classes], dtype=np.int64),
             "input_shift": np.asarray(self.input_map.shift),
             "input_scale": np.asarray(self.input_map.scale),
         }
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray]) -> NetworkModel:
-        d, h = (int(v) for v in arrays["shape"])
-        spec = NetworkSpec(kind=_KINDS[int(arrays["kind"])], n_features=d, hidden=h)
+        d, h, *k = (int(v) for v in arrays["shape"])  # files before softmax: [d, h]
+        kind = _KINDS[int(arrays["kind"])]
+        spec = NetworkSpec(kind=kind, n_features=d, hidden=h, n_classes=k[0] if k else 2)
         imap = InputMap(arrays["input_shift"], arrays["input_scale"])
         return cls(spec, np.asarray(arrays["params"], dtype=np.float64), imap)
-
-
-@dataclass(frozen=True, eq=False)
-class RowBlocks:
-    """K clients' rows stacked, row-major, checked once for the compiled sums.
-
-    Client c owns rows ``offsets[c] .. offsets[c] + sizes[c]`` of ``X``
-    (N × d, float64, C order: a sampled row is read front to back) and the
-    same entries of ``y``.
-    """
-
-    X: np.ndarray
-    y: np.ndarray
-    offsets: np.ndarray
-    sizes: np.ndarray
-
-    def __post_init__(self) -> None:
-        X = np.ascontiguousarray(self.X, dtype=np.float64)
-        y = np.ascontiguousarray(self.y, dtype=np.float64)
-        offsets = np.ascontiguousarray(self.offsets, dtype=np.int64)
-        sizes = np.ascontiguousarray(self.sizes, dtype=np.int64)
-        if X.ndim != 2 or y.shape != (X.shape[0],):
-            raise ValueError(f"X must be (N, d) and y (N,); got {X.shape} and {y.shape}")
-        if (
-            offsets.ndim != 1
-            or sizes.shape != offsets.shape
-            or (sizes.size and (offsets.min() < 0 or sizes.min() < 0))
-            or (sizes.size and (offsets + sizes).max() > X.shape[0])
-        ):
-            raise ValueError(f"client blocks (offsets {offsets}, sizes {sizes}) exceed N={y.size}")
-        for name, value in (("X", X), ("y", y), ("offsets", offsets), ("sizes", sizes)):
-            object.__setattr__(self, name, value)
-
-    @classmethod
-    def of(cls, Xs: list[np.ndarray], ys: list[np.ndarray]) -> RowBlocks:
-        """Blocks of the given clients' row-major matrices (one client: not a copy)."""
-        sizes = np.array([y.size for y in ys], dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-        if len(Xs) == 1:
-            return cls(Xs[0], ys[0], offsets, sizes)
-        return cls(np.concatenate(Xs, axis=0), np.concatenate(ys), offsets, sizes)
-
-    @property
-    def n_features(self) -> int:
-        return int(self.X.shape[1])
-
-
-def compiled_clipped_sums(
-    spec: NetworkSpec,
-    params: np.ndarray,
-    blocks: RowBlocks,
-    clip: float,
-    samples: list[np.ndarray],
-    input_map: InputMap | None = None,
-) -> np.ndarray:
-    """Each client's clipped gradient sum (rows of the (K, P) result), compiled.
-
-    ``samples[c]`` indexes into client c's block. Rows are mapped by
-    ``input_map`` (default identity) on the fly; the result equals
-    :func:`clipped_gradient_sum` on the mapped rows up to rounding, and is
-    bit-identical for a client whether it is served alone or among others
-    (:mod:`fedpriv.models._sgd_kernels`).
-    """
-    from fedpriv.models import _sgd_kernels
-
-    params = check_params(spec, params)
-    if blocks.n_features != spec.n_features or len(samples) != blocks.sizes.size:
-        raise ValueError(
-            f"{len(samples)} samples for {blocks.sizes.size} clients of {blocks.n_features} "
-            f"features; the model has {spec.n_features}"
-        )
-    if not (clip > 0 and math.isfinite(clip)):
-        raise ValueError(f"clip must lie in (0, inf); got {clip!r}")
-    imap = input_map or InputMap.identity(spec.n_features)
-    if imap.n_features != spec.n_features:
-        raise ValueError(f"input map has {imap.n_features} features; the model {spec.n_features}")
-    rows = np.concatenate(samples) if samples else np.zeros(0, dtype=np.int64)
-    if rows.ndim != 1:
-        raise ValueError(f"samples must be 1-D arrays of row indices; got shape {rows.shape}")
-    if rows.dtype != np.int64:
-        if rows.size and not np.issubdtype(rows.dtype, np.integer):
-            raise ValueError(f"samples must hold integer row indices; got {rows.dtype}")
-        rows = rows.astype(np.int64)
-    starts = np.array([0, *itertools.accumulate(s.size for s in samples)], dtype=np.int64)
-    out = np.zeros((len(samples), spec.n_params))
-    head = (blocks.X, imap.shift, imap.scale, blocks.y, params)
-    tail = (float(clip), rows, starts, blocks.offsets, blocks.sizes, out)
-    if spec.kind is ModelKind.LOGISTIC:
-        ok = _sgd_kernels.logistic_clipped_sums(*head, *tail)
-    else:
-        ok = _sgd_kernels.mlp_clipped_sums(*head, spec.hidden, *tail)
-    if not ok:
-        raise ValueError(f"a sample holds a row index outside its client's rows ({blocks.sizes})")
-    return out

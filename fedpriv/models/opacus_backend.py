@@ -1,7 +1,8 @@
 """Clipped per-example gradient sums of any ``torch.nn.Module``, through Opacus.
 
 The general DP-SGD path: a user's module (any architecture Opacus can
-per-sample-differentiate) that maps an (n, d) float tensor to n logits. Opacus's
+per-sample-differentiate) that maps an (n, d) float tensor to n logits, or to
+(n, K) logits for K classes (softmax cross-entropy, labels the class indices). Opacus's
 ``GradSampleModule`` computes every example's gradient of the summed logistic
 loss in one backward pass (``loss_reduction="sum"``, so no 1/n rescaling);
 each is clipped to L2 norm C and the clipped gradients are summed (Abadi et
@@ -27,7 +28,7 @@ from opacus.grad_sample import GradSampleModule
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from fedpriv.models.networks import InputMap, ModelKind, NetworkSpec, sigmoid
+from fedpriv.models.networks import InputMap, ModelKind, NetworkSpec, sigmoid, softmax
 
 
 def builtin_module(spec: NetworkSpec, *, dtype: torch.dtype = torch.float64) -> nn.Module:
@@ -36,13 +37,13 @@ def builtin_module(spec: NetworkSpec, *, dtype: torch.dtype = torch.float64) -> 
     ``skip_init`` keeps torch's global generator untouched; every parameter
     value comes from the run's own vector.
     """
-    d, h = spec.n_features, spec.hidden
+    d, h, o = spec.n_features, spec.hidden, spec.n_outputs
     if spec.kind is ModelKind.LOGISTIC:
-        return nn.utils.skip_init(nn.Linear, d, 1, dtype=dtype)
+        return nn.utils.skip_init(nn.Linear, d, o, dtype=dtype)
     return nn.Sequential(
         nn.utils.skip_init(nn.Linear, d, h, dtype=dtype),
         nn.ReLU(),
-        nn.utils.skip_init(nn.Linear, h, 1, dtype=dtype),
+        nn.utils.skip_init(nn.Linear, h, o, dtype=dtype),
     )
 
 
@@ -73,15 +74,33 @@ class OpacusGradients:
         self.n_params = int(sum(p.numel() for p in self._params))
 
     def clipped_sum(
-        self, params: np.ndarray, X: np.ndarray, y: np.ndarray, clip: float
+        self,
+        params: np.ndarray,
+        X: np.ndarray,
+        y: np.ndarray,
+        clip: float,
+        *,
+        bias_bound: float = 0.0,
     ) -> np.ndarray:
         """Σ_i ∇ℓ_i · min(1, C/‖∇ℓ_i‖₂) at ``params`` over the rows of ``X`` (float64)."""
-        return self.clipped_sums(params, X, y, clip, [np.asarray(X).shape[0]])[0]
+        n = np.asarray(X).shape[0]
+        return self.clipped_sums(params, X, y, clip, [n], bias_bound=bias_bound)[0]
 
     def clipped_sums(
-        self, params: np.ndarray, X: np.ndarray, y: np.ndarray, clip: float, sizes: list[int]
+        self,
+        params: np.ndarray,
+        X: np.ndarray,
+        y: np.ndarray,
+        clip: float,
+        sizes: list[int],
+        *,
+        bias_bound: float = 0.0,
     ) -> np.ndarray:
         """One clipped sum per consecutive block of ``sizes`` rows, from one backward pass.
+
+        ``bias_bound`` B > 0: the module's last parameter (the output bias of
+        the built-in models) is clipped on its own to B, the rest to C, as in
+        :func:`fedpriv.models.networks.clipped_gradient_sum`.
 
         Per-sample gradients do not depend on which other rows share the
         batch (Opacus refuses batch-coupling layers such as BatchNorm), so
@@ -106,9 +125,20 @@ class OpacusGradients:
             p.grad = None
             p.grad_sample = None
         xt = torch.from_numpy(np.ascontiguousarray(X)).to(self.dtype)
-        yt = torch.from_numpy(np.asarray(y, dtype=np.float64)).to(self.dtype)
-        logits = self.module(xt).reshape(-1)
-        loss = nn.functional.binary_cross_entropy_with_logits(logits, yt, reduction="sum")
+        y = np.asarray(y, dtype=np.float64)
+        logits = self.module(xt)
+        if logits.ndim == 2 and logits.shape[1] > 1:  # K logits: softmax cross-entropy
+            # A label that is not a class index adds nothing, as in the compiled kernel.
+            k = logits.shape[1]
+            valid = torch.from_numpy((y >= 0) & (y < k) & (y == np.floor(y)))
+            yt = torch.from_numpy(np.where(valid.numpy(), y, 0).astype(np.int64))
+            losses = nn.functional.cross_entropy(logits, yt, reduction="none")
+            loss = torch.where(valid, losses, torch.zeros((), dtype=losses.dtype)).sum()
+        else:
+            yt = torch.from_numpy(y).to(self.dtype)
+            loss = nn.functional.binary_cross_entropy_with_logits(
+                logits.reshape(-1), yt, reduction="sum"
+            )
         with warnings.catch_warnings():
             # Opacus's hooks fire on module outputs since inputs need no gradient: expected.
             warnings.filterwarnings("ignore", "Full backward hook is firing", UserWarning)
@@ -124,9 +154,16 @@ class OpacusGradients:
             # whatever its label (y ∈ {0, 5} makes |σ(f) − y| up to 5, still clipped).
             finite = torch.isfinite(grads).all(dim=1)
             grads = torch.where(finite[:, None], grads, torch.zeros((), dtype=grads.dtype))
-            norms = grads.norm(dim=1)
-            factor = clip / norms.clamp_min(clip)  # min(1, C/‖g‖), no division by zero
-            clipped = (factor[:, None] * grads).numpy()
+            if bias_bound > 0:
+                o = self._params[-1].numel()
+                rest, bias = grads[:, :-o], grads[:, -o:]
+                factor = clip / rest.norm(dim=1).clamp_min(clip)  # min(1, C/‖g‖)
+                fb = bias_bound / bias.norm(dim=1).clamp_min(bias_bound)
+                clipped = torch.cat([factor[:, None] * rest, fb[:, None] * bias], dim=1).numpy()
+            else:
+                norms = grads.norm(dim=1)
+                factor = clip / norms.clamp_min(clip)  # min(1, C/‖g‖), no division by zero
+                clipped = (factor[:, None] * grads).numpy()
         start = 0
         for k, size in enumerate(sizes):
             out[k] = clipped[start : start + size].sum(axis=0)
@@ -177,10 +214,13 @@ class TorchModel:
         with torch.no_grad():
             vector_to_parameters(torch.from_numpy(self.params.copy()).to(ps[0].dtype), ps)
             out = self.module(torch.from_numpy(np.asarray(X, dtype=np.float64)).to(ps[0].dtype))
-        return out.reshape(-1).double().numpy().copy()
+        out = out.double().numpy()
+        return (out if out.ndim == 2 and out.shape[1] > 1 else out.reshape(-1)).copy()
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
-        return sigmoid(self.decision_function(X))
+        """P(y = 1 | x) of a one-logit module, else softmax of its logits."""
+        f = self.decision_function(X)
+        return sigmoid(f) if f.ndim == 1 else softmax(f)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         out = {"params": np.asarray(self.params)}

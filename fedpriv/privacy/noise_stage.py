@@ -78,16 +78,23 @@ class GaussianRounds:
         accounting: ParticipationAccounting,
         rng: np.random.Generator,
         sum_bound: float | None = None,
+        share: float = 1.0,
     ) -> GaussianRounds | None:
         """Calibrate z for ``rounds`` events on the ledger's budget and reserve them.
 
         ``sum_bound``: public bound on |each coordinate| of an honest round's sum
-        (:func:`fedpriv.privacy.range_guard.sum_bound`). Returns ``None`` without a
-        ledger (the non-private reference).
+        (:func:`fedpriv.privacy.range_guard.sum_bound`). ``share`` s in (0, 1]:
+        calibrate for (s·ε, s·δ), one stage of a run whose stages' shares add
+        up to 1 (the ledger composes them all and checks the whole budget).
+        Returns ``None`` without a ledger (the non-private reference).
         """
         budget = budget_of(ledger)
         if budget is None:
             return None
+        if not 0 < share <= 1:
+            raise ValueError(f"share must lie in (0, 1]; got {share!r}")
+        if share < 1:
+            budget = PrivacyBudget(epsilon=share * budget.epsilon, delta=share * budget.delta)
         check_private("rng", rng)
         cal = calibrate_participation_noise_multiplier(
             target_epsilon=budget.epsilon,

@@ -30,7 +30,41 @@ def _setup(model, seed=0, sizes=(30, 0, 45, 12), backend="fast"):
         n_features=d, ledger=None, rng=np.random.default_rng(seed), secret_rng=private_rng(seed)
     )
     samples = [np.flatnonzero(rng.random(c.n) < 0.5) for c in clients]
+    centre = strategy.next_query()  # round 0: the feature mean, then the steps
+    every = [np.arange(c.n) for c in clients]
+    strategy.update(centre, DPSGDClient().answer_many(centre, clients, every, {}).sum(axis=0))
     return strategy.next_query(), clients, samples
+
+
+def test_centring_round_sums_clipped_mapped_rows():
+    rng = np.random.default_rng(1)
+    clients = make_clients(rng.random((40, 3)), np.zeros(40), [np.arange(25), np.arange(25, 40)])
+    imap = InputMap(np.zeros(3), np.array([1.0, 2.0, 30.0]))  # rows up to ‖x̃‖ ≈ 30
+    strategy = DPSGDStrategy(LogisticConfig(rounds=3), n_records=40, input_map=imap)
+    strategy.begin(n_features=3, ledger=None, rng=rng, secret_rng=private_rng(1))
+    query = strategy.next_query()
+    assert query.config["stage"] == "centre" and query.sampling_rate == 1.0
+    assert query.record_bound == pytest.approx(np.sqrt(1 + 4 + 900))  # max ‖x̃‖ on [0, 1]^3
+    samples = [np.arange(c.n) for c in clients]
+    handler = DPSGDClient()
+    replies = handler.answer_many(query, clients, samples, {})
+    for c, s, row in zip(clients, samples, replies, strict=True):
+        np.testing.assert_array_equal(handler.answer(query, c, s, {}), row)
+        mapped = imap.apply(c.X)
+        np.testing.assert_allclose(row, mapped.sum(axis=0), rtol=1e-12)  # none clipped here
+    small = DPSGDClient().answer(
+        type(query)(**{**query.__dict__, "config": {**query.config, "clip_norm": 1.0}}),
+        clients[0],
+        samples[0],
+        {},
+    )
+    mapped = imap.apply(clients[0].X)
+    np.testing.assert_allclose(small, (mapped / np.linalg.norm(mapped, axis=1)[:, None]).sum(0))
+    strategy.update(query, replies.sum(axis=0))  # non-private: the exact mean is subtracted
+    centred = strategy.next_query()
+    X = np.concatenate([c.X for c in clients])
+    recentred = InputMap(centred.arrays["input_shift"], centred.arrays["input_scale"])
+    np.testing.assert_allclose(recentred.apply(X).mean(axis=0), 0.0, atol=1e-12)
 
 
 @pytest.mark.parametrize("model", ["logistic", "mlp"])

@@ -17,14 +17,13 @@ from fedpriv.models.networks import (
     ModelKind,
     NetworkModel,
     NetworkSpec,
-    RowBlocks,
     clip_factors,
     clipped_gradient_sum,
-    compiled_clipped_sums,
     per_example_gradients,
     sigmoid,
 )
 from fedpriv.models.opacus_backend import builtin_module
+from fedpriv.models.sgd_sums import RowBlocks, compiled_clipped_sums
 
 KINDS = [ModelKind.LOGISTIC, ModelKind.MLP]
 

@@ -9,8 +9,6 @@ from fedpriv.models.networks import (
     InputMap,
     ModelKind,
     NetworkSpec,
-    RowBlocks,
-    compiled_clipped_sums,
 )
 from fedpriv.models.opacus_backend import (
     OpacusGradients,
@@ -18,6 +16,7 @@ from fedpriv.models.opacus_backend import (
     builtin_module,
     module_parameters,
 )
+from fedpriv.models.sgd_sums import RowBlocks, compiled_clipped_sums
 
 
 @pytest.mark.parametrize("kind", [ModelKind.LOGISTIC, ModelKind.MLP])

@@ -65,21 +65,26 @@ def test_opacus_backend_trains_the_same_model(heart, model):
 
 def test_privacy_and_communication_reports(heart):
     clf = _fit(heart, model="mlp", hidden=4)
-    P = heart.X.shape[1] * 4 + 2 * 4 + 1
+    d = heart.X.shape[1]
+    P = d * 4 + 2 * 4 + 1
     assert clf.epsilon_spent_ <= 2.0
-    assert len(clf.ledger_.entries) == 25
-    assert clf.communication_.floats_uploaded.tolist() == [25 * P] * 4  # four hospitals
+    assert len(clf.ledger_.entries) == 25  # the centring round, then 24 steps
+    assert clf.communication_.floats_uploaded.tolist() == [d + 24 * P] * 4  # four hospitals
     assert clf.noise_multiplier_ == _fit(heart, model="mlp", participation=0.5).noise_multiplier_
 
 
 def test_standardisation_comes_from_the_schema_only(heart):
-    clf = _fit(heart)
+    clf = _fit(heart, centre_share=0.0)
     shift, scale = box_standardisation(heart.schema)
     np.testing.assert_array_equal(clf.model_.input_map.shift, shift)
     np.testing.assert_array_equal(clf.model_.input_map.scale, scale)
     assert 0 < shift.sum() < shift.size  # numeric columns shifted, indicators not
-    raw = _fit(heart, standardise=False)
+    raw = _fit(heart, standardise=False, centre_share=0.0)
     np.testing.assert_array_equal(raw.model_.input_map.scale, np.ones(shift.size))
+    # Centred (the default): the box map, then minus the released mean of the mapped rows.
+    centred = _fit(heart)
+    np.testing.assert_array_equal(centred.model_.input_map.scale, scale)
+    assert not np.array_equal(centred.model_.input_map.shift, shift)
 
 
 def test_non_private_mlp_learns_the_interactions():

@@ -92,7 +92,9 @@ def test_dpsgd_app_releases_the_in_process_parameters(monkeypatch, tmp_path, mod
     assert privacy["epsilon"] == pytest.approx(ref.epsilon_spent_) and privacy["epsilon"] <= 2.0
     assert privacy["n_releases"] == 6
     comm = _json(out, "communication")
-    assert comm["floats_uploaded_per_client"] == [6 * saved.spec.n_params] * 4
+    # Round 1 centres (d floats: a feature sum), then five steps of P floats.
+    spec = saved.spec
+    assert comm["floats_uploaded_per_client"] == [spec.n_features + 5 * spec.n_params] * 4
     assert comm["round_trips"] == 2 + 2 * 6
     assert _json(out, "config")["learning-rate"] == {"logistic": 2.0, "mlp": 3.0}[model]  # paper
     rounds = _json(out, "rounds")

@@ -63,7 +63,7 @@ def test_config_defaults_are_the_papers_and_ranges_are_checked():
 
 
 def test_ledger_holds_one_subsampled_gaussian_per_step_within_budget():
-    cfg = MLPConfig(hidden=3, rounds=20, sampling_rate=0.1)
+    cfg = MLPConfig(hidden=3, rounds=20, sampling_rate=0.1, centre_share=0.0)
     data = _data()
     strategy, ledger = _start(cfg, data, eps=1.0)
     client = DPSGDClient()
@@ -81,9 +81,34 @@ def test_ledger_holds_one_subsampled_gaussian_per_step_within_budget():
     assert not report.reserved  # the plan was spent exactly
 
 
+@pytest.mark.parametrize("config", [LogisticConfig, MLPConfig])
+def test_centring_round_and_steps_share_the_budget(config):
+    # Round 0: one Gaussian on every record with s·(ε, δ); then T − 1 steps with the rest.
+    cfg = config(rounds=20, sampling_rate=0.1, centre_share=0.1)
+    data = _data()
+    strategy, ledger = _start(cfg, data, eps=1.0)
+    client = DPSGDClient()
+    while (q := strategy.next_query()) is not None:
+        strategy.update(q, client.answer(q, data, np.arange(0, data.n, 3), {}))
+    z0 = calibrate_gaussian_noise_multiplier(
+        target_epsilon=0.1, target_delta=0.1 * DELTA, sampling_probability=1.0, steps=1
+    ).noise_multiplier
+    z = calibrate_gaussian_noise_multiplier(
+        target_epsilon=0.9, target_delta=0.9 * DELTA, sampling_probability=0.1, steps=19
+    ).noise_multiplier
+    assert strategy.noise_multiplier_ == z
+    step = dp_event.PoissonSampledDpEvent(0.1, dp_event.GaussianDpEvent(z))
+    assert [e.event for e in ledger.entries] == [dp_event.GaussianDpEvent(z0)] + [step] * 19
+    report = ledger.report()
+    assert report.epsilon <= 1.0 and not report.reserved
+    # Logistic regression clips its bias on its own (B = 1): sensitivity √(C² + 1).
+    bound = np.hypot(cfg.clip_norm, 1.0) if config is LogisticConfig else cfg.clip_norm
+    assert strategy.sensitivity == pytest.approx(bound)
+
+
 def test_released_step_is_sum_plus_gaussian_noise_over_the_expected_batch():
     # θ_{t+1} = θ_t − η (Σ clip(g) + N(0, (zC)² I)) / (ρ q n): recover the noise and test its law.
-    cfg = MLPConfig(hidden=8, rounds=60, sampling_rate=0.25)
+    cfg = MLPConfig(hidden=8, rounds=60, sampling_rate=0.25, centre_share=0.0)
     data = _data(d=10)
     strategy, _ = _start(cfg, data, eps=2.0, participation=0.5)
     client = DPSGDClient()
@@ -105,7 +130,7 @@ def test_released_step_is_sum_plus_gaussian_noise_over_the_expected_batch():
 
 
 def test_aborted_step_releases_nothing_and_keeps_the_parameters():
-    cfg = LogisticConfig(rounds=2)
+    cfg = LogisticConfig(rounds=2, centre_share=0.0)
     strategy, ledger = _start(cfg, _data(), eps=1.0)
     q = strategy.next_query()
     strategy.update(q, None)
@@ -116,7 +141,7 @@ def test_aborted_step_releases_nothing_and_keeps_the_parameters():
 
 
 def test_non_private_mode_adds_no_noise_and_needs_no_ledger():
-    cfg = LogisticConfig(rounds=3)
+    cfg = LogisticConfig(rounds=3, centre_share=0.0)
     data = _data()
     strategy, _ = _start(cfg, data)
     assert strategy.noise_multiplier_ is None
@@ -136,7 +161,7 @@ def test_non_private_mode_adds_no_noise_and_needs_no_ledger():
 
 
 def test_divergence_is_reported_not_released_silently():
-    cfg = LogisticConfig(rounds=2, learning_rate=1e308)
+    cfg = LogisticConfig(rounds=2, learning_rate=1e308, centre_share=0.0)
     data = _data()
     strategy, _ = _start(cfg, data)
     q = strategy.next_query()
@@ -175,7 +200,7 @@ def test_audit_one_step_does_not_leak_more_than_claimed(broken):
     # clip at 4C while the noise is calibrated for C, so the canary moves the
     # sum by ≈ 3.6 C — the audit must catch that.
     # ε = 2: at ε = 1 a few thousand trials cannot resolve a bound worth testing.
-    cfg = LogisticConfig(rounds=1, sampling_rate=1.0, clip_norm=1.0)
+    cfg = LogisticConfig(rounds=1, sampling_rate=1.0, clip_norm=1.0, centre_share=0.0)
     data = _data(n=59, d=4)
     canary = ClientData(
         client_id=0,
