@@ -69,6 +69,7 @@ METHOD_RANGES: dict[str, dict[str, str]] = {
         "interaction-rounds": "[2, inf) (at most rounds − 2 with interactions)",
         "interaction-candidates": "[2, inf)",
         "interaction-bins": "[2, 256]",
+        "column-order": "cyclic | gain",
     },
 }
 METHOD_RANGES["mlp"] = {**METHOD_RANGES["logistic"], "hidden": "[1, inf)"}
