@@ -62,6 +62,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import numpy as np
+
 from server.forest_estimators import DPRandomForestClassifier, LumberjackClassifier
 from server.method_estimator import MethodEstimator
 
@@ -74,6 +76,13 @@ class DPBoostingClassifier(MethodEstimator):
     """
 
     method = "boosting"
+    #: With C ≥ 3 classes ``decision_function`` gives the (n, C) softmax logits.
+    _softmax_scores: ClassVar[bool] = True
+
+    def _class_scores(self, X: np.ndarray) -> np.ndarray:
+        """Binary: (1 − p, p); C ≥ 3 classes: the softmax, columns following ``classes_``."""
+        p = self.model_.predict_proba(X)
+        return p if p.ndim == 2 else np.column_stack([1.0 - p, p])
 
 
 class DPGAMClassifier(MethodEstimator):

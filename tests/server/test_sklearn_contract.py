@@ -35,6 +35,8 @@ TINY = {
 }
 ALL = list(SMALL)
 FORESTS = [LumberjackClassifier, DPRandomForestClassifier]
+#: Learners taking any public label set (boosting: softmax with C ≥ 3 classes).
+MULTICLASS = [DPBoostingClassifier, *FORESTS]
 
 
 def small(cls, **kw):
@@ -51,7 +53,7 @@ def blobs(n=240, seed=0):
 
 @pytest.mark.parametrize("cls", ALL, ids=lambda c: c.__name__)
 def test_check_estimator_passes_all_but_the_checks_failing_by_design(cls):
-    est = small(cls, **TINY[cls], classes=[0, 1, 2] if cls in FORESTS else None)
+    est = small(cls, **TINY[cls], classes=[0, 1, 2] if cls in MULTICLASS else None)
     expected = expected_failed_checks(est)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -76,8 +78,8 @@ def test_cross_val_score_on_string_labels(cls):
     assert scores.mean() > 0.75, scores  # chance is ≈ .5
 
 
-@pytest.mark.parametrize("cls", FORESTS, ids=lambda c: c.__name__)
-def test_forests_take_any_public_label_set(cls):
+@pytest.mark.parametrize("cls", MULTICLASS, ids=lambda c: c.__name__)
+def test_multiclass_learners_take_any_public_label_set(cls):
     X, y = blobs()
     y3 = np.where(X[:, 0] > 0.7, "c", y)
     # "d" never occurs in the rows: the label set is the parameter's, never the rows'.
@@ -113,7 +115,7 @@ def test_labels_outside_the_public_set_are_refused_by_name(cls):
         small(cls).fit(X, np.r_[2, np.zeros(39, int)])  # default {0, 1}, as before
     with pytest.raises(DataError, match="label 'no'"):
         small(cls).fit(X, y)  # strings need their label set
-    if cls not in FORESTS:
+    if cls not in MULTICLASS:
         with pytest.raises(ValueError, match=r"classes must hold exactly 2 labels"):
             small(cls, classes=["a", "b", "c"]).fit(X, y)
 
@@ -168,5 +170,5 @@ def test_tags(cls):
     tags = get_tags(cls())
     assert tags.estimator_type == "classifier"
     assert tags.non_deterministic and tags.requires_fit and tags.target_tags.required
-    assert tags.classifier_tags.multi_class is (cls in FORESTS)
+    assert tags.classifier_tags.multi_class is (cls in MULTICLASS)
     assert not tags.input_tags.allow_nan and not tags.input_tags.sparse
