@@ -72,7 +72,8 @@ class DPBoostingClassifier(MethodEstimator):
     """DP federated gradient boosting with random trees (benchmark paper §3.4).
 
     Settings: :class:`strategies.boosting.BoostingConfig`; run parameters:
-    module docstring.
+    module docstring. Binary or C ≥ 3 classes (softmax leaves); ``predict_proba``'s
+    columns follow ``classes_``.
     """
 
     method = "boosting"
