@@ -42,7 +42,6 @@ METHOD_RANGES: dict[str, dict[str, str]] = {
         "sampling-rate": "(0, 1]",
         "lam": "[0, inf)",
         "reg-lambda": "(0, inf)",
-        "max-update": "(0, inf)",
     },
     "logistic": {
         "rounds": "[1, inf)",
