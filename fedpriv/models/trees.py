@@ -155,11 +155,16 @@ class TreeEnsemble:
         a multiclass ensemble's leaf values are flattened leaf-major (leaf j, class k
         at ``j·C + k``) and ``base`` holds its C logits."""
         m = len(self.trees)
+
+        def rows(arrays: list[np.ndarray], dtype: type) -> np.ndarray:
+            # (m, width); no trees yet (only the intercept released): (0, 0).
+            return np.array(arrays, dtype=dtype).reshape(m, -1) if m else np.zeros((0, 0), dtype)
+
         return {
             "base": np.atleast_1d(np.asarray(self.base, dtype=np.float64)).copy(),
-            "feature": np.array([t.feature for t in self.trees]).reshape(m, -1),
-            "threshold": np.array([t.threshold for t in self.trees]).reshape(m, -1),
-            "leaf_values": np.array(self.leaf_values).reshape(m, -1),
+            "feature": rows([t.feature for t in self.trees], np.int64),
+            "threshold": rows([t.threshold for t in self.trees], np.float64),
+            "leaf_values": rows(list(self.leaf_values), np.float64),
         }
 
     @classmethod
