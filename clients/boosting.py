@@ -3,9 +3,13 @@
 Given the public query (the released ensemble so far and the next tree's
 structure), a client routes its Poisson-sampled rows to the new tree's leaves
 and returns per-leaf (Σg, Σh) with g = p − y and h = p(1 − p) ∈ [0, 0.25]
-(benchmark paper §3.4). It keeps its rows' current logits in the runtime's
-per-client state and updates them with the trees released since its last
-round; with an empty state it rebuilds them from the query.
+(benchmark paper §3.4); with C ≥ 3 classes, per leaf the C-vectors Σg and Σh
+of the softmax gradient p − e_y and diagonal hessian p_k(1 − p_k). In the
+intercept round (``config["phase"] == "intercept"``) every row sits in one
+leaf at the released base logit(s): the reply is the total (Σg, Σh). It
+keeps its rows' current logits in the runtime's per-client state and updates
+them with the trees released since its last round; with an empty state it
+rebuilds them from the query.
 
 The work is one compiled pass over the rows per round
 (:mod:`fedpriv.models._kernels`): add the last tree's released leaf value to
@@ -42,8 +46,10 @@ class BoostingClient:
         state: dict[str, Any],
         key: SecretKey | None = None,
     ) -> np.ndarray:
-        margins, leaf, tree = _advance(query, state, data.XT)
         rows = np.asarray(sample, dtype=np.int64)
+        if query.config.get("phase") == "intercept":
+            return _intercept_sums(query, data.y, [rows], np.zeros(1, np.int64), [data.n])[0]
+        margins, leaf, tree = _advance(query, state, data.XT)
         return _leaf_sums(margins, data.y, leaf, [rows], np.zeros(1, np.int64), [data.n], tree)[0]
 
     def answer_many(
@@ -71,9 +77,36 @@ class BoostingClient:
                 y=np.concatenate([d.y for d in datas]),
                 offsets=np.concatenate([[0], np.cumsum(sizes)[:-1]]),
             )
-        margins, leaf, tree = _advance(query, state, state["XT"])
         sizes = [d.n for d in datas]
+        if query.config.get("phase") == "intercept":
+            return _intercept_sums(query, state["y"], samples, state["offsets"], sizes)
+        margins, leaf, tree = _advance(query, state, state["XT"])
         return _leaf_sums(margins, state["y"], leaf, samples, state["offsets"], sizes, tree)
+
+
+def _base(query: Query) -> float | np.ndarray:
+    """The released base logit (binary, a float) or logits (C classes, a (C,) array)."""
+    base = np.asarray(query.arrays["base"], dtype=np.float64)
+    return float(base[0]) if base.size == 1 else base.copy()
+
+
+def _initial_margins(base: float | np.ndarray, n: int) -> np.ndarray:
+    if np.ndim(base) == 0:
+        return np.full(n, base)
+    return np.zeros((n, np.size(base))) + base
+
+
+def _intercept_sums(
+    query: Query,
+    y: np.ndarray,
+    samples: Sequence[np.ndarray],
+    offsets: np.ndarray,
+    sizes: Sequence[int],
+) -> np.ndarray:
+    """Each client's total ``[Σg | Σh]`` at the base logit(s): a one-leaf tree."""
+    margins = _initial_margins(_base(query), y.size)
+    leaf = np.zeros(y.size, dtype=np.uint64)
+    return _leaf_sums(margins, y, leaf, samples, offsets, sizes, n_leaves=1)
 
 
 def _leaf_sums(
@@ -83,17 +116,21 @@ def _leaf_sums(
     samples: Sequence[np.ndarray],
     offsets: np.ndarray,
     sizes: Sequence[int],
-    tree: RandomTree,
+    tree: RandomTree | None = None,
+    *,
+    n_leaves: int | None = None,
 ) -> np.ndarray:
-    """Each client's ``[Σg | Σh]`` row from its sample (local indices) of its block of rows."""
+    """Each client's ``[Σg | Σh]`` row from its sample (local indices) of its block of rows
+    (``tree``'s leaves, or ``n_leaves``); (n,) margins: logistic, (n, C): softmax."""
     rows = np.concatenate(samples).astype(np.int64, copy=False)
     if rows.ndim != 1:
         raise ValueError(f"samples must be 1-D arrays of row indices; got shape {rows.shape}")
     starts = np.cumsum([0, *(s.size for s in samples)])
-    out = np.zeros((len(samples), 2 * tree.n_leaves))
-    if not _kernels.logistic_leaf_sums(
-        margins, y, leaf, rows, starts, offsets, np.asarray(sizes, dtype=np.int64), out
-    ):
+    n_leaves = tree.n_leaves if n_leaves is None else n_leaves
+    width = 1 if margins.ndim == 1 else margins.shape[1]
+    out = np.zeros((len(samples), 2 * n_leaves * width))
+    kernel = _kernels.logistic_leaf_sums if width == 1 else _kernels.softmax_leaf_sums
+    if not kernel(margins, y, leaf, rows, starts, offsets, np.asarray(sizes, dtype=np.int64), out):
         raise ValueError(f"sample holds a row index outside its client's rows (sizes {sizes})")
     return out
 
@@ -108,7 +145,13 @@ def _advance(
     or stale ``state`` is rebuilt from the public query.
     """
     feature, threshold = query.arrays["feature"], query.arrays["threshold"]
-    values, base = query.arrays["leaf_values"], float(query.arrays["base"][0])
+    values, base = query.arrays["leaf_values"], _base(query)
+    c = 1 if np.ndim(base) == 0 else np.size(base)
+    settle, add = (
+        (_kernels.settle_and_route, _kernels.add_tree)
+        if c == 1
+        else (_kernels.settle_and_route_multi, _kernels.add_tree_multi)
+    )
     t = values.shape[0]  # trees already released; tree t is the one to fill
     if feature.shape[0] != t + 1 or threshold.shape != feature.shape:
         raise ValueError(
@@ -118,23 +161,24 @@ def _advance(
     tree = RandomTree(feature[t], threshold[t])
     check_routable(tree, XT.shape[0])
     margins, applied = state.get("margins"), state.get("applied", 0)
-    if margins is None or state.get("base") != base or applied > t:
-        margins, applied = np.full(XT.shape[1], base), 0
+    old = state.get("base")
+    if margins is None or old is None or not np.array_equal(old, base) or applied > t:
+        margins, applied = _initial_margins(base, XT.shape[1]), 0
         state.pop("leaf_tree", None)
     elif not margins.flags.writeable:  # deserialised state may be read-only
         margins = margins.copy()
     leaf = state.get("leaf") if state.get("leaf_tree") == t - 1 == applied else None
     for k in range(applied, t):
         released = RandomTree(feature[k], threshold[k])
-        vals = check_leaf_values(values[k], released)
+        vals = check_leaf_values(values[k] if c == 1 else values[k].reshape(-1, c), released, c)
         if leaf is not None:
             # Common case: only the last tree is new and its leaves are known
             # from last round, so one pass settles it and routes the new tree.
-            _kernels.settle_and_route(XT, leaf, vals, *tree.kernel_args, margins)
+            settle(XT, leaf, vals, *tree.kernel_args, margins)
             break
         check_routable(released, XT.shape[0])
         scratch = np.empty(XT.shape[1], dtype=np.uint64)
-        _kernels.add_tree(XT, *released.kernel_args, vals, margins, scratch)
+        add(XT, *released.kernel_args, vals, margins, scratch)
     else:
         leaf = np.empty(XT.shape[1], dtype=np.uint64)
         _kernels.route_rows(XT, *tree.kernel_args, leaf)

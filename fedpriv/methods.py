@@ -212,6 +212,7 @@ register_method(
         kernels="fedpriv.models._kernels",
         estimator="server.estimators:DPBoostingClassifier",
         maths="fedpriv.models.trees",
+        multiclass=True,
     )
 )
 register_method(

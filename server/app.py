@@ -280,7 +280,7 @@ def evaluate(model, s: RunSettings) -> dict:
             "federated evaluation on the nodes' held-out rows)",
         }
     X, y, where = data
-    scores = model.class_scores(X) if hasattr(model, "class_scores") else None
-    if scores is not None and scores.shape[1] > 2:  # macro AUC, Brier over the classes
+    scores = model.class_scores(X) if hasattr(model, "class_scores") else model.predict_proba(X)
+    if scores.ndim == 2 and scores.shape[1] > 2:  # macro AUC, Brier over the classes
         return {"evaluated": True, "eval_source": where, **multiclass_metrics(y, scores)}
     return {"evaluated": True, "eval_source": where, **binary_metrics(y, model.predict_proba(X))}

@@ -72,10 +72,18 @@ class DPBoostingClassifier(MethodEstimator):
     """DP federated gradient boosting with random trees (benchmark paper §3.4).
 
     Settings: :class:`strategies.boosting.BoostingConfig`; run parameters:
-    module docstring.
+    module docstring. Binary or C ≥ 3 classes (softmax leaves); ``predict_proba``'s
+    columns follow ``classes_``.
     """
 
     method = "boosting"
+    #: With C ≥ 3 classes ``decision_function`` gives the (n, C) softmax logits.
+    _class_logits: ClassVar[bool] = True
+
+    def _class_scores(self, X: np.ndarray) -> np.ndarray:
+        """Binary: (1 − p, p); C ≥ 3 classes: the softmax, columns following ``classes_``."""
+        p = self.model_.predict_proba(X)
+        return p if p.ndim == 2 else np.column_stack([1.0 - p, p])
 
 
 class DPGAMClassifier(MethodEstimator):
@@ -88,6 +96,7 @@ class DPGAMClassifier(MethodEstimator):
     """
 
     method = "dp_gam"
+    _class_logits: ClassVar[bool] = True
 
     def _class_scores(self, X: np.ndarray) -> np.ndarray:
         return self.model_.class_scores(X)

@@ -31,7 +31,7 @@ ACCOUNTINGS = ("valid", "tight", "paper")
 SETTINGS_SOURCES = ("paper", "custom")
 #: The hyper-parameters each learner accepts in ``[settings.<learner>]``.
 SETTING_KEYS = {
-    "boosting": ("rounds", "depth", "learning_rate", "sampling_rate"),
+    "boosting": ("rounds", "depth", "learning_rate", "sampling_rate", "lam", "intercept"),
     "logistic": ("rounds", "learning_rate", "clip_norm", "sampling_rate"),
     "mlp": ("hidden", "rounds", "learning_rate", "clip_norm", "sampling_rate"),
 }

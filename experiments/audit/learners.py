@@ -297,7 +297,8 @@ def boosting_audit(
     n_rows: int = 20,
     twin_factor: float = 10.0,
 ) -> LearnerAudit:
-    """Boosting, 2 rounds of depth 2, λ = 50 (leaf values ≈ linear in Σg)."""
+    """Boosting, the intercept round and one tree of depth 2, λ = 50 (the floor
+    ``reg_lambda`` above ``lam`` · σ_H ≈ 29: leaf values ≈ linear in Σg)."""
     data = corner_rows(n_rows)
     config = BoostingConfig(
         rounds=rounds,

@@ -137,7 +137,14 @@ BOOSTING_ROUNDS = {
     "synthetic": (75, 75, 75, 75, 100),
 }
 SELECTED: dict[str, dict[str, float | int]] = {
-    "boosting": {"depth": 5, "learning_rate": 0.4, "sampling_rate": 0.05},
+    # The paper's algorithm: λ = reg_lambda = 1 (lam 0) and margin 0 (no intercept round).
+    "boosting": {
+        "depth": 5,
+        "learning_rate": 0.4,
+        "sampling_rate": 0.05,
+        "lam": 0.0,
+        "intercept": False,
+    },
     "mlp": {
         "hidden": 16,
         "rounds": 800,

@@ -40,6 +40,7 @@ METHOD_RANGES: dict[str, dict[str, str]] = {
         "depth": "[1, 12]",
         "learning-rate": "(0, inf)",
         "sampling-rate": "(0, 1]",
+        "lam": "[0, inf)",
         "reg-lambda": "(0, inf)",
     },
     "logistic": {

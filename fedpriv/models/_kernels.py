@@ -28,6 +28,12 @@ _JIT = {"nogil": True, "cache": True}
 #: the raw g = p − y reaches 2, with y ∈ {0, 5} it reaches 5.
 GRAD_BOUND = 1.0  # |g| = |p − y| ≤ 1 for y ∈ {0, 1}
 HESS_BOUND = 0.25  # h = p(1 − p) ≤ 1/4
+#: Per-record L2 bounds of the softmax statistics (C ≥ 3 classes), which the
+#: multiclass sensitivity assumes (derivation: ``strategies/boosting.py``):
+#: ‖p − e_y‖₂ ≤ √2 and ‖(p_k(1 − p_k))_k‖₂ ≤ √(4/27), each coordinate of h also
+#: in [0, 1/4]. The kernel clips each record's vectors to them.
+SOFTMAX_GRAD_NORM = math.sqrt(2.0)
+SOFTMAX_HESS_NORM = math.sqrt(4.0 / 27.0)
 # Indices are unsigned inside the loops: numba then skips the negative-index
 # wrap-around test, which made the router ~1.6x slower. Leaf arrays are uint64.
 _ONE, _TWO = np.uint64(1), np.uint64(2)
@@ -143,6 +149,98 @@ def logistic_leaf_sums(margins, y, leaf, rows, starts, offsets, sizes, out):  # 
     return True
 
 
+@numba.njit(**_JIT)
+def softmax_grad_hess(margin, y, g, h):  # pragma: no cover - compiled
+    """One record's softmax gradient ``g = p − e_y`` and diagonal hessian ``h_k = p_k(1 − p_k)``.
+
+    ``margin``: the record's C logits; ``y``: its class index (a float; any
+    other value, NaN included, gives e_y = 0). Writes ``g`` and ``h`` ((C,)),
+    clipped where computed: each coordinate of g to [−1, 1] and of h to
+    [0, 1/4] (a NaN lands on the lower end), then g scaled into the L2 ball of
+    radius :data:`SOFTMAX_GRAD_NORM` and h into that of :data:`SOFTMAX_HESS_NORM`.
+    For finite logits and y ∈ {0, …, C − 1} the clips are the identity up to
+    rounding (the bounds are the maxima).
+    """
+    c = margin.size
+    top = margin[0]
+    for k in range(1, c):
+        if margin[k] > top:
+            top = margin[k]
+    total = 0.0
+    for k in range(c):
+        g[k] = math.exp(margin[k] - top)
+        total += g[k]
+    gn, hn = 0.0, 0.0
+    for k in range(c):
+        p = g[k] / total
+        onehot = 1.0 if y == k else 0.0
+        g[k] = _clip(p - onehot, -GRAD_BOUND, GRAD_BOUND)
+        h[k] = _clip(p * (1.0 - p), 0.0, HESS_BOUND)
+        gn += g[k] * g[k]
+        hn += h[k] * h[k]
+    gn, hn = math.sqrt(gn), math.sqrt(hn)
+    if gn > SOFTMAX_GRAD_NORM:
+        for k in range(c):
+            g[k] *= SOFTMAX_GRAD_NORM / gn
+    if hn > SOFTMAX_HESS_NORM:
+        for k in range(c):
+            h[k] *= SOFTMAX_HESS_NORM / hn
+
+
+@numba.njit(**_JIT)
+def softmax_leaf_sums(margins, y, leaf, rows, starts, offsets, sizes, out):  # pragma: no cover
+    """Per-client, per-leaf ``[Σg | Σh]`` of sampled rows, C classes (softmax Newton).
+
+    As :func:`logistic_leaf_sums` with ``margins`` (n, C) and each record's
+    (g, h) from :func:`softmax_grad_hess`: ``out[o]`` ((n_clients, 2·L·C),
+    zeroed by the caller) holds Σg of leaf j, class k at ``j·C + k`` and Σh at
+    ``L·C + j·C + k``. One record moves one leaf's (Σg, Σh) by at most
+    (:data:`SOFTMAX_GRAD_NORM`, :data:`SOFTMAX_HESS_NORM`) in L2.
+    """
+    for o in range(out.shape[0]):
+        for k in range(starts[o], starts[o + 1]):
+            if not 0 <= rows[k] < sizes[o]:
+                return False
+    c = margins.shape[1]
+    half = out.shape[1] // 2
+    g = np.empty(c)
+    h = np.empty(c)
+    for o in range(out.shape[0]):
+        base = offsets[o]
+        for k in range(starts[o], starts[o + 1]):
+            i = base + rows[k]
+            softmax_grad_hess(margins[i], y[i], g, h)
+            j = leaf[i] * np.uint64(c)
+            for m in range(c):
+                out[o, j + np.uint64(m)] += g[m]
+                out[o, np.uint64(half) + j + np.uint64(m)] += h[m]
+    return True
+
+
+@numba.njit(**_JIT)
+def add_tree_multi(XT, feature, threshold, depth, values, margins, scratch):  # pragma: no cover
+    """``margins[i, :] += values[leaf(x_i), :]`` (C-vector leaves; ``scratch``: (n,) uint64)."""
+    scratch[:] = 0
+    _descend(XT, feature, threshold, depth, scratch)
+    c = margins.shape[1]
+    for i in range(margins.shape[0]):
+        for m in range(c):
+            margins[i, m] += values[scratch[i], m]
+
+
+@numba.njit(**_JIT)
+def settle_and_route_multi(
+    XT, leaf, values, feature, threshold, depth, margins
+):  # pragma: no cover
+    """:func:`settle_and_route` with C-vector leaves: ``margins`` (n, C), ``values`` (L, C)."""
+    c = margins.shape[1]
+    for i in range(margins.shape[0]):
+        for m in range(c):
+            margins[i, m] += values[leaf[i], m]
+        leaf[i] = 0
+    _descend(XT, feature, threshold, depth, leaf)
+
+
 def warm_up() -> None:
     """Load (or compile) every kernel for the argument types fedpriv passes.
 
@@ -159,4 +257,10 @@ def warm_up() -> None:
     one = np.zeros(1, dtype=np.int64)
     logistic_leaf_sums(
         margins, margins, leaf, one, np.array([0, 1]), one, np.array([2]), np.zeros((1, 4))
+    )
+    multi, mvalues = np.zeros((2, 3)), np.zeros((2, 3))
+    add_tree_multi(XT, feature, threshold, 1, mvalues, multi, scratch)
+    settle_and_route_multi(XT, leaf, mvalues, feature, threshold, 1, multi)
+    softmax_leaf_sums(
+        multi, margins, leaf, one, np.array([0, 1]), one, np.array([2]), np.zeros((1, 12))
     )

@@ -33,7 +33,7 @@ import numpy as np
 
 from fedpriv.models.gam_pairs import PairTerm, pairs_from_arrays, pairs_to_arrays
 from fedpriv.models.gam_softmax import softmax
-from fedpriv.models.trees import sigmoid
+from fedpriv.models.trees import newton_leaf_values, sigmoid
 from fedpriv.validation import check_count
 
 #: |g| ≤ 1 and 0 ≤ h ≤ ¼ per record (logistic loss, clipped where computed).
@@ -283,13 +283,15 @@ def newton_bin_updates(
     reg_lambda: float,
     max_update: float,
 ) -> np.ndarray:
-    """``clip(−η Σg / (max(Σh, 0) + λ), ±max_update)``: a damped, bounded Newton step.
+    """``clip(−η Σg / (max(Σh, 0) + λ), ±max_update)``: a damped, bounded Newton step
+    (:func:`fedpriv.models.trees.newton_leaf_values`).
 
     ``max(Σh, 0)`` keeps a noisy negative hessian from flipping the step and the
     public bound ``max_update`` keeps noise in an empty bin from blowing up the model.
     """
-    step = -learning_rate * np.asarray(sum_g) / (np.maximum(sum_h, 0.0) + reg_lambda)
-    return np.clip(step, -max_update, max_update)
+    return newton_leaf_values(
+        sum_g, sum_h, learning_rate=learning_rate, reg_lambda=reg_lambda, max_update=max_update
+    )
 
 
 def residual_gain(

@@ -10,6 +10,7 @@ so the structure costs no privacy: only leaf statistics are released
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -123,9 +124,14 @@ def feature_major(X: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class TreeEnsemble:
-    """Additive model ``F(x) = base + Σ_t leaf_value_t[route_t(x)]`` on the logit scale."""
+    """Additive model ``F(x) = base + Σ_t leaf_value_t[route_t(x)]`` on the logit scale.
 
-    base: float
+    Binary: ``base`` a float and each leaf-value array (2^D,), one logit.
+    C ≥ 3 classes (softmax): ``base`` a (C,) array and each leaf-value array
+    (2^D, C), one logit per class.
+    """
+
+    base: float | np.ndarray
     trees: tuple[RandomTree, ...]
     leaf_values: tuple[np.ndarray, ...]
 
@@ -134,15 +140,31 @@ class TreeEnsemble:
             raise ValueError(
                 f"{len(self.trees)} trees but {len(self.leaf_values)} leaf-value vectors"
             )
+        if np.ndim(self.base) not in (0, 1) or np.size(self.base) == 2:
+            raise ValueError(
+                f"base must be one logit or one per class (C ≥ 3); got shape {np.shape(self.base)}"
+            )
+
+    @property
+    def n_outputs(self) -> int:
+        """Logits per row: 1 (binary) or C."""
+        return 1 if np.ndim(self.base) == 0 else int(np.size(self.base))
 
     def to_arrays(self) -> dict[str, np.ndarray]:
-        """The ensemble as four arrays (for ``.npz`` files and Flower ``ArrayRecord``)."""
+        """The ensemble as four arrays (for ``.npz`` files and Flower ``ArrayRecord``);
+        a multiclass ensemble's leaf values are flattened leaf-major (leaf j, class k
+        at ``j·C + k``) and ``base`` holds its C logits."""
         m = len(self.trees)
+
+        def rows(arrays: list[np.ndarray], dtype: type) -> np.ndarray:
+            # (m, width); no trees yet (only the intercept released): (0, 0).
+            return np.array(arrays, dtype=dtype).reshape(m, -1) if m else np.zeros((0, 0), dtype)
+
         return {
-            "base": np.array([self.base]),
-            "feature": np.array([t.feature for t in self.trees]).reshape(m, -1),
-            "threshold": np.array([t.threshold for t in self.trees]).reshape(m, -1),
-            "leaf_values": np.array(self.leaf_values).reshape(m, -1),
+            "base": np.atleast_1d(np.asarray(self.base, dtype=np.float64)).copy(),
+            "feature": rows([t.feature for t in self.trees], np.int64),
+            "threshold": rows([t.threshold for t in self.trees], np.float64),
+            "leaf_values": rows(list(self.leaf_values), np.float64),
         }
 
     @classmethod
@@ -151,10 +173,20 @@ class TreeEnsemble:
         trees = tuple(
             RandomTree(f, t) for f, t in zip(arrays["feature"], arrays["threshold"], strict=True)
         )
+        base = np.asarray(arrays["base"], dtype=np.float64)
+        if base.size == 1:
+            return cls(
+                base=float(base[0]),
+                trees=trees,
+                leaf_values=tuple(np.asarray(v, dtype=np.float64) for v in arrays["leaf_values"]),
+            )
+        c = base.size
         return cls(
-            base=float(np.asarray(arrays["base"])[0]),
+            base=base.copy(),
             trees=trees,
-            leaf_values=tuple(np.asarray(v, dtype=np.float64) for v in arrays["leaf_values"]),
+            leaf_values=tuple(
+                np.asarray(v, dtype=np.float64).reshape(-1, c) for v in arrays["leaf_values"]
+            ),
         )
 
     def append(self, tree: RandomTree, values: np.ndarray) -> TreeEnsemble:
@@ -163,26 +195,44 @@ class TreeEnsemble:
         )
 
     def decision_function(self, X: np.ndarray, *, start: int = 0) -> np.ndarray:
-        """Logit of every row; with ``start`` only trees ``start:`` are summed (no base)."""
+        """Logit of every row ((n,), or (n, C) multiclass); with ``start`` only trees
+        ``start:`` are summed (no base)."""
         XT = feature_major(X)
-        out = np.full(XT.shape[1], self.base if start == 0 else 0.0)
-        scratch = np.empty(XT.shape[1], dtype=np.uint64)
+        n, c = XT.shape[1], self.n_outputs
+        scratch = np.empty(n, dtype=np.uint64)
+        if c == 1:
+            out = np.full(n, self.base if start == 0 else 0.0)
+            kernel = _kernels.add_tree
+        else:
+            out = np.zeros((n, c)) + (np.asarray(self.base) if start == 0 else 0.0)
+            kernel = _kernels.add_tree_multi
         for tree, values in zip(self.trees[start:], self.leaf_values[start:], strict=True):
             check_routable(tree, XT.shape[0])
-            values = check_leaf_values(values, tree)
-            _kernels.add_tree(XT, *tree.kernel_args, values, out, scratch)
+            values = check_leaf_values(values, tree, c)
+            kernel(XT, *tree.kernel_args, values, out, scratch)
         return out
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
-        return sigmoid(self.decision_function(X))
+        """P(y = 1) of every row (binary), or the (n, C) softmax probabilities."""
+        z = self.decision_function(X)
+        return sigmoid(z) if z.ndim == 1 else softmax(z)
 
 
-def check_leaf_values(values: np.ndarray, tree: RandomTree) -> np.ndarray:
-    """``values`` as contiguous float64, refused unless it has one value per leaf."""
+def check_leaf_values(values: np.ndarray, tree: RandomTree, n_outputs: int = 1) -> np.ndarray:
+    """``values`` as contiguous float64, refused unless it has one value (binary) or one
+    C-vector (``n_outputs`` = C) per leaf."""
     values = np.ascontiguousarray(values, dtype=np.float64)
-    if values.shape != (tree.n_leaves,):
-        raise ValueError(f"need {tree.n_leaves} leaf values; got shape {values.shape}")
+    shape = (tree.n_leaves,) if n_outputs == 1 else (tree.n_leaves, n_outputs)
+    if values.shape != shape:
+        per = "" if n_outputs == 1 else f" of {n_outputs} classes each"
+        raise ValueError(f"need {tree.n_leaves} leaf values{per}; got shape {values.shape}")
     return values
+
+
+def softmax(z: np.ndarray) -> np.ndarray:
+    """Row-wise softmax of (n, C) logits (shifted by each row's max: no overflow)."""
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
 
 
 def sigmoid(z: np.ndarray) -> np.ndarray:
@@ -196,11 +246,19 @@ def sigmoid(z: np.ndarray) -> np.ndarray:
 
 
 def newton_leaf_values(
-    sum_g: np.ndarray, sum_h: np.ndarray, *, learning_rate: float, reg_lambda: float
+    sum_g: np.ndarray,
+    sum_h: np.ndarray,
+    *,
+    learning_rate: float,
+    reg_lambda: float,
+    max_update: float = math.inf,
 ) -> np.ndarray:
-    """Damped Newton step ``−η Σg / (max(Σh, 0) + λ)`` (benchmark paper §3.4).
+    """Damped Newton step ``clip(−η Σg / (max(Σh, 0) + λ), ±max_update)`` (paper §3.4).
 
     ``max(Σh, 0)`` keeps a noisy negative hessian sum from flipping the sign
-    or blowing up the step; λ > 0 bounds it when the leaf is empty.
+    or blowing up the step; λ > 0 bounds it when the leaf is empty; the
+    public ``max_update`` (default: none) bounds each step in logits.
+    Elementwise, so C-vector leaves take the diagonal Newton step per class.
     """
-    return -learning_rate * sum_g / (np.maximum(sum_h, 0.0) + reg_lambda)
+    step = -learning_rate * np.asarray(sum_g) / (np.maximum(sum_h, 0.0) + reg_lambda)
+    return step if math.isinf(max_update) else np.clip(step, -max_update, max_update)

@@ -49,6 +49,8 @@ def test_configs_load_and_have_the_paper_grids():
         "depth": 5,
         "learning_rate": 0.4,
         "sampling_rate": 0.05,
+        "lam": 0.0,
+        "intercept": False,
     }
     assert cfg.axes.accounting == ("valid", "tight", "paper")
 

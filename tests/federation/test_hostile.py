@@ -56,6 +56,8 @@ def run(case: str | None, method: str = "boosting", *, secure: bool = True, **co
         for i, rows in enumerate(ds.client_partition(K))
     ]
     record = get_method(method)
+    if method == "boosting":  # round r grows tree r: no intercept round
+        config = {"intercept": False, **config}
     cfg = record.config_class(rounds=ROUNDS, **config)
     context = StrategyContext(
         schema=ds.schema, n_features=X.shape[1], n_records=int(y.size), n_classes=2

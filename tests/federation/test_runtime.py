@@ -22,7 +22,7 @@ def clients():
 
 
 def _run(clients, *, epsilon=None, rounds=12, seed=7, secret_key=None, **kw):
-    cfg = BoostingConfig(rounds=rounds, depth=3, sampling_rate=0.1)
+    cfg = BoostingConfig(rounds=rounds, depth=3, sampling_rate=0.1, intercept=False)
     ledger = (
         None
         if epsilon is None

@@ -113,3 +113,15 @@ def test_ensemble_sums_base_and_trees():
     with pytest.raises(ValueError, match="2 trees but 1"):
         TreeEnsemble(base=0.0, trees=tuple(trees[:2]), leaf_values=(values[0],))
     assert isinstance(model.trees[0], RandomTree)
+
+
+def test_an_ensemble_of_only_a_base_round_trips_binary_and_multiclass():
+    # After the intercept round no tree is released yet: (0, 0) tree arrays.
+    X = np.random.default_rng(0).random((5, 3))
+    for base in (-1.2, np.array([0.5, -0.25, 0.0])):
+        back = TreeEnsemble.from_arrays(
+            TreeEnsemble(base=base, trees=(), leaf_values=()).to_arrays()
+        )
+        assert back.trees == () and np.array_equal(back.base, base)
+        z = back.decision_function(X)
+        np.testing.assert_array_equal(z, np.broadcast_to(base, z.shape))

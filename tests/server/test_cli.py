@@ -143,7 +143,8 @@ def test_run_in_process_heart(capsys, tmp_path):
     assert report["epsilon_pld"] == pytest.approx(float(m.group(2)), rel=1e-9)
     assert report["run"]["config"]["rounds"] == 3
     with np.load(tmp_path / "model.fedpriv.npz", allow_pickle=False) as model:
-        assert model["model.leaf_values"].shape[0] == 3  # one tree per round
+        # The intercept round, then one tree per round.
+        assert model["model.leaf_values"].shape[0] == 2 and model["model.base"].shape == (1,)
 
 
 def test_run_in_process_bar_shows_epsilon_spent(monkeypatch, capsys, tmp_path):

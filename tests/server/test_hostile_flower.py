@@ -30,6 +30,7 @@ JOB = {
     "num-clients": 4,
     "method": "boosting",
     "rounds": 3,
+    "intercept": False,  # Flower's round r + 1 grows tree r
     "depth": 2,
     "epsilon": 2.0,
     "seed": 5,

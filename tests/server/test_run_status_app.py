@@ -15,6 +15,7 @@ JOB = {
     "dataset": "heart",
     "num-clients": 4,
     "rounds": 4,
+    "intercept": False,  # one tree per round
     "depth": 2,
     "epsilon": 2.0,
     "seed": 5,

@@ -35,8 +35,8 @@ TINY = {
 }
 ALL = list(SMALL)
 FORESTS = [LumberjackClassifier, DPRandomForestClassifier]
-#: Learners of any public label set (the DP-SGD models: softmax for K > 2 classes).
-MULTICLASS = [DPLogisticClassifier, DPMLPClassifier, *FORESTS]
+#: Learners of any public label set (softmax for K > 2 classes; forests by class counts).
+MULTICLASS = [DPBoostingClassifier, DPLogisticClassifier, DPMLPClassifier, *FORESTS]
 
 
 def small(cls, **kw):
@@ -81,8 +81,8 @@ def test_cross_val_score_on_string_labels(cls):
     assert scores.mean() > 0.75, scores  # chance is ≈ .5
 
 
-@pytest.mark.parametrize("cls", FORESTS, ids=lambda c: c.__name__)
-def test_forests_take_any_public_label_set(cls):
+@pytest.mark.parametrize("cls", MULTICLASS, ids=lambda c: c.__name__)
+def test_multiclass_learners_take_any_public_label_set(cls):
     X, y = blobs()
     y3 = np.where(X[:, 0] > 0.7, "c", y)
     # "d" never occurs in the rows: the label set is the parameter's, never the rows'.
