@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedpriv.federation.protocol import ClientData, Query
+from fedpriv.models import sgd_recalibration as recal
 from fedpriv.models.networks import InputMap, NetworkSpec
 from fedpriv.models.sgd_sums import (
     CENTRE,
@@ -142,6 +143,15 @@ class DPSGDClient:
         if query.config.get("stage") == CENTRE:
             return compiled_feature_sums(blocks, imap, clip, list(samples))
         params = query.arrays["params"]
+        if query.config.get("stage") == recal.RECALIBRATE:
+            spec = self._spec(query, blocks.n_features)
+            rows = [_check_rows(s, d.n) for d, s in zip(datas, samples, strict=True)]
+            return np.stack(
+                [
+                    recal.record_sums(spec, params, imap.apply(d.X[r]), d.y[r])
+                    for d, r in zip(datas, rows, strict=True)
+                ]
+            )
         bias_bound = float(query.config.get("bias_bound", 0.0))
         spec = self._spec(query, blocks.n_features)
         backend = query.config.get("backend", "fast")

@@ -94,6 +94,7 @@ from dp_accounting import dp_event
 
 from fedpriv.federation.protocol import Query
 from fedpriv.methods import StrategyContext
+from fedpriv.models import sgd_recalibration as recal
 from fedpriv.models.networks import InputMap, ModelKind, NetworkSpec
 from fedpriv.models.sgd_sums import CENTRE
 from fedpriv.options import Backend
@@ -125,6 +126,10 @@ class LogisticConfig:
     round 0 releases the features' mean with s·ε and s·δ, the T − 1 steps
     have the rest, and the output bias is clipped on its own (module
     docstring, "Calibration"); 0: no centring round, one joint clip to C.
+    ``recalibrate_share`` r: the last two rounds release the mean prediction and
+    the class rates with r·ε and r·δ and shift the output bias to match
+    (:mod:`fedpriv.models.sgd_recalibration`); on for the MLP, whose joint clip
+    leaves its bias miscalibrated.
     """
 
     model: ClassVar[ModelKind] = ModelKind.LOGISTIC
@@ -136,6 +141,7 @@ class LogisticConfig:
     standardise: bool = True
     participation_accounting: ParticipationAccounting = ParticipationAccounting.VALID
     centre_share: float = 0.05
+    recalibrate_share: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -155,6 +161,15 @@ class LogisticConfig:
                 f"centre_share={share} takes the first of the rounds: rounds must be at "
                 f"least 2; got {self.rounds}"
             )
+        rs = self.recalibrate_share
+        if not (isinstance(rs, int | float) and not isinstance(rs, bool) and 0 <= rs < 1 - share):
+            raise ValueError(f"recalibrate_share must lie in [0, 1 − centre_share); got {rs!r}")
+        least = int(share > 0) + recal.ROUNDS + 1
+        if rs > 0 and self.rounds < least:
+            raise ValueError(
+                f"recalibrate_share={rs} takes the last {recal.ROUNDS} rounds: rounds must be "
+                f"at least {least}; got {self.rounds}"
+            )
 
     @property
     def hidden(self) -> int:
@@ -168,6 +183,7 @@ class MLPConfig(LogisticConfig):
     model: ClassVar[ModelKind] = ModelKind.MLP
     learning_rate: float = 3.0
     hidden: int = 16
+    recalibrate_share: float = 0.05
 
 
 class DPSGDStrategy:
@@ -262,7 +278,8 @@ class DPSGDStrategy:
             self.bias_bound = 1.0 if self.spec.n_outputs == 1 else math.sqrt(2.0)
         self.sensitivity = math.hypot(cfg.clip_norm, self.bias_bound)
         self.row_bound = _row_bound(self._map)
-        steps = cfg.rounds - 1 if self._centring else cfg.rounds
+        self._recal = cfg.recalibrate_share > 0 and self.custom_spec is None
+        steps = cfg.rounds - int(self._centring) - recal.ROUNDS * int(self._recal)
         plan = {
             "participation": self.participation,
             "accounting": cfg.participation_accounting,
@@ -280,9 +297,21 @@ class DPSGDStrategy:
                 sum_bound=sum_bound(self.row_bound, self.n_records),
                 **plan,
             )
+        self._recal_noise = None
+        if self._recal:
+            bound = recal.sensitivity(self.spec.n_outputs)
+            self._recal_noise = GaussianRounds.plan(
+                ledger,
+                share=cfg.recalibrate_share,
+                l2_sensitivity=bound,
+                sampling_rate=1.0,
+                rounds=recal.ROUNDS,
+                sum_bound=sum_bound(bound, self.n_records),
+                **plan,
+            )
         self._noise = GaussianRounds.plan(
             ledger,
-            share=1.0 - cfg.centre_share,
+            share=1.0 - cfg.centre_share - cfg.recalibrate_share * self._recal,
             l2_sensitivity=self.sensitivity,
             sampling_rate=cfg.sampling_rate,
             rounds=steps,
@@ -322,6 +351,26 @@ class DPSGDStrategy:
                 arrays={"input_shift": self._map.shift, "input_scale": self._map.scale},
                 config={"stage": CENTRE, "clip_norm": self.row_bound},
             )
+        if self._recal and t >= cfg.rounds - recal.ROUNDS:
+            return Query(
+                round=t,
+                method=self.method,
+                sampling_rate=1.0,  # every record
+                reply_length=recal.reply_length(self.spec.n_outputs),
+                record_bound=recal.sensitivity(self.spec.n_outputs),
+                arrays={
+                    "params": self._params,
+                    "input_shift": self._map.shift,
+                    "input_scale": self._map.scale,
+                },
+                config={
+                    "stage": recal.RECALIBRATE,
+                    "model": self._model_name,
+                    "hidden": self.spec.hidden,
+                    "n_classes": self.n_classes,
+                    "clip_norm": cfg.clip_norm,
+                },
+            )
         return Query(
             round=t,
             method=self.method,
@@ -356,6 +405,13 @@ class DPSGDStrategy:
             # The fixed denominator ρ·n (the realised count is private), as the steps'.
             mean = total / (self.participation * self.n_records)
             self._map = InputMap(self._map.shift + mean / self._map.scale, self._map.scale)
+        elif aggregate is not None and query.config.get("stage") == recal.RECALIBRATE:
+            total = aggregate
+            if self._recal_noise is not None:
+                total = self._recal_noise.release(aggregate, label=f"round {t}: mean prediction")
+            n = self.participation * self.n_records  # public, as the steps' denominator
+            shift = recal.bias_shift(total, n, self.spec.n_outputs)
+            self._params = recal.shift_output_bias(self.spec, self._params, shift)
         elif aggregate is not None:  # an aborted step releases nothing and does not move θ
             total = aggregate
             if self._noise is not None:

@@ -49,6 +49,7 @@ METHOD_RANGES: dict[str, dict[str, str]] = {
         "sampling-rate": "(0, 1]",
         "clip-norm": "(0, inf)",
         "centre-share": "[0, 1)",
+        "recalibrate-share": "[0, 1 − centre-share)",
     },
     "lumberjack": {
         "trees": "[1, inf)",
@@ -73,7 +74,11 @@ METHOD_RANGES: dict[str, dict[str, str]] = {
         "column-order": "cyclic | gain",
     },
 }
-METHOD_RANGES["mlp"] = {**METHOD_RANGES["logistic"], "hidden": "[1, inf)"}
+METHOD_RANGES["mlp"] = {
+    **METHOD_RANGES["logistic"],
+    "rounds": "[4, inf)",  # centring, 2 recalibration rounds and a step; fewer with shares 0
+    "hidden": "[1, inf)",
+}
 
 #: What a key without an entry shows (a plugin's key).
 UNKNOWN = "see the method's documentation"
