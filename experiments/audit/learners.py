@@ -244,8 +244,9 @@ def dpsgd_audit(
 ) -> LearnerAudit:
     """DP-SGD on 40 random rows, T = 3 full-batch steps; twin: noise / ``twin_factor``.
 
-    The steps with one joint clip (``centre_share=0``): the canary's gradient is
-    clipped to C, so it carries the full sensitivity the statistic divides by.
+    The steps with one joint clip (``centre_share=0``, ``recalibrate_share=0``): the
+    canary's gradient is clipped to C, so it carries the full sensitivity the
+    statistic divides by.
     """
     data = random_rows(n_rows, f"dpsgd-{model}")
     # C below every per-example gradient norm at these parameters: the canary is clipped.
@@ -258,6 +259,7 @@ def dpsgd_audit(
         clip_norm=clip,
         sampling_rate=1.0,
         centre_share=0.0,
+        recalibrate_share=0.0,  # the steps alone (the recalibration: its own bound, tested)
     )
     n_public = data.n + 1  # public record count, the same for D and D'
 

@@ -126,6 +126,7 @@ def _dpsgd_query(model: str, backend: str = "fast") -> Query:
         rounds=2,
         backend=backend,
         centre_share=0.0,  # the step's one joint clip (the bias's own: test_softmax)
+        recalibrate_share=0.0,
     )
     imap = InputMap(np.full(D, 0.5), np.full(D, np.sqrt(12)))
     strategy = DPSGDStrategy(cfg, n_records=10, input_map=imap)

@@ -63,7 +63,7 @@ def test_config_defaults_are_the_papers_and_ranges_are_checked():
 
 
 def test_ledger_holds_one_subsampled_gaussian_per_step_within_budget():
-    cfg = MLPConfig(hidden=3, rounds=20, sampling_rate=0.1, centre_share=0.0)
+    cfg = MLPConfig(hidden=3, rounds=20, sampling_rate=0.1, centre_share=0.0, recalibrate_share=0.0)
     data = _data()
     strategy, ledger = _start(cfg, data, eps=1.0)
     client = DPSGDClient()
@@ -84,7 +84,7 @@ def test_ledger_holds_one_subsampled_gaussian_per_step_within_budget():
 @pytest.mark.parametrize("config", [LogisticConfig, MLPConfig])
 def test_centring_round_and_steps_share_the_budget(config):
     # Round 0: one Gaussian on every record with s·(ε, δ); then T − 1 steps with the rest.
-    cfg = config(rounds=20, sampling_rate=0.1, centre_share=0.1)
+    cfg = config(rounds=20, sampling_rate=0.1, centre_share=0.1, recalibrate_share=0.0)
     data = _data()
     strategy, ledger = _start(cfg, data, eps=1.0)
     client = DPSGDClient()
@@ -108,7 +108,9 @@ def test_centring_round_and_steps_share_the_budget(config):
 
 def test_released_step_is_sum_plus_gaussian_noise_over_the_expected_batch():
     # θ_{t+1} = θ_t − η (Σ clip(g) + N(0, (zC)² I)) / (ρ q n): recover the noise and test its law.
-    cfg = MLPConfig(hidden=8, rounds=60, sampling_rate=0.25, centre_share=0.0)
+    cfg = MLPConfig(
+        hidden=8, rounds=60, sampling_rate=0.25, centre_share=0.0, recalibrate_share=0.0
+    )
     data = _data(d=10)
     strategy, _ = _start(cfg, data, eps=2.0, participation=0.5)
     client = DPSGDClient()
