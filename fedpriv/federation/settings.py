@@ -252,6 +252,14 @@ class RunSettings:
                 f"eval-epsilon must lie in [0, epsilon) = [0, {self.epsilon:g}) and needs a "
                 f"private run (finite epsilon); got {self.eval_epsilon!r}"
             )
+        if self.eval_epsilon and not self.csv and self.schema in (UNSET, self.dataset):
+            from fedpriv.data.corpora import DERIVED  # the bundled multiclass corpora
+
+            if self.dataset in DERIVED and DERIVED[self.dataset][1].multiclass:
+                raise SettingError(
+                    f"eval-epsilon: the DP federated evaluation scores two classes; dataset "
+                    f"{self.dataset!r} has more (set eval-epsilon = 0); got {self.eval_epsilon!r}"
+                )
         if self.csv and self.max_records is None:
             raise SettingError(
                 "max-records must be declared (an integer in [1, inf): the public bound on "

@@ -74,6 +74,12 @@ def test_an_evaluation_share_outside_zero_to_epsilon_is_refused(config):
         RunSettings.from_run_config(config)
 
 
+def test_a_multiclass_corpus_takes_no_dp_evaluation():
+    with pytest.raises(SettingError, match="scores two classes; dataset 'brfss3' has more"):
+        RunSettings.from_run_config({"dataset": "brfss3", "eval-epsilon": 0.5})
+
+
+
 def test_training_is_the_in_process_fit_at_the_rest_of_the_budget(evaluated):
     saved = load_model(evaluated / ARTEFACT_NAME).model
     training, _ = budget_split(RunSettings.from_run_config(JOB))
