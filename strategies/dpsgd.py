@@ -48,7 +48,10 @@ The remedy, on by default (``centre_share`` s = 0.05):
    (the paper's standardisation, made private); the T − 1 steps are
    calibrated for ((1 − s)·ε, (1 − s)·δ). The run's ledger composes both
    (basic composition is the loosest it can give) and checks the total.
-2. Logistic regression: the bias's gradient r = σ(f) − y (softmax:
+2. The last two rounds recalibrate the output bias from released sums
+   (``recalibrate_share``, :mod:`fedpriv.models.sgd_recalibration`); the
+   steps clip jointly to C. Only without them (``recalibrate_share=0``):
+   logistic regression: the bias's gradient r = σ(f) − y (softmax:
    r = softmax(f) − e_y) is bounded by B = 1 (softmax √2) for every valid
    label; it is clipped to B where computed (the bound the sensitivity
    assumes), the weights' part to C, and a step's sensitivity is
@@ -128,8 +131,9 @@ class LogisticConfig:
     docstring, "Calibration"); 0: no centring round, one joint clip to C.
     ``recalibrate_share`` r: the last two rounds release the mean prediction and
     the class rates with r·ε and r·δ and shift the output bias to match
-    (:mod:`fedpriv.models.sgd_recalibration`); on for the MLP, whose joint clip
-    leaves its bias miscalibrated.
+    (:mod:`fedpriv.models.sgd_recalibration`); the steps then clip jointly to C.
+    With r = 0 (and centring) logistic regression clips its bias on its own
+    instead, at √(C² + B²) noise (module docstring, "Calibration").
     """
 
     model: ClassVar[ModelKind] = ModelKind.LOGISTIC
@@ -141,7 +145,7 @@ class LogisticConfig:
     standardise: bool = True
     participation_accounting: ParticipationAccounting = ParticipationAccounting.VALID
     centre_share: float = 0.05
-    recalibrate_share: float = 0.0
+    recalibrate_share: float = 0.05
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -183,7 +187,6 @@ class MLPConfig(LogisticConfig):
     model: ClassVar[ModelKind] = ModelKind.MLP
     learning_rate: float = 3.0
     hidden: int = 16
-    recalibrate_share: float = 0.05
 
 
 class DPSGDStrategy:
@@ -273,12 +276,17 @@ class DPSGDStrategy:
         self._centring = cfg.centre_share > 0
         # The output bias's own bound B: |σ(f) − y| ≤ 1, ‖softmax(f) − e_y‖ ≤ √2;
         # logistic regression only (module docstring: the MLP's hidden units).
+        self._recal = cfg.recalibrate_share > 0 and self.custom_spec is None
         self.bias_bound = 0.0
-        if self._centring and self.custom_spec is None and cfg.model is ModelKind.LOGISTIC:
+        if (
+            self._centring
+            and not self._recal
+            and self.custom_spec is None
+            and cfg.model is ModelKind.LOGISTIC
+        ):
             self.bias_bound = 1.0 if self.spec.n_outputs == 1 else math.sqrt(2.0)
         self.sensitivity = math.hypot(cfg.clip_norm, self.bias_bound)
         self.row_bound = _row_bound(self._map)
-        self._recal = cfg.recalibrate_share > 0 and self.custom_spec is None
         steps = cfg.rounds - int(self._centring) - recal.ROUNDS * int(self._recal)
         plan = {
             "participation": self.participation,

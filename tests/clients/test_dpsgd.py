@@ -40,7 +40,7 @@ def test_centring_round_sums_clipped_mapped_rows():
     rng = np.random.default_rng(1)
     clients = make_clients(rng.random((40, 3)), np.zeros(40), [np.arange(25), np.arange(25, 40)])
     imap = InputMap(np.zeros(3), np.array([1.0, 2.0, 30.0]))  # rows up to ‖x̃‖ ≈ 30
-    strategy = DPSGDStrategy(LogisticConfig(rounds=3), n_records=40, input_map=imap)
+    strategy = DPSGDStrategy(LogisticConfig(rounds=4), n_records=40, input_map=imap)
     strategy.begin(n_features=3, ledger=None, rng=rng, secret_rng=private_rng(1))
     query = strategy.next_query()
     assert query.config["stage"] == "centre" and query.sampling_rate == 1.0

@@ -20,8 +20,8 @@ from tests.keys import key_for
 #: The cheapest fit of each learner (~0.1-0.6 s each).
 TINY = {
     DPBoostingClassifier: {"rounds": 2, "depth": 2},
-    DPLogisticClassifier: {"rounds": 2, "sampling_rate": 0.5},
-    DPMLPClassifier: {"rounds": 2, "sampling_rate": 0.5, "hidden": 2},
+    DPLogisticClassifier: {"rounds": 5, "sampling_rate": 0.5},
+    DPMLPClassifier: {"rounds": 5, "sampling_rate": 0.5, "hidden": 2},
     LumberjackClassifier: {"trees": 2, "depth": 3},
     DPRandomForestClassifier: {"trees": 2, "depth": 2},
 }

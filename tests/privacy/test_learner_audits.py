@@ -95,6 +95,7 @@ def test_the_audited_fits_are_the_estimators_fits():
         clip_norm=0.25,
         sampling_rate=1.0,
         centre_share=0.0,
+        recalibrate_share=0.0,
         epsilon=2.0,
         seed=4,
         secret_key=key_for(8),

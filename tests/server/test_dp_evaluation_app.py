@@ -79,7 +79,6 @@ def test_a_multiclass_corpus_takes_no_dp_evaluation():
         RunSettings.from_run_config({"dataset": "brfss3", "eval-epsilon": 0.5})
 
 
-
 def test_training_is_the_in_process_fit_at_the_rest_of_the_budget(evaluated):
     saved = load_model(evaluated / ARTEFACT_NAME).model
     training, _ = budget_split(RunSettings.from_run_config(JOB))

@@ -132,7 +132,7 @@ def test_released_step_is_sum_plus_gaussian_noise_over_the_expected_batch():
 
 
 def test_aborted_step_releases_nothing_and_keeps_the_parameters():
-    cfg = LogisticConfig(rounds=2, centre_share=0.0)
+    cfg = LogisticConfig(rounds=2, centre_share=0.0, recalibrate_share=0.0)
     strategy, ledger = _start(cfg, _data(), eps=1.0)
     q = strategy.next_query()
     strategy.update(q, None)
@@ -143,7 +143,7 @@ def test_aborted_step_releases_nothing_and_keeps_the_parameters():
 
 
 def test_non_private_mode_adds_no_noise_and_needs_no_ledger():
-    cfg = LogisticConfig(rounds=3, centre_share=0.0)
+    cfg = LogisticConfig(rounds=3, centre_share=0.0, recalibrate_share=0.0)
     data = _data()
     strategy, _ = _start(cfg, data)
     assert strategy.noise_multiplier_ is None
@@ -163,7 +163,7 @@ def test_non_private_mode_adds_no_noise_and_needs_no_ledger():
 
 
 def test_divergence_is_reported_not_released_silently():
-    cfg = LogisticConfig(rounds=2, learning_rate=1e308, centre_share=0.0)
+    cfg = LogisticConfig(rounds=2, learning_rate=1e308, centre_share=0.0, recalibrate_share=0.0)
     data = _data()
     strategy, _ = _start(cfg, data)
     q = strategy.next_query()
@@ -202,7 +202,9 @@ def test_audit_one_step_does_not_leak_more_than_claimed(broken):
     # clip at 4C while the noise is calibrated for C, so the canary moves the
     # sum by ≈ 3.6 C — the audit must catch that.
     # ε = 2: at ε = 1 a few thousand trials cannot resolve a bound worth testing.
-    cfg = LogisticConfig(rounds=1, sampling_rate=1.0, clip_norm=1.0, centre_share=0.0)
+    cfg = LogisticConfig(
+        rounds=1, sampling_rate=1.0, clip_norm=1.0, centre_share=0.0, recalibrate_share=0.0
+    )
     data = _data(n=59, d=4)
     canary = ClientData(
         client_id=0,

@@ -50,6 +50,7 @@ def _boosting(mode, participation=RHO):
 def _dpsgd(mode):
     return DPLogisticClassifier(
         centre_share=0.0,  # the steps' accounting alone
+        recalibrate_share=0.0,
         rounds=8,
         sampling_rate=0.2,
         epsilon=2.0,
