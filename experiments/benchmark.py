@@ -105,7 +105,6 @@ def _analyse(df: pd.DataFrame, cfg, out: Path, ctx) -> tuple[dict, dict]:
     figs: dict[str, str] = {}
     if (df["stage"] == "main").any():
         tables["summary"] = analysis.main_summary(df)
-        tables["targets"] = targets.checks(tables["summary"])
         tables["pairwise"] = analysis.pairwise(df)
         tables["communication"] = analysis.communication(df)
         figs["fig2"] = figures.privacy_utility(tables["summary"], out)
@@ -129,6 +128,8 @@ def _analyse(df: pd.DataFrame, cfg, out: Path, ctx) -> tuple[dict, dict]:
             )
     if (df["stage"] == "multiclass").any():
         tables["multiclass"] = analysis.main_summary(df, "multiclass", analysis.MULTICLASS_METRICS)
+    if "summary" in tables:
+        tables["targets"] = targets.checks(tables["summary"], tables.get("multiclass"))
     if (df["variant"] == "private").any():
         tables["private_tuning"] = private_tuning.summary(df, cfg.tuning)
     if (df["stage"] == "mia").any():
