@@ -44,7 +44,7 @@ METHOD_RANGES: dict[str, dict[str, str]] = {
         "reg-lambda": "(0, inf)",
     },
     "logistic": {
-        "rounds": "[2, inf)",  # 1 with centre-share = 0
+        "rounds": "[4, inf)",  # centring, 2 recalibration rounds and a step; fewer with shares 0
         "learning-rate": "(0, inf)",
         "sampling-rate": "(0, 1]",
         "clip-norm": "(0, inf)",
@@ -74,11 +74,7 @@ METHOD_RANGES: dict[str, dict[str, str]] = {
         "column-order": "cyclic | gain",
     },
 }
-METHOD_RANGES["mlp"] = {
-    **METHOD_RANGES["logistic"],
-    "rounds": "[4, inf)",  # centring, 2 recalibration rounds and a step; fewer with shares 0
-    "hidden": "[1, inf)",
-}
+METHOD_RANGES["mlp"] = {**METHOD_RANGES["logistic"], "hidden": "[1, inf)"}
 
 #: What a key without an entry shows (a plugin's key).
 UNKNOWN = "see the method's documentation"

@@ -16,8 +16,8 @@ from tests.keys import key_for
 #: The cheapest fit of each learner (the checks run before any training).
 TINY = {
     DPBoostingClassifier: {"rounds": 2, "depth": 2},
-    DPLogisticClassifier: {"rounds": 2, "sampling_rate": 0.5},
-    DPMLPClassifier: {"rounds": 2, "sampling_rate": 0.5, "hidden": 2},
+    DPLogisticClassifier: {"rounds": 4, "sampling_rate": 0.5},
+    DPMLPClassifier: {"rounds": 4, "sampling_rate": 0.5, "hidden": 2},
     LumberjackClassifier: {"trees": 1, "depth": 2},
     DPRandomForestClassifier: {"trees": 1, "depth": 2},
 }
