@@ -150,7 +150,7 @@ def _killed_supernode_is_recovered_and_the_ledger_matches_the_releases(
     code = _run(
         # The dead node's round-1 query waits out the round timeout: a short one.
         fed,
-        {**SMALL, "rounds": 1, "round-timeout": 30.0, "out-dir": str(out)},
+        {**SMALL, "rounds": 1, "round-timeout": 20.0, "out-dir": str(out)},
         on_submit=kill_node_2_as_round_1_reaches_it,
     )
     for watch in watches:  # no thread outlives the test
