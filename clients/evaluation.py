@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from fedpriv.evaluation_dp import check_bins, score_histogram
-from fedpriv.federation.protocol import ClientData, Query
+from fedpriv.federation.protocol import ClientData, Query, require_every_record
 from fedpriv.methods import resolve
 from fedpriv.privacy.randomness import SecretKey
 
@@ -65,8 +65,7 @@ class EvaluationClient:
         state: dict[str, Any],
         key: SecretKey | None = None,
     ) -> np.ndarray:
-        if np.asarray(sample).size != data.n:
-            raise ValueError("the evaluation counts every held-out row: the sample must be all")
+        require_every_record(sample, data, "the evaluation counts every held-out row")
         bins = check_bins(int(query.config["bins"]))
         if query.reply_length != 2 * bins:
             raise ValueError(f"reply_length is {query.reply_length}; 2·bins is {2 * bins}")

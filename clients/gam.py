@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from fedpriv.federation.protocol import ClientData, Query
+from fedpriv.federation.protocol import ClientData, Query, require_every_record
 from fedpriv.models.gam import (
     GAMModel,
     Terms,
@@ -67,8 +67,7 @@ class GAMClient:
         state: dict[str, Any],
         key: SecretKey | None = None,
     ) -> np.ndarray:
-        if np.asarray(sample).size != data.n:
-            raise ValueError("DP-EBM counts every record in every round: the sample must be all")
+        require_every_record(sample, data, "DP-EBM counts every record in every round")
         phase = str(query.config["phase"])
         if phase == "intercept":
             C = int(query.config.get("n_classes", 2))

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from fedpriv.federation.protocol import ClientData, Query
+from fedpriv.federation.protocol import ClientData, Query, require_every_record
 from fedpriv.models import _forest_kernels
 from fedpriv.privacy.randomness import SecretKey
 from fedpriv.records import class_codes
@@ -55,8 +55,7 @@ class LumberjackClient:
         state: dict[str, Any],
         key: SecretKey | None = None,
     ) -> np.ndarray:
-        if np.asarray(sample).size != data.n:
-            raise ValueError("Lumberjack counts every row: the sample must be all rows")
+        require_every_record(sample, data, "Lumberjack counts every row")
         cfg = query.config
         n_classes, k = int(cfg["n_classes"]), int(cfg["n_trees"])
         y = class_codes(data.y, n_classes)  # −1: not a class, counted nowhere

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from fedpriv.federation.protocol import ClientData, Query
+from fedpriv.federation.protocol import ClientData, Query, require_every_record
 from fedpriv.models.trees import RandomTree, check_routable, route
 from fedpriv.privacy.randomness import SecretKey
 from fedpriv.records import class_codes
@@ -52,8 +52,7 @@ class RandomForestClient:
         state: dict[str, Any],
         key: SecretKey | None = None,
     ) -> np.ndarray:
-        if np.asarray(sample).size != data.n:
-            raise ValueError("the random forest counts every row: the sample must be all rows")
+        require_every_record(sample, data, "the random forest counts every row")
         cfg = query.config
         depth, n_classes = int(cfg["depth"]), int(cfg["n_classes"])
         features, thresholds = query.arrays["feature"], query.arrays["threshold"]

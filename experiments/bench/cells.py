@@ -16,7 +16,6 @@ import json
 import math
 import multiprocessing
 import os
-import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
@@ -124,21 +123,7 @@ def fit_cell(cell: Cell) -> dict[str, Any]:
     from experiments.keys import secret_key_for
     from fedpriv.evaluation.metrics import base_rate_brier, binary_metrics, multiclass_metrics
 
-    ds = learners.dataset(cell.dataset)
-    part = learners.partition(cell.dataset, cell.train_part, cell.n_clients)
-    clf = learners.make_estimator(
-        cell.learner,
-        cell.param_dict,
-        epsilon=cell.epsilon,
-        delta=cell.delta,
-        seed=cell.seed,
-        n_clients=cell.n_clients,
-        secure_aggregation=cell.secure_aggregation,
-        secret_key=secret_key_for("cell", cell.key),
-    )
-    t0 = time.perf_counter()
-    clf.fit(ds, part=cell.train_part, partition=part)
-    seconds = time.perf_counter() - t0
+    clf, ds, seconds = learners.fitted(cell, cell.train_part, secret_key_for("cell", cell.key))
     X, y = ds.xy(cell.eval_part)
     proba = clf.predict_proba(X)
     n_classes = proba.shape[1]

@@ -70,6 +70,28 @@ def make_estimator(
     )
 
 
+def fitted(cell, part: str, secret_key):
+    """``cell``'s estimator (its learner, settings, (ε, δ), seed, clients) fitted on
+    ``part`` of its dataset with the frozen partition; private randomness from
+    ``secret_key``. Returns (estimator, dataset, fit seconds)."""
+    import time
+
+    ds = dataset(cell.dataset)
+    clf = make_estimator(
+        cell.learner,
+        cell.param_dict,
+        epsilon=cell.epsilon,
+        delta=cell.delta,
+        seed=cell.seed,
+        n_clients=cell.n_clients,
+        secure_aggregation=cell.secure_aggregation,
+        secret_key=secret_key,
+    )
+    t0 = time.perf_counter()
+    clf.fit(ds, part=part, partition=partition(cell.dataset, part, cell.n_clients))
+    return clf, ds, time.perf_counter() - t0
+
+
 def label(learner: str, params: dict[str, Any]) -> str:
     """A short, stable description of a configuration (report tables)."""
     short = {

@@ -154,7 +154,6 @@ def calibrate(
 
 def run_base(cell: RunCell) -> dict[str, Any]:
     """Fit, check the fit's spend against its plan, DP-score ``val``, score ``test``."""
-    import time
 
     from experiments.bench import learners
     from experiments.keys import secret_key_for
@@ -163,19 +162,7 @@ def run_base(cell: RunCell) -> dict[str, Any]:
     from fedpriv.privacy import GaussianMechanism, accounting
 
     key = secret_key_for("private_run", cell.key)
-    ds = learners.dataset(cell.dataset)
-    clf = learners.make_estimator(
-        cell.learner,
-        cell.param_dict,
-        epsilon=cell.epsilon,
-        delta=cell.delta,
-        seed=cell.seed,
-        n_clients=cell.n_clients,
-        secure_aggregation=cell.secure_aggregation,
-        secret_key=key.derive("fit"),
-    )
-    t0 = time.perf_counter()
-    clf.fit(ds, part="train", partition=learners.partition(cell.dataset, "train", cell.n_clients))
+    clf, ds, seconds = learners.fitted(cell, "train", key.derive("fit"))
     planned = plan_event(cell.param_dict, cell.epsilon, cell.delta, cell.val_noise)
     spent = accounting.rdp_curve(dp_event.ComposedDpEvent([e.event for e in clf.ledger_.entries]))
     val_release = accounting.rdp_curve(dp_event.GaussianDpEvent(cell.val_noise))
@@ -193,7 +180,7 @@ def run_base(cell: RunCell) -> dict[str, Any]:
     out = {k: v for k, v in binary_metrics(yt, clf.predict_proba(Xt)[:, 1]).items()}
     out["brier_base"] = base_rate_brier(ds.xy("train")[1], yt)
     out["val_auc_dp"] = float(np.clip(binned_auc(noisy)[0], 0.0, 1.0))
-    out["seconds"] = time.perf_counter() - t0
+    out["seconds"] = seconds
     return out
 
 

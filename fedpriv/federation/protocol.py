@@ -186,6 +186,14 @@ def poisson_sample(n: int, rate: float, rng: np.random.Generator) -> np.ndarray:
     return idx[: np.searchsorted(idx, n)]
 
 
+def require_every_record(sample: np.ndarray, data: ClientData, why: str) -> None:
+    """Refuse a query whose ``sample`` is not every record of ``data`` (a q = 1 release:
+    its sensitivity and the public record count assume every row answers); ``why``
+    names the statistic in the error."""
+    if np.asarray(sample).size != data.n:
+        raise ValueError(f"{why}: the sample must be all rows ({data.n})")
+
+
 def make_clients(X: np.ndarray, y: np.ndarray, partition: list[np.ndarray]) -> list[ClientData]:
     """One :class:`ClientData` per index array of ``partition`` (ids 0..K−1).
 

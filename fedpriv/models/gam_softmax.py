@@ -88,7 +88,7 @@ def softmax(f: np.ndarray) -> np.ndarray:
     return z / z.sum(axis=1, keepdims=True)
 
 
-def _clip_rows(v: np.ndarray, bound: float) -> np.ndarray:
+def clip_rows(v: np.ndarray, bound: float) -> np.ndarray:
     """Each row rescaled to L2 norm ≤ ``bound`` (a NaN row becomes 0)."""
     v = np.nan_to_num(v, nan=0.0, posinf=0.0, neginf=0.0)
     norm = np.linalg.norm(v, axis=1, keepdims=True)
@@ -103,7 +103,7 @@ def record_grads(margin: np.ndarray, y: np.ndarray, n_classes: int):
     ok = codes >= 0
     g[np.flatnonzero(ok), codes[ok]] -= 1.0
     h = np.clip(p * (1.0 - p), 0.0, 0.25)
-    return _clip_rows(g, GRAD_L2), _clip_rows(h, hess_l2(n_classes))
+    return clip_rows(g, GRAD_L2), clip_rows(h, hess_l2(n_classes))
 
 
 def softmax_bin_sums(

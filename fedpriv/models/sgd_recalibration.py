@@ -32,6 +32,7 @@ import math
 
 import numpy as np
 
+from fedpriv.models.gam_softmax import clip_rows
 from fedpriv.models.networks import NetworkSpec
 from fedpriv.records import class_codes
 
@@ -55,12 +56,6 @@ def reply_length(n_outputs: int) -> int:
     return 2 * n_outputs
 
 
-def _clip_rows(v: np.ndarray, bound: float) -> np.ndarray:
-    v = np.nan_to_num(v, nan=0.0, posinf=0.0, neginf=0.0)
-    norm = np.linalg.norm(v, axis=1, keepdims=True)
-    return v * np.minimum(1.0, bound / np.maximum(norm, 1e-300))
-
-
 def record_sums(spec: NetworkSpec, params: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
     """``[Σ(p − e_y) | Σp]`` over the (mapped) rows ``X``, each record clipped to its bounds."""
     model = spec.model(params)
@@ -73,8 +68,8 @@ def record_sums(spec: NetworkSpec, params: np.ndarray, X: np.ndarray, y: np.ndar
     onehot = np.zeros_like(p)
     ok = codes >= 0
     onehot[np.flatnonzero(ok), codes[ok]] = 1.0
-    r = _clip_rows(p - onehot, math.sqrt(2.0))
-    p = _clip_rows(np.clip(p, 0.0, 1.0), 1.0)
+    r = clip_rows(p - onehot, math.sqrt(2.0))
+    p = clip_rows(np.clip(p, 0.0, 1.0), 1.0)
     return np.concatenate([r.sum(axis=0), p.sum(axis=0)])
 
 
