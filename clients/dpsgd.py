@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedpriv.federation.protocol import ClientData, Query
+from fedpriv.models import recalibration as linear_recal
 from fedpriv.models import sgd_recalibration as recal
 from fedpriv.models.networks import InputMap, NetworkSpec
 from fedpriv.models.sgd_sums import (
@@ -37,6 +38,7 @@ from fedpriv.models.sgd_sums import (
     compiled_feature_sums,
 )
 from fedpriv.privacy.randomness import SecretKey
+from fedpriv.records import class_codes
 
 if TYPE_CHECKING:
     from torch import nn
@@ -143,6 +145,19 @@ class DPSGDClient:
         if query.config.get("stage") == CENTRE:
             return compiled_feature_sums(blocks, imap, clip, list(samples))
         params = query.arrays["params"]
+        if query.config.get("stage") == recal.LINEAR:
+            spec = self._spec(query, blocks.n_features)
+            rows = [_check_rows(s, d.n) for d, s in zip(datas, samples, strict=True)]
+            model = spec.model(params)
+            return np.stack(
+                [
+                    linear_recal.record_sums(
+                        model.predict_proba(imap.apply(d.X[r])),
+                        class_codes(d.y[r], spec.n_classes),
+                    )
+                    for d, r in zip(datas, rows, strict=True)
+                ]
+            )
         if query.config.get("stage") == recal.RECALIBRATE:
             spec = self._spec(query, blocks.n_features)
             rows = [_check_rows(s, d.n) for d, s in zip(datas, samples, strict=True)]

@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from fedpriv.federation.protocol import ClientData, Query, require_every_record
-from fedpriv.models import _forest_kernels
+from fedpriv.models import _forest_kernels, recalibration
+from fedpriv.models.heavy_hitters import ForestModel
 from fedpriv.privacy.randomness import SecretKey
 from fedpriv.records import class_codes
 
@@ -57,6 +58,12 @@ class LumberjackClient:
     ) -> np.ndarray:
         require_every_record(sample, data, "Lumberjack counts every row")
         cfg = query.config
+        if cfg["kind"] == recalibration.STAGE:  # the released forest's probabilities
+            forest = ForestModel.from_arrays(query.arrays)
+            n_classes = int(cfg["n_classes"])
+            return recalibration.record_sums(
+                forest.raw_scores(data.X), class_codes(data.y, n_classes)
+            )
         n_classes, k = int(cfg["n_classes"]), int(cfg["n_trees"])
         y = class_codes(data.y, n_classes)  # −1: not a class, counted nowhere
         if cfg["kind"] == "leaves":

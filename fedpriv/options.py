@@ -74,3 +74,19 @@ class Backend(Choice):
     @classmethod
     def key(cls) -> str:
         return "backend"
+
+
+class Recalibration(Choice):
+    """What a DP-SGD run's two recalibration rounds fix: ``bias``, the output bias,
+    shifted to the released class rates; ``linear``, the Brier-optimal affine map
+    of the probabilities, which also shrinks the spread noise adds; ``auto``,
+    ``linear`` when the steps leave much noise in the weights, else ``bias``
+    (the noise walk of the server's recalibration rounds)."""
+
+    AUTO = "auto"
+    BIAS = "bias"
+    LINEAR = "linear"
+
+    @classmethod
+    def key(cls) -> str:
+        return "recalibration"

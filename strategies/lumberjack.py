@@ -63,6 +63,7 @@ The resulting caps on nodes, leaves, reply lengths and server memory
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -83,6 +84,7 @@ from fedpriv.privacy.randomness import check_private, gaussian_on_grid
 from fedpriv.privacy.range_guard import check_release, gaussian_margin, sum_bound
 from fedpriv.validation import check_count
 from strategies.lumberjack_config import LumberjackConfig
+from strategies.recalibration import LinearRecalibrationRound
 
 __all__ = ["METHOD", "LumberjackConfig", "LumberjackStrategy", "build", "feature_space"]
 
@@ -145,11 +147,17 @@ class LumberjackStrategy:
         self.gate_ = cfg.gate
         # (ε, δ) are the ledger's; no ledger: the non-private reference.
         self._budget = budget = budget_of(ledger)
+        self._recal = None
         if budget is None:
             self.caps_ = self._caps(None)
             self._events = []
+            if cfg.recalibrate_share > 0 and self.n_records is not None:
+                self._recal = LinearRecalibrationRound(
+                    n_classes=self.n_classes, n_records=self.n_records, share=1.0
+                )
             return
-        eps, delta = budget.epsilon, budget.delta
+        share = 1.0 - cfg.recalibrate_share  # the rest: the recalibration round's
+        eps, delta = share * budget.epsilon, share * budget.delta
         eps1, eps2 = cfg.structure_fraction * eps, (1 - cfg.structure_fraction) * eps
         d1, d2 = cfg.structure_fraction * delta, (1 - cfg.structure_fraction) * delta
         self.calibration_ = calibrate_sparse_threshold(
@@ -180,6 +188,19 @@ class LumberjackStrategy:
         self._events = [(structure, "structure (sparse threshold)"), (leaf, "leaf labels")]
         ledger.reserve(structure, 1)
         ledger.reserve(leaf, cfg.trees)
+        self._recal = None
+        if cfg.recalibrate_share > 0:
+            if self.n_records is None:
+                raise ValueError(
+                    "recalibrate_share > 0 needs the public record count (n_records); "
+                    "set recalibrate_share = 0 without it"
+                )
+            self._recal = LinearRecalibrationRound(
+                n_classes=self.n_classes,
+                n_records=self.n_records,
+                share=cfg.recalibrate_share,
+            )
+            self._recal.plan(ledger, rng=self._secret_rng)
 
     def _caps(self, mech) -> GrowthCaps:
         """The public caps (module docstring, Memory); ``mech=None``: no privacy."""
@@ -212,6 +233,12 @@ class LumberjackStrategy:
             return self._stage_query(t, heights[t])
         if t == len(heights):
             return self._leaf_query(t)
+        if t == len(heights) + 1 and self._recal is not None:
+            arrays = {  # numeric for every transport
+                k: v.astype(np.uint8) if v.dtype == bool else v
+                for k, v in self._model.to_arrays().items()
+            }
+            return self._recal.query(round=t, method=METHOD, arrays=arrays, config={})
         return None
 
     def _stage_query(self, t: int, height: int) -> Query:
@@ -273,6 +300,11 @@ class LumberjackStrategy:
         if aggregate is None:
             raise RuntimeError("a Lumberjack round cannot be skipped (it was aborted)")
         heights = self.config.heights
+        if self._t > len(heights):
+            fitted = self._recal.update(aggregate, label="recalibration sums")
+            self._model = dataclasses.replace(self._model, recalibration=fitted)
+            self._t += 1
+            return
         counts = np.rint(aggregate).astype(np.int64)
         if self._t < len(heights):
             self._finish_stage(counts, last=self._t + 1 == len(heights))

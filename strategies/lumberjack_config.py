@@ -26,9 +26,18 @@ from fedpriv.validation import check_count, check_open_unit
 class LumberjackConfig:
     """Lumberjack's settings (paper §6: 30 trees, ε₁ = 0.75ε; depth 49 staged).
 
-    The privacy budget (paper: δ = 1e-6) is the run ledger's; ``structure_fraction``
-    splits it between the structure (ε₁, δ₁) and the leaves. The federated
-    rounds follow from ``depth``: one per stage, then the leaf round.
+    The privacy budget (paper: δ = 1e-6) is the run ledger's. ``recalibrate_share``
+    s > 0 gives s of it to a last round that fits the Brier-optimal affine map
+    of the forest's probabilities (:mod:`fedpriv.models.recalibration`; it needs
+    the public record count); ``structure_fraction`` splits the rest between
+    the structure (ε₁, δ₁) and the leaves. The federated rounds follow from
+    ``depth``: one per stage, the leaf round, then the recalibration round.
+
+    When to recalibrate: where the forest has little signal and many records.
+    On Diabetes 130-US (AUC 0.54) the noisy leaves spread the predictions and
+    the Brier score is above the base rate's at ε ≤ 2 (0.0822 against 0.0816
+    at ε = 0.5); with s = 0.1 it is 0.0816. On 4,800 rows the map's own noise
+    costs more than it saves (0.200 → 0.207 at ε = 0.5), hence off by default.
     """
 
     trees: int = 30
@@ -45,6 +54,7 @@ class LumberjackConfig:
     #: Most Heavy bottom nodes a stage grows from, per tree (a public memory bound;
     #: the record bound's cap B may be lower: :mod:`fedpriv.models.lumberjack_bounds`).
     max_frontier: int = 128
+    recalibrate_share: float = 0.0
 
     def __post_init__(self) -> None:
         check_count("trees", self.trees)
@@ -61,6 +71,9 @@ class LumberjackConfig:
                 f"stage_height must lie in [1, 10] (2^h nodes per root); got {self.stage_height}"
             )
         check_count("max_frontier", self.max_frontier)
+        rs = self.recalibrate_share
+        if not (isinstance(rs, int | float) and not isinstance(rs, bool) and 0 <= rs < 1):
+            raise ValueError(f"recalibrate_share must lie in [0, 1); got {rs!r}")
 
     @property
     def heights(self) -> list[int]:
@@ -74,5 +87,5 @@ class LumberjackConfig:
 
     @property
     def rounds(self) -> int:
-        """One round per stage, then the leaf counts."""
-        return lumberjack_rounds(self.depth, self.stage_height)
+        """One round per stage, the leaf counts, then the recalibration (if any)."""
+        return lumberjack_rounds(self.depth, self.stage_height) + int(self.recalibrate_share > 0)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedpriv.models.recalibration import LinearRecalibration
 from fedpriv.privacy.randomness import check_private
 
 
@@ -120,8 +121,16 @@ class ForestModel:
     trees: tuple[PrunedTree, ...]
     leaf_scores: tuple[np.ndarray, ...]  # (M, C) per tree
     pooled: bool = False
+    #: The released map of the scores (:mod:`fedpriv.models.recalibration`), if any.
+    recalibration: LinearRecalibration | None = None
 
     def class_scores(self, X: np.ndarray) -> np.ndarray:
+        """(n, C) class probabilities (recalibrated when the forest has a map)."""
+        scores = self.raw_scores(X)
+        return scores if self.recalibration is None else self.recalibration.apply(scores)
+
+    def raw_scores(self, X: np.ndarray) -> np.ndarray:
+        """(n, C) class scores of the trees' leaves, before any recalibration."""
         X = np.asarray(X, dtype=np.float64)
         n_classes = self.leaf_scores[0].shape[1]
         total = np.zeros((X.shape[0], n_classes))
@@ -154,7 +163,7 @@ class ForestModel:
             "right": cat("right"),
             "leaf_scores": np.concatenate(self.leaf_scores),
             "pooled": np.array([self.pooled]),
-        }
+        } | ({} if self.recalibration is None else {"recalibration": self.recalibration.to_array()})
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray]) -> ForestModel:
@@ -189,6 +198,11 @@ class ForestModel:
             trees=tuple(trees),
             leaf_scores=tuple(parts["leaf_scores"]),
             pooled=bool(np.asarray(arrays["pooled"]).reshape(-1)[0]),
+            recalibration=(
+                None
+                if arrays.get("recalibration") is None
+                else LinearRecalibration.from_array(arrays["recalibration"])
+            ),
         )
 
 

@@ -27,6 +27,7 @@ from enum import StrEnum
 
 import numpy as np
 
+from fedpriv.models.recalibration import LinearRecalibration
 from fedpriv.validation import check_count, check_generator
 
 
@@ -146,9 +147,15 @@ class NetworkSpec:
         second = rng.uniform(-1.0, 1.0, size=(h + 1) * o) / math.sqrt(h)
         return np.concatenate([first, second])
 
-    def model(self, params: np.ndarray, input_map: InputMap | None = None) -> NetworkModel:
-        """The released model with parameters ``params`` (and its input map)."""
-        return NetworkModel(self, params, input_map)
+    def model(
+        self,
+        params: np.ndarray,
+        input_map: InputMap | None = None,
+        *,
+        recalibration: LinearRecalibration | None = None,
+    ) -> NetworkModel:
+        """The released model with parameters ``params`` (its input map, its recalibration)."""
+        return NetworkModel(self, params, input_map, recalibration)
 
     def decision_function(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
         """Logits f_θ(x) of the rows of ``X``: (n,) for two classes, else (n, K)."""
@@ -264,11 +271,13 @@ def clipped_gradient_sum(
 
 @dataclass(frozen=True)
 class NetworkModel:
-    """A released DP-SGD model: its spec, parameters and public input map."""
+    """A released DP-SGD model: its spec, parameters, public input map and, with the
+    ``linear`` recalibration, the released map of its probabilities."""
 
     spec: NetworkSpec
     params: np.ndarray
     input_map: InputMap | None = None
+    recalibration: LinearRecalibration | None = None
 
     def __post_init__(self) -> None:
         params = check_params(self.spec, self.params).copy()
@@ -278,14 +287,25 @@ class NetworkModel:
         if imap.n_features != self.spec.n_features:
             raise ValueError(f"input map has {imap.n_features} features; model {self.spec}")
         object.__setattr__(self, "input_map", imap)
+        if self.recalibration is not None and self.recalibration.n_classes != self.spec.n_classes:
+            raise ValueError(
+                f"recalibration maps {self.recalibration.n_classes} classes; model "
+                f"{self.spec.n_classes}"
+            )
 
     def decision_function(self, X: np.ndarray) -> np.ndarray:
-        return self.spec.decision_function(self.params, self.input_map.apply(X))
+        """Logits per row (the recalibrated probabilities' log-odds / logs when recalibrated)."""
+        if self.recalibration is None:
+            return self.spec.decision_function(self.params, self.input_map.apply(X))
+        with np.errstate(divide="ignore"):
+            P = self.predict_proba(X)
+            return np.log(P) - np.log1p(-P) if P.ndim == 1 else np.log(P)
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         """P(y = 1 | x) per row (two classes), else (n, K) class probabilities."""
-        f = self.decision_function(X)
-        return sigmoid(f) if self.spec.n_outputs == 1 else softmax(f)
+        f = self.spec.decision_function(self.params, self.input_map.apply(X))
+        P = sigmoid(f) if self.spec.n_outputs == 1 else softmax(f)
+        return P if self.recalibration is None else self.recalibration.apply(P)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         s = self.spec
@@ -296,7 +316,7 @@ class NetworkModel:
             "shape": np.array([s.n_features, s.hidden, s.n_classes], dtype=np.int64),
             "input_shift": np.asarray(self.input_map.shift),
             "input_scale": np.asarray(self.input_map.scale),
-        }
+        } | ({} if self.recalibration is None else {"recalibration": self.recalibration.to_array()})
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray]) -> NetworkModel:
@@ -304,4 +324,6 @@ class NetworkModel:
         kind = _KINDS[int(arrays["kind"])]
         spec = NetworkSpec(kind=kind, n_features=d, hidden=h, n_classes=k[0] if k else 2)
         imap = InputMap(arrays["input_shift"], arrays["input_scale"])
-        return cls(spec, np.asarray(arrays["params"], dtype=np.float64), imap)
+        recal = arrays.get("recalibration")
+        recal = None if recal is None else LinearRecalibration.from_array(recal)
+        return cls(spec, np.asarray(arrays["params"], dtype=np.float64), imap, recal)

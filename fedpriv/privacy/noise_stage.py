@@ -38,6 +38,27 @@ from fedpriv.privacy.randomness import check_private
 from fedpriv.privacy.range_guard import check_release, noise_margin
 
 
+def certified_gaussian(*, epsilon: float, delta: float, l2_sensitivity: float) -> GaussianMechanism:
+    """One Gaussian release at (ε, δ), at any ε.
+
+    The analytic Gaussian (Balle & Wang 2018), widened if the ledger's
+    pessimistic PLD puts it a hair above ε (fitted on 1/z, so no PLD search
+    over tiny z is needed at huge ε).
+    """
+    from fedpriv.privacy.calibration import largest_certified
+
+    z0 = GaussianMechanism.for_budget(
+        epsilon=epsilon, delta=delta, l2_sensitivity=l2_sensitivity
+    ).noise_multiplier
+    inv_z = largest_certified(
+        lambda x: [(dp_event.GaussianDpEvent(1.0 / x), 1)],
+        epsilon=epsilon,
+        delta=delta,
+        upper=1.0 / z0,
+    )
+    return GaussianMechanism(l2_sensitivity=l2_sensitivity, noise_multiplier=1.0 / inv_z)
+
+
 def budget_of(ledger: PrivacyLedger | None) -> PrivacyBudget | None:
     """The (ε, δ) a strategy must meet: its ledger's, or ``None`` for a non-private run
     (no ledger, or a ledger whose ε is infinite)."""
@@ -115,6 +136,32 @@ class GaussianRounds:
         )
         ledger.reserve(event, rounds)
         return cls(ledger, mechanism, event, sampling_rate, rounds, rng, sum_bound)
+
+    @classmethod
+    def single(
+        cls,
+        ledger: PrivacyLedger | None,
+        *,
+        l2_sensitivity: float,
+        rng: np.random.Generator,
+        share: float,
+        sum_bound: float | None = None,
+    ) -> GaussianRounds | None:
+        """One release of every record at ``share``·(ε, δ) (:func:`certified_gaussian`),
+        reserved now. ``None`` without a ledger (the non-private reference)."""
+        budget = budget_of(ledger)
+        if budget is None:
+            return None
+        if not 0 < share <= 1:
+            raise ValueError(f"share must lie in (0, 1]; got {share!r}")
+        check_private("rng", rng)
+        mechanism = certified_gaussian(
+            epsilon=share * budget.epsilon,
+            delta=share * budget.delta,
+            l2_sensitivity=l2_sensitivity,
+        )
+        ledger.reserve(mechanism.dp_event, 1)
+        return cls(ledger, mechanism, mechanism.dp_event, 1.0, 1, rng, sum_bound)
 
     def release(self, aggregate: np.ndarray, *, label: str) -> np.ndarray:
         """The noisy ``aggregate``, recorded in the ledger as one round's event.

@@ -13,7 +13,13 @@ from fedpriv.models.lumberjack import FeatureSpace
 from fedpriv.models.trees import route
 from fedpriv.privacy import BoundedRangeDpEvent, chi_square_selection_test
 from server.estimators import DPRandomForestClassifier
-from strategies.random_forest import RandomForestConfig, RandomForestStrategy, random_complete_tree
+from strategies.random_forest import (
+    MAX_AUTO_DEPTH,
+    RandomForestConfig,
+    RandomForestStrategy,
+    auto_depth,
+    random_complete_tree,
+)
 from tests.keys import key_for, private_rng
 
 
@@ -122,7 +128,28 @@ def test_non_private_and_validation(heart):
     clf = _fit(heart, epsilon=math.inf, trees=30, depth=6)
     X, y = heart.xy("test")
     assert np.mean(clf.predict(X) == y) > 0.7
-    with pytest.raises(ValueError, match=r"depth must lie in \[1, 16\]"):
+    with pytest.raises(ValueError, match=r"depth must be 0 \(automatic\) or lie in \[1, 16\]"):
         RandomForestConfig(depth=20)
     with pytest.raises(ValueError, match="mode must be one of"):
         RandomForestConfig(mode="bootstrap")
+
+
+def test_auto_depth_keeps_two_noise_stds_and_32_records_in_an_expected_leaf():
+    # n / 2^D ≥ max(2σ, 32): 3,072 rows, σ = 31 → 62 per leaf → D = 5 (96 ≥ 62 > 48).
+    assert auto_depth(3072, 31.0) == 5
+    assert auto_depth(3072, 0.0) == 6  # no noise: the 32-record floor (48 ≥ 32 > 24)
+    assert auto_depth(10**9, 0.0) == MAX_AUTO_DEPTH
+    assert auto_depth(10, 100.0) == 1  # never below one split
+    with pytest.raises(ValueError, match="records > 0"):
+        auto_depth(0, 1.0)
+
+
+@pytest.mark.parametrize("eps", [0.5, 8.0])
+def test_the_default_depth_follows_the_public_count_and_the_calibrated_noise(heart, eps):
+    clf = _fit(heart, depth=0, epsilon=eps)
+    sigma = clf.noise_multiplier_ * math.sqrt(6)  # Gaussian leaves; 6 trees see every row
+    depth = auto_depth(clf.context_.n_records, sigma)
+    assert {t.feature.size for t in clf.model_.trees} == {2**depth - 1}
+    # Heart's 391 training rows: 3 levels at either ε (σ = 19.7: 40 per leaf; σ = 1.6: 32).
+    assert depth == 3
+    assert RandomForestConfig().depth == 0

@@ -1,0 +1,68 @@
+"""A last round that recalibrates a released model's probabilities: the server half.
+
+The query carries the released model; every client returns
+:func:`fedpriv.models.recalibration.record_sums` of its rows under it (all
+records, once); the server releases the sum with Gaussian noise of
+sensitivity :data:`~fedpriv.models.recalibration.SENSITIVITY`, calibrated
+for ``share``·(ε, δ) and reserved before any noise is drawn
+(:meth:`~fedpriv.privacy.noise_stage.GaussianRounds.single`), and fits the
+Brier-optimal affine map (:func:`fedpriv.models.recalibration.fit`, post-
+processing). The learner's other releases take the rest of the budget; the
+run's ledger composes them all.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedpriv.federation.protocol import Query
+from fedpriv.models import recalibration as maths
+from fedpriv.privacy.ledger import PrivacyLedger
+from fedpriv.privacy.noise_stage import GaussianRounds
+from fedpriv.privacy.range_guard import sum_bound
+
+
+class LinearRecalibrationRound:
+    """One round of :mod:`fedpriv.models.recalibration` at the end of a run.
+
+    ``n_records``: the public record count N (also the honest sums' range
+    bound); ``n_classes``: the public label set's size.
+    """
+
+    def __init__(self, *, n_classes: int, n_records: int, share: float) -> None:
+        self.n_classes = n_classes
+        self.n_records = n_records
+        self.share = share
+        self.noise: GaussianRounds | None = None
+        self.map_: maths.LinearRecalibration | None = None
+
+    def plan(self, ledger: PrivacyLedger | None, *, rng: np.random.Generator) -> None:
+        """Calibrate for ``share``·(ε, δ) and reserve (no ledger: exact sums)."""
+        self.noise = GaussianRounds.single(
+            ledger,
+            share=self.share,
+            l2_sensitivity=maths.SENSITIVITY,
+            rng=rng,
+            sum_bound=sum_bound(maths.SENSITIVITY, self.n_records),
+        )
+
+    def query(self, *, round: int, method: str, arrays: dict, config: dict) -> Query:
+        """The round's query: the released model's ``arrays`` and the method's ``config``."""
+        return Query(
+            round=round,
+            method=method,
+            sampling_rate=1.0,  # every record, once
+            reply_length=maths.reply_length(self.n_classes),
+            record_bound=maths.SENSITIVITY,
+            arrays=arrays,
+            config={**config, "kind": maths.STAGE, "n_classes": self.n_classes},
+        )
+
+    def update(self, aggregate: np.ndarray, *, label: str) -> maths.LinearRecalibration:
+        """Release the summed reply and fit the map."""
+        total, std = np.asarray(aggregate, dtype=np.float64), 0.0
+        if self.noise is not None:
+            total = self.noise.release(total, label=label)
+            std = self.noise.noise_multiplier * maths.SENSITIVITY
+        self.map_ = maths.fit(total, self.n_records, std)
+        return self.map_
