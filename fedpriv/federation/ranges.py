@@ -50,6 +50,7 @@ METHOD_RANGES: dict[str, dict[str, str]] = {
         "clip-norm": "(0, inf)",
         "centre-share": "[0, 1)",
         "recalibrate-share": "[0, 1 − centre-share)",
+        "recalibration": "auto | bias | linear",
     },
     "lumberjack": {
         "trees": "[1, inf)",
@@ -58,8 +59,9 @@ METHOD_RANGES: dict[str, dict[str, str]] = {
         "gate": "[0, inf)",
         "stage-height": "[1, 10]",
         "max-frontier": "[1, inf)",
+        "recalibrate-share": "[0, 1)",
     },
-    "random_forest": {"trees": "[1, inf)", "depth": "[1, 16]"},
+    "random_forest": {"trees": "[1, inf)", "depth": "[0, 16] (0: automatic)"},
     "dp_gam": {
         "rounds": "[2, inf)",
         "bins": "[2, 256]",
