@@ -74,6 +74,7 @@ METHOD_RANGES: dict[str, dict[str, str]] = {
         "interaction-candidates": "[2, inf)",
         "interaction-bins": "[2, 256]",
         "column-order": "cyclic | gain",
+        "smooth": "[0, inf) (bins)",
     },
 }
 METHOD_RANGES["mlp"] = {**METHOD_RANGES["logistic"], "hidden": "[1, inf)"}

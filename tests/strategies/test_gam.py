@@ -6,7 +6,8 @@ from dp_accounting import dp_event
 
 from clients.gam import GAMClient
 from fedpriv.federation.protocol import ClientData
-from fedpriv.models.gam import INTERCEPT_SENSITIVITY, L2_SENSITIVITY, newton_bin_updates
+from fedpriv.models.gam import INTERCEPT_SENSITIVITY, L2_SENSITIVITY, Terms, newton_bin_updates
+from fedpriv.models.gam_smooth import smoothing_matrix
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger, calibrate_gaussian_noise_multiplier
 from fedpriv.privacy.ledger import PrivacyBudgetExceededError
 from strategies.gam import DPGAMStrategy, GAMConfig
@@ -145,3 +146,28 @@ def test_gain_order_revisits_the_informative_column_and_cyclic_never_does():
     assert later.count(0) >= 4 and later.count(0) > max(later.count(1), later.count(2))
     with pytest.raises(ValueError, match="column_order must be one of"):
         GAMConfig(column_order="random")
+
+
+def test_smoothing_acts_on_a_numeric_terms_value_bins_only():
+    # Term 0: numeric, 4 value bins and a missing-value bin (feature 2 its indicator);
+    # term 1: binary (feature 1 cut at ½).
+    terms = Terms([0, 1], [0, 0], [2, -1], [True, False], ([0.25, 0.5, 0.75], [0.5]))
+    strategy = DPGAMStrategy(GAMConfig(rounds=2, quantile_bins=False, smooth=2.0), terms=terms)
+    strategy.begin(
+        n_features=3, ledger=None, rng=np.random.default_rng(0), secret_rng=private_rng(0)
+    )
+    g, h = np.array([5.0, -2.0, 1.0, 3.0, 9.0]), np.array([4.0, 6.0, 5.0, 7.0, 2.0])
+    # Noise far above the bin-to-bin differences: the widest kernel; none: as released.
+    gs, hs = strategy.smooth(0, g, h, sigma=1e4)
+    W = smoothing_matrix(4, 2.0)
+    np.testing.assert_allclose(gs, np.append(W @ g[:4], 9.0), rtol=1e-12)
+    np.testing.assert_allclose(hs, np.append(W @ h[:4], 2.0), rtol=1e-12)
+    np.testing.assert_array_equal(strategy.smooth(0, g, h, sigma=0.0)[0], g)
+    g2, h2 = np.array([1.0, -3.0]), np.array([2.0, 5.0])
+    out = strategy.smooth(1, g2, h2, sigma=1e4)  # a binary term: as released
+    assert out[0] is g2 and out[1] is h2
+    off = DPGAMStrategy(GAMConfig(smooth=0.0), terms=terms)
+    off.begin(n_features=3, ledger=None, rng=np.random.default_rng(0), secret_rng=private_rng(0))
+    assert off.smooth(0, g, h, sigma=1e4)[0] is g
+    with pytest.raises(ValueError, match=r"smooth must lie in \[0, inf\) bins; got -1"):
+        GAMConfig(smooth=-1.0)
