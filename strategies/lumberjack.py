@@ -301,7 +301,10 @@ class LumberjackStrategy:
             raise RuntimeError("a Lumberjack round cannot be skipped (it was aborted)")
         heights = self.config.heights
         if self._t > len(heights):
-            fitted = self._recal.update(aggregate, label="recalibration sums")
+            # A row's own label is in one leaf per tree: the forest's effective
+            # degrees of freedom are about its leaves per tree (public structure).
+            dof = float(np.mean([tree.is_leaf.sum() for tree in self._trees]))
+            fitted = self._recal.update(aggregate, label="recalibration sums", dof=dof)
             self._model = dataclasses.replace(self._model, recalibration=fitted)
             self._t += 1
             return

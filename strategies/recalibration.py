@@ -58,11 +58,14 @@ class LinearRecalibrationRound:
             config={**config, "kind": maths.STAGE, "n_classes": self.n_classes},
         )
 
-    def update(self, aggregate: np.ndarray, *, label: str) -> maths.LinearRecalibration:
-        """Release the summed reply and fit the map."""
+    def update(
+        self, aggregate: np.ndarray, *, label: str, dof: float = 0.0
+    ) -> maths.LinearRecalibration:
+        """Release the summed reply and fit the map (``dof``: the model's effective
+        degrees of freedom, :func:`fedpriv.models.recalibration.fit`; public)."""
         total, std = np.asarray(aggregate, dtype=np.float64), 0.0
         if self.noise is not None:
             total = self.noise.release(total, label=label)
             std = self.noise.noise_multiplier * maths.SENSITIVITY
-        self.map_ = maths.fit(total, self.n_records, std)
+        self.map_ = maths.fit(total, self.n_records, std, dof)
         return self.map_

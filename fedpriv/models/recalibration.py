@@ -161,22 +161,32 @@ def _on_simplex(v: np.ndarray) -> np.ndarray:
     return v / v.sum()
 
 
-def fit(released: np.ndarray, n_records: float, noise_std: float = 0.0) -> LinearRecalibration:
+def fit(
+    released: np.ndarray, n_records: float, noise_std: float = 0.0, dof: float = 0.0
+) -> LinearRecalibration:
     """The map from a released :func:`record_sums` total (post-processing).
 
     ``n_records``: the public record count N behind the sums; ``noise_std``: the
     noise std σ on each released coordinate (0 for exact sums), which sets the
-    ridge λ = 2σ/N (module docstring).
+    ridge λ = 2σ/N (module docstring); ``dof``: the model's effective degrees
+    of freedom on its own training rows, Σ_i ∂p_i/∂e_i (a forest: about its
+    leaves per tree). The sums are in-sample, and a row's own label moves its
+    prediction, so the in-sample covariance overstates the out-of-sample one
+    by Σ_c ȳ_c(1 − ȳ_c)·dof/N (Efron 2004, "The estimation of prediction
+    error", eq. 2.11, the covariance penalty); it is subtracted.
     """
     s = np.asarray(released, dtype=np.float64).reshape(-1)
     C = (s.size - 2) // 2
     if s.size != 2 * C + 2 or C < 2:
         raise ValueError(f"a release holds 2C + 2 floats with C ≥ 2; got {s.size}")
-    if not (n_records > 0 and noise_std >= 0):
-        raise ValueError(f"need n_records > 0 and noise_std ≥ 0; got {n_records}, {noise_std}")
+    if not (n_records > 0 and noise_std >= 0 and dof >= 0):
+        raise ValueError(
+            f"need n_records > 0, noise_std ≥ 0 and dof ≥ 0; got {n_records}, {noise_std}, {dof}"
+        )
     rates = _on_simplex(s[:C] / n_records)
     mean = _on_simplex(s[C : 2 * C] / n_records)
-    cov = s[2 * C] / n_records - float(rates @ mean)
+    optimism = float(rates @ (1 - rates)) * dof / n_records
+    cov = s[2 * C] / n_records - float(rates @ mean) - optimism
     ridge = 2.0 * noise_std / n_records
     var = max(s[2 * C + 1] / n_records - float(mean @ mean), 0.0) + ridge
     slope = cov / var if var > 0 and np.isfinite(cov / var) else 0.0

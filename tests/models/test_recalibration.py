@@ -126,3 +126,27 @@ def test_round_trip_and_validation():
         R.fit(np.zeros(5), 10)
     with pytest.raises(ValueError, match="labels"):
         R.record_sums(np.array([0.5, 0.5]), np.array([1]))
+
+
+def test_the_covariance_penalty_takes_the_models_own_labels_out_of_the_slope():
+    # A model that memorised its rows (a leaf per record: p = e) looks perfectly
+    # calibrated in sample; with dof = N degrees of freedom the whole covariance is
+    # optimism (Efron 2004, eq. 2.11) and the slope falls to its floor.
+    rng = np.random.default_rng(5)
+    n = 2000
+    codes = (rng.random(n) < 0.3).astype(int)
+    memorised = codes.astype(float)
+    sums = R.record_sums(memorised, codes)
+    assert R.fit(sums, n).slope == pytest.approx(1.0)
+    assert R.fit(sums, n, dof=n).slope == R.MIN_SLOPE
+    # In between, the covariance drops by Σ_c ȳ_c(1 − ȳ_c)·dof/N exactly.
+    P = _probabilities(rng, n, 2, 1.0)
+    codes = (rng.random(n) < P).astype(int)  # calibrated: the slope is near 1, unclipped
+    sums = R.record_sums(P, codes)
+    a, b = R.fit(sums, n), R.fit(sums, n, dof=50.0)
+    assert R.MIN_SLOPE < b.slope < a.slope < 1.5
+    rates = a.rates
+    var = sums[5] / n - float(a.mean @ a.mean)
+    assert (a.slope - b.slope) * var == pytest.approx(float(rates @ (1 - rates)) * 50.0 / n)
+    with pytest.raises(ValueError, match="dof ≥ 0"):
+        R.fit(sums, n, dof=-1.0)
