@@ -380,6 +380,18 @@ class DPSGDStrategy:
                 arrays={"input_shift": self._map.shift, "input_scale": self._map.scale},
                 config={"stage": CENTRE, "clip_norm": self.row_bound},
             )
+        # θ is replaced (never modified in place) by each step, so a query may hold it.
+        arrays = {
+            "params": self._params,
+            "input_shift": self._map.shift,
+            "input_scale": self._map.scale,
+        }
+        model = {
+            "model": self._model_name,
+            "hidden": self.spec.hidden,
+            "n_classes": self.n_classes,
+            "clip_norm": cfg.clip_norm,
+        }
         if self._recal and t >= cfg.rounds - recal.ROUNDS:
             stage = self._recal_rounds
             return Query(
@@ -388,18 +400,8 @@ class DPSGDStrategy:
                 sampling_rate=1.0,  # every record
                 reply_length=stage.reply_length,
                 record_bound=stage.sensitivity,
-                arrays={
-                    "params": self._params,
-                    "input_shift": self._map.shift,
-                    "input_scale": self._map.scale,
-                },
-                config={
-                    "stage": stage.stage,
-                    "model": self._model_name,
-                    "hidden": self.spec.hidden,
-                    "n_classes": self.n_classes,
-                    "clip_norm": cfg.clip_norm,
-                },
+                arrays=arrays,
+                config={"stage": stage.stage, **model},
             )
         return Query(
             round=t,
@@ -408,20 +410,8 @@ class DPSGDStrategy:
             reply_length=self.spec.n_params,
             # One record moves any coordinate of a reply by at most √(C² + B²).
             record_bound=self.sensitivity,
-            # θ is replaced (never modified in place) by each step, so the query may hold it.
-            arrays={
-                "params": self._params,
-                "input_shift": self._map.shift,
-                "input_scale": self._map.scale,
-            },
-            config={
-                "model": self._model_name,
-                "hidden": self.spec.hidden,
-                "n_classes": self.n_classes,
-                "clip_norm": cfg.clip_norm,
-                "bias_bound": self.bias_bound,
-                "backend": cfg.backend,
-            },
+            arrays=arrays,
+            config={**model, "bias_bound": self.bias_bound, "backend": cfg.backend},
         )
 
     def update(self, query: Query, aggregate: np.ndarray | None) -> None:

@@ -40,6 +40,7 @@ from fedpriv.options import Recalibration
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.noise_stage import GaussianRounds
 from fedpriv.privacy.range_guard import sum_bound
+from strategies.recalibration import LinearRecalibrationRound
 
 #: ``auto`` turns ``linear`` at this noise walk (module docstring).
 WALK_LIMIT = 0.3
@@ -68,29 +69,34 @@ class RecalibrationRounds:
         self.spec = spec
         self.n_records = n_records  # ρ·n: public, the steps' denominator
         self.noise: GaussianRounds | None = None
-        self.map: linear_recal.LinearRecalibration | None = None
-        self._totals: list[np.ndarray] = []
+        # ``linear``: the shared release and fit of the affine map.
+        self._map = (
+            LinearRecalibrationRound(n_classes=spec.n_classes, n_records=n_records)
+            if self.mode is Recalibration.LINEAR
+            else None
+        )
 
     @property
-    def linear(self) -> bool:
-        return self.mode is Recalibration.LINEAR
+    def map(self) -> linear_recal.LinearRecalibration | None:
+        """The fitted affine map (``linear``, once a round is in), else ``None``."""
+        return None if self._map is None else self._map.map_
 
     @property
     def stage(self) -> str:
-        return recal.LINEAR if self.linear else recal.RECALIBRATE
+        return recal.RECALIBRATE if self._map is None else recal.LINEAR
 
     @property
     def sensitivity(self) -> float:
         """L2 sensitivity of one reply."""
-        if self.linear:
-            return linear_recal.SENSITIVITY
-        return recal.sensitivity(self.spec.n_outputs)
+        if self._map is None:
+            return recal.sensitivity(self.spec.n_outputs)
+        return self._map.sensitivity
 
     @property
     def reply_length(self) -> int:
-        if self.linear:
-            return linear_recal.reply_length(self.spec.n_classes)
-        return recal.reply_length(self.spec.n_outputs)
+        if self._map is None:
+            return recal.reply_length(self.spec.n_outputs)
+        return self._map.reply_length
 
     def plan(self, ledger: PrivacyLedger | None, *, share: float, n_bound: int, **plan) -> None:
         """Calibrate and reserve the rounds' noise (``None`` ledger: exact sums)."""
@@ -103,19 +109,18 @@ class RecalibrationRounds:
             sum_bound=sum_bound(self.sensitivity, n_bound),
             **plan,
         )
+        if self._map is not None:
+            self._map.noise = self.noise
 
     def update(self, t: int, aggregate: np.ndarray, params: np.ndarray) -> np.ndarray:
         """Release round ``t``'s sum; the parameters after it (``bias``: shifted)."""
+        label = f"round {t}: recalibration sums"
+        if self._map is not None:
+            self._map.update(aggregate, label=label)
+            return params
         total, std = aggregate, 0.0
         if self.noise is not None:
-            total = self.noise.release(aggregate, label=f"round {t}: recalibration sums")
+            total = self.noise.release(aggregate, label=label)
             std = self.noise.noise_multiplier * self.sensitivity
-        if self.linear:
-            self._totals.append(total)
-            k = len(self._totals)
-            self.map = linear_recal.fit(
-                np.mean(self._totals, axis=0), self.n_records, std / math.sqrt(k)
-            )
-            return params
         shift = recal.bias_shift(total, self.n_records, self.spec.n_outputs, noise_std=std)
         return recal.shift_output_bias(self.spec, params, shift)

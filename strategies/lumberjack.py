@@ -148,13 +148,18 @@ class LumberjackStrategy:
         # (ε, δ) are the ledger's; no ledger: the non-private reference.
         self._budget = budget = budget_of(ledger)
         self._recal = None
+        if cfg.recalibrate_share > 0:
+            if self.n_records is None:
+                raise ValueError(
+                    "recalibrate_share > 0 needs the public record count (n_records); "
+                    "set recalibrate_share = 0 without it"
+                )
+            self._recal = LinearRecalibrationRound(
+                n_classes=self.n_classes, n_records=self.n_records, share=cfg.recalibrate_share
+            )
         if budget is None:
             self.caps_ = self._caps(None)
             self._events = []
-            if cfg.recalibrate_share > 0 and self.n_records is not None:
-                self._recal = LinearRecalibrationRound(
-                    n_classes=self.n_classes, n_records=self.n_records, share=1.0
-                )
             return
         share = 1.0 - cfg.recalibrate_share  # the rest: the recalibration round's
         eps, delta = share * budget.epsilon, share * budget.delta
@@ -188,18 +193,7 @@ class LumberjackStrategy:
         self._events = [(structure, "structure (sparse threshold)"), (leaf, "leaf labels")]
         ledger.reserve(structure, 1)
         ledger.reserve(leaf, cfg.trees)
-        self._recal = None
-        if cfg.recalibrate_share > 0:
-            if self.n_records is None:
-                raise ValueError(
-                    "recalibrate_share > 0 needs the public record count (n_records); "
-                    "set recalibrate_share = 0 without it"
-                )
-            self._recal = LinearRecalibrationRound(
-                n_classes=self.n_classes,
-                n_records=self.n_records,
-                share=cfg.recalibrate_share,
-            )
+        if self._recal is not None:
             self._recal.plan(ledger, rng=self._secret_rng)
 
     def _caps(self, mech) -> GrowthCaps:
@@ -234,11 +228,9 @@ class LumberjackStrategy:
         if t == len(heights):
             return self._leaf_query(t)
         if t == len(heights) + 1 and self._recal is not None:
-            arrays = {  # numeric for every transport
-                k: v.astype(np.uint8) if v.dtype == bool else v
-                for k, v in self._model.to_arrays().items()
-            }
-            return self._recal.query(round=t, method=METHOD, arrays=arrays, config={})
+            return self._recal.query(
+                round=t, method=METHOD, arrays=self._model.to_arrays(), config={}
+            )
         return None
 
     def _stage_query(self, t: int, height: int) -> Query:

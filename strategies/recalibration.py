@@ -13,6 +13,8 @@ run's ledger composes them all.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from fedpriv.federation.protocol import Query
@@ -23,18 +25,30 @@ from fedpriv.privacy.range_guard import sum_bound
 
 
 class LinearRecalibrationRound:
-    """One round of :mod:`fedpriv.models.recalibration` at the end of a run.
+    """The release and fit of :mod:`fedpriv.models.recalibration` at the end of a run.
 
-    ``n_records``: the public record count N (also the honest sums' range
-    bound); ``n_classes``: the public label set's size.
+    ``n_records``: the public record count N behind the sums (also the honest
+    sums' range bound); ``n_classes``: the public label set's size. One round
+    by default (:meth:`plan`); a learner that plans its own noise for several
+    rounds under one model (DP-SGD's ``linear`` recalibration) sets
+    :attr:`noise` instead, and the map is fitted on the mean of the releases,
+    whose noise std is σ/√k (k Gaussian releases of one statistic compose to
+    exactly one at z/√k).
     """
 
-    def __init__(self, *, n_classes: int, n_records: int, share: float) -> None:
+    sensitivity = maths.SENSITIVITY
+
+    def __init__(self, *, n_classes: int, n_records: float, share: float = 1.0) -> None:
         self.n_classes = n_classes
         self.n_records = n_records
         self.share = share
         self.noise: GaussianRounds | None = None
         self.map_: maths.LinearRecalibration | None = None
+        self._totals: list[np.ndarray] = []
+
+    @property
+    def reply_length(self) -> int:
+        return maths.reply_length(self.n_classes)
 
     def plan(self, ledger: PrivacyLedger | None, *, rng: np.random.Generator) -> None:
         """Calibrate for ``share``·(ε, δ) and reserve (no ledger: exact sums)."""
@@ -52,8 +66,8 @@ class LinearRecalibrationRound:
             round=round,
             method=method,
             sampling_rate=1.0,  # every record, once
-            reply_length=maths.reply_length(self.n_classes),
-            record_bound=maths.SENSITIVITY,
+            reply_length=self.reply_length,
+            record_bound=self.sensitivity,
             arrays=arrays,
             config={**config, "kind": maths.STAGE, "n_classes": self.n_classes},
         )
@@ -61,11 +75,15 @@ class LinearRecalibrationRound:
     def update(
         self, aggregate: np.ndarray, *, label: str, dof: float = 0.0
     ) -> maths.LinearRecalibration:
-        """Release the summed reply and fit the map (``dof``: the model's effective
-        degrees of freedom, :func:`fedpriv.models.recalibration.fit`; public)."""
+        """Release the summed reply and fit the map on every release so far (``dof``:
+        the model's effective degrees of freedom, :func:`fedpriv.models.recalibration.fit`;
+        public)."""
         total, std = np.asarray(aggregate, dtype=np.float64), 0.0
         if self.noise is not None:
             total = self.noise.release(total, label=label)
-            std = self.noise.noise_multiplier * maths.SENSITIVITY
-        self.map_ = maths.fit(total, self.n_records, std, dof)
+            std = self.noise.noise_multiplier * self.sensitivity
+        self._totals.append(total)
+        k = len(self._totals)
+        mean = np.mean(self._totals, axis=0)
+        self.map_ = maths.fit(mean, self.n_records, std / math.sqrt(k), dof)
         return self.map_

@@ -162,7 +162,8 @@ class ForestModel:
             "left": cat("left"),
             "right": cat("right"),
             "leaf_scores": np.concatenate(self.leaf_scores),
-            "pooled": np.array([self.pooled]),
+            # Numeric, so every transport (Flower's Array, np.savez) carries it.
+            "pooled": np.array([self.pooled], dtype=np.uint8),
         } | ({} if self.recalibration is None else {"recalibration": self.recalibration.to_array()})
 
     @classmethod

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 from dp_accounting import dp_event
 
+from fedpriv.privacy.calibration import largest_certified
 from fedpriv.privacy.ledger import PrivacyBudget, PrivacyLedger
 from fedpriv.privacy.mechanisms import GaussianMechanism
 from fedpriv.privacy.participation import (
@@ -45,8 +46,6 @@ def certified_gaussian(*, epsilon: float, delta: float, l2_sensitivity: float) -
     pessimistic PLD puts it a hair above ε (fitted on 1/z, so no PLD search
     over tiny z is needed at huge ε).
     """
-    from fedpriv.privacy.calibration import largest_certified
-
     z0 = GaussianMechanism.for_budget(
         epsilon=epsilon, delta=delta, l2_sensitivity=l2_sensitivity
     ).noise_multiplier

@@ -6,13 +6,15 @@ from sklearn.metrics import brier_score_loss
 
 from clients.lumberjack import LumberjackClient
 from fedpriv.data import load_synthetic
-from fedpriv.federation.protocol import ClientData
+from fedpriv.federation.protocol import ClientData, Query
 from fedpriv.models import recalibration as maths
+from fedpriv.models.lumberjack import FeatureSpace
+from fedpriv.privacy.ledger import PrivacyBudget, PrivacyLedger
 from fedpriv.records import class_codes
 from server.estimators import LumberjackClassifier
 from server.method_estimator import MethodEstimator
-from strategies.lumberjack import LumberjackConfig
-from tests.keys import key_for
+from strategies.lumberjack import LumberjackConfig, LumberjackStrategy
+from tests.keys import key_for, private_rng
 
 
 @pytest.fixture(scope="module")
@@ -50,12 +52,8 @@ def test_the_round_releases_the_maps_sums_and_the_model_carries_the_map(data, tm
 def test_a_client_answers_with_the_clipped_sums_of_the_released_forest(data):
     clf = _fit(data)
     forest = clf.model_
-    arrays = {
-        k: v.astype(np.uint8) if v.dtype == bool else v for k, v in forest.to_arrays().items()
-    }
+    arrays = forest.to_arrays()
     X, y = data.X[:200], data.y[:200]
-    from fedpriv.federation.protocol import Query
-
     q = Query(
         round=3,
         method="lumberjack",
@@ -73,11 +71,6 @@ def test_a_client_answers_with_the_clipped_sums_of_the_released_forest(data):
 
 
 def test_recalibration_needs_the_public_record_count():
-    from fedpriv.models.lumberjack import FeatureSpace
-    from fedpriv.privacy.ledger import PrivacyBudget, PrivacyLedger
-    from strategies.lumberjack import LumberjackStrategy
-    from tests.keys import private_rng
-
     s = LumberjackStrategy(
         LumberjackConfig(trees=2, depth=7, recalibrate_share=0.1),
         space=FeatureSpace(np.ones(3, dtype=bool)),
