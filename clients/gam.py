@@ -7,7 +7,10 @@ positive, by every numeric term's counts on that many equal cells of [0, 1]
 "term"``): it scores all its rows with the released model in the query and
 returns the per-bin ``[Σg | Σh]`` of the query's term, g and h clipped to
 the bounds the server's sensitivity assumes (:func:`fedpriv.models.gam.bin_sums`;
-a softmax model's: :func:`fedpriv.models.gam_softmax.softmax_bin_sums`). The
+a softmax model's: :func:`fedpriv.models.gam_softmax.softmax_bin_sums`). A
+group round (``phase = "group"``) returns the binary terms' positive-bin sums,
+each record's share scaled to count fully in at most ``sparsity`` of them
+(:func:`fedpriv.models.gam_group.group_sums`). The
 pair stage's rounds (``phase = "select"``: every candidate pair's per-cell
 sums, concatenated; ``phase = "pair"``: one kept pair's) are scored the same
 way, a record's cell standing for its bin.
@@ -33,6 +36,7 @@ from fedpriv.models.gam import (
     fine_histograms,
     intercept_sums,
 )
+from fedpriv.models.gam_group import binary_terms, group_sums
 from fedpriv.models.gam_pairs import pairs_from_arrays
 from fedpriv.models.gam_softmax import softmax_bin_sums, softmax_intercept_sums
 from fedpriv.privacy.randomness import SecretKey
@@ -77,6 +81,18 @@ class GAMClient:
                 terms = Terms.from_arrays(dict(query.arrays))
                 terms.check_features(data.XT.shape[0])
                 out = np.concatenate([out, fine_histograms(terms, data.XT, grid)])
+        elif phase == "group":
+            arrays = dict(query.arrays)
+            model = GAMModel.from_arrays(arrays)
+            group = np.asarray(arrays["group"], dtype=np.int64)
+            if model.n_classes != 2 or not set(group.tolist()) <= set(
+                binary_terms(model.terms).tolist()
+            ):
+                raise ValueError("a group round needs two classes and binary terms only")
+            bins = self._bins(model.terms, data, state)
+            out = group_sums(
+                model.margins(bins), data.y, bins[group] == 1, int(query.config["sparsity"])
+            )
         elif phase in ("term", "pair", "select"):
             arrays = dict(query.arrays)
             model = GAMModel.from_arrays(arrays)
@@ -100,7 +116,8 @@ class GAMClient:
                 )
         else:
             raise ValueError(
-                f"phase must be one of ['intercept', 'term', 'pair', 'select']; got {phase!r}"
+                f"phase must be one of ['intercept', 'term', 'group', 'pair', 'select']; "
+                f"got {phase!r}"
             )
         if out.size != query.reply_length:
             raise ValueError(

@@ -14,6 +14,8 @@ Usage::
     python -m experiments.gam_check --keys 5 --learners dp_gam
     python -m experiments.gam_check --grid rounds=29,43 lam=2.5,5 --cells adult:0.5
     python -m experiments.gam_check --keys 5 --cells adult:0.5,adult:2 --grid interactions=0,3
+    python -m experiments.gam_check --bench --keys 20 --cells diabetes130:0.5 \
+        --grid binary_group=0,4 bins=8 lam=20 rounds=40 column_order=gain
 """
 
 from __future__ import annotations
@@ -80,10 +82,22 @@ def base_rate_brier(data) -> float:
     )
 
 
-def run_cell(data, learner, epsilon, keys, **settings) -> dict:
+def bench_score(name: str, learner: str, epsilon: float, seed: int, **settings):
+    """Test AUC and Brier of the matched benchmark's cell (train + val → test, its
+    partition and its key for ``seed``): :func:`experiments.bench.cells.fit_cell`."""
+    from experiments.bench.cells import Cell, fit_cell
+
+    cell = Cell.make("fit", name, learner, settings, epsilon=epsilon, delta=1e-5, seed=seed)
+    out = fit_cell(cell)
+    return out["auc"], out["brier"]
+
+
+def run_cell(data, learner, epsilon, keys, bench=False, **settings) -> dict:
     t0 = time.perf_counter()
     rows = [
-        score(
+        bench_score(data.name, learner, epsilon, k, **settings)
+        if bench
+        else score(
             data,
             learner,
             epsilon,
@@ -126,6 +140,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--learners", default=",".join(LEARNERS))
     ap.add_argument("--cells", default="", help="dataset:epsilon,... (default: the report's)")
     ap.add_argument("--grid", nargs="*", default=[], help="dp_gam settings: key=v1,v2 ...")
+    ap.add_argument(
+        "--bench",
+        action="store_true",
+        help="fit the matched benchmark's cells (its split and keys, seeds 0..keys-1)",
+    )
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     cells = [(d, e, None) for d, e in (c.split(":") for c in args.cells.split(",") if c)]
@@ -142,7 +161,7 @@ def main(argv: list[str] | None = None) -> None:
             else [(lr, {}) for lr in args.learners.split(",")]
         )
         for learner, settings in runs:
-            r = run_cell(data, learner, eps, args.keys, **settings)
+            r = run_cell(data, learner, eps, args.keys, args.bench, **settings)
             text = ",".join(f"{k}={v}" for k, v in settings.items()) or "defaults"
             tgt = "" if target is None or learner != "dp_gam" else f"{target:.3f}"
             print(

@@ -33,6 +33,13 @@ for ``[Σg_{b,c} | Σh_{b,c}]`` (sensitivity √(2 + ¼(1 − 1/C))); the releas
 Newton step scaled by (C − 1)/C (:func:`~fedpriv.models.gam_softmax.softmax_step_scale`).
 Binary runs are unchanged (one logit per bin).
 
+Binary columns in one round (``binary_group`` = s > 0, two classes): a pass
+visits every other column, then one *group* round that asks for each binary
+column's positive-bin (Σ w g, Σ w h), each record's weight w capped so that it
+counts in at most s columns at full weight (sensitivity √s · √(1 + 1/16),
+:mod:`fedpriv.models.gam_group`); each positive bin takes its Newton step. With
+``column_order = "gain"`` the group is one unit whose gain is its terms' sum.
+
 Interactions (``interactions`` > 0): the last ``interaction_rounds`` rounds
 select and fit pair terms from released values only (:mod:`strategies.gam_pairs`).
 
@@ -63,6 +70,7 @@ from fedpriv.models.gam import (
     residual_gain,
     schema_terms,
 )
+from fedpriv.models.gam_group import binary_terms, group_sensitivity
 from fedpriv.models.gam_smooth import smooth_sums
 from fedpriv.models.gam_softmax import (
     intercept_sensitivity,
@@ -81,6 +89,8 @@ from strategies.gam_config import GAMConfig
 from strategies.gam_pairs import PairStage
 
 METHOD = "dp_gam"
+#: The unit of a pass that is the group round of the binary columns (not a term index).
+GROUP = -1
 
 
 class DPGAMStrategy(PairStage):
@@ -138,6 +148,10 @@ class DPGAMStrategy(PairStage):
         self._live = self.terms  # cuts replaced by the sketch's after round 0
         self._shapes: list[np.ndarray] = []
         self._n_numeric = int(self.terms.numeric.sum())
+        group = binary_terms(self.terms) if cfg.binary_group and not self.multiclass else []
+        self._group = np.asarray(group if len(group) >= 2 else [], dtype=np.int64)
+        rest = sorted(set(range(self.terms.m)) - set(self._group.tolist()))
+        self._units = rest + ([GROUP] if self._group.size else [])  # one pass, in order
         self._sketch = cfg.quantile_bins and self._n_numeric > 0
         self._noise = GaussianRounds.plan(
             ledger,
@@ -172,11 +186,19 @@ class DPGAMStrategy(PairStage):
         return max(self.config.lam * sigma, self.config.reg_lambda)
 
     def term_of(self, t: int) -> int:
-        """The term round ``t ≥ 1`` visits: cyclic (public), or by residual gain from
-        released sums (post-processing); fixed once the round's query is asked."""
+        """The unit round ``t ≥ 1`` visits (a term, or :data:`GROUP`): cyclic over the
+        pass's units (public), or by residual gain from released sums
+        (post-processing); fixed once the round's query is asked."""
         if t not in self._visits:
-            gain = self.config.column_order == "gain" and t > self._live.m
-            self._visits[t] = int(np.argmax(self._gain)) if gain else (t - 1) % self._live.m
+            units = self._units
+            if self.config.column_order == "gain" and t > len(units):
+                gains = [
+                    max(self._gain[self._group].sum(), 0.0) if u == GROUP else self._gain[u]
+                    for u in units
+                ]
+                self._visits[t] = units[int(np.argmax(gains))]
+            else:
+                self._visits[t] = units[(t - 1) % len(units)]
         return self._visits[t]
 
     def _width(self) -> int:
@@ -206,6 +228,16 @@ class DPGAMStrategy(PairStage):
         if t >= main and ((t == main and self._live.m >= 2) or self._pairs):
             return self.pair_query(t)
         k = self.term_of(t)
+        if k == GROUP:
+            return Query(
+                round=t,
+                method=METHOD,
+                sampling_rate=1.0,
+                reply_length=2 * self._group.size,
+                record_bound=1.0,
+                arrays={**self.model().to_arrays(), "group": self._group.copy()},
+                config={"phase": "group", "sparsity": self.config.binary_group},
+            )
         return Query(
             round=t,
             method=METHOD,
@@ -227,6 +259,8 @@ class DPGAMStrategy(PairStage):
                 self._update_intercept(stats)
             elif phase == "term":
                 self._update_term(int(query.config["term"]), stats)
+            elif phase == "group":
+                self._update_group(stats)
             else:
                 self.update_pairs(query, stats)
         # Aborted round: nothing released, the model stays as it is.
@@ -322,6 +356,34 @@ class DPGAMStrategy(PairStage):
         step, self._hess[k] = self.newton_step(stats, nb, self.term_sensitivity, term=k)
         self._shapes[k] = self._shapes[k] + step
         self._gain[k] = self._last_gain
+
+    def _update_group(self, stats: np.ndarray) -> None:
+        group, n = self._group, self._group.size
+        if stats.shape != (2 * n,):
+            raise ValueError(f"round {self._t}: need {2 * n} sums for the binary group")
+        sens = group_sensitivity(self.config.binary_group)
+        if self._noise is not None:
+            # Released through the plan's stage at its sensitivity: the reply scaled by
+            # Δ/Δ_group = 1/√s, the same Gaussian event, then scaled back (noise std zΔ_group).
+            root = sens / self.term_sensitivity
+            label = f"round {self._t}: binary group (Σwg, Σwh)"
+            stats = self._noise.release(stats / root, label=label) * root
+        g, h = stats[:n], stats[n:]
+        lam = self._lambda(sens)
+        sigma = 0.0 if self._noise is None else self.noise_multiplier_ * sens
+        step = newton_bin_updates(
+            g, h, learning_rate=self.config.learning_rate, reg_lambda=lam,
+            max_update=self.config.max_update,
+        )  # fmt: skip
+        # Each term's gain left, its noise's share σ² subtracted but not clipped at 0, so
+        # the group's sum (its gain as a unit) is unbiased: clipping each of many null
+        # terms would add up to a gain made of noise alone.
+        hp = np.maximum(h, 0.0)
+        left = ((g + hp * step) ** 2 - sigma**2) / (hp + lam)
+        for i, k in enumerate(group.tolist()):
+            self._shapes[k] = self._shapes[k] + np.array([0.0, step[i]])
+            self._hess[k] = np.array([self._hess[k][0], h[i]])
+            self._gain[k] = left[i]
 
     # -- result ---------------------------------------------------------------
     def model(self) -> GAMModel:

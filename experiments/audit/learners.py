@@ -415,6 +415,7 @@ def lumberjack_audit(
 CI_TRIALS = {
     "boosting": 1000,
     "dp_gam": 300,
+    "dp_gam-group": 300,
     "dpsgd-logistic": 1000,
     "dpsgd-mlp": 1000,
     "lumberjack": 250,
@@ -425,9 +426,12 @@ CI_TRIALS = {
 
 def all_audits() -> list[LearnerAudit]:
     """Every learner, in the report's order."""
+    from experiments.audit.gam_group import gam_group_audit  # it builds on this module
+
     return [
         boosting_audit(),
         gam_audit(),
+        gam_group_audit(),
         dpsgd_audit("logistic"),
         dpsgd_audit("mlp"),
         lumberjack_audit(),

@@ -75,6 +75,7 @@ METHOD_RANGES: dict[str, dict[str, str]] = {
         "interaction-bins": "[2, 256]",
         "column-order": "cyclic | gain",
         "smooth": "[0, inf) (bins)",
+        "binary-group": "[0, inf) (0: one round per binary column)",
     },
 }
 METHOD_RANGES["mlp"] = {**METHOD_RANGES["logistic"], "hidden": "[1, inf)"}

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from experiments.audit.auditing import audit_learner
+from experiments.audit.gam_group import gam_group_audit
 from experiments.audit.learners import (
     CI_TRIALS,
     boosting_audit,
@@ -41,6 +42,7 @@ CASES = {
     # twin: noise / 20 (shift ≈ 5.5): ε̂ ≈ 3.6 > 2 at 300 trials on each of 4 base keys
     # tried; honest shift ≈ 0.3 (canary g ≈ −0.8 over noise zΔ ≈ 2.9).
     "dp_gam": (gam_audit, (0.05, 0.6)),
+    "dp_gam-group": (gam_group_audit, (0.05, 0.6)),  # the binary columns' group round
 }
 
 

@@ -175,6 +175,7 @@ def test_dp_gam_app_releases_the_in_process_model(monkeypatch, tmp_path, pairs):
         "bins": 8,
         "epsilon": 2.0,
         "seed": 5,
+        "column-order": "gain",  # the main job's order: after one pass, released gains pick
         **{k.replace("_", "-"): v for k, v in pairs.items()},
     }
     out = run_app(monkeypatch, tmp_path, job)
@@ -182,7 +183,14 @@ def test_dp_gam_app_releases_the_in_process_model(monkeypatch, tmp_path, pairs):
     assert isinstance(saved, GAMModel)
     assert len(saved.pairs) == pairs.get("interactions", 0)  # the pair term is in the file
     ref = DPGAMClassifier(
-        rounds=12, bins=8, epsilon=2.0, seed=5, secret_key=key_for(KEY), max_records=BOUND, **pairs
+        rounds=12,
+        bins=8,
+        epsilon=2.0,
+        seed=5,
+        column_order="gain",
+        secret_key=key_for(KEY),
+        max_records=BOUND,
+        **pairs,
     ).fit(load_heart())
     assert set(saved.to_arrays()) == set(ref.model_.to_arrays())
     for key, value in ref.model_.to_arrays().items():
