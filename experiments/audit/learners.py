@@ -43,7 +43,6 @@ import numpy as np
 
 from clients.boosting import BoostingClient
 from clients.dpsgd import DPSGDClient
-from clients.gam import GAMClient
 from clients.lumberjack import LumberjackClient
 from clients.random_forest import RandomForestClient
 from experiments.audit.runs import Run, run_fit
@@ -55,7 +54,6 @@ from fedpriv.privacy.randomness import SecretKey
 from fedpriv.seeding import derive_generator
 from strategies.boosting import BoostingConfig, DPBoostingStrategy
 from strategies.dpsgd import DPSGDStrategy, LogisticConfig, MLPConfig
-from strategies.gam import DPGAMStrategy, GAMConfig
 from strategies.lumberjack import LumberjackConfig, LumberjackStrategy
 from strategies.random_forest import RandomForestConfig, RandomForestStrategy
 
@@ -325,47 +323,6 @@ def boosting_audit(
     )
 
 
-def gam_audit(
-    *,
-    epsilon: float = 2.0,
-    delta: float = 1e-5,
-    n_rows: int = 200,
-    twin_factor: float = 20.0,
-) -> LearnerAudit:
-    """DP-EBM, the intercept round and one round of term 0 (2 equal bins), λ = 17 σ_H.
-
-    D is ``n_rows`` rows at x = 0 all labelled 0, so the released intercept is
-    near −1.3 and the canary (1, 1) labelled 1, alone in bin 1, carries
-    g = σ(b) − 1 ≈ −0.8, most of the sensitivity; the statistic is that bin's
-    shape value (≈ linear in its Σg: λ ≈ 50 dwarfs the noise on its Σh).
-    Twin: noise / ``twin_factor`` in the term round.
-    """
-    data = corner_rows(n_rows)
-    data = replace(data, y=tuple(np.zeros_like(y) for y in data.y), _cache={})
-    config = GAMConfig(
-        rounds=2,
-        bins=2,
-        quantile_bins=False,
-        learning_rate=1.0,
-        lam=17.0,
-        reg_lambda=1.0,
-        max_update=100.0,
-    )
-
-    make_strategy = honest_or_twin(DPGAMStrategy, twin_factor, config)
-
-    return LearnerAudit(
-        name="dp_gam",
-        epsilon=epsilon,
-        delta=delta,
-        twin=f"noise / {twin_factor:g}",
-        data=data,
-        make_strategy=make_strategy,
-        make_handler=GAMClient,
-        statistic=lambda run: float(run.model.shapes[0][1]),
-    )
-
-
 def forest_audit(
     mode: str = "all", *, epsilon: float = 2.0, delta: float = 1e-6, n_rows: int = 20
 ) -> LearnerAudit:
@@ -426,12 +383,12 @@ CI_TRIALS = {
 
 def all_audits() -> list[LearnerAudit]:
     """Every learner, in the report's order."""
-    from experiments.audit.gam_group import gam_group_audit  # it builds on this module
+    from experiments.audit.gam import gam_audit  # it builds on this module
 
     return [
         boosting_audit(),
         gam_audit(),
-        gam_group_audit(),
+        gam_audit(group=True),
         dpsgd_audit("logistic"),
         dpsgd_audit("mlp"),
         lumberjack_audit(),

@@ -24,7 +24,7 @@ distinguishing statistic of what the attacker of ARCHITECTURE.md §1 sees is
 thresholded, and the Clopper–Pearson lower bound ε̂ at the claimed δ
 (`fedpriv.privacy.audit_epsilon`, 95 % confidence, the event chosen on half
 of the trials) must stay at or below the claimed ε. Designs
-(`experiments/audit/learners.py`):
+(`experiments/audit/learners.py`; DP-EBM: `experiments/audit/gam.py`):
 
 * **DP-SGD** (logistic; MLP with 4 hidden units): 3 full-batch steps, every
   per-example gradient clipped (the canary's too, so it moves each step's sum
@@ -36,6 +36,13 @@ of the trials) must stay at or below the claimed ε. Designs
   canary at x = 1, alone in its leaf of every tree; statistic: the canary's
   logit. At the base score 0 a canary moves its leaf's (Σg, Σh) by (−½, ¼),
   about half the sensitivity, so boosting is audited at half strength.
+* **DP-EBM** (`dp_gam`): the intercept round and one more, λ = 17σ_H; D
+  at x = 0 labelled 0, the canary at (1, 1) labelled 1 (g ≈ −0.8). `dp_gam`:
+  a column round of a numeric term with 2 bins, the canary alone in bin 1,
+  statistic that bin's value. `dp_gam-group`: both features binary, so the
+  round is the binary columns' group round (s = 2, noise √2·zΔ per sum); the
+  canary is the only record in either positive bin, statistic the sum of
+  both positive bins' values.
 * **Forests** (fully random forest, modes `all` and `disjoint`: 2 trees of
   depth 2; Lumberjack: 2 trees, depth 3): D is m copies of one point with
   label 0, the canary the same point with label 1 (it shares D's leaf
@@ -43,7 +50,8 @@ of the trials) must stay at or below the claimed ε. Designs
 
 **Broken twins** break the learner after its honest calibration and budget
 reservation, so the ledger still claims ε: DP-SGD's noise divided by 5,
-boosting's by 10 (its canary has half the sensitivity), the forests' leaf
+boosting's by 10 (its canary has half the sensitivity), DP-EBM's by 20 in
+its second round, the forests' leaf
 counts released exactly (the exact-count leak). Keys: the honest, twin and
 §1-secret columns use a fresh OS-entropy key per fit (`secret_key=None`);
 the debug column uses `SecretKey.from_public_seed(seed)`.
