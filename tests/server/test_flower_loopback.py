@@ -27,7 +27,7 @@ from fedpriv.privacy.randomness import KEY_ENV
 from server import app as server_app
 from server.estimators import DPRandomForestClassifier, LumberjackClassifier
 from server.launch import default_config, resolve_run
-from server.simulate import SIMULATION_DEFAULTS
+from server.simulate import simulation_defaults
 from tests.keys import key_for, key_hex
 from tests.server.loopback import RUN_ID, LoopbackGrid
 
@@ -44,7 +44,7 @@ def run_app(monkeypatch, tmp_path, overrides: dict, *, tamper=None, node_config=
     monkeypatch.setattr(TaskIdentity, "_task_id", 1, raising=False)
     monkeypatch.setenv(KEY_ENV, key_hex(KEY))
     overrides = {**overrides, "out-dir": str(tmp_path)}
-    settings, resolved = resolve_run(SIMULATION_DEFAULTS, overrides)
+    settings, resolved = resolve_run(simulation_defaults(overrides), overrides)
     config = {**default_config(), **resolved}  # as Flower fuses pyproject's keys and the run's
     grid = LoopbackGrid(config, settings.num_clients, tamper=tamper, node_config=node_config)
     context = Context(
@@ -188,6 +188,8 @@ def test_dp_gam_app_releases_the_in_process_model(monkeypatch, tmp_path, pairs):
         epsilon=2.0,
         seed=5,
         column_order="gain",
+        learning_rate=0.5,  # the main job's dp_gam settings (server.simulate.MAIN_JOB_GAM)
+        lam=10.0,
         secret_key=key_for(KEY),
         max_records=BOUND,
         **pairs,
