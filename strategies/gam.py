@@ -68,6 +68,7 @@ from fedpriv.models.gam import (
     newton_bin_updates,
     quantile_cuts,
     residual_gain,
+    residual_gains,
     schema_terms,
 )
 from fedpriv.models.gam_group import binary_terms, group_sensitivity
@@ -375,11 +376,8 @@ class DPGAMStrategy(PairStage):
             g, h, learning_rate=self.config.learning_rate, reg_lambda=lam,
             max_update=self.config.max_update,
         )  # fmt: skip
-        # Each term's gain left, its noise's share σ² subtracted but not clipped at 0, so
-        # the group's sum (its gain as a unit) is unbiased: clipping each of many null
-        # terms would add up to a gain made of noise alone.
-        hp = np.maximum(h, 0.0)
-        left = ((g + hp * step) ** 2 - sigma**2) / (hp + lam)
+        # Not clipped term by term: the group's gain as a unit is their sum.
+        left = residual_gains(g, h, step, reg_lambda=lam, noise_std=sigma)
         for i, k in enumerate(group.tolist()):
             self._shapes[k] = self._shapes[k] + np.array([0.0, step[i]])
             self._hess[k] = np.array([self._hess[k][0], h[i]])

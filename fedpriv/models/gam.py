@@ -311,10 +311,24 @@ def residual_gain(
     gradient (clipped at 0) before it counts: otherwise a term with many bins
     would look promising from noise alone. Post-processing of released sums.
     """
+    per_bin = residual_gains(sum_g, sum_h, step, reg_lambda=reg_lambda, noise_std=noise_std)
+    return float(np.sum(np.maximum(per_bin, 0.0)))
+
+
+def residual_gains(
+    sum_g: np.ndarray,
+    sum_h: np.ndarray,
+    step: np.ndarray,
+    *,
+    reg_lambda: float,
+    noise_std: float = 0.0,
+) -> np.ndarray:
+    """Each bin's ((G + H·s)² − σ²)/(H + λ), not clipped at 0 (:func:`residual_gain`
+    clips and sums): unbiased for the bin's gain left, so that a sum over many bins
+    of null columns (DP-EBM's group round) is not inflated by noise alone."""
     h = np.maximum(np.asarray(sum_h, dtype=np.float64), 0.0)
     left = np.asarray(sum_g, dtype=np.float64) + h * np.asarray(step)
-    signal = np.maximum(left**2 - noise_std**2, 0.0)
-    return float(np.sum(signal / (h + reg_lambda)))
+    return (left**2 - noise_std**2) / (h + reg_lambda)
 
 
 @dataclass(frozen=True)
