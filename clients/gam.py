@@ -81,24 +81,19 @@ class GAMClient:
                 terms = Terms.from_arrays(dict(query.arrays))
                 terms.check_features(data.XT.shape[0])
                 out = np.concatenate([out, fine_histograms(terms, data.XT, grid)])
-        elif phase == "group":
-            arrays = dict(query.arrays)
-            model = GAMModel.from_arrays(arrays)
-            group = np.asarray(arrays["group"], dtype=np.int64)
-            if model.n_classes != 2 or not set(group.tolist()) <= set(
-                binary_terms(model.terms).tolist()
-            ):
-                raise ValueError("a group round needs two classes and binary terms only")
-            bins = self._bins(model.terms, data, state)
-            out = group_sums(
-                model.margins(bins), data.y, bins[group] == 1, int(query.config["sparsity"])
-            )
-        elif phase in ("term", "pair", "select"):
+        elif phase in ("term", "group", "pair", "select"):
             arrays = dict(query.arrays)
             model = GAMModel.from_arrays(arrays)
             bins = self._bins(model.terms, data, state)
             f = model.margins(bins)
-            if phase == "term":
+            if phase == "group":
+                group = np.asarray(arrays["group"], dtype=np.int64)
+                if model.n_classes != 2 or not set(group.tolist()) <= set(
+                    binary_terms(model.terms).tolist()
+                ):
+                    raise ValueError("a group round needs two classes and binary terms only")
+                out = group_sums(f, data.y, bins[group] == 1, int(query.config["sparsity"]))
+            elif phase == "term":
                 k = int(query.config["term"])
                 if not 0 <= k < model.terms.m:
                     raise ValueError(f"term must lie in [0, {model.terms.m}); got {k}")
