@@ -60,6 +60,7 @@ _ARRAY_KINDS = "biuf"
 MODEL_CLASSES: set[str] = {
     "fedpriv.models.trees:TreeEnsemble",
     "fedpriv.models.gam:GAMModel",
+    "fedpriv.models.bdpe_model:BDPEModel",
     "fedpriv.models.networks:NetworkModel",
     "fedpriv.models.heavy_hitters:ForestModel",
     "strategies.random_forest:RandomForestModel",

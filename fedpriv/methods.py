@@ -285,3 +285,16 @@ register_method(
         family="histogram",
     )
 )
+register_method(
+    Method(
+        name="bdpe",
+        summary="bdpe_α: boosted DP greedy trees, M_α loss, exponential-mechanism splits",
+        config="strategies.bdpe:BDPEConfig",
+        strategy="strategies.bdpe:build",
+        client="clients.bdpe:BDPEClient",
+        kernels="fedpriv.models._kernels",
+        estimator="server.estimators:BDPEClassifier",
+        maths="fedpriv.models.bdpe",
+        family="pure",
+    )
+)

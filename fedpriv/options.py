@@ -52,6 +52,25 @@ class LeafMechanism(Choice):
         return "leaf_mechanism"
 
 
+class ForestLeafMechanism(Choice):
+    """How the fully random forest releases its leaves: the two of
+    :class:`LeafMechanism`, or Laplace class counts (pure ε-DP; the RF-L
+    opponent of Nock & Henecka 2020, whose RF-E is ``"exponential"``).
+
+    Its own Enum, not a third :class:`LeafMechanism`: Lumberjack shares that
+    one, releases anything but ``"exponential"`` as Gaussian counts, and has
+    no Laplace leaves, so it must keep refusing ``"laplace"``.
+    """
+
+    GAUSSIAN = "gaussian"
+    EXPONENTIAL = "exponential"
+    LAPLACE = "laplace"
+
+    @classmethod
+    def key(cls) -> str:
+        return "leaf_mechanism"
+
+
 class ForestMode(Choice):
     """A random forest's trees see all the data (sequential composition) or
     disjoint secret shares of it (parallel composition)."""
@@ -90,3 +109,15 @@ class Recalibration(Choice):
     @classmethod
     def key(cls) -> str:
         return "recalibration"
+
+
+class Objective(Choice):
+    """bdpe_α's split criterion: the M_α loss at the fixed ``alpha``, or objective
+    calibration (the paper's O.C.: α per depth and per tree, K-monotonic)."""
+
+    FIXED = "fixed"
+    CALIBRATED = "calibrated"
+
+    @classmethod
+    def key(cls) -> str:
+        return "objective"

@@ -102,6 +102,18 @@ class DPGAMClassifier(MethodEstimator):
         return self.model_.class_scores(X)
 
 
+class BDPEClassifier(MethodEstimator):
+    """bdpe_α: boosted DP ensembles of greedy decision trees, federated (Nock & Henecka).
+
+    Settings: :class:`strategies.bdpe.BDPEConfig`; run parameters: module
+    docstring. Two classes; pure ε-DP (the run's δ is not spent).
+    ``decision_function`` is the ensemble's margin H = Σ β_t h_t; ``predict_proba``
+    maps it through Matsushita's inverse link.
+    """
+
+    method = "bdpe"
+
+
 class DPLogisticClassifier(MethodEstimator):
     """DP-SGD logistic regression, federated (benchmark paper §3.5).
 

@@ -10,19 +10,26 @@ and private leaves:
 * ``"exponential"``: each leaf's majority by the exponential mechanism with
   monotone counts, Pr[c] ∝ exp(η n_c) — η-bounded-range per tree (leaves are
   disjoint);
-* ``"gaussian"``: Gaussian noise on the class counts (noisy proportions).
+* ``"gaussian"``: Gaussian noise on the class counts (noisy proportions);
+* ``"laplace"``: Laplace noise on the class counts (noisy proportions), pure
+  ε-DP (Dwork, McSherry, Nissim & Smith 2006).
+
+``"laplace"`` and ``"exponential"`` are RF-L and RF-E, the random-forest
+opponents of Nock & Henecka (2020, "Boosted and differentially private
+ensembles of decision trees"): Fletcher & Islam's (2017) random forest with
+global instead of smooth sensitivity, the whole budget spent at the leaves.
 
 Two budget modes:
 
 * ``"all"``: every tree sees every record; the k tree releases compose (one
-  record moves one count per tree: L2 sensitivity √k for the Gaussian; k
-  η-BR events for the exponential mechanism, η fitted so the ledger
-  certifies ε);
+  record moves one count per tree: L2 sensitivity √k for the Gaussian, L1
+  sensitivity k for the Laplace, one Laplace(k/ε) event; k η-BR events for
+  the exponential mechanism, η fitted so the ledger certifies ε);
 * ``"disjoint"``: each record is assigned to one tree by its client, uniformly
   from the client's secret key (never a public hash of its position, which
   would move other rows' trees when one row goes), so the trees see disjoint
-  data and compose in parallel (as diffprivlib does): one η = ε BR event, or
-  a Gaussian of sensitivity 1.
+  data and compose in parallel (as diffprivlib does): one η = ε BR event, a
+  Gaussian of sensitivity 1, or one Laplace(1/ε).
 """
 
 from __future__ import annotations
@@ -43,10 +50,11 @@ from fedpriv.models.lumberjack import (
     root_layer,
 )
 from fedpriv.models.trees import RandomTree, route
-from fedpriv.options import ForestMode, LeafMechanism, SplitFeatures
+from fedpriv.options import ForestLeafMechanism, ForestMode, SplitFeatures
 from fedpriv.privacy.calibration import largest_certified
 from fedpriv.privacy.events import BoundedRangeDpEvent
 from fedpriv.privacy.ledger import PrivacyLedger
+from fedpriv.privacy.mechanisms import LaplaceMechanism
 from fedpriv.privacy.noise_stage import budget_of, certified_gaussian
 from fedpriv.privacy.randomness import check_private
 from fedpriv.privacy.range_guard import check_release, noise_margin, sum_bound
@@ -66,12 +74,12 @@ def auto_depth(records_per_tree: float, noise_std: float) -> int:
     max(LEAF_NOISES · noise_std, MIN_LEAF), at least 1.
 
     Random splits put about records/2^D records in a leaf; its class counts
-    carry noise of std ``noise_std`` (Gaussian leaves: zΔ; exponential
-    leaves: 1/η, the count gap that moves the odds by e). Deeper trees
-    leave every leaf to noise: on a 3,072-row task at ε = 0.5 depth 10 has
-    three records a leaf against a noise std of 31, and the forest's Brier
-    score is 0.222 against the base rate's 0.210 (depth 5: 0.203). Both
-    inputs are public: the record count and the calibrated noise.
+    carry noise of std ``noise_std`` (Gaussian leaves: zΔ; Laplace leaves:
+    √2·Δ₁/ε; exponential leaves: 1/η, the count gap that moves the odds by
+    e). Deeper trees leave every leaf to noise: on a 3,072-row task at ε =
+    0.5 depth 10 has three records a leaf against a noise std of 31, and the
+    forest's Brier score is 0.222 against the base rate's 0.210 (depth 5:
+    0.203). Both inputs are public: the record count and the calibrated noise.
     """
     if not (records_per_tree > 0 and noise_std >= 0):
         raise ValueError(f"need records > 0 and noise_std ≥ 0; got {records_per_tree}, {noise_std}")
@@ -94,7 +102,7 @@ class RandomForestConfig:
     trees: int = 10
     depth: int = AUTO_DEPTH
     mode: ForestMode = ForestMode.ALL
-    leaf_mechanism: LeafMechanism = LeafMechanism.GAUSSIAN
+    leaf_mechanism: ForestLeafMechanism = ForestLeafMechanism.GAUSSIAN
     split_features: SplitFeatures = SplitFeatures.COLUMNS
 
     def __post_init__(self) -> None:
@@ -106,7 +114,7 @@ class RandomForestConfig:
                 f"got {self.depth}"
             )
         object.__setattr__(self, "mode", ForestMode.parse(self.mode))
-        object.__setattr__(self, "leaf_mechanism", LeafMechanism.parse(self.leaf_mechanism))
+        object.__setattr__(self, "leaf_mechanism", ForestLeafMechanism.parse(self.leaf_mechanism))
         object.__setattr__(self, "split_features", SplitFeatures.parse(self.split_features))
 
     @property
@@ -225,6 +233,8 @@ class RandomForestStrategy:
             noise = 0.0
         elif cfg.leaf_mechanism == "gaussian":
             noise = self._mechanism.noise_multiplier * self._mechanism.l2_sensitivity
+        elif cfg.leaf_mechanism == "laplace":
+            noise = np.sqrt(2.0) * self._mechanism.scale  # Laplace(b) has std √2·b
         else:
             noise = 1.0 / self.eta_
         return auto_depth(per_tree, noise)
@@ -237,6 +247,13 @@ class RandomForestStrategy:
             sens = 1.0 if cfg.mode == "disjoint" else float(np.sqrt(k))
             self._mechanism = certified_gaussian(epsilon=eps, delta=delta, l2_sensitivity=sens)
             self.noise_multiplier_ = self._mechanism.noise_multiplier
+            self._events = [(self._mechanism.dp_event, 1)]
+        elif cfg.leaf_mechanism == "laplace":
+            # One record moves one count in one tree (disjoint) or one per tree (all);
+            # one pure ε-DP event, which the ledger certifies down to δ ≈ 1e-16 (below
+            # it the truncated PLD tail gives ε = inf, and the reservation is refused).
+            sens = 1.0 if cfg.mode == "disjoint" else float(k)
+            self._mechanism = LaplaceMechanism(l1_sensitivity=sens, epsilon=eps)
             self._events = [(self._mechanism.dp_event, 1)]
         elif cfg.mode == "disjoint":
             self.eta_ = eps  # parallel composition: one ε-BR release
@@ -292,7 +309,7 @@ class RandomForestStrategy:
                 counts.reshape(-1, self.n_classes), self.eta_, self._secret_rng
             )
             np.put_along_axis(scores, lab.reshape(cfg.trees, -1)[..., None], 1.0, axis=2)
-        else:
+        else:  # Gaussian or Laplace noise: one release of every leaf's counts
             noisy = self._ledger.release(
                 self._mechanism, counts.ravel(), rng=self._secret_rng, label="leaf class counts"
             )

@@ -23,11 +23,11 @@ Designs (the canary gets the full sensitivity wherever the learner allows):
   values). At the base score 0 the canary's (g, h) = (−½, ¼), about half the
   sensitivity (1, ¼): boosting cannot be audited at full strength with one
   canary, so its twin needs a larger noise cut for the same power.
-* Forests (fully random forest, both modes; Lumberjack): D is m copies of
-  one point x* with label 0 and the canary is (x*, 1), so whatever random
-  structure is drawn the canary shares its leaf with D; the statistic is the
-  predicted P(y = 1 | x*). Twins release the exact leaf counts (the noise
-  skipped), the exact-count leak.
+* Forests (fully random forest, both modes, Gaussian or Laplace leaves;
+  Lumberjack): D is m copies of one point x* with label 0 and the canary is
+  (x*, 1), so whatever random structure is drawn the canary shares its leaf
+  with D; the statistic is the predicted P(y = 1 | x*). Twins release the
+  exact leaf counts (the noise skipped), the exact-count leak.
 
 Every dataset has two clients; every Poisson rate is 1 (the noise is then the
 only private randomness the audit has to beat).
@@ -49,7 +49,7 @@ from experiments.audit.runs import Run, run_fit
 from fedpriv.federation.protocol import ClientData
 from fedpriv.models.lumberjack import FeatureSpace
 from fedpriv.models.networks import NetworkSpec, clipped_gradient_sum
-from fedpriv.privacy import GaussianMechanism
+from fedpriv.privacy import GaussianMechanism, Mechanism
 from fedpriv.privacy.randomness import SecretKey
 from fedpriv.seeding import derive_generator
 from strategies.boosting import BoostingConfig, DPBoostingStrategy
@@ -87,7 +87,7 @@ class UnderNoisedGaussian:
 class ExactRelease:
     """Claims ``claimed``'s DpEvent but releases its input exactly (the exact-count leak)."""
 
-    claimed: GaussianMechanism
+    claimed: Mechanism
 
     @property
     def dp_event(self):
@@ -126,7 +126,7 @@ def honest_or_twin(cls: type, factor: float, *args: Any, **kwargs: Any):
 
 
 class ExactCountForest(RandomForestStrategy):
-    """Random forest releasing exact leaf counts; the ledger records the Gaussian."""
+    """Random forest releasing exact leaf counts; the ledger records the Gaussian (Laplace)."""
 
     def begin(self, **kwargs: Any) -> None:
         super().begin(**kwargs)
@@ -238,7 +238,7 @@ def dpsgd_audit(
     delta: float = 1e-5,
     rounds: int = 3,
     n_rows: int = 40,
-    twin_factor: float = 5.0,
+    twin_factor: float = 10.0,
 ) -> LearnerAudit:
     """DP-SGD on 40 random rows, T = 3 full-batch steps; twin: noise / ``twin_factor``.
 
@@ -324,15 +324,23 @@ def boosting_audit(
 
 
 def forest_audit(
-    mode: str = "all", *, epsilon: float = 2.0, delta: float = 1e-6, n_rows: int = 20
+    mode: str = "all",
+    *,
+    leaves: str = "gaussian",
+    epsilon: float = 2.0,
+    delta: float = 1e-6,
+    n_rows: int = 20,
 ) -> LearnerAudit:
-    """Fully random forest, 2 trees of depth 2, Gaussian leaves; twin: exact counts."""
+    """Fully random forest, 2 trees of depth 2, Gaussian (or Laplace: ``leaves``) leaf
+    counts; twin: exact counts. Named ``forest-<mode>``, ``forest-<mode>-laplace``."""
+    if leaves not in ("gaussian", "laplace"):  # the twin skips additive count noise
+        raise ValueError(f"leaves must be one of ['gaussian', 'laplace']; got {leaves!r}")
     data = point_rows(n_rows)
-    config = RandomForestConfig(trees=2, depth=2, mode=mode, leaf_mechanism="gaussian")
+    config = RandomForestConfig(trees=2, depth=2, mode=mode, leaf_mechanism=leaves)
     space = FeatureSpace.unit_box(N_FEATURES)
     cx = data.canary_x[None, :]
     return LearnerAudit(
-        name=f"forest-{mode}",
+        name=f"forest-{mode}" + ("-laplace" if leaves == "laplace" else ""),
         epsilon=epsilon,
         delta=delta,
         twin="exact leaf counts",
@@ -373,25 +381,33 @@ CI_TRIALS = {
     "boosting": 1000,
     "dp_gam": 300,
     "dp_gam-group": 300,
-    "dpsgd-logistic": 1000,
-    "dpsgd-mlp": 1000,
+    "bdpe": 300,
+    "dpsgd-logistic": 300,
+    "dpsgd-mlp": 300,
     "lumberjack": 250,
     "forest-all": 300,
     "forest-disjoint": 300,
+    # Full audit only (not in the CI test: 2.6-3 s each); the size its bootstrap checks.
+    "forest-all-laplace": 300,
+    "forest-disjoint-laplace": 300,
 }
 
 
 def all_audits() -> list[LearnerAudit]:
     """Every learner, in the report's order."""
-    from experiments.audit.gam import gam_audit  # it builds on this module
+    from experiments.audit.bdpe import bdpe_audit  # they build on this module
+    from experiments.audit.gam import gam_audit
 
     return [
         boosting_audit(),
         gam_audit(),
         gam_audit(group=True),
+        bdpe_audit(),
         dpsgd_audit("logistic"),
         dpsgd_audit("mlp"),
         lumberjack_audit(),
         forest_audit("all"),
         forest_audit("disjoint"),
+        forest_audit("all", leaves="laplace"),
+        forest_audit("disjoint", leaves="laplace"),
     ]

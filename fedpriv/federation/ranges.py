@@ -77,6 +77,15 @@ METHOD_RANGES: dict[str, dict[str, str]] = {
         "smooth": "[0, inf) (bins)",
         "binary-group": "[0, inf) (0: one round per binary column)",
     },
+    "bdpe": {
+        "trees": "[1, 1000]",
+        "depth": "[1, 10]",
+        "alpha": "(0, 1]",
+        "beta-tree": "(0, 1)",
+        "split-levels": "[1, 255]",
+        "oc-edge": "(0, 1]",
+        "oc-k": "[0, inf)",
+    },
 }
 METHOD_RANGES["mlp"] = {**METHOD_RANGES["logistic"], "hidden": "[1, inf)"}
 

@@ -31,6 +31,8 @@ import math
 
 import numpy as np
 
+from fedpriv.privacy.randomness import rounding_margin
+
 #: Probability that an honest round's noisy sum fails the check (union bound, per round).
 FALSE_ALARM = 1e-9
 
@@ -59,11 +61,18 @@ def noise_margin(mechanism, d: int, false_alarm: float = FALSE_ALARM) -> float:
 
     The std (scale) is raised by one part in 10^6 to cover the grid's rounding
     margin γ√d (γd in L1) that ``apply`` adds to the sensitivity (γ = 2^-32).
+    γd outgrows that past d ≈ 4,300 at Δ₁ = 1 (a random forest's leaf counts
+    reach 10^6), so a Laplace mechanism that states Δ₁ and ε gets the scale
+    ``apply`` draws, (Δ₁ + γd)/ε, whenever it is the larger.
     """
     if hasattr(mechanism, "std"):
         return gaussian_margin(mechanism.std * (1 + 1e-6), d, false_alarm)
     if hasattr(mechanism, "scale"):
-        return laplace_margin(mechanism.scale * (1 + 1e-6), d, false_alarm)
+        scale = mechanism.scale * (1 + 1e-6)
+        l1, eps = getattr(mechanism, "l1_sensitivity", None), getattr(mechanism, "epsilon", None)
+        if l1 is not None and eps is not None:
+            scale = max(scale, (l1 + rounding_margin(d, "l1")) / eps)
+        return laplace_margin(scale, d, false_alarm)
     raise TypeError(f"no noise margin for {type(mechanism).__name__}")
 
 

@@ -201,3 +201,37 @@ def test_dp_gam_app_releases_the_in_process_model(monkeypatch, tmp_path, pairs):
     assert privacy["epsilon"] == pytest.approx(ref.epsilon_spent_) and privacy["epsilon"] <= 2.0
     assert privacy["n_releases"] == 12 + 1  # the rounds and the quantile sketch
     assert _json(out, "communication")["round_trips"] == 2 + 2 * 12
+
+
+def test_bdpe_app_releases_the_in_process_ensemble(monkeypatch, tmp_path):
+    from fedpriv.models.bdpe_model import BDPEModel
+    from server.estimators import BDPEClassifier
+
+    job = {
+        "dataset": "heart",
+        "num-clients": 4,
+        "method": "bdpe",
+        "trees": 3,
+        "depth": 3,
+        "objective": "calibrated",
+        "epsilon": 1.0,
+        "seed": 5,
+    }
+    out = run_app(monkeypatch, tmp_path, job)
+    saved = load_model(out / "model.fedpriv.npz").model
+    assert isinstance(saved, BDPEModel)
+    ref = BDPEClassifier(
+        trees=3,
+        depth=3,
+        objective="calibrated",
+        epsilon=1.0,
+        seed=5,
+        secret_key=key_for(KEY),
+        max_records=BOUND,
+    ).fit(load_heart())
+    for key, value in ref.model_.to_arrays().items():
+        np.testing.assert_array_equal(saved.to_arrays()[key], value, err_msg=key)
+    privacy = _json(out, "privacy")
+    assert privacy["epsilon"] == pytest.approx(ref.epsilon_spent_) and privacy["epsilon"] <= 1.0
+    assert privacy["n_releases"] == 3 * 3 + 3  # a split event per level, a leaf release per tree
+    assert _json(out, "communication")["round_trips"] == 2 + 2 * 3 * 3

@@ -13,7 +13,12 @@ from sklearn.utils.estimator_checks import check_estimator
 from fedpriv.data import load_synthetic
 from fedpriv.errors import DataError
 from server.estimator_base import expected_failed_checks
-from server.estimators import DPBoostingClassifier, DPLogisticClassifier, DPMLPClassifier
+from server.estimators import (
+    BDPEClassifier,
+    DPBoostingClassifier,
+    DPLogisticClassifier,
+    DPMLPClassifier,
+)
 from server.forest_estimators import DPRandomForestClassifier, LumberjackClassifier
 from tests.keys import key_for
 
@@ -24,6 +29,7 @@ SMALL = {
     DPMLPClassifier: {"rounds": 30, "sampling_rate": 0.5, "learning_rate": 2.0, "hidden": 4},
     LumberjackClassifier: {"trees": 4, "depth": 8},
     DPRandomForestClassifier: {"trees": 4, "depth": 4},
+    BDPEClassifier: {"trees": 5, "depth": 2},
 }
 #: Tinier still for check_estimator's ~60 fits per estimator.
 TINY = {
@@ -34,6 +40,7 @@ TINY = {
     DPMLPClassifier: {"rounds": 5, "sampling_rate": 0.5, "recalibrate_share": 0.0},
     LumberjackClassifier: {"trees": 2, "depth": 4},
     DPRandomForestClassifier: {"trees": 2, "depth": 3},
+    BDPEClassifier: {"trees": 2, "depth": 2},
 }
 ALL = list(SMALL)
 FORESTS = [LumberjackClassifier, DPRandomForestClassifier]

@@ -14,6 +14,10 @@ by its client from the client's secret key, independently of the rows:
 The broken twin is the old assignment, a public hash of (client id, row
 position, public salt): no secret draw to couple over, and removing row 0
 moves every later row's tree.
+
+Laplace leaves (RF-L) get the release-boundary test of
+``test_release_boundary_learners.py``: with the one Laplace release replayed,
+nothing else that leaves the curator depends on the canary.
 """
 
 from __future__ import annotations
@@ -23,12 +27,13 @@ import pytest
 
 from clients.random_forest import RandomForestClient, tree_of_rows
 from fedpriv.data import load_heart
-from fedpriv.federation.protocol import ClientData
+from fedpriv.federation.protocol import ClientData, make_clients
 from fedpriv.models.lumberjack import FeatureSpace, splitmix64
 from fedpriv.models.trees import RandomTree, route
 from fedpriv.privacy import chi_square_selection_test
 from strategies.random_forest import RandomForestConfig, RandomForestStrategy
 from tests.keys import key_for, private_rng
+from tests.strategies.release_boundary import differences, run, with_canary
 
 K, DEPTH = 5, 4
 
@@ -101,3 +106,26 @@ def test_the_old_position_hash_moves_many_counts(setup):
     # The last row, for comparison: the old hash too moves exactly 1 there.
     last = _counts(query, X[:-1], y[:-1], owner=old_tree_of_rows(0, n - 1, K, salt))
     assert np.abs(full - last).sum() == 1
+
+
+@pytest.mark.parametrize("mode", ["all", "disjoint"])
+def test_laplace_leaves_depend_on_the_canary_only_through_their_release(mode):
+    ds = load_heart()
+    X, y = ds.xy("train")
+    clients = make_clients(X, y, np.array_split(np.arange(y.size), 3))
+    canary = with_canary(clients, X[200], y[200])
+    space = FeatureSpace.from_schema(ds.schema, "columns")
+    cfg = RandomForestConfig(trees=3, depth=3, mode=mode, leaf_mechanism="laplace")
+
+    def fit(data, replay=None):
+        strategy = RandomForestStrategy(cfg, space=space, n_records=y.size + 1)
+        return run(strategy, RandomForestClient(), data, epsilon=2.0, delta=1e-5, replay=replay)
+
+    d = fit(clients)
+    d1 = fit(canary, replay=d["released"])
+    assert len(d["released"]) == 1 and len(d["received"]) == 3  # one round, three clients
+    for part in ("received", "communication", "ledger", "model"):
+        assert differences(d[part], d1[part]) == [], part
+    # Meaningful: unreplayed, the canary moves the release (same key, same noise).
+    moved = fit(canary)["released"][0] - d["released"][0]
+    assert np.abs(moved).sum() == pytest.approx(3.0 if mode == "all" else 1.0)

@@ -1,0 +1,97 @@
+"""bdpe_α: the client half (one level of one tree per round).
+
+The query holds the released ensemble, the tree being grown (its first
+2^k − 1 heap nodes set) and the public candidate splits. The client computes
+its rows' boosting weights from the released ensemble and its own labels
+(w = ψ_α⁻¹(−y±H), clipped to [0, 1] where computed), routes each row to its
+node at level k and returns ``[node (w¹, w⁰) | left-child (w¹, w⁰) of every
+candidate]`` for every node (:func:`fedpriv.models.bdpe.level_sums`). Nothing
+else leaves it; its weights are a function of the query and its rows, so a
+runtime may drop the handler's state (a cache of the rows' candidate bins).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+
+from fedpriv.federation.protocol import ClientData, Query, require_every_record
+from fedpriv.models.bdpe import feature_bins, level_sums
+from fedpriv.models.bdpe_model import BDPEModel, node_of_rows
+from fedpriv.privacy.randomness import SecretKey
+from fedpriv.records import class_codes
+
+
+def thresholds_of(cand_feature: np.ndarray, cand_threshold: np.ndarray, d: int):
+    """The query's candidates as one ascending threshold array per feature, in order."""
+    f = np.asarray(cand_feature, dtype=np.int64)
+    t = np.asarray(cand_threshold, dtype=np.float64)
+    if f.shape != t.shape or f.ndim != 1 or np.any(np.diff(f) < 0) or f.size == 0:
+        raise ValueError("candidates must be non-empty and grouped by ascending feature")
+    if f[0] < 0 or f[-1] >= d:
+        raise ValueError(f"candidate features must lie in [0, {d}); got [{f[0]}, {f[-1]}]")
+    out = [t[f == j] for j in range(d)]
+    if any(np.any(np.diff(x) <= 0) for x in out):
+        raise ValueError("each feature's candidate thresholds must be strictly increasing")
+    return out
+
+
+class BDPEClient:
+    """Client handler for :class:`strategies.bdpe.BDPEStrategy`."""
+
+    method = "bdpe"
+    #: State entries that only save work (a runtime that serialises state drops them).
+    cache_keys = ("bins", "bins_key")
+
+    def answer(
+        self,
+        query: Query,
+        data: ClientData,
+        sample: np.ndarray,
+        state: dict[str, Any],
+        key: SecretKey | None = None,
+    ) -> np.ndarray:
+        require_every_record(sample, data, "bdpe counts every record in every level")
+        arrays = dict(query.arrays)
+        d = data.XT.shape[0]
+        model = BDPEModel.from_arrays(arrays)
+        level = int(query.config["level"])
+        feature = np.asarray(arrays["tree_feature"], dtype=np.int64)
+        threshold = np.asarray(arrays["tree_threshold"], dtype=np.float64)
+        if not 0 <= level < max(model.depth, 1) or feature.size != (1 << model.depth) - 1:
+            raise ValueError(f"level must lie in [0, {model.depth}); got {level}")
+        for t in range(model.n_trees):
+            check_routable_arrays(model.feature[t], d)
+        check_routable_arrays(feature, d)
+        thresholds = thresholds_of(arrays["cand_feature"], arrays["cand_threshold"], d)
+        y = class_codes(data.y, 2)  # −1: not a class, weight counted nowhere
+        w = model.weights(data.X, np.maximum(y, 0))
+        node = node_of_rows(feature, threshold, level, data.X)
+        bins = self._bins(arrays, thresholds, data, state)
+        left, total = level_sums(bins, thresholds, node, 1 << level, y, w)
+        out = np.concatenate([total.ravel(), left.ravel()])
+        if out.size != query.reply_length:
+            raise ValueError(
+                f"reply has {out.size} values; the query asks for {query.reply_length}"
+            )
+        return out
+
+    @staticmethod
+    def _bins(arrays, thresholds, data: ClientData, state: dict[str, Any]) -> np.ndarray:
+        h = hashlib.sha256()
+        for name in ("cand_feature", "cand_threshold"):
+            h.update(np.ascontiguousarray(arrays[name]).tobytes())
+        key = h.hexdigest()
+        if state.get("bins_key") != key or state.get("bins") is None:
+            state["bins"] = feature_bins(data.XT, thresholds)
+            state["bins_key"] = key
+        return state["bins"]
+
+
+def check_routable_arrays(feature: np.ndarray, d: int) -> None:
+    """Every split feature of a tree indexes a column (the router does not bounds-check)."""
+    f = np.asarray(feature, dtype=np.int64)
+    if f.size and (f.min() < 0 or f.max() >= d):
+        raise ValueError(f"tree features must lie in [0, {d}); got [{f.min()}, {f.max()}]")

@@ -1,0 +1,123 @@
+"""The released bdpe_α ensemble: complete greedy trees, leaf values and leveraging.
+
+H(x) = Σ_t β_t h_t(x), h_t(x) the value of the leaf of tree t that x reaches
+(heap order, x ≤ threshold goes left, as :func:`fedpriv.models.trees.route`).
+Probabilities map H through Matsushita's inverse link ψ_Mat⁻¹ (strictly
+increasing, so ranking metrics equal H's); the M_α link's flat zone
+(α < 1) would tie every record with |H| ≤ 2(1 − α) at ½.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedpriv.models.bdpe import example_weights, matsushita_inverse_link
+from fedpriv.models.trees import RandomTree, route
+
+
+@dataclass(frozen=True)
+class BDPEModel:
+    """T trees of depth D: ``feature``/``threshold`` (T, 2^D − 1), ``leaf_values``
+    (T, 2^D), ``beta`` (T,), and the ensemble loss's ``alpha`` (weights, links)."""
+
+    feature: np.ndarray
+    threshold: np.ndarray
+    leaf_values: np.ndarray
+    beta: np.ndarray
+    alpha: float
+
+    def __post_init__(self) -> None:
+        f = np.asarray(self.feature, dtype=np.int64)
+        t = np.asarray(self.threshold, dtype=np.float64)
+        v = np.asarray(self.leaf_values, dtype=np.float64)
+        b = np.asarray(self.beta, dtype=np.float64).reshape(-1)
+        if f.ndim != 2 or t.shape != f.shape or v.shape != (f.shape[0], f.shape[1] + 1):
+            raise ValueError(
+                f"need feature/threshold (T, 2^D − 1) and leaf_values (T, 2^D); got "
+                f"{f.shape}, {t.shape}, {v.shape}"
+            )
+        if b.shape != (f.shape[0],):
+            raise ValueError(f"need one beta per tree ({f.shape[0]}); got {b.shape}")
+        for name, value in (("feature", f), ("threshold", t), ("leaf_values", v), ("beta", b)):
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "alpha", float(self.alpha))
+
+    @classmethod
+    def empty(cls, depth: int, alpha: float) -> BDPEModel:
+        inner = (1 << depth) - 1
+        return cls(
+            np.zeros((0, inner), np.int64),
+            np.zeros((0, inner)),
+            np.zeros((0, inner + 1)),
+            np.zeros(0),
+            alpha,
+        )
+
+    @property
+    def n_trees(self) -> int:
+        return int(self.feature.shape[0])
+
+    @property
+    def depth(self) -> int:
+        return int(self.feature.shape[1]).bit_length()
+
+    def with_tree(self, feature, threshold, values, beta: float) -> BDPEModel:
+        return BDPEModel(
+            np.vstack([self.feature, np.asarray(feature, np.int64)[None]]),
+            np.vstack([self.threshold, np.asarray(threshold, np.float64)[None]]),
+            np.vstack([self.leaf_values, np.asarray(values, np.float64)[None]]),
+            np.append(self.beta, float(beta)),
+            self.alpha,
+        )
+
+    def margins(self, X: np.ndarray) -> np.ndarray:
+        """H(x) = Σ_t β_t h_t(x), summed tree by tree in order (the same floats everywhere)."""
+        X = np.asarray(X, dtype=np.float64)
+        H = np.zeros(X.shape[0])
+        for t in range(self.n_trees):
+            leaf = route(RandomTree(self.feature[t], self.threshold[t]), X)
+            H += self.beta[t] * self.leaf_values[t][leaf]
+        return H
+
+    def weights(self, X: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """The boosting weights ψ_α⁻¹(−y±H) of rows (X, y), y ∈ {0, 1}."""
+        return example_weights(self.margins(X), y, self.alpha)
+
+    def decision_function(self, X: np.ndarray) -> np.ndarray:
+        return self.margins(X)
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        return matsushita_inverse_link(self.margins(X))
+
+    def class_scores(self, X: np.ndarray) -> np.ndarray:
+        p = self.predict_proba(X)
+        return np.column_stack([1.0 - p, p])
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        return {
+            "feature": self.feature,
+            "threshold": self.threshold,
+            "leaf_values": self.leaf_values,
+            "beta": self.beta,
+            "alpha": np.array([self.alpha]),
+        }
+
+    @classmethod
+    def from_arrays(cls, arrays) -> BDPEModel:
+        return cls(
+            arrays["feature"],
+            arrays["threshold"],
+            arrays["leaf_values"],
+            arrays["beta"],
+            float(np.asarray(arrays["alpha"]).reshape(-1)[0]),
+        )
+
+
+def node_of_rows(feature: np.ndarray, threshold: np.ndarray, level: int, X: np.ndarray):
+    """Each row's node at depth ``level`` of a tree whose first 2^level − 1 heap nodes are set."""
+    if level == 0:
+        return np.zeros(np.asarray(X).shape[0], dtype=np.int64)
+    top = (1 << level) - 1
+    return route(RandomTree(feature[:top], threshold[:top]), X)

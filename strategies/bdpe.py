@@ -1,0 +1,315 @@
+"""bdpe_α: boosted DP ensembles of greedy decision trees, federated: the server half.
+
+Nock & Henecka, "Boosted and Differentially Private Ensembles of Decision
+Trees"; the maths and its reconstructions: :mod:`fedpriv.models.bdpe`.
+
+Rounds. T trees of depth D, grown top-down one level per round (T·D rounds).
+In round (t, k) every client returns, for each of the 2^k nodes of level k of
+tree t and each public candidate split g, the (w¹, w⁰) weight sums of the
+left child, plus each node's (w¹, w⁰) (:func:`fedpriv.models.bdpe.level_sums`;
+weights w = ψ_α⁻¹(−y±H) of the released ensemble, clipped to [0, 1] where they
+are computed). The secure-aggregation shim reveals only their sum. The server
+scores every candidate by the decrease of the weighted M_α risk and picks each
+node's split by the exponential mechanism on the *aggregated* scores. Under
+DP there is no purity test: every leaf reaches depth D. The last level's sums
+already hold every leaf's (w¹, w⁰), released by the Laplace mechanism; leaf
+values are ψ_α of the released class rates and β_t comes from the released
+sums (post-processing, the paper's "faster but more conservative" route).
+
+Candidates (public, §5 of the paper): v_q = ``split_levels`` equally spaced
+thresholds inside each numeric feature's public box, ½ on each binary (one-hot
+level or 0/1) feature.
+
+Privacy (pure ε-DP, basic composition; δ = 0). Per tree ε/T: a share
+``beta_tree`` for the structure, spread evenly over the D levels, the rest for
+the leaves.
+
+* A level: each node's split by the exponential mechanism with ε_level =
+  β_tree·ε/(T·D) and the score sensitivity Δ_α(m) = 2α√m + 2(1 − α) of the
+  level's α (:func:`~fedpriv.models.bdpe.score_sensitivity`, m the public
+  record bound). The nodes of a level partition the records, so the level is
+  one ε_level-DP (and ε_level-bounded-range) release by parallel composition:
+  one ``BoundedRangeDpEvent(ε_level)``. The scores are monotone in the data
+  (every weighted risk term only rises when a record is added), so with
+  ``monotone_scores`` the mechanism samples ∝ exp(ε s/Δ) (McSherry & Talwar
+  2007; McKenna & Sheldon 2020, §3), else the paper's exp(ε s/(2Δ)).
+* The leaves: one record adds a weight ≤ 1 to one of the 2^D × 2 sums, so L1
+  sensitivity 1 and Laplace noise of scale 1/ε_pred, ε_pred =
+  (1 − β_tree)·ε/T: one ``LaplaceDpEvent``.
+
+The plan (T·D BR events and T Laplace events, Σ = ε) is reserved before any
+noise is drawn. The ledger's PLD and RDP accountants give a second, tighter
+figure at the run's δ (the BR events as ε²/8-zCDP); the figure certified at
+δ = 0 is the basic-composition sum, ε.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedpriv.federation.protocol import Query
+from fedpriv.methods import StrategyContext
+from fedpriv.models.bdpe import (
+    calibrated_alpha,
+    candidate_thresholds,
+    leaf_rates,
+    leveraging,
+    link,
+    score_sensitivity,
+    split_scores,
+)
+from fedpriv.models.bdpe_model import BDPEModel
+from fedpriv.options import Objective, SplitFeatures
+from fedpriv.privacy.events import BoundedRangeDpEvent
+from fedpriv.privacy.ledger import PrivacyLedger
+from fedpriv.privacy.mechanisms import LaplaceMechanism
+from fedpriv.privacy.noise_stage import budget_of
+from fedpriv.privacy.randomness import check_private
+from fedpriv.privacy.range_guard import check_release, noise_margin, sum_bound
+from fedpriv.privacy.selection import ExponentialMechanism
+from fedpriv.validation import check_count
+
+METHOD = "bdpe"
+
+
+@dataclass(frozen=True, kw_only=True)
+class BDPEConfig:
+    """T trees of depth D, the M_α loss and the budget split (module docstring).
+
+    ``trees`` T ∈ [1, 1000] and ``depth`` D ∈ [1, 10] (the paper: T ∈ {2, 5,
+    10, 20}, D ∈ 1..6); ``alpha`` ∈ (0, 1]: the loss M_α (weights, leaf link,
+    and the split criterion when ``objective = "fixed"``); ``objective``:
+    ``"fixed"`` or ``"calibrated"`` (O.C.: the split criterion's α per depth
+    and per tree, :func:`fedpriv.models.bdpe.calibrated_alpha`, at most
+    ``alpha``); ``beta_tree`` ∈ (0, 1): the structure's share of each tree's
+    budget; ``split_levels`` v_q ∈ [1, 255] thresholds per numeric feature (the
+    paper: 10, or 50); ``monotone_scores``: exp(εs/Δ) rather than exp(εs/(2Δ));
+    ``oc_edge`` γ ∈ (0, 1] and ``oc_k`` K ∈ [0, inf): O.C.'s weak-learning edge
+    and K-monotonicity constant.
+    """
+
+    trees: int = 20
+    depth: int = 4
+    alpha: float = 1.0
+    objective: Objective = Objective.CALIBRATED
+    beta_tree: float = 0.5
+    split_levels: int = 10
+    monotone_scores: bool = True
+    oc_edge: float = 0.1
+    oc_k: float = 1.0
+
+    def __post_init__(self) -> None:
+        check_count("trees", self.trees)
+        if self.trees > 1000:
+            raise ValueError(f"trees must lie in [1, 1000]; got {self.trees}")
+        check_count("depth", self.depth)
+        if self.depth > 10:
+            raise ValueError(f"depth must lie in [1, 10]; got {self.depth}")
+        if not 0.0 < self.alpha <= 1.0:
+            raise ValueError(f"alpha must lie in (0, 1]; got {self.alpha!r}")
+        object.__setattr__(self, "objective", Objective.parse(self.objective))
+        if not 0.0 < self.beta_tree < 1.0:
+            raise ValueError(f"beta_tree must lie in (0, 1); got {self.beta_tree!r}")
+        check_count("split_levels", self.split_levels)
+        if self.split_levels > 255:
+            raise ValueError(f"split_levels must lie in [1, 255]; got {self.split_levels}")
+        if not isinstance(self.monotone_scores, bool):
+            raise TypeError(f"monotone_scores must be true or false; got {self.monotone_scores!r}")
+        if not 0.0 < self.oc_edge <= 1.0:
+            raise ValueError(f"oc_edge must lie in (0, 1]; got {self.oc_edge!r}")
+        if not (math.isfinite(self.oc_k) and self.oc_k >= 0):
+            raise ValueError(f"oc_k must lie in [0, inf); got {self.oc_k!r}")
+
+    @property
+    def rounds(self) -> int:
+        """One round per level of every tree."""
+        return self.trees * self.depth
+
+
+class BDPEStrategy:
+    """Server half of bdpe_α; speaks only :class:`Query` and aggregated sums."""
+
+    method = METHOD
+
+    def __init__(self, config: BDPEConfig, *, numeric: np.ndarray, n_records: int) -> None:
+        """``numeric``: which encoded features are numeric (public box [0, 1]) rather
+        than binary; ``n_records``: the public bound m on the records (sensitivity)."""
+        self.config = config
+        self.numeric = np.asarray(numeric, dtype=bool)
+        self.n_records = check_count("n_records", n_records)
+        self.noise_multiplier_ = None  # no Gaussian noise: exponential and Laplace only
+        self._thresholds = candidate_thresholds(self.numeric, config.split_levels)
+        self.cand_feature = np.concatenate(
+            [np.full(len(t), j, dtype=np.int64) for j, t in enumerate(self._thresholds)]
+        )
+        self.cand_threshold = np.concatenate(self._thresholds)
+
+    @property
+    def rounds(self) -> int:
+        return self.config.rounds
+
+    @property
+    def n_candidates(self) -> int:
+        return int(self.cand_feature.size)
+
+    def begin(
+        self,
+        *,
+        n_features: int,
+        ledger: PrivacyLedger | None,
+        rng: np.random.Generator,
+        secret_rng: np.random.Generator,
+    ) -> None:
+        cfg = self.config
+        if n_features != self.numeric.size:
+            raise ValueError(f"data has {n_features} features; the schema {self.numeric.size}")
+        self._ledger, self._rng = ledger, rng  # public rng: splits of an aborted level
+        self._secret_rng = check_private("secret_rng", secret_rng)  # EM and Laplace draws
+        self._t = 0
+        self._model = BDPEModel.empty(cfg.depth, cfg.alpha)
+        self._weight = 0.5 * self.n_records  # public estimate of Σw (w = ½ before tree 1)
+        self._budget = budget = budget_of(ledger)
+        self.epsilon_level_ = self.epsilon_pred_ = None
+        if budget is not None:
+            self.epsilon_level_ = cfg.beta_tree * budget.epsilon / (cfg.trees * cfg.depth)
+            self.epsilon_pred_ = (1.0 - cfg.beta_tree) * budget.epsilon / cfg.trees
+            self._split_event = BoundedRangeDpEvent(self.epsilon_level_)
+            self._leaves = LaplaceMechanism(l1_sensitivity=1.0, epsilon=self.epsilon_pred_)
+            ledger.reserve(self._split_event, cfg.trees * cfg.depth)
+            ledger.reserve(self._leaves.dp_event, cfg.trees)
+        self.alphas_: list[np.ndarray] = []  # the split criterion's α, per tree and depth
+        self._start_tree()
+
+    def _start_tree(self) -> None:
+        cfg = self.config
+        inner = (1 << cfg.depth) - 1
+        self._feature = np.zeros(inner, dtype=np.int64)
+        self._threshold = np.zeros(inner)
+        if cfg.objective is Objective.CALIBRATED:
+            alphas = calibrated_alpha(
+                depth=cfg.depth,
+                total_weight=self._weight,
+                epsilon_level=self.epsilon_level_,
+                n_candidates=self.n_candidates,
+                max_records=self.n_records,
+                edge=cfg.oc_edge,
+                k_monotonic=cfg.oc_k,
+                alpha_root=cfg.alpha,
+                monotone=cfg.monotone_scores,
+            )
+        else:
+            alphas = np.full(cfg.depth, cfg.alpha)
+        self._alphas = alphas
+        self.alphas_.append(alphas)
+
+    def next_query(self) -> Query | None:
+        cfg = self.config
+        if self._t >= cfg.rounds:
+            return None
+        level = self._t % cfg.depth
+        nodes = 1 << level
+        return Query(
+            round=self._t,
+            method=METHOD,
+            sampling_rate=1.0,
+            reply_length=2 * nodes * (self.n_candidates + 1),
+            record_bound=1.0,
+            arrays={
+                **self._model.to_arrays(),
+                "tree_feature": self._feature.copy(),
+                "tree_threshold": self._threshold.copy(),
+                "cand_feature": self.cand_feature,
+                "cand_threshold": self.cand_threshold,
+            },
+            config={"level": level},
+        )
+
+    def update(self, query: Query, aggregate: np.ndarray | None) -> None:
+        cfg = self.config
+        if query.round != self._t:
+            raise ValueError(f"update for round {query.round}, expected round {self._t}")
+        level = self._t % cfg.depth
+        nodes, G = 1 << level, self.n_candidates
+        if aggregate is None:
+            # Aborted: nothing released. Public (data-independent) splits keep the tree
+            # growing; an aborted last level drops the tree (its leaves cannot be released).
+            choice = self._rng.integers(0, G, size=nodes)
+            self._set_splits(level, choice)
+            left = total = None
+        else:
+            stats = np.asarray(aggregate, dtype=np.float64)
+            if stats.shape != (2 * nodes * (G + 1),):
+                raise ValueError(f"round {self._t}: need {2 * nodes * (G + 1)} sums")
+            # Honest sums lie in [0, m] and left ≤ node; clipping changes none of them
+            # and bounds what a hostile reply can do to the scores.
+            total = np.clip(stats[: 2 * nodes].reshape(nodes, 2), 0.0, self.n_records)
+            left = np.clip(stats[2 * nodes :].reshape(nodes, G, 2), 0.0, total[:, None, :])
+            self._set_splits(level, self._select(level, left, total))
+        if level == cfg.depth - 1:
+            if left is not None:
+                self._finish_tree(left, total)
+            if self._t + 1 < cfg.rounds:
+                self._start_tree()
+        self._t += 1
+
+    def _select(self, level: int, left: np.ndarray, total: np.ndarray) -> np.ndarray:
+        """Each node's split: the exponential mechanism on the aggregated scores."""
+        alpha = float(self._alphas[level])
+        scores = split_scores(left, total, alpha)
+        if self._budget is None:
+            return np.argmax(scores, axis=1)
+        em = ExponentialMechanism(
+            epsilon=self.epsilon_level_,
+            sensitivity=score_sensitivity(alpha, self.n_records),
+            monotone=self.config.monotone_scores,
+        )
+        # One event for the level: its nodes hold disjoint records (parallel composition).
+        tree = self._t // self.config.depth
+        self._ledger.spend(self._split_event, label=f"tree {tree} level {level}: splits")
+        return np.array([em.apply(s, rng=self._secret_rng) for s in scores], dtype=np.int64)
+
+    def _set_splits(self, level: int, choice: np.ndarray) -> None:
+        first = (1 << level) - 1
+        span = slice(first, first + choice.size)
+        self._feature[span] = self.cand_feature[choice]
+        self._threshold[span] = self.cand_threshold[choice]
+        self._choice = choice
+
+    def _finish_tree(self, left: np.ndarray, total: np.ndarray) -> None:
+        """Release the leaves' (w¹, w⁰) (Laplace) and append the tree."""
+        cfg = self.config
+        nodes = left.shape[0]
+        chosen = left[np.arange(nodes), self._choice]  # (nodes, 2)
+        sums = np.stack([chosen, total - chosen], axis=1).reshape(2 * nodes, 2)
+        prior = 0.0
+        if self._budget is not None:
+            label = f"tree {self._t // cfg.depth}: leaf (w¹, w⁰)"
+            sums = self._ledger.release(
+                self._leaves, sums.ravel(), rng=self._secret_rng, label=label
+            ).reshape(2 * nodes, 2)
+            margin = noise_margin(self._leaves, sums.size)
+            check_release(sums, bound=sum_bound(1.0, self.n_records), margin=margin, label=label)
+            prior = self._leaves.scale
+        rates = leaf_rates(sums[:, 0], sums[:, 1], prior)
+        values = link(rates, cfg.alpha)
+        beta = leveraging(sums[:, 0], sums[:, 1], values, cfg.alpha, self.n_records)
+        self._model = self._model.with_tree(self._feature, self._threshold, values, beta)
+        # O.C.'s public weight estimate for the next tree: this tree's released total.
+        self._weight = float(max(np.maximum(sums, 0.0).sum(), 1.0))
+
+    def model(self) -> BDPEModel:
+        """The released ensemble so far."""
+        return self._model
+
+
+def build(config: BDPEConfig, context: StrategyContext) -> BDPEStrategy:
+    """The registry's factory: candidates from the public schema (or the unit box)."""
+    from strategies.lumberjack import feature_space
+
+    space = feature_space(context, SplitFeatures.COLUMNS)
+    if context.n_classes != 2:
+        raise ValueError(f"bdpe learns two classes; the label set has {context.n_classes}")
+    return BDPEStrategy(config, numeric=space.numeric, n_records=context.n_records)
