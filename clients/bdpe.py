@@ -1,6 +1,6 @@
 """bdpe_α: the client half (one level of one tree per round).
 
-The query holds the released ensemble, the tree being grown (its first
+A level round's query holds the released ensemble, the tree being grown (its first
 2^k − 1 heap nodes set) and the public candidate splits. The client computes
 its rows' boosting weights from the released ensemble and its own labels
 (w = ψ_α⁻¹(−y±H), clipped to [0, 1] where computed), routes each row to its
@@ -8,6 +8,8 @@ node at level k and returns ``[node (w¹, w⁰) | left-child (w¹, w⁰) of ever
 candidate]`` for every node (:func:`fedpriv.models.bdpe.level_sums`). Nothing
 else leaves it; its weights are a function of the query and its rows, so a
 runtime may drop the handler's state (a cache of the rows' candidate bins).
+The calibration round asks for each class's record count in public bins of
+the released margin H (:func:`calibration_counts`).
 """
 
 from __future__ import annotations
@@ -57,26 +59,36 @@ class BDPEClient:
         arrays = dict(query.arrays)
         d = data.XT.shape[0]
         model = BDPEModel.from_arrays(arrays)
-        level = int(query.config["level"])
-        feature = np.asarray(arrays["tree_feature"], dtype=np.int64)
-        threshold = np.asarray(arrays["tree_threshold"], dtype=np.float64)
-        if not 0 <= level < max(model.depth, 1) or feature.size != (1 << model.depth) - 1:
-            raise ValueError(f"level must lie in [0, {model.depth}); got {level}")
         for t in range(model.n_trees):
             check_routable_arrays(model.feature[t], d)
-        check_routable_arrays(feature, d)
-        thresholds = thresholds_of(arrays["cand_feature"], arrays["cand_threshold"], d)
-        y = class_codes(data.y, 2)  # −1: not a class, weight counted nowhere
-        w = model.weights(data.X, np.maximum(y, 0))
-        node = node_of_rows(feature, threshold, level, data.X)
-        bins = self._bins(arrays, thresholds, data, state)
-        left, total = level_sums(bins, thresholds, node, 1 << level, y, w)
-        out = np.concatenate([total.ravel(), left.ravel()])
+        y = class_codes(data.y, 2)  # −1: not a class, counted nowhere
+        phase = str(query.config.get("phase"))
+        if phase == "calibrate":
+            out = calibration_counts(model.margins(data.X), y, arrays["edges"])
+        elif phase == "level":
+            out = self._level(query, arrays, model, data, y, state)
+        else:
+            raise ValueError(f"phase must be one of ['level', 'calibrate']; got {phase!r}")
         if out.size != query.reply_length:
             raise ValueError(
                 f"reply has {out.size} values; the query asks for {query.reply_length}"
             )
         return out
+
+    def _level(self, query, arrays, model, data: ClientData, y, state) -> np.ndarray:
+        d = data.XT.shape[0]
+        level = int(query.config["level"])
+        feature = np.asarray(arrays["tree_feature"], dtype=np.int64)
+        threshold = np.asarray(arrays["tree_threshold"], dtype=np.float64)
+        if not 0 <= level < max(model.depth, 1) or feature.size != (1 << model.depth) - 1:
+            raise ValueError(f"level must lie in [0, {model.depth}); got {level}")
+        check_routable_arrays(feature, d)
+        thresholds = thresholds_of(arrays["cand_feature"], arrays["cand_threshold"], d)
+        w = model.weights(data.X, np.maximum(y, 0))
+        node = node_of_rows(feature, threshold, level, data.X)
+        bins = self._bins(arrays, thresholds, data, state)
+        left, total = level_sums(bins, thresholds, node, 1 << level, y, w)
+        return np.concatenate([total.ravel(), left.ravel()])
 
     @staticmethod
     def _bins(arrays, thresholds, data: ClientData, state: dict[str, Any]) -> np.ndarray:
@@ -88,6 +100,18 @@ class BDPEClient:
             state["bins"] = feature_bins(data.XT, thresholds)
             state["bins_key"] = key
         return state["bins"]
+
+
+def calibration_counts(margins: np.ndarray, y: np.ndarray, edges) -> np.ndarray:
+    """``[n¹_b, n⁰_b]`` per bin b of the margin (B = len(edges) + 1 bins, in order):
+    each record with a class counts once (a count, whatever its weight)."""
+    e = np.asarray(edges, dtype=np.float64)
+    if e.ndim != 1 or np.any(np.diff(e) <= 0):
+        raise ValueError("calibration edges must be strictly increasing")
+    keep = (y == 0) | (y == 1)
+    b = np.searchsorted(e, margins[keep], side="left")
+    cell = b * 2 + (1 - y[keep])
+    return np.bincount(cell, minlength=2 * (e.size + 1)).astype(np.float64)
 
 
 def check_routable_arrays(feature: np.ndarray, d: int) -> None:

@@ -1,7 +1,8 @@
 """Empirical privacy audit of every learner end to end, and the cost of the secure sampler.
 
-For each learner (boosting, DP-SGD logistic and MLP, Lumberjack, the random
-forest in modes ``all`` and ``disjoint``; :mod:`experiments.audit.learners`)
+For each learner (boosting, DP-EBM and its group round, bdpe_α, DP-SGD
+logistic and MLP, Lumberjack, the random forest in modes ``all`` and
+``disjoint`` with Gaussian or Laplace leaves; :mod:`experiments.audit.learners`)
 it measures the Clopper–Pearson lower bound ε̂ of
 
 * the honest learner (fresh OS-entropy keys),

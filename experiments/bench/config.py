@@ -22,7 +22,9 @@ MULTICLASS_DATASETS = ("brfss3",)
 #: The tuned learners (every round one Gaussian release: subsampled, or of every
 #: record for the histogram learner) and the forests, from the method registry.
 LEARNERS = tuple(m.name for m in methods() if m.family in ("gaussian-rounds", "histogram"))
-FORESTS = tuple(m.name for m in methods() if m.family == "forest")
+#: Learners benchmarked at fixed settings (no tuning): the forests, and bdpe_α (pure ε-DP,
+#: spending no δ of the study's (ε, δ)).
+FORESTS = tuple(m.name for m in methods() if m.family in ("forest", "pure"))
 MULTICLASS_LEARNERS = tuple(m.name for m in methods() if m.multiclass)
 TUNING_MODES = ("validation", "paper", "private")
 STAGES = ("main", "ablations", "sweep", "tstar", "mia", "multiclass", "private_tuning")
@@ -77,12 +79,17 @@ class Forests:
     seeds: int = 5
     lumberjack: tuple[tuple[str, Any], ...] = (("trees", 10), ("depth", 30))
     random_forest: tuple[tuple[str, Any], ...] = (("trees", 20), ("depth", 10))
+    bdpe: tuple[tuple[str, Any], ...] = (("trees", 20), ("depth", 4))
     learners: tuple[str, ...] = FORESTS
 
     def __post_init__(self) -> None:
         _check_count("forests.seeds", self.seeds, 0, 100)
         if self.learners:
             _check_subset("forests.learners", self.learners, FORESTS)
+
+    def settings(self) -> dict[str, dict[str, Any]]:
+        """Each fixed learner's settings, by learner name."""
+        return {name: dict(getattr(self, name)) for name in FORESTS}
 
 
 @dataclass(frozen=True)
@@ -350,6 +357,7 @@ def from_dict(raw: dict[str, Any], *, quick: bool = False) -> StudyConfig:
             seeds=f.get("seeds", 5),
             lumberjack=_pairs(f.get("lumberjack", dict(Forests.lumberjack))),
             random_forest=_pairs(f.get("random_forest", dict(Forests.random_forest))),
+            bdpe=_pairs(f.get("bdpe", dict(Forests.bdpe))),
             learners=_tuple(f.get("learners", list(FORESTS))),
         )
     if "mia" in raw:

@@ -159,9 +159,9 @@ def run_main(ctx: Context) -> tuple[list[dict], dict[tuple[str, float, str], dic
         for (d, e, m) in chosen
         for s in range(cfg.seeds)
     ]
-    fixed = {"lumberjack": cfg.forests.lumberjack, "random_forest": cfg.forests.random_forest}
+    fixed = cfg.forests.settings()
     plan += [
-        ("fixed", ctx.fit(d, f, dict(fixed[f]), e, s))
+        ("fixed", ctx.fit(d, f, fixed[f], e, s))
         for d in cfg.datasets
         for e in cfg.epsilons
         for f in cfg.forests.learners
@@ -229,7 +229,7 @@ def run_multiclass(ctx: Context, chosen: dict) -> list[dict]:
     """The multiclass rows: every multiclass learner on ``multiclass.dataset`` at the main
     stage's selection on its binary ``source`` (the paper's setting if none), forests fixed."""
     cfg, mc = ctx.cfg, ctx.cfg.multiclass
-    fixed = {"lumberjack": cfg.forests.lumberjack, "random_forest": cfg.forests.random_forest}
+    fixed = cfg.forests.settings()
     plan = []
     for eps in mc.epsilons:
         for learner in mc.learners:
@@ -251,7 +251,7 @@ def run_mia(ctx: Context) -> list[dict]:
         "secure_aggregation": cfg.secure_aggregation,
         "members": m.members,
     }
-    fixed = {"lumberjack": cfg.forests.lumberjack, "random_forest": cfg.forests.random_forest}
+    fixed = cfg.forests.settings()
     plan: list[tuple[str, Cell]] = []
     for eps in m.epsilons:
         for s in range(m.seeds):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-TREE_LEARNERS = ("boosting", "dp_gam", "lumberjack", "random_forest")
+TREE_LEARNERS = ("boosting", "dp_gam", "lumberjack", "random_forest", "bdpe")
 PAPER_DATASETS = ("brfss", "diabetes130")
 
 

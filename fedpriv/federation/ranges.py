@@ -85,6 +85,7 @@ METHOD_RANGES: dict[str, dict[str, str]] = {
         "split-levels": "[1, 255]",
         "oc-edge": "(0, 1]",
         "oc-k": "[0, inf)",
+        "calibrate-share": "[0, 1) (0: no calibration round)",
     },
 }
 METHOD_RANGES["mlp"] = {**METHOD_RANGES["logistic"], "hidden": "[1, inf)"}

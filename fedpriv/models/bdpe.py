@@ -348,3 +348,61 @@ def level_sums(
     parts = [cum[j, :, :, : len(t)].transpose(0, 2, 1) for j, t in enumerate(thresholds)]
     left = np.concatenate(parts, axis=1) if parts else np.zeros((n_nodes, 0, 2))
     return left, total.reshape(n_nodes, 2)
+
+
+#: Bins of the margin H in the calibration round, and the floor on the Platt slope
+#: (a > 0 keeps the map strictly increasing: probabilities rank as H does).
+CALIBRATION_BINS, MIN_SLOPE = 24, 1e-3
+
+
+def calibration_edges(beta, leaf_values, bins: int = CALIBRATION_BINS) -> np.ndarray:
+    """Public bin edges on the margin H for the calibration round (``bins − 1`` of them).
+
+    From the released ensemble only: the scale s = Σ_t |β_t| max|h_t| / √T (a
+    sum of T bounded terms spreads like √T, not T) and edges s·ψ_Mat(j/B),
+    j = 1..B−1, dense near H = 0 where most records sit.
+    """
+    beta = np.asarray(beta, dtype=np.float64)
+    values = np.asarray(leaf_values, dtype=np.float64)
+    T = max(beta.size, 1)
+    span = (
+        float(np.sum(np.abs(beta) * np.abs(values).max(axis=1, initial=0.0))) if beta.size else 0.0
+    )
+    scale = max(span / math.sqrt(T), 1e-6)
+    u = np.arange(1, bins) / bins
+    return scale * (2.0 * u - 1.0) / np.sqrt(u * (1.0 - u))
+
+
+def bin_centres(edges: np.ndarray) -> np.ndarray:
+    """A representative margin per bin: midpoints, the end bins a half-width outside."""
+    e = np.asarray(edges, dtype=np.float64)
+    if e.size == 1:
+        return np.array([e[0] - 1.0, e[0] + 1.0])
+    mid = 0.5 * (e[1:] + e[:-1])
+    return np.concatenate([[e[0] - 0.5 * (e[1] - e[0])], mid, [e[-1] + 0.5 * (e[-1] - e[-2])]])
+
+
+def platt_fit(positives, negatives, centres, *, iterations: int = 50) -> np.ndarray:
+    """(a, b) maximising Σ_b n¹_b log σ(a c_b + b) + n⁰_b log(1 − σ(a c_b + b)).
+
+    Platt scaling (Platt 1999) on released bin counts (clipped at 0): Newton's
+    method on the concave log-likelihood with a small ridge (1e-6) for
+    bins that noise emptied, a ≥ :data:`MIN_SLOPE`. Post-processing.
+    """
+    p = np.maximum(np.asarray(positives, dtype=np.float64), 0.0)
+    n = np.maximum(np.asarray(negatives, dtype=np.float64), 0.0)
+    c = np.asarray(centres, dtype=np.float64)
+    tot = p + n
+    rate = (p.sum() + 0.5) / (tot.sum() + 1.0)
+    theta = np.array([1.0, math.log(rate / (1.0 - rate))])
+    Z = np.column_stack([c, np.ones_like(c)])
+    for _ in range(iterations):
+        s = 1.0 / (1.0 + np.exp(-(Z @ theta)))
+        grad = Z.T @ (p - tot * s) - 1e-6 * theta
+        hess = (Z * (tot * s * (1.0 - s))[:, None]).T @ Z + 1e-6 * np.eye(2)
+        step = np.linalg.solve(hess, grad)
+        theta = theta + step
+        theta[0] = max(theta[0], MIN_SLOPE)
+        if np.max(np.abs(step)) < 1e-10:
+            break
+    return theta

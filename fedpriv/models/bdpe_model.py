@@ -2,14 +2,16 @@
 
 H(x) = Σ_t β_t h_t(x), h_t(x) the value of the leaf of tree t that x reaches
 (heap order, x ≤ threshold goes left, as :func:`fedpriv.models.trees.route`).
-Probabilities map H through Matsushita's inverse link ψ_Mat⁻¹ (strictly
-increasing, so ranking metrics equal H's); the M_α link's flat zone
-(α < 1) would tie every record with |H| ≤ 2(1 − α) at ½.
+Probabilities are σ(aH + b) when the run released a calibration (``platt`` =
+(a, b), a > 0: Platt scaling on the calibration round's released bin counts,
+:func:`fedpriv.models.bdpe.platt_fit`), else ψ_Mat⁻¹(H), Matsushita's inverse
+link. Both are strictly increasing, so ranking metrics equal H's; the M_α
+link's flat zone (α < 1) would tie every record with |H| ≤ 2(1 − α) at ½.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -20,13 +22,15 @@ from fedpriv.models.trees import RandomTree, route
 @dataclass(frozen=True)
 class BDPEModel:
     """T trees of depth D: ``feature``/``threshold`` (T, 2^D − 1), ``leaf_values``
-    (T, 2^D), ``beta`` (T,), and the ensemble loss's ``alpha`` (weights, links)."""
+    (T, 2^D), ``beta`` (T,), the ensemble loss's ``alpha`` (weights, links) and the
+    calibration ``platt`` = (a, b), or empty."""
 
     feature: np.ndarray
     threshold: np.ndarray
     leaf_values: np.ndarray
     beta: np.ndarray
     alpha: float
+    platt: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def __post_init__(self) -> None:
         f = np.asarray(self.feature, dtype=np.int64)
@@ -40,7 +44,17 @@ class BDPEModel:
             )
         if b.shape != (f.shape[0],):
             raise ValueError(f"need one beta per tree ({f.shape[0]}); got {b.shape}")
-        for name, value in (("feature", f), ("threshold", t), ("leaf_values", v), ("beta", b)):
+        platt = np.asarray(self.platt, dtype=np.float64).reshape(-1)
+        if platt.size not in (0, 2):
+            raise ValueError(f"platt must hold (a, b) or nothing; got {platt.size} values")
+        arrays = (
+            ("feature", f),
+            ("threshold", t),
+            ("leaf_values", v),
+            ("beta", b),
+            ("platt", platt),
+        )
+        for name, value in arrays:
             object.__setattr__(self, name, value)
         object.__setattr__(self, "alpha", float(self.alpha))
 
@@ -72,6 +86,9 @@ class BDPEModel:
             self.alpha,
         )
 
+    def with_platt(self, platt) -> BDPEModel:
+        return replace(self, platt=np.asarray(platt, dtype=np.float64))
+
     def margins(self, X: np.ndarray) -> np.ndarray:
         """H(x) = Σ_t β_t h_t(x), summed tree by tree in order (the same floats everywhere)."""
         X = np.asarray(X, dtype=np.float64)
@@ -89,7 +106,10 @@ class BDPEModel:
         return self.margins(X)
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
-        return matsushita_inverse_link(self.margins(X))
+        H = self.margins(X)
+        if self.platt.size:
+            return 1.0 / (1.0 + np.exp(-(self.platt[0] * H + self.platt[1])))
+        return matsushita_inverse_link(H)
 
     def class_scores(self, X: np.ndarray) -> np.ndarray:
         p = self.predict_proba(X)
@@ -102,6 +122,7 @@ class BDPEModel:
             "leaf_values": self.leaf_values,
             "beta": self.beta,
             "alpha": np.array([self.alpha]),
+            "platt": self.platt,
         }
 
     @classmethod
@@ -112,6 +133,7 @@ class BDPEModel:
             arrays["leaf_values"],
             arrays["beta"],
             float(np.asarray(arrays["alpha"]).reshape(-1)[0]),
+            arrays.get("platt", np.zeros(0)),
         )
 
 

@@ -53,7 +53,12 @@ from fedpriv import __version__
 from fedpriv.atomic import write_json_atomic
 from fedpriv.privacy import accounting
 from fedpriv.privacy.cache import DP_ACCOUNTING_VERSION
-from fedpriv.privacy.events import PAPER_CAVEAT, event_to_dict
+from fedpriv.privacy.events import (
+    PAPER_CAVEAT,
+    BoundedRangeDpEvent,
+    PureDpEvent,
+    event_to_dict,
+)
 from fedpriv.privacy.mechanisms import Mechanism
 from fedpriv.privacy.pld import flatten
 from fedpriv.privacy.pld_size import PLDSizeError
@@ -123,6 +128,22 @@ class PrivacyReport:
         return self.accounting.epsilon
 
     @property
+    def pure_epsilon(self) -> float | None:
+        """Basic composition (Dwork & Roth 2014, Thm. 3.16) of the releases when every
+        one is pure ε-DP (Laplace, bounded-range, pure events): a (Σε, 0)-DP guarantee.
+        ``None`` when any release is not pure (then only ``epsilon`` at ``delta`` holds)."""
+        total = 0.0
+        for e in self.entries:
+            ev = e.event
+            if isinstance(ev, dp_event.LaplaceDpEvent):
+                total += 1.0 / ev.noise_multiplier
+            elif isinstance(ev, (BoundedRangeDpEvent, PureDpEvent)):
+                total += ev.epsilon
+            else:
+                return None
+        return total if self.entries else None
+
+    @property
     def certified(self) -> bool:
         """False when ``epsilon`` rests on the paper's ρ·q participation accounting,
         or when a caveat (e.g. private randomness from a public seed) voids it."""
@@ -145,6 +166,11 @@ class PrivacyReport:
             "pld_method": acc.pld_method,
             "epsilon_rdp": _json_float(acc.epsilon_rdp),
             "binding_accountant": acc.binding,
+            **(
+                {"epsilon_pure_basic_composition": self.pure_epsilon}
+                if self.pure_epsilon is not None
+                else {}
+            ),
             "neighbouring_relation": "add_or_remove_one",
             "pld_value_discretization": self.discretization,
             "n_releases": len(self.entries),

@@ -233,5 +233,6 @@ def test_bdpe_app_releases_the_in_process_ensemble(monkeypatch, tmp_path):
         np.testing.assert_array_equal(saved.to_arrays()[key], value, err_msg=key)
     privacy = _json(out, "privacy")
     assert privacy["epsilon"] == pytest.approx(ref.epsilon_spent_) and privacy["epsilon"] <= 1.0
-    assert privacy["n_releases"] == 3 * 3 + 3  # a split event per level, a leaf release per tree
-    assert _json(out, "communication")["round_trips"] == 2 + 2 * 3 * 3
+    # a split event per level, a leaf release per tree, the calibration's counts
+    assert privacy["n_releases"] == 3 * 3 + 3 + 1
+    assert _json(out, "communication")["round_trips"] == 2 + 2 * (3 * 3 + 1)

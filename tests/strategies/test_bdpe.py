@@ -27,18 +27,22 @@ def _clients(X, y, k=2):
 
 
 def test_the_plan_is_basic_composition_of_its_levels_and_leaves():
-    clf = BDPEClassifier(trees=3, depth=2, epsilon=1.0, beta_tree=0.4, seed=0,
-                         secret_key=key_for(1)).fit(load_heart())  # fmt: skip
+    clf = BDPEClassifier(trees=3, depth=2, epsilon=1.0, beta_tree=0.4, calibrate_share=0.2,
+                         seed=0, secret_key=key_for(1)).fit(load_heart())  # fmt: skip
     events = [e.event for e in clf.ledger_.entries]
     splits = [e for e in events if isinstance(e, BoundedRangeDpEvent)]
-    leaves = [e for e in events if isinstance(e, dp_event.LaplaceDpEvent)]
-    assert len(splits) == 3 * 2 and len(leaves) == 3 and len(events) == 9
-    assert splits[0].epsilon == pytest.approx(0.4 * 1.0 / 6)
-    assert 1.0 / leaves[0].noise_multiplier == pytest.approx(0.6 / 3)  # ε_pred
-    basic = sum(e.epsilon for e in splits) + sum(1.0 / e.noise_multiplier for e in leaves)
-    assert basic == pytest.approx(1.0, rel=1e-12)  # the certified δ = 0 figure
+    laplace = [e for e in events if isinstance(e, dp_event.LaplaceDpEvent)]
+    assert len(splits) == 3 * 2 and len(laplace) == 3 + 1 and len(events) == 10
+    assert splits[0].epsilon == pytest.approx(0.4 * 0.8 / 6, rel=1e-8)  # β_tree (1 − s) ε / (T D)
+    assert 1.0 / laplace[0].noise_multiplier == pytest.approx(0.6 * 0.8 / 3)  # ε_pred
+    assert 1.0 / laplace[-1].noise_multiplier == pytest.approx(0.2)  # the calibration's s ε
+    basic = sum(e.epsilon for e in splits) + sum(1.0 / e.noise_multiplier for e in laplace)
+    assert 1.0 - 1e-8 < basic <= 1.0  # the certified δ = 0 figure: all of ε, never more
+    report = clf.privacy_report_
+    assert report.pure_epsilon == pytest.approx(basic, rel=1e-12) and report.pure_epsilon <= 1.0
+    assert report.to_dict()["epsilon_pure_basic_composition"] == report.pure_epsilon
     assert clf.epsilon_spent_ <= 1.0  # the ledger's (PLD) figure at its δ is tighter
-    assert clf.model_.n_trees == 3 and clf.model_.depth == 2
+    assert clf.model_.n_trees == 3 and clf.model_.depth == 2 and clf.model_.platt[0] > 0
 
 
 def test_without_noise_the_root_takes_the_planted_split():
@@ -61,7 +65,9 @@ def test_the_root_split_follows_the_exponential_mechanism_on_the_summed_scores()
     X = (rng.random((200, 2)) < 0.5).astype(float)
     y = np.where(rng.random(200) < 0.95, X[:, 0], 1 - X[:, 0])  # x0 ≤ ½ splits best
     clients = _clients(X, y)
-    cfg = BDPEConfig(trees=1, depth=1, split_levels=1, beta_tree=0.5, objective="fixed")
+    cfg = BDPEConfig(
+        trees=1, depth=1, split_levels=1, beta_tree=0.5, objective="fixed", calibrate_share=0.0
+    )
     picks, trials = [], 400
     for t in range(trials):
         s = BDPEStrategy(cfg, numeric=np.zeros(2, bool), n_records=201)
