@@ -31,29 +31,31 @@ def load(path: Path) -> pd.DataFrame:
     return pd.DataFrame([json.loads(x) for x in path.read_text().splitlines() if x.strip()])
 
 
-def comparisons(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per (bdpe_α run, forest): mean errors, the paired t-test's p, the winner."""
+def comparisons(df: pd.DataFrame, metric: str = "error") -> pd.DataFrame:
+    """One row per (bdpe_α run, forest): mean ``metric`` (``"error"``: lower wins, as the
+    paper; ``"auc"``: higher wins), the paired t-test's p over folds, the winner."""
     bd = df[df.learner.str.startswith("bdpe")]
+    sign = 1.0 if metric == "error" else -1.0
     rows = []
     for forest in ("RF-L", "RF-E"):
-        rf = df[df.learner == forest].set_index(["domain", "epsilon", "fold"]).error
+        rf = df[df.learner == forest].set_index(["domain", "epsilon", "fold"])[metric]
         for (dom, eps, lname), g in bd.groupby(["domain", "epsilon", "learner"]):
             g = g.sort_values("fold")
-            other = rf.loc[[(dom, eps, f) for f in g.fold]].to_numpy()
-            mine = g.error.to_numpy()
+            other = rf.reindex([(dom, eps, f) for f in g.fold]).to_numpy()
+            paired = np.isfinite(other)  # folds both ran (an interrupted study resumes later)
+            if paired.sum() < 2:
+                continue
+            mine, other = g[metric].to_numpy()[paired], other[paired]
             diff = mine - other
-            p = (
-                1.0
-                if np.allclose(diff, diff[0]) and diff[0] == 0
-                else stats.ttest_rel(mine, other).pvalue
-            )
+            p = 1.0 if np.all(diff == diff[0]) else stats.ttest_rel(mine, other).pvalue
             p = 1.0 if not np.isfinite(p) else float(p)
             first = g.iloc[0]
             rows.append({
-                "forest": forest, "domain": dom, "epsilon": eps, "learner": lname,
-                "T": int(first["T"]), "d": int(first["d"]), "alpha": first["alpha"],
-                "beta": float(first["beta"]), "error": mine.mean(), "forest_error": other.mean(),
-                "p": p, "significant": p < SIGNIFICANCE, "win": mine.mean() < other.mean(),
+                "metric": metric, "forest": forest, "domain": dom, "epsilon": eps,
+                "learner": lname, "T": int(first["T"]), "d": int(first["d"]),
+                "alpha": first["alpha"], "beta": float(first["beta"]), "bdpe": mine.mean(),
+                "forest_value": other.mean(), "p": p, "significant": p < SIGNIFICANCE,
+                "win": sign * (mine.mean() - other.mean()) < 0,
             })  # fmt: skip
     return pd.DataFrame(rows)
 
@@ -73,15 +75,63 @@ def wins_table(cmp: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     return out.astype({"significant": int, "runs": int})
 
 
+def _share(cmp: pd.DataFrame) -> str:
+    sig = cmp[cmp.significant]
+    return f"{100 * sig.win.mean():.0f} % of {len(sig)}" if len(sig) else "none significant"
+
+
+def differences(cmp: pd.DataFrame, by_auc: pd.DataFrame, T: int) -> list[str]:
+    """The report's reading of the tables against the paper's claims (figures computed)."""
+    top = cmp[(cmp["T"] == T) & cmp.alpha.isin(["1", "oc"])]
+    low, high = top[top.epsilon <= 0.1], top[top.epsilon >= 10]
+    auc_top = by_auc[(by_auc["T"] == T) & by_auc.alpha.isin(["1", "oc"])]
+    not_sig = 100 * (1 - top.significant.mean())
+    oc = cmp[(cmp["T"] == T) & (cmp.alpha == "oc")]
+    one = cmp[(cmp["T"] == T) & (cmp.alpha == "1")]
+    tenth = cmp[(cmp["T"] == T) & (cmp.alpha == "0.1")]
+    return [
+        f"* **The > 80 % claim is not reproduced on test error.** At T = {T} with α = 1 or "
+        f"O.C., bdpe_α wins {_share(top)} significant comparisons, and {not_sig:.0f} % of "
+        "the comparisons are not significant (the paper: under 4 %). Ten folds of at most "
+        "6,000 rows leave most differences within the folds' spread.",
+        f"* **It depends on ε, the other way round from the paper.** At ε ≥ 10 bdpe_α wins "
+        f"{_share(high)}; at ε ≤ 0.1 it wins {_share(low)}. The paper finds bdpe_α "
+        "especially good at ε = 0.01. Here, on the four larger domains, the forests at ε ≤ 1 "
+        "and bdpe_α from ε = 0.1 to 1 label every record with the majority class (their "
+        "error is the minority rate; the test error tables). At ε = 0.01 bdpe_α's leaves are "
+        "noise and it has no intercept, so the sign of H is a coin flip and its error rises "
+        "towards ½. On test error, only where the trees beat the majority label (ε ≥ 10) "
+        "can either side win.",
+        f"* **On ranking (AUC) it leads.** At T = {T} with α = 1 or O.C., bdpe_α wins "
+        f"{_share(auc_top[auc_top.forest == 'RF-E'])} significant AUC comparisons against "
+        "RF-E, whose one-label leaves rank little, and "
+        f"{_share(auc_top[auc_top.forest == 'RF-L'])} against RF-L.",
+        f"* **Objective calibration is the best α strategy, as in the paper.** On test error "
+        f"at T = {T}: O.C. {_share(oc)}, α = 1 {_share(one)}, α = 0.1 {_share(tenth)}. The "
+        "paper's α = 1 > α = 0.1 does not hold on error here: a fixed α = 1 pays the "
+        "Matsushita sensitivity 2√m at every depth.",
+        "* **Why the protocol differs.** The grid is reduced to fit the machine (T ∈ {5, "
+        "20}, depth ∈ {2, 4, 6}, β_tree = 0.5 only: the paper finds β_tree matters little), "
+        "and corpora are subsampled to 6,000 rows. The forests are fedpriv's: disjoint "
+        "record shares and a depth chosen from the public noise level, stronger at small ε "
+        "than forests of fixed depth. Three formulas are reconstructions (the source text "
+        "lost them): the sensitivity Δ_α(m) = 2α√m + 2(1 − α) (checked by brute force), "
+        "O.C.'s rule for α, and β_t at the centre of the paper's interval (π = 0). The "
+        "splits use the monotone-score exponential mechanism, exp(εs/Δ), not the paper's "
+        "exp(εs/(2Δ)): the same ε, sharper selection.",
+    ]
+
+
 def _md(df: pd.DataFrame) -> str:
     return markdown_table(df.round(3))
 
 
 def write_report(cache: Path, out: Path, grid) -> Path:
-    df = load(cache)
-    df.to_csv(out / "results.csv", index=False)
-    cmp = comparisons(df)
-    cmp.to_csv(out / "comparisons.csv", index=False)
+    df = load(cache)  # the fits themselves stay in results.jsonl (one JSON object a line)
+    cmp = comparisons(df, "error")
+    by_auc = comparisons(df, "auc")
+    pd.concat([cmp, by_auc]).to_csv(out / "comparisons.csv", index=False)
+    auc_main = wins_table(by_auc, ["forest", "T", "alpha"])
     main = wins_table(cmp, ["forest", "T", "alpha"])
     per_eps = wins_table(cmp[cmp["T"] == max(grid.trees)], ["forest", "alpha", "epsilon"])
     per_dom = wins_table(cmp[cmp["T"] == max(grid.trees)], ["forest", "alpha", "domain"])
@@ -133,15 +183,25 @@ def write_report(cache: Path, out: Path, grid) -> Path:
         "",
         PAPER,
         "",
+        "## Where we differ, and why",
+        "",
+        *differences(cmp, by_auc, max(grid.trees)),
+        "",
         "## % of significant wins of bdpe_α (paired t-test over folds, p < 0.01)",
+        "",
+        "Test error, as the paper (the label is the sign of the margin H).",
         "",
         _md(main),
         "",
-        f"### By ε (T = {max(grid.trees)})",
+        "### The same on test AUC (higher wins)",
+        "",
+        _md(auc_main),
+        "",
+        f"### By ε (T = {max(grid.trees)}, test error)",
         "",
         _md(per_eps),
         "",
-        f"### By domain (T = {max(grid.trees)})",
+        f"### By domain (T = {max(grid.trees)}, test error)",
         "",
         _md(per_dom),
         "",

@@ -107,8 +107,9 @@ class BDPEClassifier(MethodEstimator):
 
     Settings: :class:`strategies.bdpe.BDPEConfig`; run parameters: module
     docstring. Two classes; pure ε-DP (the run's δ is not spent).
-    ``decision_function`` is the ensemble's margin H = Σ β_t h_t; ``predict_proba``
-    maps it through Matsushita's inverse link.
+    ``decision_function`` is the ensemble's margin H = Σ β_t h_t, or its calibrated
+    logit aH + b after the calibration round (``calibrate_share`` > 0, the default);
+    ``predict_proba`` is σ of that logit, or ψ_Mat⁻¹(H) without calibration.
     """
 
     method = "bdpe"

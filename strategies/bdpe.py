@@ -71,6 +71,7 @@ from fedpriv.models.bdpe import (
     leaf_rates,
     leveraging,
     link,
+    max_platt_slope,
     platt_fit,
     score_sensitivity,
     split_scores,
@@ -356,7 +357,12 @@ class BDPEStrategy:
             margin = noise_margin(self._counts, counts.size)
             check_release(counts, bound=float(self.n_records), margin=margin, label=label)
         counts = counts.reshape(B, 2)
-        platt = platt_fit(counts[:, 0], counts[:, 1], bin_centres(self._edges))
+        platt = platt_fit(
+            counts[:, 0],
+            counts[:, 1],
+            bin_centres(self._edges),
+            max_slope=max_platt_slope(self._edges),
+        )
         self._model = self._model.with_platt(platt)
 
     def model(self) -> BDPEModel:

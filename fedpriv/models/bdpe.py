@@ -373,6 +373,11 @@ def calibration_edges(beta, leaf_values, bins: int = CALIBRATION_BINS) -> np.nda
     return scale * (2.0 * u - 1.0) / np.sqrt(u * (1.0 - u))
 
 
+def max_platt_slope(edges: np.ndarray, logits: float = 10.0) -> float:
+    """The largest Platt slope: ``logits`` across the outermost edges' half-range."""
+    return logits / max(float(np.max(np.abs(edges))), 1e-12)
+
+
 def bin_centres(edges: np.ndarray) -> np.ndarray:
     """A representative margin per bin: midpoints, the end bins a half-width outside."""
     e = np.asarray(edges, dtype=np.float64)
@@ -382,12 +387,17 @@ def bin_centres(edges: np.ndarray) -> np.ndarray:
     return np.concatenate([[e[0] - 0.5 * (e[1] - e[0])], mid, [e[-1] + 0.5 * (e[-1] - e[-2])]])
 
 
-def platt_fit(positives, negatives, centres, *, iterations: int = 50) -> np.ndarray:
+def platt_fit(
+    positives, negatives, centres, *, max_slope: float = math.inf, iterations: int = 50
+) -> np.ndarray:
     """(a, b) maximising Σ_b n¹_b log σ(a c_b + b) + n⁰_b log(1 − σ(a c_b + b)).
 
     Platt scaling (Platt 1999) on released bin counts (clipped at 0): Newton's
     method on the concave log-likelihood with a small ridge (1e-6) for
-    bins that noise emptied, a ≥ :data:`MIN_SLOPE`. Post-processing.
+    bins that noise emptied, :data:`MIN_SLOPE` ≤ a ≤ ``max_slope``. Noise can
+    make the counts look separable, where the likelihood grows without bound
+    in a: the cap keeps the map from jumping from 0 to 1 inside one bin.
+    Post-processing.
     """
     p = np.maximum(np.asarray(positives, dtype=np.float64), 0.0)
     n = np.maximum(np.asarray(negatives, dtype=np.float64), 0.0)
@@ -402,7 +412,7 @@ def platt_fit(positives, negatives, centres, *, iterations: int = 50) -> np.ndar
         hess = (Z * (tot * s * (1.0 - s))[:, None]).T @ Z + 1e-6 * np.eye(2)
         step = np.linalg.solve(hess, grad)
         theta = theta + step
-        theta[0] = max(theta[0], MIN_SLOPE)
+        theta[0] = min(max(theta[0], MIN_SLOPE), max_slope)
         if np.max(np.abs(step)) < 1e-10:
             break
     return theta

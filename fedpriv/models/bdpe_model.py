@@ -103,13 +103,15 @@ class BDPEModel:
         return example_weights(self.margins(X), y, self.alpha)
 
     def decision_function(self, X: np.ndarray) -> np.ndarray:
-        return self.margins(X)
+        """The calibrated logit aH + b when the run released a calibration, else H: either
+        way > 0 exactly where ``predict_proba`` > ½."""
+        H = self.margins(X)
+        return self.platt[0] * H + self.platt[1] if self.platt.size else H
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
-        H = self.margins(X)
         if self.platt.size:
-            return 1.0 / (1.0 + np.exp(-(self.platt[0] * H + self.platt[1])))
-        return matsushita_inverse_link(H)
+            return 0.5 * (1.0 + np.tanh(0.5 * self.decision_function(X)))  # σ, no overflow
+        return matsushita_inverse_link(self.margins(X))
 
     def class_scores(self, X: np.ndarray) -> np.ndarray:
         p = self.predict_proba(X)

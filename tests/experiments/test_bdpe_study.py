@@ -2,6 +2,7 @@
 
 import pandas as pd
 
+from experiments.bdpe_report import load
 from experiments.bdpe_study import main
 
 
@@ -13,7 +14,7 @@ def test_quick_study_writes_the_wins_table_and_stays_in_budget(tmp_path):
         "## Test AUC (mean over folds)",
     ):
         assert section in report
-    rows = pd.read_csv(tmp_path / "results.csv")
+    rows = load(tmp_path / "results.jsonl")
     # heart, 3 folds, one ε: two bdpe_α settings and both forests on every fold.
     assert len(rows) == 3 * 4 and set(rows.fold) == {0, 1, 2}
     assert set(rows.learner) >= {"RF-L", "RF-E"}
@@ -21,4 +22,6 @@ def test_quick_study_writes_the_wins_table_and_stays_in_budget(tmp_path):
     # Fresh OS-entropy keys (as the study runs): only the mean is asserted (≈ 0.78 seen).
     assert rows.auc.between(0.0, 1.0).all() and rows.auc.mean() > 0.6
     cmp = pd.read_csv(tmp_path / "comparisons.csv")
-    assert len(cmp) == 2 * 2 and cmp.p.between(0, 1).all()  # 2 settings × 2 forests
+    # 2 settings × 2 forests, on test error and on AUC
+    assert len(cmp) == 2 * 2 * 2 and cmp.p.between(0, 1).all()
+    assert set(cmp.metric) == {"error", "auc"}

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from fedpriv.models.bdpe import (
     bayes_risk,
+    bin_centres,
     calibrated_alpha,
     candidate_thresholds,
     example_weights,
@@ -16,7 +17,9 @@ from fedpriv.models.bdpe import (
     inverse_link,
     level_sums,
     link,
+    max_platt_slope,
     node_risk,
+    platt_fit,
     score_sensitivity,
     split_scores,
     surrogate,
@@ -165,3 +168,22 @@ def test_calibration_spends_matsushita_where_the_mechanism_can_afford_it():
     poor = calibrated_alpha(total_weight=20_000, epsilon_level=0.001, **common)
     assert rich[0] == 1.0 and np.all(np.diff(rich) <= 0)  # shrinks with the node weight
     np.testing.assert_array_equal(poor, 0.0)  # 0/1's sensitivity 2 only
+
+
+def test_platt_fit_recovers_a_logistic_map_and_caps_a_separable_one():
+    rng = np.random.default_rng(0)
+    edges = np.linspace(-3, 3, 25)
+    H = rng.normal(0, 1, 20_000)
+    y = rng.random(H.size) < 1 / (1 + np.exp(-(2 * H - 1)))
+    b = np.searchsorted(edges, H)
+    pos = np.bincount(b, weights=y, minlength=26)
+    neg = np.bincount(b, weights=~y, minlength=26)
+    a, c = platt_fit(pos, neg, bin_centres(edges))
+    assert abs(a - 2) < 0.15 and abs(c + 1) < 0.1
+    # Counts that look separable (noise clipped at 0) would send a to infinity.
+    sep_pos, sep_neg = (
+        np.where(np.arange(26) >= 13, 50.0, 0.0),
+        np.where(np.arange(26) < 13, 50.0, 0.0),
+    )
+    a, _ = platt_fit(sep_pos, sep_neg, bin_centres(edges), max_slope=max_platt_slope(edges))
+    assert a == pytest.approx(10 / 3)
