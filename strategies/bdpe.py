@@ -22,7 +22,7 @@ level or 0/1) feature.
 
 Calibration (``calibrate_share`` s > 0, one last round): each client counts
 its records of each class in public bins of the released margin H
-(:func:`fedpriv.models.bdpe.calibration_edges`, from the released ensemble);
+(:func:`fedpriv.models.bdpe.calibration_edges`, from the released trees and leaf sums);
 the counts are released by the Laplace mechanism (L1 sensitivity 1: a record
 is one count) with s·ε, and the server fits Platt's σ(aH + b), a > 0, to them
 (post-processing). The trees' own probabilities (ψ_Mat⁻¹(H)) rank well but sit
@@ -189,6 +189,7 @@ class BDPEStrategy:
         self._secret_rng = check_private("secret_rng", secret_rng)  # EM and Laplace draws
         self._t = 0
         self._model = BDPEModel.empty(cfg.depth, cfg.alpha)
+        self._mass: list[np.ndarray] = []  # released leaf masses w¹ + w⁰, per tree
         self._weight = 0.5 * self.n_records  # public estimate of Σw (w = ½ before tree 1)
         self._budget = budget = budget_of(ledger)
         self.epsilon_level_ = self.epsilon_pred_ = self.epsilon_calibration_ = None
@@ -239,7 +240,9 @@ class BDPEStrategy:
         if self._t >= cfg.rounds:
             return None
         if self._t == cfg.trees * cfg.depth:
-            self._edges = calibration_edges(self._model.beta, self._model.leaf_values)
+            self._edges = calibration_edges(
+                self._model.beta, self._model.leaf_values, np.asarray(self._mass)
+            )
             return Query(
                 round=self._t,
                 method=METHOD,
@@ -342,6 +345,7 @@ class BDPEStrategy:
         values = link(rates, cfg.alpha)
         beta = leveraging(sums[:, 0], sums[:, 1], values, cfg.alpha, self.n_records)
         self._model = self._model.with_tree(self._feature, self._threshold, values, beta)
+        self._mass.append(np.maximum(sums, 0.0).sum(axis=1))
         # O.C.'s public weight estimate for the next tree: this tree's released total.
         self._weight = float(max(np.maximum(sums, 0.0).sum(), 1.0))
 
