@@ -395,19 +395,22 @@ def check_plan(settings: RunSettings) -> None:
         raise SettingError(text) from None
 
 
-def settings_help() -> str:
-    """``--help``'s list of run-config keys and defaults, from the method registry."""
+def settings_help(launcher_defaults: dict | None = None) -> str:
+    """``--help``'s list of run-config keys and defaults, from the method registry;
+    ``launcher_defaults`` (kebab-case keys): a launcher's own defaults, shown instead."""
     from dataclasses import fields as dc_fields
 
     from fedpriv.federation.settings import method_defaults
     from fedpriv.methods import methods
 
     run = RunSettings()
+    own = launcher_defaults or {}
     lines = ["run-config keys (--set key=value; defaults in brackets):"]
     for f in dc_fields(RunSettings):
         if f.name != "config":
+            key = f.name.replace("_", "-")
             default = getattr(run, f.name) if f.name != "delta" else "the method's"
-            lines.append(f"  {f.name.replace('_', '-')} [{default}]")
+            lines.append(f"  {key} [{own.get(key, default)}]")
     lines.append("methods (method=NAME) and their own keys:")
     for m in methods():
         lines.append(f"  {m.name}: {m.summary}; delta [{m.delta:g}]")

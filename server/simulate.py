@@ -158,7 +158,10 @@ def simulate(
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
-        epilog=settings_help(),
+        epilog=settings_help(SIMULATION_DEFAULTS)
+        + "\n  (dp_gam under this launcher: "
+        + ", ".join(f"{k} {v}" for k, v in MAIN_JOB_GAM.items())
+        + ")",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument(
