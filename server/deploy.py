@@ -178,10 +178,12 @@ def deploy(
             fed.wait_online(K - late_nodes)
 
             def submitted(fed: Federation) -> None:
-                if late_nodes:
-                    late.start()
+                # The caller sees the federation as submitted before any late node
+                # can start: on a loaded machine the ServerApp may already run.
                 if on_submit is not None:
                     on_submit(fed)
+                if late_nodes:
+                    late.start()
 
             code = fed.run(
                 settings, config, timeout=timeout, quiet=quiet, hook=hook, on_submit=submitted
