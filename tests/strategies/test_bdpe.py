@@ -59,7 +59,7 @@ def test_without_noise_the_root_takes_the_planted_split():
 
 
 def test_the_root_split_follows_the_exponential_mechanism_on_the_summed_scores():
-    # Two candidates (x0 ≤ ½, x1 ≤ ½); 400 fits with fresh keys. The root's choice must
+    # Two candidates (x0 ≤ ½, x1 ≤ ½); 250 fits with fresh keys. The root's choice must
     # follow exp(ε s/Δ) (monotone scores) of the *aggregated* sums, not exp(ε s/(2Δ)).
     rng = np.random.default_rng(1)
     X = (rng.random((200, 2)) < 0.5).astype(float)
@@ -68,7 +68,7 @@ def test_the_root_split_follows_the_exponential_mechanism_on_the_summed_scores()
     cfg = BDPEConfig(
         trees=1, depth=1, split_levels=1, beta_tree=0.5, objective="fixed", calibrate_share=0.0
     )
-    picks, trials = [], 400
+    picks, trials = [], 250
     for t in range(trials):
         s = BDPEStrategy(cfg, numeric=np.zeros(2, bool), n_records=201)
         run = run_fit(strategy=s, handler=BDPEClient(), clients=clients, epsilon=2.0,
