@@ -60,24 +60,3 @@ def largest_pld(monkeypatch):
 
     monkeypatch.setattr(pld_mod, "composed_pld", recording)
     return seen
-
-
-#: The suite's longest tests (Flower processes, mostly waiting on polls and start-ups;
-#: 50-145 s each): one opens each worker's share of the collection, so neither worker
-#: meets one near the end of the run (pytest-xdist's worksteal hands each worker a
-#: contiguous half, then rebalances by stealing from the back).
-LONG_TESTS = (
-    "tests/server/test_deploy.py::test_one_federation_through_four_faults",
-    "tests/server/test_own_data_walkthrough.py::test_the_readme_walkthrough_runs_on_three_hospital_files",
-    "tests/federation/test_toy_method.py::test_the_toy_runs_under_flwr_run_and_releases_the_in_process_model",
-)
-
-
-def pytest_collection_modifyitems(config, items):
-    long = {item.nodeid: item for item in items if item.nodeid in LONG_TESTS}
-    if len(items) < 2 * len(LONG_TESTS) or not long:
-        return
-    first, *others = [long[n] for n in LONG_TESTS if n in long]
-    head = [first, *(item for item in items if item.nodeid not in long)]
-    split = (len(head) + len(others)) // 2  # where worksteal's second worker's half begins
-    items[:] = [*head[:split], *others, *head[split:]]
