@@ -7,7 +7,8 @@ its rows' boosting weights from the released ensemble and its own labels
 node at level k and returns ``[node (w¹, w⁰) | left-child (w¹, w⁰) of every
 candidate]`` for every node (:func:`fedpriv.models.bdpe.level_sums`). Nothing
 else leaves it; its weights are a function of the query and its rows, so a
-runtime may drop the handler's state (a cache of the rows' candidate bins).
+runtime may drop the handler's state (caches of the rows' candidate bins
+and of their margin under the trees released so far).
 The calibration round asks for each class's record count in public bins of
 the released margin H (:func:`calibration_counts`).
 """
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from fedpriv.federation.protocol import ClientData, Query, require_every_record
-from fedpriv.models.bdpe import feature_bins, level_sums
+from fedpriv.models.bdpe import example_weights, feature_bins, level_sums
 from fedpriv.models.bdpe_model import BDPEModel, node_of_rows
 from fedpriv.privacy.randomness import SecretKey
 from fedpriv.records import class_codes
@@ -45,7 +46,7 @@ class BDPEClient:
 
     method = "bdpe"
     #: State entries that only save work (a runtime that serialises state drops them).
-    cache_keys = ("bins", "bins_key")
+    cache_keys = ("bins", "bins_key", "margins", "margin_trees", "margin_key")
 
     def answer(
         self,
@@ -57,16 +58,15 @@ class BDPEClient:
     ) -> np.ndarray:
         require_every_record(sample, data, "bdpe counts every record in every level")
         arrays = dict(query.arrays)
-        d = data.XT.shape[0]
-        model = BDPEModel.from_arrays(arrays)
-        for t in range(model.n_trees):
-            check_routable_arrays(model.feature[t], d)
+        model = BDPEModel.from_arrays(arrays)  # routing checks every split feature
         y = class_codes(data.y, 2)  # −1: not a class, counted nowhere
+        H = self._margins(model, data, state)
         phase = str(query.config.get("phase"))
         if phase == "calibrate":
-            out = calibration_counts(model.margins(data.X), y, arrays["edges"])
+            out = calibration_counts(H, y, arrays["edges"])
         elif phase == "level":
-            out = self._level(query, arrays, model, data, y, state)
+            w = example_weights(H, np.maximum(y, 0), model.alpha)
+            out = self._level(query, arrays, model, data, y, w, state)
         else:
             raise ValueError(f"phase must be one of ['level', 'calibrate']; got {phase!r}")
         if out.size != query.reply_length:
@@ -75,20 +75,31 @@ class BDPEClient:
             )
         return out
 
-    def _level(self, query, arrays, model, data: ClientData, y, state) -> np.ndarray:
+    def _level(self, query, arrays, model, data: ClientData, y, w, state) -> np.ndarray:
         d = data.XT.shape[0]
         level = int(query.config["level"])
         feature = np.asarray(arrays["tree_feature"], dtype=np.int64)
         threshold = np.asarray(arrays["tree_threshold"], dtype=np.float64)
         if not 0 <= level < max(model.depth, 1) or feature.size != (1 << model.depth) - 1:
             raise ValueError(f"level must lie in [0, {model.depth}); got {level}")
-        check_routable_arrays(feature, d)
         thresholds = thresholds_of(arrays["cand_feature"], arrays["cand_threshold"], d)
-        w = model.weights(data.X, np.maximum(y, 0))
         node = node_of_rows(feature, threshold, level, data.X)
         bins = self._bins(arrays, thresholds, data, state)
         left, total = level_sums(bins, thresholds, node, 1 << level, y, w)
         return np.concatenate([total.ravel(), left.ravel()])
+
+    @staticmethod
+    def _margins(model: BDPEModel, data: ClientData, state: dict[str, Any]) -> np.ndarray:
+        """H of the rows: the cached sum continued when the released ensemble only grew
+        (each tree's D levels and the next tree's then route each tree once, not D·T
+        times); the same additions in the same order as a fresh sum."""
+        n, k = model.n_trees, int(state.get("margin_trees", -1))
+        if 0 <= k <= n and state.get("margin_key") == _prefix_key(model, k):
+            H = model.margins(data.X, start=k, base=state["margins"])
+        else:
+            H = model.margins(data.X)
+        state.update(margins=H, margin_trees=n, margin_key=_prefix_key(model, n))
+        return H
 
     @staticmethod
     def _bins(arrays, thresholds, data: ClientData, state: dict[str, Any]) -> np.ndarray:
@@ -114,8 +125,9 @@ def calibration_counts(margins: np.ndarray, y: np.ndarray, edges) -> np.ndarray:
     return np.bincount(cell, minlength=2 * (e.size + 1)).astype(np.float64)
 
 
-def check_routable_arrays(feature: np.ndarray, d: int) -> None:
-    """Every split feature of a tree indexes a column (the router does not bounds-check)."""
-    f = np.asarray(feature, dtype=np.int64)
-    if f.size and (f.min() < 0 or f.max() >= d):
-        raise ValueError(f"tree features must lie in [0, {d}); got [{f.min()}, {f.max()}]")
+def _prefix_key(model: BDPEModel, k: int) -> str:
+    """Digest of the first ``k`` released trees (structure, leaf values, β)."""
+    h = hashlib.sha256()
+    for a in (model.feature[:k], model.threshold[:k], model.leaf_values[:k], model.beta[:k]):
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()

@@ -190,7 +190,6 @@ class BDPEStrategy:
         self._t = 0
         self._model = BDPEModel.empty(cfg.depth, cfg.alpha)
         self._mass: list[np.ndarray] = []  # released leaf masses w¹ + w⁰, per tree
-        self._weight = 0.5 * self.n_records  # public estimate of Σw (w = ½ before tree 1)
         self._budget = budget = budget_of(ledger)
         self.epsilon_level_ = self.epsilon_pred_ = self.epsilon_calibration_ = None
         if budget is not None:
@@ -221,7 +220,7 @@ class BDPEStrategy:
         if cfg.objective is Objective.CALIBRATED:
             alphas = calibrated_alpha(
                 depth=cfg.depth,
-                total_weight=self._weight,
+                total_weight=self._total_weight(),
                 epsilon_level=self.epsilon_level_,
                 n_candidates=self.n_candidates,
                 max_records=self.n_records,
@@ -285,7 +284,6 @@ class BDPEStrategy:
             # Aborted: nothing released. Public (data-independent) splits keep the tree
             # growing; an aborted last level drops the tree (its leaves cannot be released).
             choice = self._rng.integers(0, G, size=nodes)
-            self._set_splits(level, choice)
             left = total = None
         else:
             stats = np.asarray(aggregate, dtype=np.float64)
@@ -295,10 +293,11 @@ class BDPEStrategy:
             # and bounds what a hostile reply can do to the scores.
             total = np.clip(stats[: 2 * nodes].reshape(nodes, 2), 0.0, self.n_records)
             left = np.clip(stats[2 * nodes :].reshape(nodes, G, 2), 0.0, total[:, None, :])
-            self._set_splits(level, self._select(level, left, total))
+            choice = self._select(level, left, total)
+        self._set_splits(level, choice)
         if level == cfg.depth - 1:
             if left is not None:
-                self._finish_tree(left, total)
+                self._finish_tree(left, total, choice)
             if self._t + 1 < cfg.trees * cfg.depth:
                 self._start_tree()
         self._t += 1
@@ -324,13 +323,19 @@ class BDPEStrategy:
         span = slice(first, first + choice.size)
         self._feature[span] = self.cand_feature[choice]
         self._threshold[span] = self.cand_threshold[choice]
-        self._choice = choice
 
-    def _finish_tree(self, left: np.ndarray, total: np.ndarray) -> None:
+    def _total_weight(self) -> float:
+        """O.C.'s public estimate of Σw for the next tree: the last tree's released leaf
+        masses (w = ½ for every record before the first tree)."""
+        if not self._mass:
+            return 0.5 * self.n_records
+        return float(max(self._mass[-1].sum(), 1.0))
+
+    def _finish_tree(self, left: np.ndarray, total: np.ndarray, choice: np.ndarray) -> None:
         """Release the leaves' (w¹, w⁰) (Laplace) and append the tree."""
         cfg = self.config
         nodes = left.shape[0]
-        chosen = left[np.arange(nodes), self._choice]  # (nodes, 2)
+        chosen = left[np.arange(nodes), choice]  # (nodes, 2): each node's chosen left child
         sums = np.stack([chosen, total - chosen], axis=1).reshape(2 * nodes, 2)
         prior = 0.0
         if self._budget is not None:
@@ -346,8 +351,6 @@ class BDPEStrategy:
         beta = leveraging(sums[:, 0], sums[:, 1], values, cfg.alpha, self.n_records)
         self._model = self._model.with_tree(self._feature, self._threshold, values, beta)
         self._mass.append(np.maximum(sums, 0.0).sum(axis=1))
-        # O.C.'s public weight estimate for the next tree: this tree's released total.
-        self._weight = float(max(np.maximum(sums, 0.0).sum(), 1.0))
 
     def _calibrate(self, counts: np.ndarray) -> None:
         """Release the (n¹, n⁰) counts per margin bin (Laplace) and fit Platt's map."""

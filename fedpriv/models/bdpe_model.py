@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from fedpriv.models.bdpe import example_weights, matsushita_inverse_link
+from fedpriv.models.bdpe import matsushita_inverse_link
 from fedpriv.models.trees import RandomTree, route
 
 
@@ -89,18 +89,15 @@ class BDPEModel:
     def with_platt(self, platt) -> BDPEModel:
         return replace(self, platt=np.asarray(platt, dtype=np.float64))
 
-    def margins(self, X: np.ndarray) -> np.ndarray:
-        """H(x) = Σ_t β_t h_t(x), summed tree by tree in order (the same floats everywhere)."""
+    def margins(self, X: np.ndarray, *, start: int = 0, base: np.ndarray | None = None):
+        """H(x) = Σ_t β_t h_t(x), summed tree by tree in order (the same floats everywhere);
+        ``base`` = the sum over trees ``[0, start)``, which it continues (a copy)."""
         X = np.asarray(X, dtype=np.float64)
-        H = np.zeros(X.shape[0])
-        for t in range(self.n_trees):
+        H = np.zeros(X.shape[0]) if base is None else np.array(base, dtype=np.float64)
+        for t in range(start, self.n_trees):
             leaf = route(RandomTree(self.feature[t], self.threshold[t]), X)
             H += self.beta[t] * self.leaf_values[t][leaf]
         return H
-
-    def weights(self, X: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """The boosting weights ψ_α⁻¹(−y±H) of rows (X, y), y ∈ {0, 1}."""
-        return example_weights(self.margins(X), y, self.alpha)
 
     def decision_function(self, X: np.ndarray) -> np.ndarray:
         """The calibrated logit aH + b when the run released a calibration, else H: either
@@ -112,10 +109,6 @@ class BDPEModel:
         if self.platt.size:
             return 0.5 * (1.0 + np.tanh(0.5 * self.decision_function(X)))  # σ, no overflow
         return matsushita_inverse_link(self.margins(X))
-
-    def class_scores(self, X: np.ndarray) -> np.ndarray:
-        p = self.predict_proba(X)
-        return np.column_stack([1.0 - p, p])
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         return {

@@ -119,3 +119,22 @@ def test_hostile_sums_are_clipped_to_what_an_honest_sum_can_be():
     s.update(s.next_query(), hostile)  # clipped: node ≤ m = 50, left ≤ node; released
     m = s.model()
     assert m.n_trees == 1 and np.all(np.isfinite(m.leaf_values)) and np.isfinite(m.beta[0])
+
+
+def test_the_client_cache_of_margins_gives_the_replies_of_a_fresh_client():
+    # The handler continues its cached margin sum while the released ensemble only grows;
+    # a runtime may drop that state: every reply must be the same floats either way.
+    rng = np.random.default_rng(4)
+    X = rng.random((300, 3))
+    y = (X[:, 0] + 0.3 * rng.random(300) > 0.6).astype(float)
+    clients = _clients(X, y)
+    strategy = BDPEStrategy(BDPEConfig(trees=3, depth=2), numeric=np.ones(3, bool), n_records=300)
+    run = run_fit(strategy=strategy, handler=BDPEClient(), clients=clients, epsilon=2.0,
+                  delta=1e-5, seed=0, key=key_for(5))  # fmt: skip
+    kept, state = BDPEClient(), {}
+    for query, replies in zip(run.queries, run.replies, strict=True):
+        cached = kept.answer(query, clients[0], np.arange(clients[0].n), state)
+        fresh = BDPEClient().answer(query, clients[0], np.arange(clients[0].n), {})
+        np.testing.assert_array_equal(cached, fresh)
+        np.testing.assert_array_equal(cached, replies[0])
+    assert state["margin_trees"] == 3  # the calibration round saw all three trees
