@@ -28,7 +28,9 @@ raised to Flower.
 from __future__ import annotations
 
 import functools
+import json
 import logging
+import math
 import os
 from functools import lru_cache
 
@@ -45,6 +47,8 @@ from fedpriv.federation.secagg import FixedPointCodec, SecAggClient, SecAggConfi
 from fedpriv.federation.settings import RunSettings
 from fedpriv.federation.wire import query_from_wire, state_from_wire, state_to_wire
 from fedpriv.methods import get_method
+from fedpriv.privacy.distributed import draw_share
+from fedpriv.privacy.node_budget import STATE_DIR, NodeLedger, NodePolicy, node_policy_config
 from fedpriv.privacy.randomness import KEY_ENV, SecretKey, key_from_environment
 
 log = logging.getLogger(__name__)
@@ -189,6 +193,55 @@ def keybook(msg: Message, context: Context) -> Message:
     return _reply(msg)
 
 
+def _node_ledger(context: Context) -> NodeLedger | None:
+    """This node's own ledger under its node-config policy (``None``: no policy)."""
+    config = node_policy_config(context.node_config, os.environ)
+    policy = NodePolicy.from_node_config(config)
+    if policy is None:
+        return None
+    state_dir = str(config.get(STATE_DIR, "") or "")
+    saved = context.state.get("node-ledger")
+    return NodeLedger(policy, state_dir or None, data=str(saved["json"]) if saved else "")
+
+
+def _keep(context: Context, ledger: NodeLedger) -> None:
+    # With a state directory the file is the ledger; the run's copy serves the rest.
+    context.state["node-ledger"] = ConfigRecord({"json": ledger.export()})
+
+
+@app.query("plan")
+@sanitised
+def plan(msg: Message, context: Context) -> Message:
+    """Admit a strategy's declared plan under this node's own policy, or refuse (the run
+    stops: :mod:`fedpriv.privacy.node_budget`). Replies with what the node has left."""
+    declared = json.loads(str(msg.content["config"]["plan"]))
+    context.state["node-stage"] = ConfigRecord({"stage": str(declared["stage"])})
+    ledger = _node_ledger(context)
+    left = (math.inf, math.inf)
+    if ledger is not None:
+        eps = ledger.admit_plan(str(context.run_id), declared)
+        _keep(context, ledger)
+        left = ledger.remaining()
+        log.info("plan %r admitted: ε %.6g; lifetime left ε %.6g, δ %.3g",
+                 declared["stage"], eps, *left)  # fmt: skip
+    meta = ConfigRecord({"remaining-epsilon": left[0], "remaining-delta": left[1]})
+    return _reply(msg, meta=meta)
+
+
+def _admit_query(context: Context, s: RunSettings, cfg, query) -> None:
+    """This node's ledger admits the query before any row is read (or refuses)."""
+    ledger = _node_ledger(context)
+    if ledger is None:
+        return
+    share = None
+    if s.distributed_noise is not None and "noise-share-std" in cfg:
+        share = (float(cfg["noise-share-std"]), int(cfg["noise-min-survivors"]),
+                 query.reply_length)  # fmt: skip
+    stage = str(context.state["node-stage"]["stage"]) if "node-stage" in context.state else ""
+    ledger.admit_query(str(context.run_id), stage, query.round, share=share)
+    _keep(context, ledger)
+
+
 @app.query("ping")
 @sanitised
 def ping(msg: Message, context: Context) -> Message:
@@ -207,6 +260,7 @@ def answer(msg: Message, context: Context) -> Message:
     arrays = {k: msg.content["query"][k].numpy() for k in msg.content["query"].keys()}
     query = query_from_wire(arrays, dict(cfg))
     key = _secret_key(context)
+    _admit_query(context, s, cfg, query)
     if query.method == EvaluationClient.method:
         vec = _evaluation_answer(query, context, s, pid, key)
     else:
@@ -224,12 +278,36 @@ def answer(msg: Message, context: Context) -> Message:
         codec=codec,
         threshold=int(cfg["secagg-threshold"]),
         public_keys=named,
+        noise=_noise_share(s, cfg, query, participants, key),
     )
     _save_secagg(context, client)
     shares = ConfigRecord({"to": list(up.shares), "ct": list(up.shares.values())})
     reply = ArrayRecord({"masked": Array(up.vector)})
     meta = ConfigRecord({"round": query.round})  # checked against the server's round
     return _reply(msg, meta=meta, reply=reply, shares=shares)
+
+
+def _noise_share(s: RunSettings, cfg, query, participants: list[int], key: SecretKey):
+    """This node's share of the round's noise (distributed runs), from its own stream.
+
+    Fails closed: a distributed run's query without a share, or with shares sized
+    for fewer survivors than this node's own rule (n − f), is refused, since the
+    sum the server could unmask would then be exact or under-noised."""
+    setting = s.distributed_noise
+    if setting is None:
+        if "noise-share-std" in cfg:
+            raise ValueError("a noise share asked for in a central-noise run; refused")
+        return None
+    if "noise-share-std" not in cfg:
+        raise ValueError("a distributed-noise run's query carries no noise share; refused")
+    m = int(cfg["noise-min-survivors"])
+    if m != setting.min_survivors(len(participants)):
+        raise ValueError(
+            f"noise-min-survivors {m} != {setting.min_survivors(len(participants))} "
+            f"(participants {len(participants)} - tolerated-dropouts {setting.dropouts}); refused"
+        )
+    std = float(cfg["noise-share-std"])
+    return draw_share(key, query.round, query.reply_length, std)
 
 
 def _training_answer(query, context: Context, s: RunSettings, pid: int, key: SecretKey):

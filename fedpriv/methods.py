@@ -124,6 +124,11 @@ class Method:
     multiclass: bool = False
     family: str = "gaussian-rounds"
 
+    @property
+    def distributed_noise(self) -> bool:
+        """Whether it has a distributed-noise form: every round one Gaussian release."""
+        return self.family == "gaussian-rounds"
+
     @cached_property
     def config_class(self) -> type:
         return resolve(self.config)

@@ -121,3 +121,17 @@ class Objective(Choice):
     @classmethod
     def key(cls) -> str:
         return "objective"
+
+
+class NoiseMode(Choice):
+    """Where a run's Gaussian noise is added: by the server to the exact sum it
+    unmasks (``central``), or by every client, as integer shares inside secure
+    aggregation, so the server only ever sees a noisy sum (``distributed``;
+    :mod:`fedpriv.privacy.distributed`)."""
+
+    CENTRAL = "central"
+    DISTRIBUTED = "distributed"
+
+    @classmethod
+    def key(cls) -> str:
+        return "noise"

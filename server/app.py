@@ -21,6 +21,7 @@ finished.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -244,11 +245,23 @@ def train(
         )  # fmt: skip
     comm = communication_report(runtime.report, timings=s.timings, planned=s.rounds)
     comm["dp_evaluation_rounds"] = 0 if eval_ledger is None else 1
+    comm["nodes_remaining_budget"] = {
+        str(p): {"epsilon": _finite(e), "delta": _finite(d)}
+        for p, (e, d) in sorted(runtime.transport.remaining.items())
+    }
+    for p, (e, d) in sorted(runtime.transport.remaining.items()):
+        if math.isfinite(e) or math.isfinite(d):  # the node has a lifetime policy
+            log.info("node %d: remaining lifetime budget ε %.4g, δ %.3g (its own ledger)", p, e, d)
     write_json_atomic(out / "metrics.json", metrics)
     write_json_atomic(out / "communication.json", comm)
     per_round = {str(r): dict(m) for r, m in result.train_metrics_clientapp.items()}
     write_json_atomic(out / "rounds.json", per_round)
     return metrics, comm
+
+
+def _finite(x: float) -> float | str:
+    # JSON has no infinity: a node without a lifetime limit reports "inf".
+    return x if math.isfinite(x) else "inf"
 
 
 def evaluation_data(s: RunSettings) -> tuple[np.ndarray, np.ndarray, str] | None:

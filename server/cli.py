@@ -217,12 +217,22 @@ def predict(model: Path, file: Path, out: Path | None) -> int:
 
 
 @cli.command()
-@click.argument("model", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("model", type=click.Path(exists=True, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="The machine-readable card.")
 def inspect(model: Path, as_json: bool) -> int:
-    """Print MODEL's privacy card (Markdown, or JSON with --json)."""
+    """Print MODEL's privacy card (Markdown, or JSON with --json).
+
+    MODEL may also be a node's state directory (its node-config ``state-dir``): then
+    the node's own budget ledger, its lifetime spend and what its policy leaves.
+    """
     import json
 
+    if model.is_dir():
+        from fedpriv.privacy.node_budget import node_summary, summary_text
+
+        summary = node_summary(model)
+        click.echo(json.dumps(summary, indent=1) if as_json else summary_text(summary))
+        return 0
     from fedpriv.artefact import load_model
 
     card = load_model(model).card

@@ -44,6 +44,7 @@ from fedpriv.atomic import point_latest
 from fedpriv.data import DataError, SchemaError
 from fedpriv.data.node import run_schema
 from fedpriv.federation.settings import SettingError
+from server import node_budgets
 from server.launch import parse_set, resolve_run, result_line, settings_help
 from server.local_federation import Federation, superlink_command, supernode_command
 
@@ -115,6 +116,8 @@ def deploy(
     on_submit: Callable[[Federation], None] | None = None,
     data: list[str | Path] | None = None,
     eval_data: list[str | Path] | None = None,
+    node_policy: Mapping[str, float] | None = None,
+    node_state: str | Path | None = None,
 ) -> tuple[int, Path | None]:
     """Run one job on a fresh loopback federation; returns (exit code, result directory).
 
@@ -126,7 +129,10 @@ def deploy(
     line is streamed (tests inject faults). ``data``: one file per node (K = their
     number), each node reading only its own; ``max-records`` must then be set.
     ``eval_data``: each node's held-out file, in the same order (DP federated
-    evaluation, ``eval-epsilon``).
+    evaluation, ``eval-epsilon``). ``node_policy``: every node's budget policy
+    (node-config ``max-epsilon``, ``max-delta``, ``max-lifetime-epsilon``,
+    ``max-lifetime-delta``; :mod:`fedpriv.privacy.node_budget`); ``node_state``: the
+    folder under which node i keeps its ledger, ``node-i`` (node-config ``state-dir``).
     """
     if not overrides.get("out-dir"):
         overrides = {**overrides, "out-dir": str((Path.cwd() / "results" / "deploy").resolve())}
@@ -154,8 +160,9 @@ def deploy(
     code = 2
     previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     fed = Federation(
-        workdir=workdir, num_clients=K, insecure=insecure, data=files, eval_data=eval_files
-    )
+        workdir=workdir, num_clients=K, insecure=insecure, data=files, eval_data=eval_files,
+        node_config=node_budgets.node_configs(K, node_policy, node_state),
+    )  # fmt: skip
     no_late = threading.Event()
 
     def start_late_nodes() -> None:
@@ -235,6 +242,7 @@ def main(argv: list[str] | None = None, **launch: Any) -> int:
         help="one node's held-out file, in --data's order (repeat), for the DP federated "
         "evaluation (--set eval-epsilon=E)",
     )
+    node_budgets.add_arguments(ap)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--out-dir", default=None, help="results directory (default ./results/deploy)")
     ap.add_argument("--timeout", type=float, default=1800.0)
@@ -249,12 +257,15 @@ def main(argv: list[str] | None = None, **launch: Any) -> int:
     if args.out_dir:
         overrides["out-dir"] = str(Path(args.out_dir).resolve())
     try:  # the run config is resolved and checked first, before any process starts
+        policy = node_budgets.policy_of(args)
         code, out = deploy(
             overrides,
             insecure=args.insecure,
             timeout=args.timeout,
             data=args.data or None,
             eval_data=args.eval_data or None,
+            node_policy=policy or None,
+            node_state=args.node_state,
             **launch,
         )
     except SettingError as exc:  # one line, exit 2
@@ -268,6 +279,10 @@ def main(argv: list[str] | None = None, **launch: Any) -> int:
                 "mean round {mean_round_seconds:.2f} s" if timed else "round trips {round_trips}",
             )
         )
+    if args.node_state:  # what each hospital's own ledger says it has left
+        K = len(args.data) or resolve_run(SMALL_JOB, overrides)[0].num_clients
+        for line in node_budgets.budget_lines(K, policy, args.node_state):
+            print(line)
     return code
 
 

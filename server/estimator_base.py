@@ -393,6 +393,21 @@ class Estimator(ClassifierMixin, BaseEstimator):
             check_bound(len(rows), int(bound), source="fit")
         return int(bound)
 
+    def _distributed_noise(self, n_clients: int):
+        """The distributed-noise setting of this fit (``None``: central noise)."""
+        from fedpriv.options import NoiseMode
+        from fedpriv.privacy.distributed import DistributedNoise
+
+        try:
+            mode = NoiseMode.parse(getattr(self, "noise", NoiseMode.CENTRAL))
+            if mode is NoiseMode.CENTRAL:
+                return None
+            return DistributedNoise(
+                dropouts=getattr(self, "tolerated_dropouts", 1), max_parties=n_clients
+            )
+        except ValueError as exc:
+            raise SettingError(str(exc)) from None
+
     def _fit_on(
         self,
         X: np.ndarray,
@@ -421,6 +436,7 @@ class Estimator(ClassifierMixin, BaseEstimator):
 
         key = None if self.secret_key is None else SecretKey.coerce(self.secret_key)
         runtime = InProcessRuntime(
+            noise=self._distributed_noise(len(partition)),
             clients=make_clients(X, y, partition),
             max_records=self._record_bound(partition),
             handler=handler,

@@ -29,6 +29,7 @@ rejoin the running run.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -213,6 +214,8 @@ class GridTransport:
         self.node_of: dict[int, int] = {}
         self.pid_of: dict[int, int] = {}  # node id -> partition id, bound at the key exchange
         self.public_keys: dict[int, bytes] = {}
+        #: Each node's remaining lifetime budget (ε, δ) after it admitted the plan (∞: none).
+        self.remaining: dict[int, tuple[float, float]] = {}
         self._sent = SentMessages([])  # this round's query messages
 
     def _refuse(self, why: str) -> None:
@@ -267,6 +270,25 @@ class GridTransport:
                 f"key book: {len(replies)} of {len(pids)} nodes pinned it, {errors} client errors"
             )
 
+    def declare_plan(self, plan: dict) -> None:
+        """Declare a begun strategy's plan to every node; each node's own ledger admits it
+        or refuses (:mod:`fedpriv.privacy.node_budget`), and one refusal stops the run."""
+        text = json.dumps(plan)
+        content = {n: RecordDict({"config": ConfigRecord({"plan": text})}) for n in self.pid_of}
+        replies, errors, _ = _send(self.grid, "plan", content, self.settings.round_timeout)
+        self.report.communication.round_trips += 1
+        if errors or len(replies) != len(content):
+            raise RuntimeError(
+                f"plan {plan['stage']!r}: {len(replies)} of {len(content)} nodes admitted it "
+                f"({errors} refused or failed; their reasons are logged above); nothing is asked"
+            )
+        for node, rep in replies.items():
+            meta = rep.content["meta"]
+            self.remaining[self.pid_of[node]] = (
+                float(meta["remaining-epsilon"]),
+                float(meta["remaining-delta"]),
+            )
+
     def messages(self, plan: RoundPlan) -> list[Message]:
         """The ``query.fedpriv`` messages that ask ``plan.asked`` (none if aborted)."""
         if plan.aborted:
@@ -281,6 +303,9 @@ class GridTransport:
                 "codec-max-abs": plan.codec.max_abs,
             }
         )
+        if plan.noise is not None:  # distributed noise: each node adds its own share
+            config["noise-share-std"] = plan.noise.share_std
+            config["noise-min-survivors"] = plan.noise.min_survivors
         record = ArrayRecord({k: _arr(v) for k, v in arrays.items()})
         return self._track(
             [
@@ -382,6 +407,7 @@ class GridRuntime:
             participation=settings.participation,
             secagg=self.transport.secagg,
             communication=self.report.communication,
+            noise=settings.distributed_noise,
         )
 
     @property

@@ -75,6 +75,7 @@ def supernode_command(
     auth_key: Path | None,
     data_path: str | Path | None = None,
     eval_data_path: str | Path | None = None,
+    extra_config: Mapping[str, object] | None = None,
 ) -> list[str]:
     """SuperNode ``index``'s command line (loopback launcher and ``docker-compose.yml``).
 
@@ -88,6 +89,8 @@ def supernode_command(
         node_config += f" data-path={json.dumps(str(data_path))}"
     if eval_data_path is not None:
         node_config += f" eval-data-path={json.dumps(str(eval_data_path))}"
+    for k, v in (extra_config or {}).items():  # e.g. the node's budget policy and state-dir
+        node_config += f" {k}={json.dumps(v)}"
     args = [
         "flower-supernode",
         "--superlink",
@@ -138,8 +141,11 @@ class Federation:
         insecure: bool = False,
         data: list[Path] | None = None,
         eval_data: list[Path] | None = None,
+        node_config: Mapping[int, Mapping[str, object]] | None = None,
     ) -> None:
         self.workdir, self.num_clients, self.insecure = workdir, num_clients, insecure
+        #: Extra node-config per node index (its budget policy, its state-dir).
+        self.node_config = dict(node_config or {})
         #: Each node's own file (``data-path``), or ``None``: a bundled corpus's slice.
         self.data = data
         #: Each node's own held-out file (``eval-data-path``), or ``None``.
@@ -262,6 +268,7 @@ class Federation:
             auth_key=None if self.tls is None else (key or self.keys[index].private),
             data_path=None if self.data is None else self.data[index],
             eval_data_path=None if self.eval_data is None else self.eval_data[index],
+            extra_config=self.node_config.get(index),
         )
         args[0] = str(BIN / args[0])
         proc = self._popen(args, self.workdir / f"node-{index}", f"node-{index}", env)

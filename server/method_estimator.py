@@ -36,6 +36,8 @@ RUN_PARAMS = (
     "participation",
     "num_clients",
     "secure_aggregation",
+    "noise",
+    "tolerated_dropouts",
     "seed",
     "max_aborted_share",
 )
@@ -53,6 +55,7 @@ def _signature(cls: type[MethodEstimator]) -> inspect.Signature:
     ]
     for name in RUN_PARAMS:
         default = m.delta if name == "delta" else run[name].default
+        default = getattr(default, "value", default)  # an Enum as its plain string
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default))
     extra = {
         **cls.extra_params,

@@ -32,6 +32,7 @@ from pathlib import Path
 from fedpriv import logs
 from fedpriv.atomic import point_latest
 from fedpriv.federation.settings import SettingError
+from server import node_budgets
 from server.launch import (
     BIN,
     ROOT,
@@ -82,9 +83,14 @@ log = logs.get_logger(__name__)
 
 
 def simulate(
-    overrides: dict, *, timeout: float = 3600.0, quiet: bool = False
+    overrides: dict,
+    *,
+    timeout: float = 3600.0,
+    quiet: bool = False,
+    node_env: dict[str, str] | None = None,
 ) -> tuple[int, Path | None]:
-    """Run one simulation; returns (exit code, result directory)."""
+    """Run one simulation; returns (exit code, result directory). ``node_env``: extra
+    environment of the Flower processes (e.g. the nodes' budget policy)."""
     if not overrides.get("out-dir"):
         overrides = {**overrides, "out-dir": str((Path.cwd() / "results" / "flower").resolve())}
     # Validated before anything starts.
@@ -92,7 +98,7 @@ def simulate(
     Path(settings.out_dir).mkdir(parents=True, exist_ok=True)
     home = Path(tempfile.mkdtemp(prefix="fedpriv-flwr-home-"))
     port = free_port()
-    env = flwr_env(home)
+    env = {**flwr_env(home), **(node_env or {})}
     write_connection(home, CONNECTION, f"127.0.0.1:{port}", ca_cert=None)
     proc = subprocess.Popen(
         [
@@ -173,18 +179,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--out-dir", default=None, help="results directory (default ./results/flower)")
     ap.add_argument("--timeout", type=float, default=3600.0)
+    node_budgets.add_arguments(ap)
     args = ap.parse_args(argv)
     logs.configure(tag="simulate")
     overrides = parse_set(args.set)
     if args.out_dir:
         overrides["out-dir"] = str(Path(args.out_dir).resolve())
     try:  # the run config is resolved and checked first, before any process starts
-        code, out = simulate(overrides, timeout=args.timeout)
+        policy = node_budgets.policy_of(args)
+        env = node_budgets.policy_environment(policy, args.node_state)
+        code, out = simulate(overrides, timeout=args.timeout, node_env=env)
     except SettingError as exc:  # one line, exit 2
         log.error("error: %s", exc)
         return 2
     if code == 0 and out is not None:
         print(result_line(out, "floats uploaded per client {mean_floats_uploaded_per_client:.0f}"))
+    if args.node_state:  # what each hospital's own ledger says it has left
+        k = resolve_run(simulation_defaults(overrides), overrides)[0].num_clients
+        for line in node_budgets.budget_lines(k, policy, args.node_state):
+            print(line)
     return code
 
 

@@ -240,9 +240,14 @@ class DPBoostingStrategy:
             accounting=cfg.participation_accounting,
             rng=check_private("secret_rng", secret_rng),  # private: noise
             sum_bound=sum_bound(max(GRAD_BOUND, HESS_BOUND), self.n_records),
+            dims=2 * cfg.n_leaves * c,  # a tree round's reply, the longest
         )
         if self._noise is not None:
             self.noise_multiplier_ = self._noise.noise_multiplier
+
+    def noise_std(self, query: Query) -> float | None:
+        """The std the release of ``query``'s sum needs (distributed noise's shares)."""
+        return None if self._noise is None else self._noise.std(query.reply_length)
 
     @property
     def reg_lambda_(self) -> float:

@@ -320,6 +320,7 @@ class DPSGDStrategy:
                 sampling_rate=1.0,
                 rounds=1,
                 sum_bound=sum_bound(self.row_bound, self.n_records),
+                dims=self._map.n_features,
                 **plan,
             )
         self._noise = GaussianRounds.plan(
@@ -329,6 +330,7 @@ class DPSGDStrategy:
             sampling_rate=cfg.sampling_rate,
             rounds=steps,
             sum_bound=sum_bound(self.sensitivity, self.n_records),
+            dims=self.spec.n_params,
             **plan,
         )
         self.walk_ = 0.0
@@ -365,6 +367,16 @@ class DPSGDStrategy:
     @property
     def _model_name(self) -> str:
         return self.spec.kind_name if self.custom_spec is not None else self.config.model.value
+
+    def noise_std(self, query: Query) -> float | None:
+        """The std the release of ``query``'s sum needs (distributed noise's shares)."""
+        if query.round == 0 and self._centring:
+            stage = self._centre_noise
+        elif query.config.get("stage") in recal.STAGES:
+            stage = self._recal_rounds.noise
+        else:
+            stage = self._noise
+        return None if stage is None else stage.std(query.reply_length)
 
     def next_query(self) -> Query | None:
         cfg, t = self.config, self._t

@@ -107,6 +107,7 @@ class RecalibrationRounds:
             sampling_rate=1.0,
             rounds=recal.ROUNDS,
             sum_bound=sum_bound(self.sensitivity, n_bound),
+            dims=self.reply_length,
             **plan,
         )
         if self._map is not None:

@@ -79,6 +79,8 @@ class EvaluationStrategy:
     """Server half: one query (the model), one release (the histogram), the estimates."""
 
     method = METHOD
+    #: One query (the model), one release: the plan declared to the nodes.
+    rounds = 1
 
     def __init__(
         self,

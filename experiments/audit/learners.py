@@ -217,6 +217,8 @@ class LearnerAudit:
     make_strategy: Callable[[bool], Any]
     make_handler: Callable[[], Any]
     statistic: Callable[[Run], float]
+    #: Distributed noise (:class:`~fedpriv.privacy.distributed.DistributedNoise`), or central.
+    noise: Any = None
 
     def fit(self, *, canary: bool, seed: int, key: SecretKey | None, twin: bool = False) -> Run:
         """One end-to-end fit on D' (``canary``) or D; ``key=None``: fresh OS entropy."""
@@ -228,6 +230,7 @@ class LearnerAudit:
             delta=self.delta,
             seed=seed,
             key=key,
+            noise=self.noise,
         )
 
 
@@ -382,6 +385,7 @@ CI_TRIALS = {
     "dp_gam": 300,
     "dp_gam-group": 300,
     "bdpe": 300,
+    "boosting-distributed": 300,
     "dpsgd-logistic": 300,
     "dpsgd-mlp": 300,
     "lumberjack": 250,
@@ -396,10 +400,12 @@ CI_TRIALS = {
 def all_audits() -> list[LearnerAudit]:
     """Every learner, in the report's order."""
     from experiments.audit.bdpe import bdpe_audit  # they build on this module
+    from experiments.audit.distributed import distributed_boosting_audit
     from experiments.audit.gam import gam_audit
 
     return [
         boosting_audit(),
+        distributed_boosting_audit(),
         gam_audit(),
         gam_audit(group=True),
         bdpe_audit(),

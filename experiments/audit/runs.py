@@ -126,8 +126,12 @@ def run_fit(
     seed: int,
     key: SecretKey | None,
     secure_aggregation: bool = True,
+    noise: Any = None,
 ) -> Run:
     """Train ``strategy`` against ``handler`` clients under a fresh (recording) ledger.
+
+    ``noise``: a :class:`~fedpriv.privacy.distributed.DistributedNoise` (the clients
+    add the noise inside secure aggregation), or ``None`` (central).
 
     ``key=None`` draws a fresh secret key from OS entropy, as the estimators do.
     """
@@ -138,6 +142,7 @@ def run_fit(
         seed=seed,
         secret_key=key,
         secure_aggregation=secure_aggregation,
+        noise=noise,
     )
     ledger = RecordingLedger(budget=PrivacyBudget(epsilon=epsilon, delta=delta))
     runtime.run(strategy, ledger=ledger)

@@ -40,6 +40,13 @@ from fedpriv.federation.secagg import (
     SecAggServer,
     sum_plain,
 )
+from fedpriv.privacy.distributed import (
+    WRAP_BOUND,
+    DistributedNoise,
+    DistributedSum,
+    share_spec,
+    wrap_probability,
+)
 from fedpriv.privacy.randomness import GRID, PrivateStreams, SecretKey
 from fedpriv.privacy.range_guard import ReleaseOutOfRange
 from fedpriv.seeding import derive_generator
@@ -64,6 +71,7 @@ __all__ = [
     "MIN_PARTIES",
     "PUBLIC_KEY_BYTES",
     "Communication",
+    "DistributedNoise",
     "Replies",
     "RoundEngine",
     "RoundPlan",
@@ -162,6 +170,23 @@ def begin_strategy(
     )
 
 
+def declared_plan_of(strategy: Strategy, ledger: PrivacyLedger | None, *, stage: str) -> dict:
+    """The plan a begun ``strategy`` declares to the nodes
+    (:func:`fedpriv.privacy.node_budget.declared_plan`): its reservations, its rounds,
+    and each Gaussian stage's (z, Δ₂) for the nodes' checks of distributed shares."""
+    from fedpriv.privacy.node_budget import declared_plan
+    from fedpriv.privacy.noise_stage import gaussian_stages
+
+    rounds = getattr(strategy, "rounds", None)
+    if rounds is None:  # every method's configuration states its rounds
+        rounds = getattr(getattr(strategy, "config", None), "rounds", None)
+    stages = [
+        {"noise_multiplier": g.noise_multiplier, "l2_sensitivity": g.mechanism.l2_sensitivity}
+        for g in gaussian_stages(strategy)
+    ]
+    return declared_plan(ledger, stage=stage, rounds=rounds, stages=stages)
+
+
 class RoundEngine:
     """Runs rounds over a :class:`Transport`: the abort rules and counts live here only.
 
@@ -185,6 +210,10 @@ class RoundEngine:
         Fixed-point scale; must be :data:`DEFAULT_SCALE`.
     communication : Communication, optional
         Where to count (default: a fresh one); a runtime passes its own to tally across runs.
+    noise : DistributedNoise, optional
+        Distributed noise (:mod:`fedpriv.privacy.distributed`): each asked client adds
+        its share inside secure aggregation; a round with fewer than m = n − f
+        survivors is aborted before the unmask. ``None`` (default): central noise.
     """
 
     def __init__(
@@ -199,7 +228,13 @@ class RoundEngine:
         secagg: SecAggConfig | None = None,
         scale: float = DEFAULT_SCALE,
         communication: Communication | None = None,
+        noise: DistributedNoise | None = None,
     ) -> None:
+        if noise is not None and not secure_aggregation:
+            raise ValueError(
+                "noise: distributed noise protects against the server only inside secure "
+                "aggregation; set secure-aggregation = true (got false)"
+            )
         if not 0.0 <= dropout_rate < 1.0:
             raise ValueError(f"dropout_rate must lie in [0, 1); got {dropout_rate!r}")
         self.transport = transport
@@ -213,6 +248,8 @@ class RoundEngine:
         self.communication = communication or Communication(n_clients)
         self._codecs: dict[tuple[float, int], FixedPointCodec] = {}
         self._fates: PrivateStreams | None = None
+        self.noise = noise
+        self._strategy: Strategy | None = None
 
     # -- set-up ----------------------------------------------------------------
     def setup_keys(self) -> None:
@@ -233,6 +270,15 @@ class RoundEngine:
     ) -> None:
         """Start ``strategy`` (:func:`begin_strategy`); participation coins from ``secret_key``
         (per round index: a later strategy's rounds must use indices of their own)."""
+        if self.noise is not None:
+            if ledger is not None:
+                ledger.use_distributed_noise(self.noise)
+            if not callable(getattr(strategy, "noise_std", None)):
+                raise ValueError(
+                    f"noise: {type(strategy).__name__} has no distributed form (its rounds "
+                    "declare no Gaussian noise); use noise = 'central'"
+                )
+        self._strategy = strategy
         begin_strategy(
             strategy,
             n_features=n_features,
@@ -242,6 +288,9 @@ class RoundEngine:
             noise_stream=noise_stream,
         )
         self._fates = participation_streams(secret_key)
+        declare = getattr(self.transport, "declare_plan", None)
+        if declare is not None:
+            declare(declared_plan_of(strategy, ledger, stage=noise_stream))
 
     # -- rounds ------------------------------------------------------------------
     def plan(self, query: Query) -> RoundPlan:
@@ -259,7 +308,39 @@ class RoundEngine:
             codec = self._codecs[shape] = codec_for(
                 query.record_bound, self.max_records, len(asked) or 1, self.scale
             )
-        return RoundPlan(query=query, asked=asked, lost=frozenset(lost), codec=codec)
+        noise = None
+        if self.noise is not None:
+            noise = self._shares(query, asked, codec)
+            if noise is None:  # fewer than two would survive f dropouts: send nothing
+                return RoundPlan(query=query, asked=asked, lost=frozenset(lost))
+        return RoundPlan(query=query, asked=asked, lost=frozenset(lost), codec=codec, noise=noise)
+
+    def _shares(self, query: Query, asked: list[int], codec: FixedPointCodec):
+        """The round's :class:`~fedpriv.privacy.distributed.ShareSpec` (``None``: too few
+        asked); refuses a round whose noisy sum could wrap the ring (beyond the bound)."""
+        std = self._strategy.noise_std(query) if self._strategy is not None else None
+        if std is None:
+            raise ValueError(
+                f"round {query.round}: the strategy declares no noise for this query, and a "
+                "distributed run never sends a query whose sum would be released exact"
+            )
+        spec = share_spec(std, asked=len(asked), setting=self.noise)
+        if spec is None:
+            return None
+        worst = codec.max_summands * (codec.max_abs * codec.scale + 0.5)
+        headroom = float(2**63 - 1) - worst
+        wrap = wrap_probability(
+            dims=query.reply_length,
+            survivors=len(asked),
+            share_std=spec.share_std,
+            headroom=headroom,
+        )
+        if wrap > WRAP_BOUND:
+            raise ValueError(
+                f"round {query.round}: the noisy sum could wrap the 64-bit ring (probability "
+                f"{wrap:.3g} > {WRAP_BOUND:g}); lower max-records or the noise"
+            )
+        return spec
 
     def finish(self, plan: RoundPlan, replies: Replies | None) -> np.ndarray | None:
         """Count the round's uploads and sum them: the decoded sum, or ``None`` (aborted)."""
@@ -369,6 +450,16 @@ class RoundEngine:
             inboxes = server.inboxes(survivors, {u: m.shares for u, m in masked.items()})
         except (SecAggAbort, ValueError):
             return None  # fewer than t survivors, or a malformed upload: release nothing
+        if plan.noise is not None and len(survivors) < plan.noise.min_survivors:
+            # Their shares fall short of the target noise: unmask nothing, release nothing.
+            log.warning(
+                "round %d: %d survivors < %d, the minimum for the target noise; aborted "
+                "before the unmask",
+                r,
+                len(survivors),
+                plan.noise.min_survivors,
+            )
+            return None
         # The unmask exchange, every round: survivors return shares of the survivors'
         # self-mask seeds and their pair masks with the dropped clients.
         answers = self.transport.unmask(plan, survivors, dropped, inboxes)
@@ -391,9 +482,16 @@ class RoundEngine:
             comm.bytes_uploaded[u] += answers[u].nbytes
         vectors = {u: m.vector for u, m in masked.items()}
         try:
-            return server.aggregate(round_id=r, participants=asked, masked=vectors, answers=answers)
+            total = server.aggregate(
+                round_id=r, participants=asked, masked=vectors, answers=answers
+            )
         except (SecAggAbort, ValueError):
             return None  # too few or inconsistent answers: the sum would be noise
+        if plan.noise is None:
+            return total
+        return DistributedSum.wrap(
+            total, survivors=len(survivors), min_survivors=plan.noise.min_survivors
+        )
 
 
 def _plain_sum(plan: RoundPlan, replies: Replies) -> np.ndarray:

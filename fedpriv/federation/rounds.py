@@ -15,6 +15,7 @@ import numpy as np
 
 from fedpriv.federation.protocol import Query
 from fedpriv.federation.secagg import FixedPointCodec, MaskedInput, UnmaskAnswer
+from fedpriv.privacy.distributed import ShareSpec
 
 
 @dataclass
@@ -72,6 +73,8 @@ class RoundPlan:
     asked: list[int]
     lost: frozenset[int] = frozenset()
     codec: FixedPointCodec | None = None
+    #: Distributed noise: the shares each asked client adds (``None``: central noise).
+    noise: ShareSpec | None = None
 
     @property
     def aborted(self) -> bool:

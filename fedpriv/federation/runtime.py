@@ -19,6 +19,7 @@ aborted and releases nothing.
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,8 @@ from fedpriv.federation.engine import (
 )
 from fedpriv.federation.protocol import ClientData, ClientHandler, Strategy, poisson_sample
 from fedpriv.federation.secagg import SecAggClient, SecAggConfig, UnmaskAnswer
+from fedpriv.privacy.distributed import DistributedNoise, draw_share
+from fedpriv.privacy.node_budget import NodeLedger, NodeRefusal
 from fedpriv.privacy.randomness import SecretKey
 from fedpriv.validation import check_probability
 
@@ -78,8 +81,13 @@ class InProcessTransport:
         secure_aggregation: bool,
         secagg: SecAggConfig,
         vectorised: bool,
+        node_ledgers: Sequence[NodeLedger | None] = (),
     ) -> None:
         self.clients = list(clients)
+        # Each node's own ledger (None: no policy), consulted before its rows are read.
+        self.node_ledgers = list(node_ledgers) or [None] * len(self.clients)
+        self.run_id = secrets.token_hex(8)  # public: names this run in the nodes' ledgers
+        self.stage = "noise"
         self.handler = handler
         self.client_keys = list(client_keys)
         # Client c's round-r coins: substream r of its own key's "poisson" streams
@@ -100,14 +108,41 @@ class InProcessTransport:
         for p in self.parties:
             p.setup(keys)  # pins the key book
 
+    def declare_plan(self, plan: dict) -> None:
+        """Every node with a policy admits the plan, or the run stops before any round."""
+        self.stage = str(plan["stage"])
+        for i, led in enumerate(self.node_ledgers):
+            if led is not None:
+                try:
+                    led.admit_plan(self.run_id, plan)
+                except NodeRefusal as err:
+                    raise NodeRefusal(f"client {i}: {err}") from None
+
+    def _refused(self, plan: RoundPlan) -> dict[int, Exception]:
+        """The asked nodes whose own ledger refuses this query (before any row is read)."""
+        out = {}
+        for i in plan.asked:
+            led = self.node_ledgers[i]
+            if led is None:
+                continue
+            share = None
+            if plan.noise is not None:
+                share = (plan.noise.share_std, plan.noise.min_survivors, plan.query.reply_length)
+            try:
+                led.admit_query(self.run_id, self.stage, plan.query.round, share=share)
+            except NodeRefusal as err:
+                out[i] = err
+        return out
+
     def ask(self, plan: RoundPlan) -> Replies:
         query, asked, lost = plan.query, plan.asked, plan.lost
         r, n = query.round, query.reply_length
+        refused = self._refused(plan)
         samples = {
             i: poisson_sample(self.clients[i].n, query.sampling_rate, self.streams[i].at(r))
             for i in asked
         }
-        if self.vectorised and asked:
+        if self.vectorised and asked and not refused:
             # One call for all clients (identical replies, see answer_many).
             empty = np.zeros(0, dtype=np.intp)
             every = [samples.get(i, empty) for i in range(len(self.clients))]
@@ -120,8 +155,10 @@ class InProcessTransport:
                 return Replies(senders=tuple(asked), plain=rows)
             vectors = {i: batch[i] for i in asked}
         else:
-            vectors = {}
+            vectors = dict(refused)  # a refusing node answers nothing: its error
             for i in asked:
+                if i in refused:
+                    continue
                 try:
                     vectors[i] = self.handler.answer(
                         query, self.clients[i], samples[i], self.states[i], self.client_keys[i]
@@ -136,9 +173,12 @@ class InProcessTransport:
                 if isinstance(vec, Exception):
                     raise vec
                 if self.secure:
+                    share = None
+                    if plan.noise is not None:  # the client's own share, its own stream
+                        share = draw_share(self.client_keys[i], r, n, plan.noise.share_std)
                     # The client's own shim refuses a malformed vector (length, NaN, bound).
                     masked[i] = self.parties[i].mask(
-                        vec, round_id=r, participants=asked, codec=plan.codec
+                        vec, round_id=r, participants=asked, codec=plan.codec, noise=share
                     )
                 else:
                     plain.append(vec)  # the engine checks it before it enters the sum
@@ -208,6 +248,12 @@ class InProcessRuntime:
     secagg : SecAggConfig, optional
         Secure aggregation's public parameters (the Shamir threshold rule;
         default ``SecAggConfig()``: a strict majority of each round's participants).
+    noise : DistributedNoise, optional
+        Distributed noise (:mod:`fedpriv.privacy.distributed`): the clients add the
+        noise inside secure aggregation. ``None`` (default): the server adds it.
+    node_ledgers : sequence of NodeLedger or None, optional
+        Each client's own ledger and policy (:mod:`fedpriv.privacy.node_budget`):
+        it admits the declared plan or stops the run, and refuses any query beyond it.
     """
 
     def __init__(
@@ -224,6 +270,8 @@ class InProcessRuntime:
         scale: float = DEFAULT_SCALE,
         vectorised: bool = True,
         secagg: SecAggConfig | None = None,
+        noise: DistributedNoise | None = None,
+        node_ledgers: Sequence[NodeLedger | None] = (),
     ) -> None:
         if not clients:
             raise ValueError("need at least one client")
@@ -248,6 +296,12 @@ class InProcessRuntime:
         self.vectorised = vectorised and hasattr(handler, "answer_many")
         self.communication = Communication(len(self.clients))
         self.secagg = secagg or SecAggConfig()
+        self.noise = noise
+        if node_ledgers and len(node_ledgers) != len(self.clients):
+            raise ValueError(
+                f"node_ledgers: one per client ({len(self.clients)}); got {len(node_ledgers)}"
+            )
+        self.node_ledgers = list(node_ledgers)
 
     def run(self, strategy: Strategy, *, ledger: PrivacyLedger | None) -> Strategy:
         """Train ``strategy`` to completion; returns it (holding the released model)."""
@@ -259,6 +313,7 @@ class InProcessRuntime:
             secure_aggregation=self.secure_aggregation,
             secagg=self.secagg,
             vectorised=self.vectorised,
+            node_ledgers=self.node_ledgers,
         )
         engine = RoundEngine(
             transport,
@@ -270,6 +325,7 @@ class InProcessRuntime:
             secagg=self.secagg,
             scale=self.scale,
             communication=self.communication,  # a tally across runs, as before
+            noise=self.noise,
         )
         engine.begin(
             strategy,

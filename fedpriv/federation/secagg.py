@@ -229,8 +229,13 @@ class SecAggClient:
         codec: FixedPointCodec,
         threshold: int | None = None,
         public_keys: Mapping[int, bytes] | None = None,
+        noise: np.ndarray | None = None,
     ) -> MaskedInput:
         """Step 1: y_u and the encrypted shares of a fresh b_u^r (module docstring).
+
+        ``noise``: this client's integer noise share (int64 ticks, one per
+        coordinate; :mod:`fedpriv.privacy.distributed`), added to the encoding in
+        the ring before any mask, so no message ever holds the exact encoding.
 
         ``threshold``, if given (the server's announcement), must equal this
         client's :meth:`SecAggConfig.threshold`; ``public_keys``, if given, must
@@ -257,6 +262,13 @@ class SecAggClient:
         if x.ndim != 1:
             raise ValueError(f"vector must be 1-dimensional; got shape {x.shape}")
         out = codec.encode(x)
+        if noise is not None:
+            share = np.asarray(noise)
+            if share.dtype != np.int64 or share.shape != out.shape:
+                raise ValueError(
+                    f"noise must be int64 of shape {out.shape}; got {share.dtype}{share.shape}"
+                )
+            out += share.view(np.uint64)  # two's complement: addition mod 2^64
         seed = secrets.randbelow(shamir.PRIME)  # b_u^r: OS CSPRNG, fresh every round
         shares = shamir.split(seed, xs=[point(j) for j in peers], threshold=t)
         out += self._self_mask(seed, r, out.size)

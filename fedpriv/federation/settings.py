@@ -32,6 +32,7 @@ import numpy as np
 from fedpriv.federation.engine import MIN_PARTIES
 from fedpriv.federation.status import DEFAULT_MAX_ABORTED_SHARE
 from fedpriv.methods import Method, get_method, methods
+from fedpriv.options import NoiseMode
 from fedpriv.validation import check_count, check_delta, check_probability
 
 #: Values of ``participation-accounting`` (:mod:`fedpriv.privacy.participation`;
@@ -201,6 +202,12 @@ class RunSettings:
     split_seed: int = 0
     out_dir: str = ""
     secure_aggregation: bool = True
+    #: Where the Gaussian noise is added: "central" (the server, to the exact sum) or
+    #: "distributed" (each client's integer share inside secure aggregation).
+    noise: NoiseMode = NoiseMode.CENTRAL
+    #: Distributed noise: clients of a round that may drop out with the sum still
+    #: carrying the target noise (shares are sized for n − f survivors; fewer: abort).
+    tolerated_dropouts: int = 1
     #: Shamir t = max(2, ⌊secagg_threshold·n⌋ + 1) of a round's n participants.
     secagg_threshold: float = 0.5
     #: Seconds the server waits for a round's replies (each of its two exchanges). A
@@ -260,6 +267,21 @@ class RunSettings:
                     f"eval-epsilon: the DP federated evaluation scores two classes; dataset "
                     f"{self.dataset!r} has more (set eval-epsilon = 0); got {self.eval_epsilon!r}"
                 )
+        if self.noise is NoiseMode.DISTRIBUTED:
+            self.distributed_noise  # noqa: B018 — validates tolerated-dropouts against K
+            why = None
+            if not self.private:
+                why = "a private run (finite epsilon)"
+            elif not self.secure_aggregation:
+                why = "secure-aggregation = true"
+            elif self.eval_epsilon:
+                why = "eval-epsilon = 0"
+            elif not self.method_record.distributed_noise:
+                ok = sorted(m.name for m in methods() if m.distributed_noise)
+                why = f"one of the methods {ok}"
+            if why:
+                raise SettingError(f"noise = 'distributed' needs {why}; got method "
+                                   f"{self.method!r}, epsilon {self.epsilon:g}")  # fmt: skip
         if self.csv and self.max_records is None:
             raise SettingError(
                 "max-records must be declared (an integer in [1, inf): the public bound on "
@@ -272,6 +294,18 @@ class RunSettings:
     @property
     def private(self) -> bool:
         return math.isfinite(self.epsilon)
+
+    @property
+    def distributed_noise(self):
+        """The :class:`~fedpriv.privacy.distributed.DistributedNoise` setting, or ``None``."""
+        if self.noise is not NoiseMode.DISTRIBUTED:
+            return None
+        from fedpriv.privacy.distributed import DistributedNoise
+
+        try:
+            return DistributedNoise(dropouts=self.tolerated_dropouts, max_parties=self.num_clients)
+        except ValueError as exc:
+            raise SettingError(str(exc)) from None
 
     @property
     def method_record(self) -> Method:

@@ -122,6 +122,11 @@ class PrivacyReport:
     caveats: tuple[str, ...] = field(default=())
     #: What the figures cover when that is not a whole run (e.g. one estimator fit).
     scope: str = ""
+    #: Total variation charged for distributed noise (:mod:`fedpriv.privacy.distributed`);
+    #: ``delta`` covers (1 + e^ε)·slack of it, the accountants the rest.
+    slack: float = 0.0
+    #: The distributed-noise setting, when the run used it.
+    distributed: Any = None
 
     @property
     def epsilon(self) -> float:
@@ -183,6 +188,16 @@ class PrivacyReport:
             ],
             "versions": {"fedpriv": __version__, "dp_accounting": DP_ACCOUNTING_VERSION},
             **({"scope": self.scope} if self.scope else {}),
+            **(
+                {
+                    "noise": "distributed",
+                    "tolerated_dropouts": self.distributed.dropouts,
+                    "distributed_tv_slack": self.slack,
+                    "delta_of_slack": _slack_delta(self.budget, self.slack),
+                }
+                if self.distributed is not None
+                else {"noise": "central"}
+            ),
         }
 
     def to_json(self, **kwargs: Any) -> str:
@@ -192,6 +207,14 @@ class PrivacyReport:
 def _json_float(x: float) -> float | str:
     # JSON has no infinity; a non-private run reports the string "inf".
     return "inf" if math.isinf(x) else x
+
+
+def _slack_delta(budget: PrivacyBudget, slack: float) -> float:
+    """The δ a total-variation slack H costs at the budget's ε: (1 + e^ε)·H
+    (:mod:`fedpriv.privacy.distributed`)."""
+    if not slack:
+        return 0.0
+    return (1.0 + math.exp(min(budget.epsilon, 700.0))) * slack
 
 
 #: PLD discretisation of the journal's in-progress entries (module docstring).
@@ -253,6 +276,8 @@ class PrivacyLedger:
             journal = FileJournal(journal)
         self._journal: Callable[[dict[str, Any]], None] | None = journal
         self._complete = False
+        self._slack = 0.0  # total variation charged for distributed noise
+        self.distributed = None  # DistributedNoise, set once by the runtime before any event
         self._journal_write()  # the file exists (empty ledger) before the first release
         self._parent: PrivacyLedger | None = None
 
@@ -321,9 +346,16 @@ class PrivacyLedger:
     def _items(self, counts: Counter[int]) -> list[tuple[dp_event.DpEvent, int]]:
         return [(self._events[i], n) for i, n in counts.items() if n > 0]
 
+    @property
+    def accounting_delta(self) -> float:
+        """The δ the accountants may use: the budget's, less what the slack costs."""
+        return self._budget.delta - _slack_delta(self._budget, self._slack)
+
     def _account(self, extra: Counter[int]) -> accounting.Accounting:
         total = self._spent + self._reserved + extra
-        return accounting.account(self._items(total), self._budget.delta, discretization=self._vdi)
+        return accounting.account(
+            self._items(total), self.accounting_delta, discretization=self._vdi
+        )
 
     def _check(self, extra: Counter[int], what: str) -> None:
         if math.isinf(self._budget.epsilon):
@@ -335,6 +367,14 @@ class PrivacyLedger:
                 f"(PLD {acc.epsilon_pld:.6g}, RDP {acc.epsilon_rdp:.6g}), "
                 f"over the budget ε={self._budget.epsilon:g}; nothing was released"
             )
+
+    def planned_items(self) -> list[tuple[dp_event.DpEvent, int]]:
+        """Everything spent and reserved so far: the run's whole declared plan."""
+        return self._items(self._spent + self._reserved)
+
+    def planned_epsilon(self) -> float:
+        """ε of everything spent and reserved (the whole plan), at :attr:`accounting_delta`."""
+        return self._account(Counter()).epsilon
 
     def epsilon(self) -> float:
         """Certified ε spent so far at the budget's δ."""
@@ -365,7 +405,9 @@ class PrivacyLedger:
         al. 2022, Thm. 3.2); the report states the one used.
         """
         vdi = self._vdi if discretization is None else max(self._vdi, discretization)
-        acc = accounting.account(self._items(self._spent), self._budget.delta, discretization=vdi)
+        acc = accounting.account(
+            self._items(self._spent), self.accounting_delta, discretization=vdi
+        )
         return PrivacyReport(
             budget=self._budget,
             accounting=acc,
@@ -373,6 +415,8 @@ class PrivacyLedger:
             discretization=vdi,
             reserved=tuple(self._items(self._reserved)),
             caveats=tuple(self._caveats),
+            slack=self._slack,
+            distributed=self.distributed,
         )
 
     def mark_uncertified(self, reason: str) -> None:
@@ -417,6 +461,67 @@ class PrivacyLedger:
             led._reserved.update(extra)
         for led, _ in extras:
             led._journal_write()
+
+    def use_distributed_noise(self, setting) -> None:
+        """Mark this run's noise as distributed (:mod:`fedpriv.privacy.distributed`);
+        before any event, in this ledger and its ancestors' view of it."""
+        if self._entries or self._reserved:
+            raise RuntimeError("the noise placement is set before any reservation or release")
+        self.distributed = setting
+
+    def reserve_slack(self, tv: float) -> None:
+        """Charge a total-variation slack H (distributed noise) against δ, now and for good.
+
+        The run's transcript is then within H of one the accountants cover, so it
+        is (ε, δ_acc + (1 + e^ε)·H)-DP; the accountants get δ − (1 + e^ε)·H. Raises
+        (nothing recorded) if that leaves no δ, or if the plan no longer fits.
+        """
+        tv = float(tv)
+        if not (math.isfinite(tv) and tv >= 0.0):
+            raise ValueError(f"tv must be a finite number >= 0; got {tv!r}")
+        chain = self._chain()
+        for led in chain:
+            if _slack_delta(led._budget, led._slack + tv) >= led._budget.delta / 2:
+                raise PrivacyBudgetExceededError(
+                    f"distributed noise's slack {led._slack + tv:.3g} would cost over half of "
+                    f"δ = {led._budget.delta:g}; use more noise or fewer coordinates"
+                )
+        for led in chain:
+            led._slack += tv
+            try:
+                led._check(Counter(), f"the distributed-noise slack {tv:.3g}")
+            except PrivacyBudgetExceededError:
+                for back in chain[: chain.index(led) + 1]:
+                    back._slack -= tv
+                raise
+        for led in chain:
+            led._journal_write()
+
+    def spend_instead(
+        self, planned: dp_event.DpEvent, actual: dp_event.DpEvent, *, label: str = ""
+    ) -> None:
+        """Record ``actual`` in place of one reserved ``planned``: the survivors' actual
+        noise, never the planned one (:mod:`fedpriv.privacy.distributed`).
+
+        The caller guarantees that ``actual`` is a post-processing of ``planned``
+        (the same event with more Gaussian noise: adding independent noise to a
+        release of ``planned`` gives one of ``actual``), so the budget check the
+        reservation passed still holds and is not repeated. Without a reservation
+        of ``planned`` in every ledger of the chain, ``actual`` is checked as a
+        release of its own.
+        """
+        chain = self._chain()
+        held = [led._groups(planned) for led in chain]
+        if not all(
+            all(led._reserved[i] >= n for i, n in g.items())
+            for led, g in zip(chain, held, strict=True)
+        ):
+            self.spend(actual, label=label)
+            return
+        for led, groups in zip(chain, held, strict=True):
+            for i, n in groups.items():
+                led._reserved[i] -= n
+            led._commit(actual, label, (led._groups(actual), False))
 
     def cancel_reservations(self) -> None:
         """Drop whatever is still reserved (e.g. a learner stopped early), in the ancestors too."""

@@ -17,6 +17,13 @@ both, so it lives here once:
 
 The budget is the ledger's: a stage reads (ε, δ) from it and from nowhere
 else. A run without a ledger is the non-private reference and gets no stage.
+
+Distributed noise (the ledger's ``distributed`` setting,
+:mod:`fedpriv.privacy.distributed`): the stage declares the std its rounds need
+(:meth:`GaussianRounds.std`, which the engine turns into the clients' shares),
+charges the plan's total-variation slack to δ before calibrating, plans without
+participation amplification (the server draws those coins), and at each release
+records the survivors' actual noise instead of drawing any.
 """
 
 from __future__ import annotations
@@ -28,14 +35,15 @@ import numpy as np
 from dp_accounting import dp_event
 
 from fedpriv.privacy.calibration import largest_certified
-from fedpriv.privacy.ledger import PrivacyBudget, PrivacyLedger
+from fedpriv.privacy.distributed import DistributedSum, plan_slack
+from fedpriv.privacy.ledger import PrivacyBudget, PrivacyBudgetExceededError, PrivacyLedger
 from fedpriv.privacy.mechanisms import GaussianMechanism
 from fedpriv.privacy.participation import (
     ParticipationAccounting,
     calibrate_participation_noise_multiplier,
     participation_event,
 )
-from fedpriv.privacy.randomness import check_private
+from fedpriv.privacy.randomness import check_private, rounding_margin
 from fedpriv.privacy.range_guard import check_release, noise_margin
 
 
@@ -81,10 +89,36 @@ class GaussianRounds:
     rng: np.random.Generator
     #: Public bound on |each coordinate| of an honest sum (``None``: no range check).
     sum_bound: float | None = None
+    #: Participation ρ and its accounting, to rebuild the event at another noise level.
+    participation: float = 1.0
+    accounting: ParticipationAccounting = ParticipationAccounting.VALID
 
     @property
     def noise_multiplier(self) -> float:
         return self.mechanism.noise_multiplier
+
+    @property
+    def distributed(self) -> bool:
+        """Whether the clients add the noise (the ledger's setting)."""
+        return self.ledger.distributed is not None
+
+    def std(self, dims: int) -> float:
+        """The noise std one release of ``dims`` coordinates needs (value units):
+        z·(Δ₂ + γ√d), as :meth:`GaussianMechanism.apply` draws it centrally."""
+        return self.noise_multiplier * (self.mechanism.l2_sensitivity + rounding_margin(dims, "l2"))
+
+    def _event_at(self, noise_multiplier: float) -> dp_event.DpEvent:
+        inner = GaussianMechanism(
+            l2_sensitivity=self.mechanism.l2_sensitivity, noise_multiplier=noise_multiplier
+        ).dp_event
+        if self.sampling_rate >= 1.0 and self.participation >= 1.0:
+            return inner
+        return participation_event(
+            inner,
+            sampling_probability=self.sampling_rate,
+            participation=self.participation,
+            accounting=self.accounting,
+        )
 
     @classmethod
     def plan(
@@ -99,8 +133,12 @@ class GaussianRounds:
         rng: np.random.Generator,
         sum_bound: float | None = None,
         share: float = 1.0,
+        dims: int | None = None,
     ) -> GaussianRounds | None:
         """Calibrate z for ``rounds`` events on the ledger's budget and reserve them.
+
+        ``dims``: most coordinates of one release; required under distributed
+        noise, whose slack grows with it (module docstring).
 
         ``sum_bound``: public bound on |each coordinate| of an honest round's sum
         (:func:`fedpriv.privacy.range_guard.sum_bound`). ``share`` s in (0, 1]:
@@ -116,17 +154,26 @@ class GaussianRounds:
         if share < 1:
             budget = PrivacyBudget(epsilon=share * budget.epsilon, delta=share * budget.delta)
         check_private("rng", rng)
-        cal = calibrate_participation_noise_multiplier(
-            target_epsilon=budget.epsilon,
-            target_delta=budget.delta,
-            sampling_probability=sampling_rate,
-            participation=participation,
-            steps=rounds,
-            accounting=accounting,
-        )
-        mechanism = GaussianMechanism(
-            l2_sensitivity=l2_sensitivity, noise_multiplier=cal.noise_multiplier
-        )
+
+        def calibrate(delta: float) -> float:
+            return calibrate_participation_noise_multiplier(
+                target_epsilon=budget.epsilon,
+                target_delta=delta,
+                sampling_probability=sampling_rate,
+                participation=participation,
+                steps=rounds,
+                accounting=accounting,
+            ).noise_multiplier
+
+        if ledger.distributed is not None:
+            participation = 1.0  # the server's coins: no amplification against the server
+            z = _distributed_z(
+                ledger, budget, rounds=rounds, dims=dims, l2_sensitivity=l2_sensitivity,
+                calibrate=calibrate,
+            )  # fmt: skip
+        else:
+            z = calibrate(budget.delta)
+        mechanism = GaussianMechanism(l2_sensitivity=l2_sensitivity, noise_multiplier=z)
         event = participation_event(
             mechanism.dp_event,
             sampling_probability=sampling_rate,
@@ -134,7 +181,10 @@ class GaussianRounds:
             accounting=accounting,
         )
         ledger.reserve(event, rounds)
-        return cls(ledger, mechanism, event, sampling_rate, rounds, rng, sum_bound)
+        return cls(
+            ledger, mechanism, event, sampling_rate, rounds, rng, sum_bound, participation,
+            ParticipationAccounting(accounting),
+        )  # fmt: skip
 
     @classmethod
     def single(
@@ -145,6 +195,7 @@ class GaussianRounds:
         rng: np.random.Generator,
         share: float,
         sum_bound: float | None = None,
+        dims: int | None = None,
     ) -> GaussianRounds | None:
         """One release of every record at ``share``·(ε, δ) (:func:`certified_gaussian`),
         reserved now. ``None`` without a ledger (the non-private reference)."""
@@ -154,11 +205,21 @@ class GaussianRounds:
         if not 0 < share <= 1:
             raise ValueError(f"share must lie in (0, 1]; got {share!r}")
         check_private("rng", rng)
-        mechanism = certified_gaussian(
-            epsilon=share * budget.epsilon,
-            delta=share * budget.delta,
-            l2_sensitivity=l2_sensitivity,
-        )
+        sub = PrivacyBudget(epsilon=share * budget.epsilon, delta=share * budget.delta)
+
+        def calibrate(delta: float) -> float:
+            return certified_gaussian(
+                epsilon=sub.epsilon, delta=delta, l2_sensitivity=l2_sensitivity
+            ).noise_multiplier
+
+        if ledger.distributed is not None:
+            z = _distributed_z(
+                ledger, sub, rounds=1, dims=dims, l2_sensitivity=l2_sensitivity,
+                calibrate=calibrate,
+            )  # fmt: skip
+        else:
+            z = calibrate(sub.delta)
+        mechanism = GaussianMechanism(l2_sensitivity=l2_sensitivity, noise_multiplier=z)
         ledger.reserve(mechanism.dp_event, 1)
         return cls(ledger, mechanism, mechanism.dp_event, 1.0, 1, rng, sum_bound)
 
@@ -171,14 +232,72 @@ class GaussianRounds:
             The noisy sum lies beyond what honest clients can produce; the event
             stays recorded (its noise was drawn) and the value must be discarded.
         """
-        noisy = self.ledger.release(
-            self.mechanism,
-            aggregate,
-            rng=self.rng,
-            sampling_probability=self.sampling_rate,
-            event=self.event,
-            label=label,
-        )
-        margin = noise_margin(self.mechanism, noisy.size)
+        mechanism = self.mechanism
+        if self.distributed:
+            if not isinstance(aggregate, DistributedSum):
+                # An exact sum in a distributed run: releasing it noiseless, or adding
+                # central noise the nodes never agreed to, are both wrong. Fail closed.
+                raise TypeError(
+                    f"{label}: distributed noise expects the survivors' noisy sum; got an "
+                    "exact sum (refused, nothing released)"
+                )
+            z = self.noise_multiplier * aggregate.noise_ratio
+            self.ledger.spend_instead(self.event, self._event_at(z), label=label)
+            noisy = np.array(aggregate, dtype=np.float64)  # already on the grid
+            mechanism = GaussianMechanism(
+                l2_sensitivity=mechanism.l2_sensitivity, noise_multiplier=z
+            )
+        else:
+            noisy = self.ledger.release(
+                self.mechanism,
+                aggregate,
+                rng=self.rng,
+                sampling_probability=self.sampling_rate,
+                event=self.event,
+                label=label,
+            )
+        margin = noise_margin(mechanism, noisy.size)
         check_release(noisy, bound=self.sum_bound, margin=margin, label=label)
         return noisy
+
+
+#: Shares of a stage's δ tried, in turn, for the distributed-noise slack (module docstring).
+SLACK_SHARES = (1e-6, 1e-3, 1e-1)
+
+
+def _distributed_z(
+    ledger: PrivacyLedger,
+    budget: PrivacyBudget,
+    *,
+    rounds: int,
+    dims: int | None,
+    l2_sensitivity: float,
+    calibrate,
+) -> float:
+    """z for a distributed plan: calibrated at δ·(1 − a), with the plan's slack H
+    (:func:`~fedpriv.privacy.distributed.plan_slack` at that z) charged to the ledger
+    once (1 + e^ε)·H ≤ a·δ, for the first a of :data:`SLACK_SHARES` that allows it."""
+    if dims is None:
+        raise ValueError("dims (coordinates per release) is required under distributed noise")
+    factor = 1.0 + math.exp(min(budget.epsilon, 700.0))
+    for a in SLACK_SHARES:
+        z = calibrate(budget.delta * (1.0 - a))
+        std = z * (l2_sensitivity + rounding_margin(dims, "l2"))
+        tv = plan_slack(rounds=rounds, dims=dims, std=std, setting=ledger.distributed)
+        if factor * tv <= a * budget.delta:
+            ledger.reserve_slack(tv)
+            return z
+    raise PrivacyBudgetExceededError(
+        f"distributed noise: the slack of {rounds} releases of {dims} coordinates costs over "
+        f"{SLACK_SHARES[-1]:g}·δ; nothing was reserved"
+    )
+
+
+def gaussian_stages(strategy: object) -> list[GaussianRounds]:
+    """The Gaussian stages a strategy holds (its attributes, and theirs one level down),
+    for the plan it declares to the nodes (:mod:`fedpriv.privacy.node_budget`)."""
+    found: list[GaussianRounds] = []
+    for value in vars(strategy).values():
+        inner = [value, *(vars(value).values() if hasattr(value, "__dict__") else ())]
+        found += [v for v in inner if isinstance(v, GaussianRounds) and v not in found]
+    return found

@@ -31,6 +31,7 @@ RUN_ID = 4242
 HANDLERS = {
     "query.keys": client_app.keys,
     "query.keybook": client_app.keybook,
+    "query.plan": client_app.plan,
     "query.ping": client_app.ping,
     "query.fedpriv": client_app.answer,
     "query.unmask": client_app.unmask,

@@ -23,6 +23,7 @@ from fedpriv.artefact import load_model
 from fedpriv.data import load_heart
 from fedpriv.data.node import declared_max_records
 from fedpriv.methods import get_method
+from fedpriv.privacy.node_budget import read_ledger
 from fedpriv.privacy.randomness import KEY_ENV
 from server import app as server_app
 from server.estimators import DPRandomForestClassifier, LumberjackClassifier
@@ -97,7 +98,7 @@ def test_dpsgd_app_releases_the_in_process_parameters(monkeypatch, tmp_path, mod
     spec = saved.spec
     expected = spec.n_features + 3 * spec.n_params + 2 * 2
     assert comm["floats_uploaded_per_client"] == [expected] * 4
-    assert comm["round_trips"] == 2 + 2 * 6
+    assert comm["round_trips"] == 3 + 2 * 6  # keys, key book, the plan; query + unmask
     assert _json(out, "config")["learning-rate"] == {"logistic": 2.0, "mlp": 3.0}[model]  # paper
     rounds = _json(out, "rounds")
     assert sorted(rounds, key=int) == [str(r) for r in range(1, 7)]
@@ -130,7 +131,7 @@ def test_lumberjack_app_releases_the_in_process_forest(monkeypatch, tmp_path):
     assert privacy["epsilon"] == pytest.approx(ref.epsilon_spent_) and privacy["epsilon"] <= 4.0
     assert privacy["delta"] == 1e-6  # the paper's δ, the launcher's default for the method
     # key exchange (keys, key book) + a query and an unmask for two stages and the leaves
-    assert _json(out, "communication")["round_trips"] == 2 + 2 * 3
+    assert _json(out, "communication")["round_trips"] == 3 + 2 * 3
 
 
 def test_random_forest_app_releases_the_in_process_forest(monkeypatch, tmp_path):
@@ -200,7 +201,7 @@ def test_dp_gam_app_releases_the_in_process_model(monkeypatch, tmp_path, pairs):
     privacy = _json(out, "privacy")
     assert privacy["epsilon"] == pytest.approx(ref.epsilon_spent_) and privacy["epsilon"] <= 2.0
     assert privacy["n_releases"] == 12 + 1  # the rounds and the quantile sketch
-    assert _json(out, "communication")["round_trips"] == 2 + 2 * 12
+    assert _json(out, "communication")["round_trips"] == 3 + 2 * 12
 
 
 def test_bdpe_app_releases_the_in_process_ensemble(monkeypatch, tmp_path):
@@ -235,4 +236,68 @@ def test_bdpe_app_releases_the_in_process_ensemble(monkeypatch, tmp_path):
     assert privacy["epsilon"] == pytest.approx(ref.epsilon_spent_) and privacy["epsilon"] <= 1.0
     # a split event per level, a leaf release per tree, the calibration's counts
     assert privacy["n_releases"] == 3 * 3 + 3 + 1
-    assert _json(out, "communication")["round_trips"] == 2 + 2 * (3 * 3 + 1)
+    assert _json(out, "communication")["round_trips"] == 3 + 2 * (3 * 3 + 1)
+
+
+@pytest.mark.parametrize("method", ["boosting", "logistic"])
+def test_distributed_noise_app_releases_the_in_process_model(monkeypatch, tmp_path, method):
+    """The nodes add the noise: each its share from its own key, inside secure aggregation.
+    The same shares in process and over Flower: the same floats; the server's report
+    records the survivors' noise (4 of 4, shares sized for 3) and says so."""
+    settings = {"rounds": 4, **({"depth": 3} if method == "boosting" else {"sampling-rate": 0.2})}
+    job = {"dataset": "heart", "num-clients": 4, "method": method, "epsilon": 1.0, "seed": 5,
+           "noise": "distributed", "tolerated-dropouts": 1, **settings}  # fmt: skip
+    out = run_app(monkeypatch, tmp_path, job)
+    saved = load_model(out / "model.fedpriv.npz").model
+    params = {k.replace("-", "_"): v for k, v in settings.items()}
+    ref = (
+        get_method(method)
+        .estimator_class(
+            **params,
+            epsilon=1.0,
+            seed=5,
+            secret_key=key_for(KEY),
+            max_records=BOUND,
+            noise="distributed",
+            tolerated_dropouts=1,
+        )
+        .fit(load_heart())
+    )
+    for key, value in ref.model_.to_arrays().items():
+        np.testing.assert_array_equal(saved.to_arrays()[key], value, err_msg=key)
+    privacy = _json(out, "privacy")
+    assert privacy["noise"] == "distributed" and privacy["tolerated_dropouts"] == 1
+    assert privacy["epsilon"] == pytest.approx(ref.epsilon_spent_) and privacy["epsilon"] < 1.0
+    noise = [_multiplier(e["event"]) for e in privacy["events"]]
+    assert len(noise) == 4
+    if method == "boosting":  # one stage: every round 4 survivors, shares sized for 3
+        assert noise == pytest.approx([ref.noise_multiplier_ * (4 / 3) ** 0.5] * 4)
+    else:  # the steps' stage (the centring and recalibration rounds have their own)
+        assert noise[1] == pytest.approx(ref.noise_multiplier_ * (4 / 3) ** 0.5)
+
+
+def _multiplier(event: dict) -> float:
+    while "event" in event:
+        event = event["event"]
+    return event["noise_multiplier"]
+
+
+def test_nodes_refuse_a_plan_over_their_own_budget_and_keep_their_ledgers(monkeypatch, tmp_path):
+    """Each node's node-config policy: within it the run goes through and every node's
+    ledger (in its state-dir) agrees with the server's; over it the run stops at the plan."""
+    job = {"dataset": "heart", "num-clients": 4, "method": "boosting", "rounds": 3,
+           "depth": 2, "epsilon": 1.0, "seed": 5}  # fmt: skip
+    nodes = {p: {"max-epsilon": 1.0, "max-lifetime-epsilon": 1.5,
+                 "state-dir": str(tmp_path / f"node-{p}")} for p in range(4)}  # fmt: skip
+    out = run_app(monkeypatch, tmp_path / "first", job, node_config=nodes)
+    privacy = _json(out, "privacy")
+    left = _json(out, "communication")["nodes_remaining_budget"]
+    for p in range(4):
+        (run,) = read_ledger(tmp_path / f"node-{p}")["runs"].values()
+        assert run["epsilon"] == pytest.approx(privacy["epsilon"], rel=1e-9)
+        assert run["stages"]["noise"]["answered"] == [0, 1, 2]
+        assert left[str(p)]["epsilon"] == pytest.approx(1.5 - run["epsilon"])
+    # A second run of ε 1 would take each node past its lifetime 1.5: refused at the plan.
+    with pytest.raises(RuntimeError, match="nodes admitted it"):
+        run_app(monkeypatch, tmp_path / "second", job, node_config=nodes)
+    assert len(read_ledger(tmp_path / "node-0")["runs"]) == 1

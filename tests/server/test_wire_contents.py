@@ -82,9 +82,11 @@ def test_no_message_carries_a_seed_a_key_or_a_timing(monkeypatch):
                     assert not any(k in v for k in secrets), name
     for reply in grid.received:
         meta = dict(reply.content["meta"]) if "meta" in reply.content else {}
-        # No handler time, nothing else: a partition id and key once, then the round.
+        # No handler time, nothing else: a partition id and key once, then the round; the
+        # plan's reply, what the node's own policy has left (∞ without one: no data in it).
         expected = {
             "query.keys": {"partition-id", "public-key"},
+            "query.plan": {"remaining-epsilon", "remaining-delta"},
             "query.fedpriv": {"round"},
         }.get(reply.metadata.message_type, set())
         assert set(meta) == expected, reply.metadata.message_type
