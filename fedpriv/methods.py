@@ -123,11 +123,14 @@ class Method:
     delta: float = 1e-5
     multiclass: bool = False
     family: str = "gaussian-rounds"
+    #: Whether it has a distributed-noise form (:mod:`fedpriv.privacy.distributed`);
+    #: ``None``: exactly when every round is one Gaussian release (its family says so).
+    distributed: bool | None = None
 
     @property
     def distributed_noise(self) -> bool:
-        """Whether it has a distributed-noise form: every round one Gaussian release."""
-        return self.family == "gaussian-rounds"
+        """Whether ``noise = "distributed"`` applies to it."""
+        return self.family == "gaussian-rounds" if self.distributed is None else self.distributed
 
     @cached_property
     def config_class(self) -> type:
@@ -273,6 +276,7 @@ register_method(
         maths="fedpriv.models.heavy_hitters",
         delta=1e-6,
         multiclass=True,
+        distributed=True,  # its Gaussian leaf counts (leaf-mechanism = "gaussian")
         family="forest",
     )
 )

@@ -55,7 +55,7 @@ from fedpriv.privacy.calibration import largest_certified
 from fedpriv.privacy.events import BoundedRangeDpEvent
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.mechanisms import LaplaceMechanism
-from fedpriv.privacy.noise_stage import budget_of, certified_gaussian
+from fedpriv.privacy.noise_stage import GaussianRounds, budget_of, certified_gaussian
 from fedpriv.privacy.randomness import check_private
 from fedpriv.privacy.range_guard import check_release, noise_margin, sum_bound
 from fedpriv.validation import check_count
@@ -213,9 +213,18 @@ class RandomForestStrategy:
         self._model = None
         # (ε, δ) are the ledger's; no ledger: the non-private reference.
         self._budget = budget = budget_of(ledger)
+        self._stage = None
         if budget is not None:
             self._plan(budget, ledger)
         self.depth_ = self._depth()
+        if self._stage is False:  # distributed noise: sized once the depth is known
+            self._stage = GaussianRounds.single(
+                ledger, l2_sensitivity=self._mechanism.l2_sensitivity, rng=self._secret_rng,
+                share=1.0, sum_bound=sum_bound(1.0, self.n_records),
+                dims=cfg.trees * (1 << self.depth_) * self.n_classes,
+            )  # fmt: skip
+            self._mechanism = self._stage.mechanism
+            self.noise_multiplier_ = self._mechanism.noise_multiplier
         self._trees = tuple(
             random_complete_tree(self.depth_, self.space, int(k), int(s))
             for k, s in zip(keys, salts, strict=True)
@@ -243,11 +252,19 @@ class RandomForestStrategy:
         cfg = self.config
         eps, delta = budget.epsilon, budget.delta
         k = cfg.trees
+        if ledger.distributed is not None and cfg.leaf_mechanism != "gaussian":
+            raise ValueError(
+                "noise = 'distributed' needs leaf-mechanism = 'gaussian' (noisy counts); got "
+                f"{cfg.leaf_mechanism.value!r}"
+            )
         if cfg.leaf_mechanism == "gaussian":
             sens = 1.0 if cfg.mode == "disjoint" else float(np.sqrt(k))
             self._mechanism = certified_gaussian(epsilon=eps, delta=delta, l2_sensitivity=sens)
             self.noise_multiplier_ = self._mechanism.noise_multiplier
             self._events = [(self._mechanism.dp_event, 1)]
+            if ledger.distributed is not None:
+                # The depth (public) follows this z; the stage is planned with it in begin.
+                self._stage, self._events = False, []
         elif cfg.leaf_mechanism == "laplace":
             # One record moves one count in one tree (disjoint) or one per tree (all);
             # one pure ε-DP event, which the ledger certifies down to δ ≈ 1e-16 (below
@@ -269,6 +286,10 @@ class RandomForestStrategy:
             self._events = [(BoundedRangeDpEvent(self.eta_), k)]
         for event, count in self._events:
             ledger.reserve(event, count)
+
+    def noise_std(self, query: Query) -> float | None:
+        """The std the leaf counts' release needs (distributed noise's shares)."""
+        return self._stage.std(query.reply_length) if self._stage else None
 
     def next_query(self) -> Query | None:
         cfg = self.config
@@ -310,13 +331,16 @@ class RandomForestStrategy:
             )
             np.put_along_axis(scores, lab.reshape(cfg.trees, -1)[..., None], 1.0, axis=2)
         else:  # Gaussian or Laplace noise: one release of every leaf's counts
-            noisy = self._ledger.release(
-                self._mechanism, counts.ravel(), rng=self._secret_rng, label="leaf class counts"
-            )
-            # One record adds 1 to one count per tree: every honest count is ≤ n.
-            margin = noise_margin(self._mechanism, noisy.size)
-            bound = sum_bound(1.0, self.n_records)
-            check_release(noisy, bound=bound, margin=margin, label="leaf class counts")
+            if self._stage:  # distributed: the clients' shares are in the sum already
+                noisy = self._stage.release(aggregate, label="leaf class counts")
+            else:
+                noisy = self._ledger.release(
+                    self._mechanism, counts.ravel(), rng=self._secret_rng, label="leaf class counts"
+                )
+                # One record adds 1 to one count per tree: every honest count is ≤ n.
+                margin = noise_margin(self._mechanism, noisy.size)
+                bound = sum_bound(1.0, self.n_records)
+                check_release(noisy, bound=bound, margin=margin, label="leaf class counts")
             noisy = noisy.reshape(counts.shape)
             noisy = np.maximum(noisy, 0.0)
             tot = noisy.sum(axis=2, keepdims=True)

@@ -30,6 +30,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fedpriv import logs
+from fedpriv.federation.planning import (
+    DEFAULT_SCALE,
+    MIN_PARTIES,
+    begin_strategy,
+    client_key,
+    codec_for,
+    participation_streams,
+    round_plan,
+)
 from fedpriv.federation.protocol import Query, Strategy
 from fedpriv.federation.replies import check_answer, check_masked, check_plain
 from fedpriv.federation.rounds import Communication, Replies, RoundPlan, Transport
@@ -40,28 +49,15 @@ from fedpriv.federation.secagg import (
     SecAggServer,
     sum_plain,
 )
-from fedpriv.privacy.distributed import (
-    WRAP_BOUND,
-    DistributedNoise,
-    DistributedSum,
-    share_spec,
-    wrap_probability,
-)
-from fedpriv.privacy.randomness import GRID, PrivateStreams, SecretKey
+from fedpriv.privacy.distributed import DistributedNoise, DistributedSum, round_shares
+from fedpriv.privacy.node_budget import strategy_plan
+from fedpriv.privacy.randomness import PrivateStreams, SecretKey
 from fedpriv.privacy.range_guard import ReleaseOutOfRange
-from fedpriv.seeding import derive_generator
 from fedpriv.validation import check_probability
 
 if TYPE_CHECKING:  # the accountant (dp_accounting, scipy) costs a ClientApp ~0.7 s to import
     from fedpriv.privacy.ledger import PrivacyLedger
 
-#: Fixed-point scale of the shim: 2^-32 ≈ 2.3e-10 resolution per summand. It must be
-#: the noise grid's 1/γ: the mechanisms' rounding margin γ√d (γd in L1) covers the
-#: codec's rounding of the one client a record changes only then (see
-#: :func:`codec_for`), and the decoded sum then lies on the grid already.
-DEFAULT_SCALE = 1.0 / GRID  # = 2.0**32 exactly
-#: Fewest clients whose sum may be revealed; below it a round is aborted.
-MIN_PARTIES = 2
 PUBLIC_KEY_BYTES = 32  # one client's X25519 public key, uploaded once per run
 
 log = logs.get_logger(__name__)
@@ -82,109 +78,6 @@ __all__ = [
     "participation_streams",
     "round_plan",
 ]
-
-
-def codec_for(
-    record_bound: float, max_records: int, n_clients: int, scale: float
-) -> FixedPointCodec:
-    """Fixed-point codec whose range holds the largest possible sum.
-
-    One client's coordinate is at most ``record_bound · max_records`` in
-    absolute value (clipping bound times a public bound on its record count),
-    and at most ``n_clients`` vectors are summed; the codec refuses a scale
-    that could overflow instead of wrapping silently.
-
-    Rounding and DP: one record changes one client's vector v by Δ (L2); its
-    encoding rint(v·s)/s moves by at most Δ + √d/s (each coordinate's rounding
-    error is ≤ 1/(2s), so two roundings differ by ≤ 1/s), and no other
-    client's encoding moves. With s = 1/γ = 2^32 that is Δ₂ + γ√d, exactly the
-    margin every Gaussian/Laplace mechanism adds to its sensitivity
-    (:func:`fedpriv.privacy.randomness.rounding_margin`); the decoded sum is
-    then on the grid γℤ, so the mechanism's own rounding adds nothing more. A
-    coarser scale would leave the margin short (√d/s > γ√d), a finer one
-    would round twice: both are refused.
-    """
-    if scale != DEFAULT_SCALE:
-        raise ValueError(
-            f"scale must be 2**32 = {DEFAULT_SCALE!r} (the noise grid's 1/γ, which the "
-            f"mechanisms' rounding margin assumes); got {scale!r}"
-        )
-    return FixedPointCodec(scale=scale, max_abs=record_bound * max_records, max_summands=n_clients)
-
-
-def round_plan(
-    fates: PrivateStreams,
-    round_id: int,
-    n_clients: int,
-    participation: float,
-    dropout_rate: float = 0.0,
-) -> tuple[list[int], set[int]]:
-    """Which clients are asked in ``round_id`` (each w.p. ρ) and whose replies get lost.
-
-    Drawn from the server's private streams (participation coins are private
-    randomness: the ρ-amplification assumes no one can predict them); every
-    runtime draws the same substream from the same key, so the in-process and
-    Flower runs ask the same clients.
-    """
-    if participation >= 1.0 and not dropout_rate:
-        # Everyone, for sure: the draws below could only say so (u < 1 always).
-        return list(range(n_clients)), set()
-    fate = fates.at(round_id)
-    asked = [i for i in range(n_clients) if fate.random() < participation]
-    lost = {i for i in asked if dropout_rate and fate.random() < dropout_rate}
-    return asked, lost
-
-
-def client_key(key: SecretKey, client_id: int) -> SecretKey:
-    """Client ``client_id``'s own key: its coins are secret from the server and its peers."""
-    return key.derive("client", client_id)
-
-
-def participation_streams(key: SecretKey) -> PrivateStreams:
-    """The server's private per-round participation coins."""
-    return key.derive("server").streams("participation")
-
-
-def begin_strategy(
-    strategy: Strategy,
-    *,
-    n_features: int,
-    ledger: PrivacyLedger | None,
-    seed: int,
-    secret_key: SecretKey,
-    noise_stream: str = "noise",
-) -> None:
-    """Start ``strategy`` as every runtime does: public generator from ``seed``, the
-    server's private one from ``secret_key`` (a debug key voids the ledger's guarantee).
-
-    ``noise_stream`` names the server's private stream: a second strategy in the same
-    run (the DP evaluation after training) takes its own, never a replay of the first's.
-    """
-    if ledger is not None and not secret_key.certified:
-        ledger.mark_uncertified(secret_key.public_reason)
-    strategy.begin(
-        n_features=n_features,
-        ledger=ledger,
-        rng=derive_generator(seed, "server"),
-        secret_rng=secret_key.derive("server").generator(noise_stream),
-    )
-
-
-def declared_plan_of(strategy: Strategy, ledger: PrivacyLedger | None, *, stage: str) -> dict:
-    """The plan a begun ``strategy`` declares to the nodes
-    (:func:`fedpriv.privacy.node_budget.declared_plan`): its reservations, its rounds,
-    and each Gaussian stage's (z, Δ₂) for the nodes' checks of distributed shares."""
-    from fedpriv.privacy.node_budget import declared_plan
-    from fedpriv.privacy.noise_stage import gaussian_stages
-
-    rounds = getattr(strategy, "rounds", None)
-    if rounds is None:  # every method's configuration states its rounds
-        rounds = getattr(getattr(strategy, "config", None), "rounds", None)
-    stages = [
-        {"noise_multiplier": g.noise_multiplier, "l2_sensitivity": g.mechanism.l2_sensitivity}
-        for g in gaussian_stages(strategy)
-    ]
-    return declared_plan(ledger, stage=stage, rounds=rounds, stages=stages)
 
 
 class RoundEngine:
@@ -290,7 +183,7 @@ class RoundEngine:
         self._fates = participation_streams(secret_key)
         declare = getattr(self.transport, "declare_plan", None)
         if declare is not None:
-            declare(declared_plan_of(strategy, ledger, stage=noise_stream))
+            declare(strategy_plan(strategy, ledger, stage=noise_stream))
 
     # -- rounds ------------------------------------------------------------------
     def plan(self, query: Query) -> RoundPlan:
@@ -316,31 +209,21 @@ class RoundEngine:
         return RoundPlan(query=query, asked=asked, lost=frozenset(lost), codec=codec, noise=noise)
 
     def _shares(self, query: Query, asked: list[int], codec: FixedPointCodec):
-        """The round's :class:`~fedpriv.privacy.distributed.ShareSpec` (``None``: too few
-        asked); refuses a round whose noisy sum could wrap the ring (beyond the bound)."""
+        """The round's shares (:func:`~fedpriv.privacy.distributed.round_shares`)."""
         std = self._strategy.noise_std(query) if self._strategy is not None else None
         if std is None:
             raise ValueError(
                 f"round {query.round}: the strategy declares no noise for this query, and a "
                 "distributed run never sends a query whose sum would be released exact"
             )
-        spec = share_spec(std, asked=len(asked), setting=self.noise)
-        if spec is None:
-            return None
         worst = codec.max_summands * (codec.max_abs * codec.scale + 0.5)
-        headroom = float(2**63 - 1) - worst
-        wrap = wrap_probability(
-            dims=query.reply_length,
-            survivors=len(asked),
-            share_std=spec.share_std,
-            headroom=headroom,
-        )
-        if wrap > WRAP_BOUND:
-            raise ValueError(
-                f"round {query.round}: the noisy sum could wrap the 64-bit ring (probability "
-                f"{wrap:.3g} > {WRAP_BOUND:g}); lower max-records or the noise"
-            )
-        return spec
+        try:
+            return round_shares(
+                std, asked=len(asked), setting=self.noise, dims=query.reply_length,
+                headroom=float(2**63 - 1) - worst,
+            )  # fmt: skip
+        except ValueError as err:
+            raise ValueError(f"round {query.round}: {err}") from None
 
     def finish(self, plan: RoundPlan, replies: Replies | None) -> np.ndarray | None:
         """Count the round's uploads and sum them: the decoded sum, or ``None`` (aborted)."""

@@ -125,6 +125,23 @@ def share_spec(std: float, *, asked: int, setting: DistributedNoise) -> ShareSpe
     return ShareSpec(share_std=check_positive("std", std) / GRID / math.sqrt(m), min_survivors=m)
 
 
+def round_shares(
+    std: float, *, asked: int, setting: DistributedNoise, dims: int, headroom: float
+) -> ShareSpec | None:
+    """:func:`share_spec`, refused (ValueError) if the noisy sum of ``dims`` coordinates
+    could wrap the ring's ``headroom`` ticks with probability above :data:`WRAP_BOUND`."""
+    spec = share_spec(std, asked=asked, setting=setting)
+    if spec is None:
+        return None
+    wrap = wrap_probability(dims=dims, survivors=asked, share_std=spec.share_std, headroom=headroom)
+    if wrap > WRAP_BOUND:
+        raise ValueError(
+            f"the noisy sum could wrap the 64-bit ring (probability {wrap:.3g} > "
+            f"{WRAP_BOUND:g}); lower max-records or the noise"
+        )
+    return spec
+
+
 def draw_share(key: SecretKey, round_id: int, size: int, share_std: float) -> np.ndarray:
     """A client's round-``round_id`` share, eq. (1): int64 ticks from its own private stream."""
     gen = check_private("share stream", key.streams(SHARE_STREAM).at(round_id))

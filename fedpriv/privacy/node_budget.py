@@ -132,6 +132,22 @@ def declared_plan(
     }
 
 
+def strategy_plan(strategy: Any, ledger: Any, *, stage: str) -> dict[str, Any]:
+    """The plan a begun ``strategy`` declares (:func:`declared_plan`): its ledger's
+    reservations, its rounds (its own ``rounds``, else its configuration's), and each
+    Gaussian stage's (z, Δ₂) for the nodes' checks of distributed shares."""
+    from fedpriv.privacy.noise_stage import gaussian_stages  # server side: the accountant
+
+    rounds = getattr(strategy, "rounds", None)
+    if rounds is None:
+        rounds = getattr(getattr(strategy, "config", None), "rounds", None)
+    stages = [
+        {"noise_multiplier": g.noise_multiplier, "l2_sensitivity": g.mechanism.l2_sensitivity}
+        for g in gaussian_stages(strategy)
+    ]
+    return declared_plan(ledger, stage=stage, rounds=rounds, stages=stages)
+
+
 def plan_epsilon(plan: Mapping[str, Any]) -> float:
     """ε of a declared plan by the node's own accountant, at the plan's accounting δ."""
     if not plan["events"]:

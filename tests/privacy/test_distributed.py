@@ -216,3 +216,39 @@ def test_distributed_noise_needs_secure_aggregation_and_a_declaring_strategy():
     with pytest.raises(ValueError, match="has no distributed form"):
         runtime.run(Silent(1), ledger=ledger)
     assert not ledger.entries
+
+
+def test_the_slack_is_charged_to_delta_and_refused_past_half_of_it():
+    """(1 + e^ε)·H comes off the accountants' δ; more than δ/2 of slack is refused."""
+    from dp_accounting import dp_event
+
+    ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=1.0, delta=1e-5))
+    before = ledger.report().to_dict()
+    ledger.use_distributed_noise(DistributedNoise(dropouts=0, max_parties=2))
+    ledger.reserve_slack(1e-9)
+    assert ledger.accounting_delta == pytest.approx(1e-5 - (1 + math.e) * 1e-9)
+    ledger.spend(dp_event.GaussianDpEvent(5.0), label="one")
+    report = ledger.report().to_dict()
+    assert report["delta_of_slack"] == pytest.approx((1 + math.e) * 1e-9)
+    assert report["delta"] == pytest.approx(ledger.accounting_delta)
+    assert before["noise"] == "central" and report["noise"] == "distributed"
+    with pytest.raises(Exception, match="over half of"):
+        ledger.reserve_slack(2e-6)
+    with pytest.raises(RuntimeError, match="before any reservation"):
+        ledger.use_distributed_noise(DistributedNoise(dropouts=0, max_parties=2))
+
+
+def test_the_forests_gaussian_counts_take_distributed_noise_and_em_leaves_refuse_it():
+    from fedpriv.data import load_heart
+    from server.forest_estimators import DPRandomForestClassifier
+
+    data = load_heart()
+    common = {"trees": 3, "depth": 3, "epsilon": 1.0, "seed": 2, "secret_key": key_for(6)}
+    est = DPRandomForestClassifier(**common, noise="distributed", tolerated_dropouts=1).fit(data)
+    report = est.privacy_report_.to_dict()
+    assert report["noise"] == "distributed" and report["n_releases"] == 1
+    assert report["epsilon"] < 1.0  # 4 survivors, shares sized for 3: more noise than planned
+    with pytest.raises(ValueError, match="needs leaf-mechanism = 'gaussian'"):
+        DPRandomForestClassifier(**common, leaf_mechanism="exponential", noise="distributed").fit(
+            data
+        )

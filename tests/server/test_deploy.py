@@ -22,8 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fedpriv.data import data_dir
+from fedpriv.privacy.node_budget import STATE_DIR, read_ledger
 from server.deploy import SMALL_JOB, Federation
 from server.launch import resolve_run
+from server.node_budgets import node_configs
 from server.tls import write_node_key
 
 SMALL = {"num-clients": 3, "depth": 3, "epsilon": 2.0, "seed": 3, "round-timeout": 300.0}
@@ -148,9 +150,17 @@ def _killed_supernode_is_recovered_and_the_ledger_matches_the_releases(
         )
 
     code = _run(
-        # The dead node's round-1 query waits out the round timeout: a short one.
+        # The dead node's round-1 query waits out the round timeout: a short one. The
+        # noise is the nodes' own (shares sized for 3 − 1 survivors: exactly the target).
         fed,
-        {**SMALL, "rounds": 1, "round-timeout": 20.0, "out-dir": str(out)},
+        {
+            **SMALL,
+            "rounds": 1,
+            "round-timeout": 20.0,
+            "out-dir": str(out),
+            "noise": "distributed",
+            "tolerated-dropouts": 1,
+        },
         on_submit=kill_node_2_as_round_1_reaches_it,
     )
     for watch in watches:  # no thread outlives the test
@@ -161,8 +171,16 @@ def _killed_supernode_is_recovered_and_the_ledger_matches_the_releases(
     assert comm["dropout_recoveries"] == 1  # survivors revealed their masks with the dead node
     assert comm["rounds"] == 1 and comm["rounds_aborted"] == 0
     assert r["privacy"]["n_releases"] == 1  # the recovered round was released and charged
-    assert r["privacy"]["epsilon"] <= 2.0
+    assert r["privacy"]["epsilon"] <= 2.0 and r["privacy"]["noise"] == "distributed"
     assert r["rounds"]["1"]["replies"] == 2 and r["rounds"]["1"]["asked"] == 3
+    # Each node's own ledger (node-config policy, state-dir) admitted the plan and agrees
+    # with the server's: two survivors carry exactly the planned noise, so the same ε.
+    for i in range(3):
+        (run,) = (v for k, v in read_ledger(fed.node_config[i][STATE_DIR])["runs"].items()
+                  if k == fed.run_id)  # fmt: skip
+        assert abs(run["epsilon"] - r["privacy"]["epsilon"]) <= 1e-9 * run["epsilon"]
+        answered = run["stages"]["noise"]["answered"]
+        assert answered == [0] if i < 2 else set(answered) <= {0}  # node 2 died answering
 
 
 def _killed_superlink_makes_the_launcher_exit_non_zero_quickly(fed: Federation, out: Path) -> None:
@@ -204,7 +222,8 @@ def test_one_federation_through_four_faults(tmp_path):
     # killed in the last run's key exchange.
     bad = _bad_corpus_copy(tmp_path / "data-node-1")
     node_1 = {"FEDPRIV_DATA_DIR": str(bad), "FEDPRIV_CACHE_DIR": str(tmp_path / "c1")}
-    with Federation(workdir=tmp_path / "fed", num_clients=3) as fed:
+    ledgers = node_configs(3, {"max-epsilon": 2.0}, tmp_path / "ledgers")
+    with Federation(workdir=tmp_path / "fed", num_clients=3, node_config=ledgers) as fed:
         fed.start_superlink()
         fed.register(0, 1, 2)
         _strangers_are_refused_and_never_get_a_message(fed, tmp_path)

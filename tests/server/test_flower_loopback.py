@@ -239,12 +239,16 @@ def test_bdpe_app_releases_the_in_process_ensemble(monkeypatch, tmp_path):
     assert _json(out, "communication")["round_trips"] == 3 + 2 * (3 * 3 + 1)
 
 
-@pytest.mark.parametrize("method", ["boosting", "logistic"])
+@pytest.mark.parametrize("method", ["boosting", "logistic", "random_forest"])
 def test_distributed_noise_app_releases_the_in_process_model(monkeypatch, tmp_path, method):
     """The nodes add the noise: each its share from its own key, inside secure aggregation.
     The same shares in process and over Flower: the same floats; the server's report
     records the survivors' noise (4 of 4, shares sized for 3) and says so."""
-    settings = {"rounds": 4, **({"depth": 3} if method == "boosting" else {"sampling-rate": 0.2})}
+    settings = {
+        "boosting": {"rounds": 4, "depth": 3},
+        "logistic": {"rounds": 4, "sampling-rate": 0.2},
+        "random_forest": {"trees": 3, "depth": 3},  # one round: every leaf's class counts
+    }[method]
     job = {"dataset": "heart", "num-clients": 4, "method": method, "epsilon": 1.0, "seed": 5,
            "noise": "distributed", "tolerated-dropouts": 1, **settings}  # fmt: skip
     out = run_app(monkeypatch, tmp_path, job)
@@ -269,11 +273,12 @@ def test_distributed_noise_app_releases_the_in_process_model(monkeypatch, tmp_pa
     assert privacy["noise"] == "distributed" and privacy["tolerated_dropouts"] == 1
     assert privacy["epsilon"] == pytest.approx(ref.epsilon_spent_) and privacy["epsilon"] < 1.0
     noise = [_multiplier(e["event"]) for e in privacy["events"]]
-    assert len(noise) == 4
-    if method == "boosting":  # one stage: every round 4 survivors, shares sized for 3
-        assert noise == pytest.approx([ref.noise_multiplier_ * (4 / 3) ** 0.5] * 4)
-    else:  # the steps' stage (the centring and recalibration rounds have their own)
-        assert noise[1] == pytest.approx(ref.noise_multiplier_ * (4 / 3) ** 0.5)
+    assert len(noise) == (1 if method == "random_forest" else 4)
+    z = ref.noise_multiplier_ * (4 / 3) ** 0.5  # every round: 4 survivors, shares for 3
+    if method == "logistic":  # the steps' stage (centring, recalibration: their own)
+        assert noise[1] == pytest.approx(z)
+    else:  # one stage
+        assert noise == pytest.approx([z] * len(noise))
 
 
 def _multiplier(event: dict) -> float:
