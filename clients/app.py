@@ -47,7 +47,7 @@ from fedpriv.federation.secagg import FixedPointCodec, SecAggClient, SecAggConfi
 from fedpriv.federation.settings import RunSettings
 from fedpriv.federation.wire import query_from_wire, state_from_wire, state_to_wire
 from fedpriv.methods import get_method
-from fedpriv.privacy.distributed import draw_share
+from fedpriv.privacy.distributed import draw_share, share_streams
 from fedpriv.privacy.node_budget import STATE_DIR, NodeLedger, NodePolicy, node_policy_config
 from fedpriv.privacy.randomness import KEY_ENV, SecretKey, key_from_environment
 
@@ -307,7 +307,7 @@ def _noise_share(s: RunSettings, cfg, query, participants: list[int], key: Secre
             f"(participants {len(participants)} - tolerated-dropouts {setting.dropouts}); refused"
         )
     std = float(cfg["noise-share-std"])
-    return draw_share(key, query.round, query.reply_length, std)
+    return draw_share(share_streams(key), query.round, query.reply_length, std)
 
 
 def _training_answer(query, context: Context, s: RunSettings, pid: int, key: SecretKey):

@@ -41,7 +41,7 @@ from fedpriv.federation.engine import (
 )
 from fedpriv.federation.protocol import ClientData, ClientHandler, Strategy, poisson_sample
 from fedpriv.federation.secagg import SecAggClient, SecAggConfig, UnmaskAnswer
-from fedpriv.privacy.distributed import DistributedNoise, draw_share
+from fedpriv.privacy.distributed import DistributedNoise, draw_share, share_streams
 from fedpriv.privacy.node_budget import NodeLedger, NodeRefusal
 from fedpriv.privacy.randomness import SecretKey
 from fedpriv.validation import check_probability
@@ -93,6 +93,7 @@ class InProcessTransport:
         # Client c's round-r coins: substream r of its own key's "poisson" streams
         # (the Flower ClientApp derives the very same one from the same key).
         self.streams = [k.streams("poisson") for k in self.client_keys]
+        self.share_streams = [share_streams(k) for k in self.client_keys]  # distributed noise
         self.secure = secure_aggregation
         self.secagg = secagg
         self.vectorised = vectorised and hasattr(handler, "answer_many")
@@ -175,7 +176,7 @@ class InProcessTransport:
                 if self.secure:
                     share = None
                     if plan.noise is not None:  # the client's own share, its own stream
-                        share = draw_share(self.client_keys[i], r, n, plan.noise.share_std)
+                        share = draw_share(self.share_streams[i], r, n, plan.noise.share_std)
                     # The client's own shim refuses a malformed vector (length, NaN, bound).
                     masked[i] = self.parties[i].mask(
                         vec, round_id=r, participants=asked, codec=plan.codec, noise=share

@@ -63,7 +63,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedpriv.privacy.randomness import GRID, SecretKey, check_private
+from fedpriv.privacy.randomness import GRID, PrivateStreams, SecretKey, check_private
 from fedpriv.validation import check_count, check_positive
 
 #: Most probability a round's noisy sum may have of wrapping the ring; charged per round.
@@ -142,9 +142,14 @@ def round_shares(
     return spec
 
 
-def draw_share(key: SecretKey, round_id: int, size: int, share_std: float) -> np.ndarray:
+def share_streams(key: SecretKey) -> PrivateStreams:
+    """A client's share streams: substream r draws its round-r share (its own key)."""
+    return key.streams(SHARE_STREAM)
+
+
+def draw_share(streams: PrivateStreams, round_id: int, size: int, share_std: float) -> np.ndarray:
     """A client's round-``round_id`` share, eq. (1): int64 ticks from its own private stream."""
-    gen = check_private("share stream", key.streams(SHARE_STREAM).at(round_id))
+    gen = check_private("share stream", streams.at(round_id))
     return np.rint(gen.standard_normal(size) * share_std).astype(np.int64)
 
 

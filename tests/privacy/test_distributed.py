@@ -23,6 +23,7 @@ from fedpriv.privacy.distributed import (
     draw_share,
     round_tv,
     share_spec,
+    share_streams,
     tau_sum,
     tv_rounded,
     wrap_probability,
@@ -134,11 +135,16 @@ def test_shares_are_sized_for_the_minimum_survivors():
 
 
 def test_shares_come_from_the_clients_own_private_streams():
-    a = draw_share(key_for(1), 0, 1000, 2.0**30)
+    def share(key, r):
+        return draw_share(share_streams(key_for(key)), r, 1000, 2.0**30)
+
+    a = share(1, 0)
     assert a.dtype == np.int64
-    np.testing.assert_array_equal(a, draw_share(key_for(1), 0, 1000, 2.0**30))
-    assert not np.array_equal(a, draw_share(key_for(1), 1, 1000, 2.0**30))  # per round
-    assert not np.array_equal(a, draw_share(key_for(2), 0, 1000, 2.0**30))  # per client
+    np.testing.assert_array_equal(a, share(1, 0))
+    assert not np.array_equal(a, share(1, 1))  # per round
+    assert not np.array_equal(a, share(2, 0))  # per client
+    poisson = key_for(1).streams("poisson").at(0).standard_normal(1000)
+    assert abs(np.corrcoef(a, poisson)[0, 1]) < 0.15  # not the Poisson coins' stream
 
 
 # -- the noise law of the aggregated sum ------------------------------------------------------
