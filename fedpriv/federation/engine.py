@@ -182,7 +182,7 @@ class RoundEngine:
         )
         self._fates = participation_streams(secret_key)
         declare = getattr(self.transport, "declare_plan", None)
-        if declare is not None:
+        if declare is not None and getattr(self.transport, "wants_plan", True):
             declare(strategy_plan(strategy, ledger, stage=noise_stream))
 
     # -- rounds ------------------------------------------------------------------

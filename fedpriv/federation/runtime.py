@@ -109,6 +109,11 @@ class InProcessTransport:
         for p in self.parties:
             p.setup(keys)  # pins the key book
 
+    @property
+    def wants_plan(self) -> bool:
+        """Whether any node keeps a ledger (else no plan is built: it costs an accounting)."""
+        return any(led is not None for led in self.node_ledgers)
+
     def declare_plan(self, plan: dict) -> None:
         """Every node with a policy admits the plan, or the run stops before any round."""
         self.stage = str(plan["stage"])

@@ -467,7 +467,8 @@ class PrivacyLedger:
         before any event, in this ledger and its ancestors' view of it."""
         if self._entries or self._reserved:
             raise RuntimeError("the noise placement is set before any reservation or release")
-        self.distributed = setting
+        for led in self._chain():  # a scoped fit's parent reports it too
+            led.distributed = setting
 
     def reserve_slack(self, tv: float) -> None:
         """Charge a total-variation slack H (distributed noise) against δ, now and for good.
