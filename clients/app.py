@@ -167,6 +167,8 @@ def keys(msg: Message, context: Context) -> Message:
     if "secagg" in context.state:
         # A second exchange would replace the pinned keys (and this node's coins).
         raise RuntimeError("the key exchange already ran in this run; refused")
+    # The run's plan first: this node's own budget admits it before any row is read.
+    left = _admit_plan(msg, context)
     # Load and check the rows (schema, bound) and compile the kernels now, not in round 1.
     _node_data(context, s, pid)
     if s.eval_epsilon:
@@ -176,10 +178,10 @@ def keys(msg: Message, context: Context) -> Message:
     _save_secagg(context, client)
     key = _new_secret_key(pid)
     context.state["private"] = ConfigRecord({"key": key.bytes_for_local_store()})
-    content = RecordDict(
-        {"meta": ConfigRecord({"partition-id": pid, "public-key": client.public_key})}
-    )
-    return Message(content, reply_to=msg)
+    meta = {"partition-id": pid, "public-key": client.public_key}
+    if left is not None:
+        meta.update({"remaining-epsilon": left[0], "remaining-delta": left[1]})
+    return Message(RecordDict({"meta": ConfigRecord(meta)}), reply_to=msg)
 
 
 @app.query("keybook")
@@ -209,21 +211,33 @@ def _keep(context: Context, ledger: NodeLedger) -> None:
     context.state["node-ledger"] = ConfigRecord({"json": ledger.export()})
 
 
+def _admit_plan(msg: Message, context: Context) -> tuple[float, float] | None:
+    """Admit the message's declared plan under this node's own policy, or raise (the run
+    stops: :mod:`fedpriv.privacy.node_budget`); what the node has left (``None``: no
+    plan in the message)."""
+    config = msg.content["config"]
+    if "plan" not in config:
+        return None
+    declared = json.loads(str(config["plan"]))
+    context.state["node-stage"] = ConfigRecord({"stage": str(declared["stage"])})
+    ledger = _node_ledger(context)
+    if ledger is None:
+        return (math.inf, math.inf)
+    eps = ledger.admit_plan(str(context.run_id), declared)
+    _keep(context, ledger)
+    left = ledger.remaining()
+    log.info("plan %r admitted: ε %.6g; lifetime left ε %.6g, δ %.3g",
+             declared["stage"], eps, *left)  # fmt: skip
+    return left
+
+
 @app.query("plan")
 @sanitised
 def plan(msg: Message, context: Context) -> Message:
-    """Admit a strategy's declared plan under this node's own policy, or refuse (the run
-    stops: :mod:`fedpriv.privacy.node_budget`). Replies with what the node has left."""
-    declared = json.loads(str(msg.content["config"]["plan"]))
-    context.state["node-stage"] = ConfigRecord({"stage": str(declared["stage"])})
-    ledger = _node_ledger(context)
-    left = (math.inf, math.inf)
-    if ledger is not None:
-        eps = ledger.admit_plan(str(context.run_id), declared)
-        _keep(context, ledger)
-        left = ledger.remaining()
-        log.info("plan %r admitted: ε %.6g; lifetime left ε %.6g, δ %.3g",
-                 declared["stage"], eps, *left)  # fmt: skip
+    """A later strategy's plan (the DP evaluation): admitted or refused, as in ``keys``."""
+    left = _admit_plan(msg, context)
+    if left is None:
+        raise ValueError("a plan message without a plan; refused")
     meta = ConfigRecord({"remaining-epsilon": left[0], "remaining-delta": left[1]})
     return _reply(msg, meta=meta)
 

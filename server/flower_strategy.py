@@ -84,16 +84,21 @@ class FlowerStrategy(_FlowerStrategy):
 
     # -- set-up ---------------------------------------------------------------
     def connect(self, grid: Grid) -> GridRuntime:
-        """Wait for the nodes, run the key exchange and start the core (once per run)."""
+        """Start the core, wait for the nodes and run the key exchange (once per run).
+
+        The core starts first: its plan, reserved in the ledger, travels with the key
+        exchange's first message, so a node whose own budget refuses it stops the run
+        before it reads a row (:mod:`fedpriv.privacy.node_budget`).
+        """
         if self.runtime is None:
             runtime = GridRuntime(grid, self.settings, max_records=self.max_records)
-            runtime.connect()
             runtime.begin(
                 self.core,
                 n_features=self.n_features,
                 ledger=self.ledger,
                 secret_key=self.secret_key,
             )
+            runtime.connect()
             self.runtime = runtime
         elif self.runtime.grid is not grid:
             raise RuntimeError("this strategy is already running on another grid")

@@ -216,6 +216,7 @@ class GridTransport:
         self.public_keys: dict[int, bytes] = {}
         #: Each node's remaining lifetime budget (ε, δ) after it admitted the plan (∞: none).
         self.remaining: dict[int, tuple[float, float]] = {}
+        self._pending_plan: dict | None = None  # declared before the key exchange
         self._sent = SentMessages([])  # this round's query messages
 
     def _refuse(self, why: str) -> None:
@@ -237,14 +238,16 @@ class GridTransport:
         s = self.settings
         nodes = wait_for_nodes(self.grid, s.num_clients, s.node_wait_timeout)
         log.info("%d nodes connected", len(nodes))
-        # Nothing secret or seeded goes out: each node draws its own key locally.
-        content = {n: RecordDict({"config": ConfigRecord({})}) for n in nodes}
+        # Nothing secret or seeded goes out: each node draws its own key locally. The
+        # strategy's plan rides along: each node's own budget admits it first.
+        plan = {} if self._pending_plan is None else {"plan": json.dumps(self._pending_plan)}
+        content = {n: RecordDict({"config": ConfigRecord(plan)}) for n in nodes}
         replies, errors, _ = _send(self.grid, "keys", content, s.setup_timeout)
         if errors or len(replies) != len(nodes):
             # No keys, no secure aggregation: the run fails (client errors are printed above).
             raise RuntimeError(
                 f"key exchange: {len(replies)} of {len(nodes)} nodes answered, "
-                f"{errors} client errors"
+                f"{errors} client errors (a node refusing the plan is one; reasons above)"
             )
         for node, rep in replies.items():
             # The one place a node names its partition; from here on its node id says it.
@@ -257,6 +260,8 @@ class GridTransport:
                 )
             self.node_of[pid], self.pid_of[node] = node, pid
             self.public_keys[pid] = bytes(meta["public-key"])
+            if plan:
+                self._note_remaining(pid, meta)
         if sorted(self.node_of) != list(range(s.num_clients)):
             raise RuntimeError(f"partition ids {sorted(self.node_of)} != 0..{s.num_clients - 1}")
         pids = sorted(self.public_keys)
@@ -272,7 +277,14 @@ class GridTransport:
 
     def declare_plan(self, plan: dict) -> None:
         """Declare a begun strategy's plan to every node; each node's own ledger admits it
-        or refuses (:mod:`fedpriv.privacy.node_budget`), and one refusal stops the run."""
+        or refuses (:mod:`fedpriv.privacy.node_budget`), and one refusal stops the run.
+
+        Before the key exchange the plan waits and travels with its first message
+        (no exchange of its own); a later strategy's (the DP evaluation) is sent alone.
+        """
+        if not self.pid_of:
+            self._pending_plan = plan
+            return
         text = json.dumps(plan)
         content = {n: RecordDict({"config": ConfigRecord({"plan": text})}) for n in self.pid_of}
         replies, errors, _ = _send(self.grid, "plan", content, self.settings.round_timeout)
@@ -283,11 +295,10 @@ class GridTransport:
                 f"({errors} refused or failed; their reasons are logged above); nothing is asked"
             )
         for node, rep in replies.items():
-            meta = rep.content["meta"]
-            self.remaining[self.pid_of[node]] = (
-                float(meta["remaining-epsilon"]),
-                float(meta["remaining-delta"]),
-            )
+            self._note_remaining(self.pid_of[node], rep.content["meta"])
+
+    def _note_remaining(self, pid: int, meta) -> None:
+        self.remaining[pid] = (float(meta["remaining-epsilon"]), float(meta["remaining-delta"]))
 
     def messages(self, plan: RoundPlan) -> list[Message]:
         """The ``query.fedpriv`` messages that ask ``plan.asked`` (none if aborted)."""

@@ -11,6 +11,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from fedpriv.federation.engine import round_plan
@@ -258,3 +260,30 @@ def test_the_forests_gaussian_counts_take_distributed_noise_and_em_leaves_refuse
         DPRandomForestClassifier(**common, leaf_mechanism="exponential", noise="distributed").fit(
             data
         )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    k=st.integers(2, 40),
+    f=st.integers(0, 38),
+    asked=st.integers(0, 40),
+    std=st.floats(1e-3, 1e3),
+    extra=st.integers(0, 40),
+)
+def test_any_survivors_at_or_above_the_bound_carry_at_least_the_target(k, f, asked, std, extra):
+    """For every K, f, n asked and σ: either the round is refused (fewer than two left
+    after f dropouts) or m = n − f survivors carry exactly σ and more carry more."""
+    if f > k - 2 or asked > k:
+        return
+    spec = share_spec(std, asked=asked, setting=DistributedNoise(dropouts=f, max_parties=k))
+    if asked - f < 2:
+        assert spec is None
+        return
+    assert spec.min_survivors == asked - f
+    assert spec.total_std(spec.min_survivors) == pytest.approx(std / GRID, rel=1e-12)
+    s = min(asked, spec.min_survivors + extra)
+    assert spec.total_std(s) >= spec.total_std(spec.min_survivors)
+    # The slack only shrinks as the shares grow.
+    assert round_tv(dims=10, survivors=s, share_std=2 * spec.share_std) <= round_tv(
+        dims=10, survivors=s, share_std=spec.share_std
+    )

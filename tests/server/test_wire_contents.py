@@ -84,6 +84,7 @@ def test_no_message_carries_a_seed_a_key_or_a_timing(monkeypatch):
         meta = dict(reply.content["meta"]) if "meta" in reply.content else {}
         # No handler time, nothing else: a partition id and key once, then the round; the
         # plan's reply, what the node's own policy has left (∞ without one: no data in it).
+        # (Connected before the strategy began: its plan went alone, in ``query.plan``.)
         expected = {
             "query.keys": {"partition-id", "public-key"},
             "query.plan": {"remaining-epsilon", "remaining-delta"},
