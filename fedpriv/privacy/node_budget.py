@@ -19,9 +19,13 @@ policy does not allow:
 2. **Each query.** A node refuses a query of a run or stage it never admitted, a
    round it already answered, and any round beyond the declared count, *before*
    reading a row. Under distributed noise it also checks the share it is asked to
-   add: with m survivors, √m·σ_c must reach z·(Δ₂ + γ√d) for the smallest declared
-   z·Δ₂, so a server that under-declares the noise is refused without trusting
-   it at all: the node draws that share itself.
+   add: with m survivors, √m·σ_c must reach z·(Δ₂ + γ√d) of a declared Gaussian
+   stage that still has rounds left, and the round counts against the most
+   demanding such stage. A server that under-declares the noise is refused
+   without being trusted at all (the node draws that share itself), and one that
+   asks every round at its weakest stage's noise is refused once that stage's
+   rounds are used. What stays trusted is each stage's Δ₂, the method's public
+   constant.
 
 Across runs the node composes by basic composition (Σε, Σδ): valid whatever the
 runs' mechanisms, and what a privacy officer can audit from the file alone.
@@ -113,7 +117,8 @@ def declared_plan(
     """What the server declares to the nodes for one strategy: its reserved plan.
 
     ``ledger`` ``None`` is the non-private reference: ε = ∞, which any policy refuses.
-    ``stages``: each Gaussian stage's ``{"noise_multiplier": z, "l2_sensitivity": Δ₂}``.
+    ``stages``: each Gaussian stage's ``{"noise_multiplier": z, "l2_sensitivity": Δ₂,
+    "rounds": T}``.
     """
     if ledger is None:
         return {"stage": stage, "epsilon": math.inf, "delta": 1.0, "rounds": rounds,
@@ -142,7 +147,11 @@ def strategy_plan(strategy: Any, ledger: Any, *, stage: str) -> dict[str, Any]:
     if rounds is None:
         rounds = getattr(getattr(strategy, "config", None), "rounds", None)
     stages = [
-        {"noise_multiplier": g.noise_multiplier, "l2_sensitivity": g.mechanism.l2_sensitivity}
+        {
+            "noise_multiplier": g.noise_multiplier,
+            "l2_sensitivity": g.mechanism.l2_sensitivity,
+            "rounds": g.rounds,
+        }
         for g in gaussian_stages(strategy)
     ]
     return declared_plan(ledger, stage=stage, rounds=rounds, stages=stages)
@@ -251,8 +260,9 @@ class NodeLedger:
         run["epsilon"], run["delta"] = run_eps, run_delta
         run["stages"][stage] = {
             "epsilon": eps, "rounds": int(plan["rounds"]), "answered": [],
-            "noise": [[float(s["noise_multiplier"]), float(s["l2_sensitivity"])]
-                      for s in plan.get("stages", [])],
+            # Per Gaussian stage: z, Δ₂, its rounds, and the shares it has covered.
+            "noise": [[float(s["noise_multiplier"]), float(s["l2_sensitivity"]),
+                       int(s.get("rounds", 0)), 0] for s in plan.get("stages", [])],
         }  # fmt: skip
         self.runs[str(run_id)] = run
         self._save()
@@ -280,15 +290,21 @@ class NodeLedger:
             )
         if share is not None:
             sigma_c, m, d = share
-            need = min(
-                (z * (l2 + GRID * math.sqrt(d)) for z, l2 in entry["noise"]), default=math.inf
-            )
             have = math.sqrt(m) * sigma_c * GRID
-            if not have >= need * (1.0 - 1e-9):
+            # The stages whose noise this share meets and whose rounds are not used up;
+            # the round counts against the most demanding of them. A server can then
+            # not ask every round at its weakest stage's noise: each stage's quota holds.
+            met = [
+                (z * (l2 + GRID * math.sqrt(d)), i)
+                for i, (z, l2, rounds, used) in enumerate(entry["noise"])
+                if used < rounds and have >= z * (l2 + GRID * math.sqrt(d)) * (1.0 - 1e-9)
+            ]
+            if not met:
                 raise NodeRefusal(
                     f"run {run_id}: round {round_id} asks for shares giving noise std {have:.6g} "
-                    f"with {m} survivors, below the declared plan's {need:.6g}; refused"
+                    f"with {m} survivors, below every declared stage with rounds left; refused"
                 )
+            entry["noise"][max(met)[1]][3] += 1
         entry["answered"].append(int(round_id))
         self._save()
 

@@ -183,3 +183,28 @@ def test_fedpriv_inspect_shows_a_nodes_lifetime_spend(tmp_path, capsys):
 
     summary = json.loads(capsys.readouterr().out)
     assert summary["lifetime_epsilon"] == pytest.approx(spent)
+
+
+def test_each_stage_quota_holds_a_server_to_its_weakest_stage_once():
+    """Two declared stages: one round at the weak noise, two at the strong. Shares at
+    the weak level pass once, then every node refuses them; strong shares still pass."""
+    node = NodeLedger(NodePolicy(max_epsilon=10.0))
+    stages = [
+        {"noise_multiplier": 1.0, "l2_sensitivity": 1.0, "rounds": 1},
+        {"noise_multiplier": 4.0, "l2_sensitivity": 1.0, "rounds": 2},
+    ]
+    plan = {"stage": "noise", "epsilon": 0.0, "delta": 1e-5, "accounting_delta": 1e-5,
+            "rounds": 3, "events": [], "stages": stages}  # fmt: skip
+    node.admit_plan("r", plan)
+    from fedpriv.privacy.distributed import GRID
+
+    def share(std):  # σ_c (ticks) for two survivors giving ``std`` in value units
+        return (std / GRID / math.sqrt(2), 2, 1)
+
+    weak, strong = 1.0 * (1 + GRID), 4.0 * (1 + GRID)
+    node.admit_query("r", "noise", 0, share=share(weak))
+    with pytest.raises(NodeRefusal, match="below every declared stage with rounds left"):
+        node.admit_query("r", "noise", 1, share=share(weak))
+    node.admit_query("r", "noise", 1, share=share(strong))
+    node.admit_query("r", "noise", 2, share=share(strong))
+    assert [s[3] for s in node.runs["r"]["stages"]["noise"]["noise"]] == [1, 2]

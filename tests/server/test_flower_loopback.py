@@ -251,7 +251,10 @@ def test_distributed_noise_app_releases_the_in_process_model(monkeypatch, tmp_pa
     }[method]
     job = {"dataset": "heart", "num-clients": 4, "method": method, "epsilon": 1.0, "seed": 5,
            "noise": "distributed", "tolerated-dropouts": 1, **settings}  # fmt: skip
-    out = run_app(monkeypatch, tmp_path, job)
+    # Every node checks each share against its stage (DP-SGD: centring, steps,
+    # recalibration) and admits every honest one.
+    nodes = {p: {"max-epsilon": 1.0} for p in range(4)}
+    out = run_app(monkeypatch, tmp_path, job, node_config=nodes)
     saved = load_model(out / "model.fedpriv.npz").model
     params = {k.replace("-", "_"): v for k, v in settings.items()}
     ref = (
