@@ -275,6 +275,7 @@ def answer(msg: Message, context: Context) -> Message:
     query = query_from_wire(arrays, dict(cfg))
     key = _secret_key(context)
     _admit_query(context, s, cfg, query)
+    share = _noise_share(s, cfg, query, participants, key)  # refused before any row is read
     if query.method == EvaluationClient.method:
         vec = _evaluation_answer(query, context, s, pid, key)
     else:
@@ -292,7 +293,7 @@ def answer(msg: Message, context: Context) -> Message:
         codec=codec,
         threshold=int(cfg["secagg-threshold"]),
         public_keys=named,
-        noise=_noise_share(s, cfg, query, participants, key),
+        noise=share,
     )
     _save_secagg(context, client)
     shares = ConfigRecord({"to": list(up.shares), "ct": list(up.shares.values())})
