@@ -5,7 +5,7 @@ The same canary and statistic as the central boosting audit
 ``noise = "distributed"`` (:mod:`fedpriv.privacy.distributed`): two clients, no
 tolerated dropout, so each adds a share of std σ/√2 and the server unmasks
 x + N(0, σ²) ticks. The broken twin is a server that *under-declares* the shares
-(σ/10 in the query) while its ledger records the honest event: the bug the
+(σ/20 in the query) while its ledger records the honest event: the bug the
 nodes' own budgets exist to catch (:mod:`fedpriv.privacy.node_budget`).
 """
 
@@ -34,7 +34,7 @@ def shares_cut(cls: type, factor: float) -> type:
     return SharesCut
 
 
-def distributed_boosting_audit(*, twin_factor: float = 10.0) -> LearnerAudit:
+def distributed_boosting_audit(*, twin_factor: float = 20.0) -> LearnerAudit:
     """:func:`boosting_audit` under distributed noise; twin: shares under-declared."""
     base = boosting_audit(twin_factor=twin_factor)
     config = base.make_strategy(False).config

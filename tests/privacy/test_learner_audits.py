@@ -49,8 +49,9 @@ CASES = {
     # 0.2–0.45 (the canary's weight ½ in the first tree over Laplace scale 1/ε_pred = 1).
     "bdpe": (bdpe_audit, (0.05, 0.7)),
     # Distributed noise: the clients' shares inside secure aggregation; twin: the server
-    # under-declares the shares (σ/10) while its ledger records the honest event.
-    # ε̂ 2.84 > 2 at 300 trials (key 8); honest shift ≈ 0.19, as central boosting's.
+    # under-declares the shares (σ/20) while its ledger records the honest event. At 300
+    # trials the bootstrap of the full audit's 2,000 gives P(ε̂ ≤ 2) = 0.00 (0.1 % quantile
+    # 2.66); shares / 10 had 0.08 (shift μ 2.46 against 4.89), hence the factor 20.
     "boosting-distributed": (distributed_boosting_audit, (0.05, 0.6)),
 }
 
