@@ -51,7 +51,7 @@ CASES = {
     # Distributed noise: the clients' shares inside secure aggregation; twin: the server
     # under-declares the shares (σ/20) while its ledger records the honest event. At 300
     # trials the bootstrap of the full audit's 2,000 gives P(ε̂ ≤ 2) = 0.00 (0.1 % quantile
-    # 2.66); shares / 10 had 0.08 (shift μ 2.46 against 4.89), hence the factor 20.
+    # 2.55); shares / 10 had 0.08 (shift μ 2.46 against 4.90), hence the factor 20.
     "boosting-distributed": (distributed_boosting_audit, (0.05, 0.6)),
 }
 
