@@ -71,10 +71,8 @@ def selected(results: Path) -> dict[tuple[str, str, float], dict]:
 def ring_use(learner: str, ds_name: str) -> dict:
     """Bits of the 64-bit ring the largest exact sum needs, with 2^32 ticks per unit
     (K × the per-record bound × the public record bound), the same in both modes."""
-    from experiments.bench.learners import partition as parts
-
     per_record = {"boosting": 1.0, "logistic": 3.0 * math.sqrt(2.0)}[learner]
-    max_records = max(len(p) for p in parts(ds_name, "train", K))
+    max_records = max(len(p) for p in partition(ds_name, "train", K))
     exact = K * per_record * max_records * 2.0**32
     return {"ring_bits_exact": math.log2(exact)}
 

@@ -45,7 +45,7 @@ def policy_of(args: argparse.Namespace) -> dict[str, float]:
     policy = {k: getattr(args, "node_" + k.replace("-", "_")) for k in POLICY_KEYS}
     policy = {k: v for k, v in policy.items() if v is not None}
     try:
-        NodePolicy(**{k.replace("-", "_"): v for k, v in policy.items()})
+        NodePolicy.from_node_config(policy)
     except ValueError as exc:
         raise SettingError(f"--node-{exc}") from None
     if not args.node_state and any("lifetime" in k for k in policy):
@@ -77,7 +77,7 @@ def policy_environment(policy: Mapping[str, float], state: str | Path | None) ->
 def budget_lines(k: int, policy: Mapping[str, float] | None, state: str | Path) -> list[str]:
     """One line per node: its lifetime spend and what its policy leaves (its own ledger)."""
     lines = []
-    rules = NodePolicy(**{key.replace("-", "_"): v for key, v in (policy or {}).items()})
+    rules = NodePolicy.from_node_config(policy or {}) or NodePolicy()
     for i in range(k):
         ledger = NodeLedger(rules, Path(state) / f"node-{i}")
         eps, delta = ledger.lifetime_spend()

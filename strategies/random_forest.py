@@ -213,11 +213,11 @@ class RandomForestStrategy:
         self._model = None
         # (ε, δ) are the ledger's; no ledger: the non-private reference.
         self._budget = budget = budget_of(ledger)
-        self._stage = None
+        self._stage: GaussianRounds | None = None  # distributed noise's Gaussian leaf stage
         if budget is not None:
             self._plan(budget, ledger)
         self.depth_ = self._depth()
-        if self._stage is False:  # distributed noise: sized once the depth is known
+        if budget is not None and ledger.distributed is not None:  # sized once depth is known
             self._stage = GaussianRounds.single(
                 ledger, l2_sensitivity=self._mechanism.l2_sensitivity, rng=self._secret_rng,
                 share=1.0, sum_bound=sum_bound(1.0, self.n_records),
@@ -264,7 +264,7 @@ class RandomForestStrategy:
             self._events = [(self._mechanism.dp_event, 1)]
             if ledger.distributed is not None:
                 # The depth (public) follows this z; the stage is planned with it in begin.
-                self._stage, self._events = False, []
+                self._events = []
         elif cfg.leaf_mechanism == "laplace":
             # One record moves one count in one tree (disjoint) or one per tree (all);
             # one pure ε-DP event, which the ledger certifies down to δ ≈ 1e-16 (below
@@ -289,7 +289,7 @@ class RandomForestStrategy:
 
     def noise_std(self, query: Query) -> float | None:
         """The std the leaf counts' release needs (distributed noise's shares)."""
-        return self._stage.std(query.reply_length) if self._stage else None
+        return None if self._stage is None else self._stage.std(query.reply_length)
 
     def next_query(self) -> Query | None:
         cfg = self.config
@@ -331,7 +331,7 @@ class RandomForestStrategy:
             )
             np.put_along_axis(scores, lab.reshape(cfg.trees, -1)[..., None], 1.0, axis=2)
         else:  # Gaussian or Laplace noise: one release of every leaf's counts
-            if self._stage:  # distributed: the clients' shares are in the sum already
+            if self._stage is not None:  # distributed: the clients' shares are in the sum
                 noisy = self._stage.release(aggregate, label="leaf class counts")
             else:
                 noisy = self._ledger.release(

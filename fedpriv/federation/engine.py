@@ -67,7 +67,6 @@ __all__ = [
     "MIN_PARTIES",
     "PUBLIC_KEY_BYTES",
     "Communication",
-    "DistributedNoise",
     "Replies",
     "RoundEngine",
     "RoundPlan",

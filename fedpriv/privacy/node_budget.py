@@ -85,7 +85,8 @@ class NodePolicy:
 
     @classmethod
     def from_node_config(cls, config: Mapping[str, Any]) -> NodePolicy | None:
-        """The policy a node-config sets, or ``None`` if it sets none."""
+        """The policy a node-config (or any mapping of its kebab-case keys) sets, or
+        ``None`` if it sets none; ``None`` values are unset (no limit)."""
         given = {k: config[k] for k in POLICY_KEYS if config.get(k, "") not in ("", None)}
         if not given:
             return None
@@ -333,8 +334,7 @@ class NodeLedger:
 def node_summary(state_dir: str | Path) -> dict[str, Any]:
     """A node's ledger as ``fedpriv inspect`` shows it, under the policy last saved with it."""
     data = read_ledger(state_dir)
-    saved = {k: (math.inf if v is None else v) for k, v in data.get("policy", {}).items()}
-    policy = NodePolicy(**{k.replace("-", "_"): v for k, v in saved.items()})
+    policy = NodePolicy.from_node_config(data.get("policy", {})) or NodePolicy()
     ledger = NodeLedger(policy, state_dir)
     return {"state_dir": str(state_dir), **ledger.summary()}
 

@@ -111,8 +111,6 @@ class GaussianRounds:
         inner = GaussianMechanism(
             l2_sensitivity=self.mechanism.l2_sensitivity, noise_multiplier=noise_multiplier
         ).dp_event
-        if self.sampling_rate >= 1.0 and self.participation >= 1.0:
-            return inner
         return participation_event(
             inner,
             sampling_probability=self.sampling_rate,
