@@ -60,6 +60,30 @@ class Query:
     config: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, kw_only=True)
+class ReplySensitivity:
+    """How far one record can move a handler's reply to one query.
+
+    Derived by the client half from the query's public settings alone (its
+    ``sampling_rate``, ``record_bound``, ``config``) and the method's own
+    constants, exactly as its ``answer`` clips: the node accounts with it and
+    never with a Δ a server declares (:mod:`fedpriv.privacy.node_plan`).
+
+    Attributes
+    ----------
+    stage : str
+        The kind of query, naming the declared stage it must belong to
+        (:class:`fedpriv.federation.node_stage.NodeStage` ``name``).
+    l1, l2 : float
+        Largest L1 / L2 change of the reply vector when one record is added or
+        removed (before fixed-point rounding, which the accountant adds).
+    """
+
+    stage: str
+    l1: float
+    l2: float
+
+
 @dataclass(frozen=True)
 class ClientData:
     """One client's rows, as its handler sees them.
@@ -120,6 +144,12 @@ class ClientHandler(Protocol):
         client's own secret key, for private draws beyond the Poisson sample
         (e.g. record-to-tree assignment); it never leaves the client.
         """
+        ...
+
+    def reply_sensitivity(self, query: Query) -> ReplySensitivity:
+        """The stage of ``query`` and how far one record can move this handler's reply to
+        it, from the query's public settings only (:class:`ReplySensitivity`). Raises
+        ``ValueError`` for a query it does not recognise: the node then refuses it."""
         ...
 
 
