@@ -23,7 +23,10 @@ every parameter the node checks on the queries it then answers:
 Mechanisms whose noise is not a scale of the reply (the exponential mechanism's
 bounded range, a pure-DP selection, Lumberjack's sparse threshold) declare their
 per-use ε (and δ) with ``unit``, the reply's L1 sensitivity they were calibrated
-for: the node refuses the plan if its own derived sensitivity exceeds it.
+for: the node refuses the plan if its own derived sensitivity exceeds it. Such a
+stage's event is composed ``uses`` times (default: once per round), since one
+round's reply may feed several selections (a forest's leaves) or a whole
+forest's rounds one analysis (Lumberjack's Theorem 6: ``uses`` = 1).
 
 This module only describes; the node's checks and accountant are
 :mod:`fedpriv.privacy.node_plan`.
@@ -72,6 +75,7 @@ class NodeStage:
     noise: float = 0.0
     delta: float = 0.0
     unit: float | None = None
+    uses: int | None = None
     participation: float = 1.0
     accounting: str = "valid"
 
@@ -87,6 +91,8 @@ class NodeStage:
         _real_in("record_bound", self.record_bound, 0.0, math.inf)
         _real_in("noise", self.noise, 0.0, math.inf)
         _real_in("delta", self.delta, 0.0, 1.0)
+        if self.uses is not None:
+            _int_in("uses", self.uses, 0)
         if self.unit is not None:
             _real_in("unit", self.unit, 0.0, math.inf, open_low=True)
         if self.mechanism in SCALED and not self.noise > 0:
@@ -125,6 +131,7 @@ class NodeStage:
             "noise": float(self.noise),
             "delta": float(self.delta),
             "unit": None if self.unit is None else float(self.unit),
+            "uses": None if self.uses is None else int(self.uses),
             "participation": float(self.participation),
             "accounting": str(self.accounting),
         }
