@@ -30,7 +30,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import math
 import os
 from functools import lru_cache
 
@@ -195,12 +194,11 @@ def keybook(msg: Message, context: Context) -> Message:
     return _reply(msg)
 
 
-def _node_ledger(context: Context) -> NodeLedger | None:
-    """This node's own ledger under its node-config policy (``None``: no policy)."""
+def _node_ledger(context: Context) -> NodeLedger:
+    """This node's own ledger under its node-config policy (none set: no limit, but every
+    query is still held to the plan it admitted)."""
     config = node_policy_config(context.node_config, os.environ)
-    policy = NodePolicy.from_node_config(config)
-    if policy is None:
-        return None
+    policy = NodePolicy.from_node_config(config) or NodePolicy()
     state_dir = str(config.get(STATE_DIR, "") or "")
     saved = context.state.get("node-ledger")
     return NodeLedger(policy, state_dir or None, data=str(saved["json"]) if saved else "")
@@ -221,9 +219,7 @@ def _admit_plan(msg: Message, context: Context) -> tuple[float, float] | None:
     declared = json.loads(str(config["plan"]))
     context.state["node-stage"] = ConfigRecord({"stage": str(declared["stage"])})
     ledger = _node_ledger(context)
-    if ledger is None:
-        return (math.inf, math.inf)
-    eps = ledger.admit_plan(str(context.run_id), declared)
+    eps = ledger.admit_plan(str(context.run_id), declared, _node_handler)
     _keep(context, ledger)
     left = ledger.remaining()
     log.info("plan %r admitted: ε %.6g; lifetime left ε %.6g, δ %.3g",
@@ -242,17 +238,20 @@ def plan(msg: Message, context: Context) -> Message:
     return _reply(msg, meta=meta)
 
 
+def _node_handler(method: str):
+    """The client half this node answers ``method`` with, from which it derives the
+    sensitivity of every stage and query itself (:mod:`fedpriv.privacy.node_plan`)."""
+    return EvaluationClient() if method == EvaluationClient.method else _handler(method)
+
+
 def _admit_query(context: Context, s: RunSettings, cfg, query) -> None:
     """This node's ledger admits the query before any row is read (or refuses)."""
     ledger = _node_ledger(context)
-    if ledger is None:
-        return
     share = None
     if s.distributed_noise is not None and "noise-share-std" in cfg:
-        share = (float(cfg["noise-share-std"]), int(cfg["noise-min-survivors"]),
-                 query.reply_length)  # fmt: skip
+        share = (float(cfg["noise-share-std"]), int(cfg["noise-min-survivors"]))
     stage = str(context.state["node-stage"]["stage"]) if "node-stage" in context.state else ""
-    ledger.admit_query(str(context.run_id), stage, query.round, share=share)
+    ledger.admit_query(str(context.run_id), stage, query, _node_handler, share=share)
     _keep(context, ledger)
 
 

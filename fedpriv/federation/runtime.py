@@ -120,9 +120,13 @@ class InProcessTransport:
         for i, led in enumerate(self.node_ledgers):
             if led is not None:
                 try:
-                    led.admit_plan(self.run_id, plan)
+                    led.admit_plan(self.run_id, plan, self.handler_of)
                 except NodeRefusal as err:
                     raise NodeRefusal(f"client {i}: {err}") from None
+
+    def handler_of(self, method: str) -> ClientHandler:
+        """The client half a node derives sensitivities from: the one that answers here."""
+        return self.handler
 
     def _refused(self, plan: RoundPlan) -> dict[int, Exception]:
         """The asked nodes whose own ledger refuses this query (before any row is read)."""
@@ -133,9 +137,9 @@ class InProcessTransport:
                 continue
             share = None
             if plan.noise is not None:
-                share = (plan.noise.share_std, plan.noise.min_survivors, plan.query.reply_length)
+                share = (plan.noise.share_std, plan.noise.min_survivors)
             try:
-                led.admit_query(self.run_id, self.stage, plan.query.round, share=share)
+                led.admit_query(self.run_id, self.stage, plan.query, self.handler_of, share=share)
             except NodeRefusal as err:
                 out[i] = err
         return out

@@ -6,26 +6,25 @@ own, persisted in its state directory across runs, and answers nothing its own
 policy does not allow:
 
 1. **The plan.** After a strategy reserves its whole plan, the server declares it
-   to every node (:func:`declared_plan`): the reserved DpEvents, the run's δ, the
-   ε the server's ledger computes for them, the number of data rounds, and, per
-   Gaussian stage, its noise multiplier and L2 sensitivity. The node recomputes ε
-   with its own accountant (:func:`fedpriv.privacy.accounting.account`, the same
-   PLD and RDP) and refuses the plan if the two ledgers disagree, if ε or δ exceed
-   its per-run policy, or if its lifetime spend plus this run's would exceed its
-   lifetime policy. An admitted plan is charged in full, at once, to the node's
-   persistent ledger: a run that stops early has still spent what it could have.
-   A later stage of the same run (the DP evaluation, on its own scoped ledger)
-   declares its own plan; a run is charged the sum of its stages' (ε, δ).
-2. **Each query.** A node refuses a query of a run or stage it never admitted, a
-   round it already answered, and any round beyond the declared count, *before*
-   reading a row. Under distributed noise it also checks the share it is asked to
-   add: with m survivors, √m·σ_c must reach z·(Δ₂ + γ√d) of a declared Gaussian
-   stage that still has rounds left, and the round counts against the most
-   demanding such stage. A server that under-declares the noise is refused
-   without being trusted at all (the node draws that share itself), and one that
-   asks every round at its weakest stage's noise is refused once that stage's
-   rounds are used. What stays trusted is each stage's Δ₂, the method's public
-   constant.
+   to every node as stages (:func:`strategy_plan`,
+   :class:`~fedpriv.federation.node_stage.NodeStage`): per stage the method, the
+   kind of query, the sampling rate, the settings that fix one record's
+   influence, the mechanism and its absolute noise, the rounds. The node derives
+   each stage's sensitivity and event itself and computes ε with its own
+   accountant (:mod:`fedpriv.privacy.node_plan`); the server's declared events
+   and ε are only a cross-check, and a disagreement refuses the plan. It refuses
+   a plan whose ε or δ exceed its per-run policy, or whose lifetime spend plus
+   this run's would exceed its lifetime policy. An admitted plan is charged in
+   full, at once, to the node's persistent ledger: a run that stops early has
+   still spent what it could have. A later stage of the same run (the DP
+   evaluation, on its own scoped ledger) declares its own plan; a run is
+   charged the sum of its stages' (ε, δ).
+2. **Each query**, *before* a row is read: a run or stage it never admitted, a
+   round it already answered and any round beyond the declared count are
+   refused; the query must belong to an admitted stage with rounds left, at that
+   stage's sampling rate, within its reply length and sensitivity, and under
+   distributed noise the share the node adds must carry the stage's noise
+   (:func:`fedpriv.privacy.node_plan.match_query`).
 
 Across runs the node composes by basic composition (Σε, Σδ): valid whatever the
 runs' mechanisms, and what a privacy officer can audit from the file alone.
@@ -46,7 +45,13 @@ from pathlib import Path
 from typing import Any
 
 from fedpriv.atomic import write_text_atomic
-from fedpriv.privacy.randomness import GRID
+from fedpriv.privacy.node_plan import (
+    AdmittedStage,
+    HandlerOf,
+    NodeRefusal,
+    admit_stages,
+    match_query,
+)
 
 #: Node-config keys of the policy, and where the ledger lives.
 POLICY_KEYS = ("max-epsilon", "max-delta", "max-lifetime-epsilon", "max-lifetime-delta")
@@ -56,12 +61,7 @@ LEDGER_FILE = "fedpriv-node-ledger.json"
 #: Environment variable a simulation passes every virtual node's policy in (JSON of the
 #: node-config keys; its ``state-dir`` gets ``node-<partition id>`` appended per node).
 POLICY_ENV = "FEDPRIV_NODE_POLICY"
-#: Relative disagreement tolerated between the server's ε and the node's (the same code).
-AGREEMENT = 1e-9
-
-
-class NodeRefusal(PermissionError):
-    """A node's own policy refuses a plan or a query; nothing was read or answered."""
+__all__ = ["NodeLedger", "NodePolicy", "NodeRefusal", "declared_plan", "strategy_plan"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,11 +115,11 @@ def node_policy_config(node_config: Mapping[str, Any], environ: Mapping[str, str
 def declared_plan(
     ledger: Any, *, stage: str, rounds: int | None, stages: list[dict]
 ) -> dict[str, Any]:
-    """What the server declares to the nodes for one strategy: its reserved plan.
+    """What the server declares to the nodes for one strategy: its stages and, as a
+    cross-check, its ledger's reserved events and ε.
 
-    ``ledger`` ``None`` is the non-private reference: ε = ∞, which any policy refuses.
-    ``stages``: each Gaussian stage's ``{"noise_multiplier": z, "l2_sensitivity": Δ₂,
-    "rounds": T}``.
+    ``ledger`` ``None`` is the non-private reference: ε = ∞, which any node refuses.
+    ``stages``: each :class:`~fedpriv.federation.node_stage.NodeStage`'s ``to_dict()``.
     """
     if ledger is None:
         return {"stage": stage, "epsilon": math.inf, "delta": 1.0, "rounds": rounds,
@@ -139,34 +139,11 @@ def declared_plan(
 
 
 def strategy_plan(strategy: Any, ledger: Any, *, stage: str) -> dict[str, Any]:
-    """The plan a begun ``strategy`` declares (:func:`declared_plan`): its ledger's
-    reservations, its rounds (its own ``rounds``, else its configuration's), and each
-    Gaussian stage's (z, Δ₂) for the nodes' checks of distributed shares."""
-    from fedpriv.privacy.noise_stage import gaussian_stages  # server side: the accountant
-
-    rounds = getattr(strategy, "rounds", None)
-    if rounds is None:
-        rounds = getattr(getattr(strategy, "config", None), "rounds", None)
-    stages = [
-        {
-            "noise_multiplier": g.noise_multiplier,
-            "l2_sensitivity": g.mechanism.l2_sensitivity,
-            "rounds": g.rounds,
-        }
-        for g in gaussian_stages(strategy)
-    ]
+    """The plan a begun ``strategy`` declares (:func:`declared_plan`): its node stages
+    (``strategy.node_stages()``), their total rounds, and its ledger's reservations."""
+    stages = [s.to_dict() for s in strategy.node_stages()] if ledger is not None else []
+    rounds = sum(s["rounds"] for s in stages) if stages else None
     return declared_plan(ledger, stage=stage, rounds=rounds, stages=stages)
-
-
-def plan_epsilon(plan: Mapping[str, Any]) -> float:
-    """ε of a declared plan by the node's own accountant, at the plan's accounting δ."""
-    if not plan["events"]:
-        return 0.0 if math.isfinite(plan["epsilon"]) else math.inf
-    from fedpriv.privacy import accounting
-    from fedpriv.privacy.events import event_from_dict
-
-    items = [(event_from_dict(ev), int(n)) for ev, n in plan["events"]]
-    return float(accounting.account(items, float(plan["accounting_delta"])).epsilon)
 
 
 class NodeLedger:
@@ -219,25 +196,35 @@ class NodeLedger:
             write_text_atomic(self.path, json.dumps(self._data, indent=1, sort_keys=True))
 
     # -- checks -------------------------------------------------------------------
-    def admit_plan(self, run_id: str, plan: Mapping[str, Any]) -> float:
+    def admit_plan(self, run_id: str, plan: Mapping[str, Any], handler_of: HandlerOf) -> float:
         """Check and charge a declared plan; returns the node's own ε. Raises
-        :class:`NodeRefusal` (nothing charged) if it breaks the policy."""
-        stage = str(plan["stage"])
+        :class:`NodeRefusal` (nothing charged) if it breaks the policy.
+
+        ``handler_of(method)``: this node's client half of a method, from which it
+        derives every stage's sensitivity (:mod:`fedpriv.privacy.node_plan`).
+        """
+        stage = str(plan.get("stage", ""))
         run = self.runs.get(str(run_id), {"stages": {}, "epsilon": 0.0, "delta": 0.0})
         if stage in run["stages"]:
             raise NodeRefusal(f"run {run_id}: stage {stage!r} was already declared; refused")
-        if plan.get("rounds") is None:
-            raise NodeRefusal(f"run {run_id}: the plan declares no number of rounds; refused")
-        if float(plan.get("accounting_delta", 0.0)) > float(plan["delta"]):
+        try:
+            delta = float(plan["delta"])
+        except (KeyError, TypeError, ValueError):
+            raise NodeRefusal(f"run {run_id}: the plan declares no δ; refused") from None
+        if not math.isfinite(float(plan.get("epsilon", 0.0))) or not plan.get("stages"):
+            # A non-private run: only a node whose operator set no limit at all answers it.
+            if self.policy != NodePolicy():
+                raise NodeRefusal(f"run {run_id}: a non-private plan (no noise stages); refused")
+            run["epsilon"], run["delta"] = math.inf, 1.0
+            run["stages"][stage] = {"epsilon": math.inf, "rounds": None, "answered": [],
+                                    "admitted": [], "used": []}  # fmt: skip
+            self.runs[str(run_id)] = run
+            self._save()
+            return math.inf
+        if float(plan.get("accounting_delta", 0.0)) > delta:
             raise NodeRefusal(f"run {run_id}: accounting δ above the plan's δ; refused")
-        eps = plan_epsilon(plan)
-        claimed = float(plan["epsilon"])
-        if not math.isfinite(eps) or abs(eps - claimed) > AGREEMENT * max(1.0, eps):
-            raise NodeRefusal(
-                f"run {run_id}: the server's ledger says ε = {claimed!r} for its plan, this "
-                f"node's says {eps!r}; refused"
-            )
-        delta, p = float(plan["delta"]), self.policy
+        admitted, eps = admit_stages(plan, handler_of, run_id=str(run_id))
+        p = self.policy
         if eps > p.max_epsilon or delta > p.max_delta:
             raise NodeRefusal(
                 f"run {run_id}: the plan spends (ε, δ) = ({eps:.6g}, {delta:g}) over this node's "
@@ -260,11 +247,13 @@ class NodeLedger:
             )
         run["epsilon"], run["delta"] = run_eps, run_delta
         run["stages"][stage] = {
-            "epsilon": eps, "rounds": int(plan["rounds"]), "answered": [],
-            # Per Gaussian stage: z, Δ₂, its rounds, and the shares it has covered.
-            "noise": [[float(s["noise_multiplier"]), float(s["l2_sensitivity"]),
-                       int(s.get("rounds", 0)), 0] for s in plan.get("stages", [])],
-        }  # fmt: skip
+            "epsilon": eps,
+            "rounds": sum(a.stage.rounds for a in admitted),
+            "answered": [],
+            # What the node derived itself, and each stage's rounds used so far.
+            "admitted": [a.to_dict() for a in admitted],
+            "used": [0] * len(admitted),
+        }
         self.runs[str(run_id)] = run
         self._save()
         return eps
@@ -273,41 +262,38 @@ class NodeLedger:
         self,
         run_id: str,
         stage: str,
-        round_id: int,
+        query: Any,
+        handler_of: HandlerOf,
         *,
-        share: tuple[float, int, int] | None = None,
-    ) -> None:
-        """Check one query before any row is read; record it. ``share``: under
-        distributed noise, (σ_c in ticks, m survivors, d coordinates) asked of this node."""
+        share: tuple[float, int] | None = None,
+    ) -> AdmittedStage | None:
+        """Check one query before any row is read; record it. ``share``: under distributed
+        noise, (σ_c in grid ticks, m survivors) this node is asked to add. Returns the
+        admitted stage it belongs to."""
         entry = self.runs.get(str(run_id), {"stages": {}})["stages"].get(stage)
         if entry is None:
             raise NodeRefusal(f"run {run_id}: no admitted plan for stage {stage!r}; refused")
+        round_id = int(query.round)
         if round_id in entry["answered"]:
             raise NodeRefusal(f"run {run_id}: round {round_id} was already answered; refused")
+        if entry["rounds"] is None:  # an admitted non-private run: no stage to hold it to
+            entry["answered"].append(round_id)
+            self._save()
+            return None
         if len(entry["answered"]) >= entry["rounds"]:
             raise NodeRefusal(
                 f"run {run_id}: round {round_id} would be data round {len(entry['answered']) + 1}"
                 f" of a plan declaring {entry['rounds']}; refused"
             )
-        if share is not None:
-            sigma_c, m, d = share
-            have = math.sqrt(m) * sigma_c * GRID
-            # The stages whose noise this share meets and whose rounds are not used up;
-            # the round counts against the most demanding of them. A server can then
-            # not ask every round at its weakest stage's noise: each stage's quota holds.
-            met = [
-                (z * (l2 + GRID * math.sqrt(d)), i)
-                for i, (z, l2, rounds, used) in enumerate(entry["noise"])
-                if used < rounds and have >= z * (l2 + GRID * math.sqrt(d)) * (1.0 - 1e-9)
-            ]
-            if not met:
-                raise NodeRefusal(
-                    f"run {run_id}: round {round_id} asks for shares giving noise std {have:.6g} "
-                    f"with {m} survivors, below every declared stage with rounds left; refused"
-                )
-            entry["noise"][max(met)[1]][3] += 1
-        entry["answered"].append(int(round_id))
+        admitted = [AdmittedStage.from_dict(a) for a in entry["admitted"]]
+        try:
+            i = match_query(admitted, entry["used"], query, handler_of, share=share)
+        except NodeRefusal as err:
+            raise NodeRefusal(f"run {run_id}: {err}; refused") from None
+        entry["used"][i] += 1
+        entry["answered"].append(round_id)
         self._save()
+        return admitted[i]
 
     def summary(self) -> dict[str, Any]:
         """What ``fedpriv inspect`` shows: policy, lifetime spend, what remains, per run."""

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from fedpriv.federation.engine import round_plan
-from fedpriv.federation.protocol import ClientData, Query
+from fedpriv.federation.node_stage import NodeStage
+from fedpriv.federation.protocol import ClientData, Query, ReplySensitivity
 from fedpriv.federation.runtime import InProcessRuntime, participation_streams
 from fedpriv.privacy.distributed import (
     GRID,
@@ -65,6 +66,14 @@ class Probe:
     def noise_std(self, query: Query) -> float:
         return self.stage.std(query.reply_length)
 
+    def node_stages(self) -> list[NodeStage]:
+        """What the nodes are declared: one Gaussian stage of ``rounds`` probe queries."""
+        if self.stage is None:
+            return []
+        return [NodeStage(name="probe", method="probe", mechanism="gaussian", rounds=self.rounds,
+                          sampling_rate=1.0, reply_length=D, record_bound=4.0,
+                          noise=self.stage.std(D))]  # fmt: skip
+
     def next_query(self) -> Query | None:
         if self._t == self.rounds:
             return None
@@ -84,6 +93,11 @@ class Fixed:
 
     def answer(self, query, data, sample, state, key=None):
         return _values(data.client_id)
+
+    def reply_sensitivity(self, query):
+        if query.method != "probe":
+            raise ValueError(f"not a probe query: {query.method!r}")
+        return ReplySensitivity(stage="probe", l1=math.sqrt(D), l2=1.0)
 
 
 def _run(k=5, rounds=3, dropouts=1, dropout_rate=0.0, key=1, epsilon=2.0, noise=True):

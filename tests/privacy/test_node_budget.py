@@ -99,17 +99,18 @@ def test_a_plan_over_the_policy_is_refused_before_any_row_is_read():
 
 
 def test_a_server_claiming_less_than_its_plan_is_refused():
-    """The server under-declares: its claimed ε is not what its declared noise gives."""
+    """The server under-declares: its claimed ε is not what its declared stages give."""
     node = NodeLedger(NodePolicy(max_epsilon=10.0))
     ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=1.0, delta=1e-5))
-    from fedpriv.privacy.node_budget import declared_plan
+    from fedpriv.privacy.node_budget import strategy_plan
 
     probe = Probe(3)
     probe.begin(n_features=1, ledger=ledger, rng=None, secret_rng=key_for(1).generator("x"))
-    plan = declared_plan(ledger, stage="noise", rounds=3, stages=[])
-    assert node.admit_plan("honest", dict(plan)) == pytest.approx(plan["epsilon"])
-    with pytest.raises(NodeRefusal, match="this node's says"):
-        node.admit_plan("liar", {**plan, "epsilon": plan["epsilon"] / 2})
+    plan = strategy_plan(probe, ledger, stage="noise")
+    handler_of = {"probe": Fixed()}.__getitem__
+    assert node.admit_plan("honest", dict(plan), handler_of) == pytest.approx(plan["epsilon"])
+    with pytest.raises(NodeRefusal, match="this node's own accountant"):
+        node.admit_plan("liar", {**plan, "epsilon": plan["epsilon"] / 2}, handler_of)
     assert list(node.runs) == ["honest"]
 
 
@@ -183,28 +184,3 @@ def test_fedpriv_inspect_shows_a_nodes_lifetime_spend(tmp_path, capsys):
 
     summary = json.loads(capsys.readouterr().out)
     assert summary["lifetime_epsilon"] == pytest.approx(spent)
-
-
-def test_each_stage_quota_holds_a_server_to_its_weakest_stage_once():
-    """Two declared stages: one round at the weak noise, two at the strong. Shares at
-    the weak level pass once, then every node refuses them; strong shares still pass."""
-    node = NodeLedger(NodePolicy(max_epsilon=10.0))
-    stages = [
-        {"noise_multiplier": 1.0, "l2_sensitivity": 1.0, "rounds": 1},
-        {"noise_multiplier": 4.0, "l2_sensitivity": 1.0, "rounds": 2},
-    ]
-    plan = {"stage": "noise", "epsilon": 0.0, "delta": 1e-5, "accounting_delta": 1e-5,
-            "rounds": 3, "events": [], "stages": stages}  # fmt: skip
-    node.admit_plan("r", plan)
-    from fedpriv.privacy.distributed import GRID
-
-    def share(std):  # σ_c (ticks) for two survivors giving ``std`` in value units
-        return (std / GRID / math.sqrt(2), 2, 1)
-
-    weak, strong = 1.0 * (1 + GRID), 4.0 * (1 + GRID)
-    node.admit_query("r", "noise", 0, share=share(weak))
-    with pytest.raises(NodeRefusal, match="below every declared stage with rounds left"):
-        node.admit_query("r", "noise", 1, share=share(weak))
-    node.admit_query("r", "noise", 1, share=share(strong))
-    node.admit_query("r", "noise", 2, share=share(strong))
-    assert [s[3] for s in node.runs["r"]["stages"]["noise"]["noise"]] == [1, 2]
