@@ -41,7 +41,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,8 @@ from fedpriv.privacy.randomness import GRID
 #: Node-config keys of the policy, and where the ledger lives.
 POLICY_KEYS = ("max-epsilon", "max-delta", "max-lifetime-epsilon", "max-lifetime-delta")
 STATE_DIR = "state-dir"
+#: Node-config key naming the node's TOML policy file (:mod:`fedpriv.privacy.node_policy`).
+POLICY_FILE = "policy-file"
 #: The node ledger's file inside the state directory.
 LEDGER_FILE = "fedpriv-node-ledger.json"
 #: Environment variable a simulation passes every virtual node's policy in (JSON of the
@@ -66,18 +68,51 @@ class NodeRefusal(PermissionError):
 
 @dataclass(frozen=True, kw_only=True)
 class NodePolicy:
-    """A node's limits (ε, δ) per run and over its lifetime; ∞ = no limit."""
+    """A node's limits (ε, δ) per run and over its lifetime; ∞ = no limit.
+
+    From a policy file (:mod:`fedpriv.privacy.node_policy`) also its scope and its
+    approval rule: ``methods`` / ``columns`` a plan may use (``None``: any),
+    ``require_approval`` (a plan waits for the data owner's approval, at most
+    ``approval_timeout`` seconds, :mod:`fedpriv.privacy.node_approval`) and the
+    pre-approved plan hashes ``approved``.
+    """
 
     max_epsilon: float = math.inf
     max_delta: float = math.inf
     max_lifetime_epsilon: float = math.inf
     max_lifetime_delta: float = math.inf
+    methods: tuple[str, ...] | None = None
+    columns: tuple[str, ...] | None = None
+    require_approval: bool = False
+    approved: tuple[str, ...] = ()
+    approval_timeout: float = 300.0
 
     def __post_init__(self) -> None:
         for name in ("max_epsilon", "max_delta", "max_lifetime_epsilon", "max_lifetime_delta"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int | float) or not v >= 0:
                 raise ValueError(f"{name.replace('_', '-')} must lie in [0, inf]; got {v!r}")
+        for name in ("methods", "columns", "approved"):
+            v = getattr(self, name)
+            if v is None and name != "approved":
+                continue
+            # A string is a sequence too: it must not become its characters.
+            if isinstance(v, str) or not isinstance(v, list | tuple):
+                raise ValueError(f"{name} must be a list of strings; got {v!r}")
+            if not all(isinstance(x, str) and x for x in v):
+                raise ValueError(f"{name} must be a list of non-empty strings; got {v!r}")
+            object.__setattr__(self, name, tuple(v))
+        if not all(len(h) == 64 and set(h) <= set("0123456789abcdef") for h in self.approved):
+            raise ValueError(
+                f"approved must hold plan hashes (64 lowercase hex); got {list(self.approved)!r}"
+            )
+        if not isinstance(self.require_approval, bool):
+            raise ValueError(
+                f"require-approval must be true or false; got {self.require_approval!r}"
+            )
+        t = self.approval_timeout
+        if isinstance(t, bool) or not isinstance(t, int | float) or not 0 < t <= 86400:
+            raise ValueError(f"approval-timeout must lie in (0, 86400] seconds; got {t!r}")
 
     @property
     def lifetime(self) -> bool:
@@ -86,9 +121,14 @@ class NodePolicy:
     @classmethod
     def from_node_config(cls, config: Mapping[str, Any]) -> NodePolicy | None:
         """The policy a node-config (or any mapping of its kebab-case keys) sets, or
-        ``None`` if it sets none; ``None`` values are unset (no limit)."""
+        ``None`` if it sets none; ``None`` values are unset (no limit).
+
+        ``policy-file`` names a TOML policy file (:meth:`from_toml`); a limit set both
+        there and in the node-config must agree (else ``ValueError`` naming both).
+        """
         given = {k: config[k] for k in POLICY_KEYS if config.get(k, "") not in ("", None)}
-        if not given:
+        policy_file = config.get(POLICY_FILE, "")
+        if not given and policy_file in ("", None):
             return None
         values = {}
         for key, value in given.items():
@@ -96,13 +136,31 @@ class NodePolicy:
                 values[key.replace("-", "_")] = float(value)
             except (TypeError, ValueError):
                 raise ValueError(f"{key} must be a number in [0, inf]; got {value!r}") from None
-        return cls(**values)
+        if policy_file in ("", None):
+            return cls(**values)
+        base = cls.from_toml(policy_file)
+        for name, value in values.items():
+            own = getattr(base, name)
+            if math.isfinite(own) and own != value:
+                key = name.replace("_", "-")
+                raise ValueError(
+                    f"{key} is {value!r} in the node-config but {own!r} in {POLICY_FILE} "
+                    f"{policy_file}; set it in one place"
+                )
+        return replace(base, **values)
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> NodePolicy:
+        """The policy of a TOML file (:func:`fedpriv.privacy.node_policy.load_policy_file`)."""
+        from fedpriv.privacy.node_policy import load_policy_file
+
+        return load_policy_file(path)
 
 
 def node_policy_config(node_config: Mapping[str, Any], environ: Mapping[str, str]) -> dict:
     """The node's budget keys: its node-config's, else (a simulation's virtual nodes,
     which share one node-config shape) :data:`POLICY_ENV`'s, with its own state-dir."""
-    own = {k: node_config[k] for k in (*POLICY_KEYS, STATE_DIR) if k in node_config}
+    own = {k: node_config[k] for k in (*POLICY_KEYS, POLICY_FILE, STATE_DIR) if k in node_config}
     if own or not environ.get(POLICY_ENV):
         return own
     shared = json.loads(environ[POLICY_ENV])
