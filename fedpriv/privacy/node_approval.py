@@ -39,7 +39,7 @@ NOT_APPROVED = "not approved"
 #: The longest poll interval (s): an approval is seen within this much of being made.
 MAX_POLL = 0.5
 #: The fields of a pending plan's summary the operator is shown.
-SUMMARY_FIELDS = ("run", "method", "stages", "epsilon", "delta", "columns")
+SUMMARY_FIELDS = ("run", "stage", "method", "rounds", "stages", "epsilon", "delta", "columns")
 
 
 def _checked(plan_hash: Any) -> str:
@@ -54,6 +54,19 @@ def pending_path(state_dir: str | os.PathLike[str], plan_hash: str) -> Path:
 
 def approved_path(state_dir: str | os.PathLike[str], plan_hash: str) -> Path:
     return Path(state_dir) / APPROVED_DIR / _checked(plan_hash)
+
+
+def plan_summary(
+    run_id: str, plan: Mapping[str, Any], *, epsilon: float | None = None
+) -> dict[str, Any]:
+    """What the operator is shown of a declared plan (:data:`SUMMARY_FIELDS`; ``None``
+    where the plan does not say). ``epsilon``: the node's own ε for it, if computed
+    (:func:`fedpriv.privacy.node_budget.plan_epsilon`), else the plan's claim."""
+    out = {k: plan.get(k) for k in SUMMARY_FIELDS if k != "run"}
+    out["run"] = str(run_id)
+    if epsilon is not None:
+        out["epsilon"] = float(epsilon)
+    return out
 
 
 def record_pending(
@@ -77,7 +90,7 @@ def approve(
     path = approved_path(state_dir, plan_hash)
     if by not in APPROVERS:
         raise ValueError(f"by must be one of {list(APPROVERS)}; got {by!r}")
-    if path.is_file():
+    if _logged_approval(state_dir, plan_hash) is not None:
         return None
     # Logged first: a crash between the two leaves a logged approval that never took
     # effect (the plan is still refused), never an approval the log does not show.
@@ -87,18 +100,31 @@ def approve(
     return entry
 
 
+def _logged_approval(state_dir: str | os.PathLike[str], plan_hash: str) -> str | None:
+    """Who approved ``plan_hash``: its approval file is there and the audit log's
+    ``approval`` entry says by whom (``None``: not approved)."""
+    if not approved_path(state_dir, plan_hash).is_file():
+        return None
+    for e in AuditLog(state_dir).entries():
+        if e.get("kind") == "approval" and e.get("plan_hash") == plan_hash:
+            return str(e.get("by"))
+    return None
+
+
 def approval_source(
     state_dir: str | os.PathLike[str], policy: NodePolicy, plan_hash: str
 ) -> str | None:
-    """``"policy"`` if the policy lists the hash, ``"operator"`` if the operator
-    approved it, else ``None`` (a malformed hash is never approved)."""
+    """``"policy"`` if the policy lists the hash, else who approved it with :func:`approve`
+    (``"operator"``), else ``None`` (a malformed hash is never approved).
+
+    An approval counts only with its ``approval`` entry in the audit log: a file
+    dropped into ``approved/`` by other means approves nothing.
+    """
     if not is_hash(plan_hash):
         return None
     if plan_hash in policy.approved:
         return "policy"
-    if approved_path(state_dir, plan_hash).is_file():
-        return "operator"
-    return None
+    return _logged_approval(state_dir, plan_hash)
 
 
 def is_approved(state_dir: str | os.PathLike[str], policy: NodePolicy, plan_hash: str) -> bool:

@@ -21,6 +21,7 @@ from fedpriv.privacy.node_approval import (
     await_approval,
     is_approved,
     list_pending,
+    plan_summary,
     record_pending,
 )
 from fedpriv.privacy.node_audit import AuditLog, plan_hash, verify_audit_log
@@ -291,3 +292,25 @@ def test_pending_lists_what_waits_until_approved(tmp_path):
     assert listed[other]["epsilon"] == "inf" and "unreadable" in listed["e" * 64]
     approve(tmp_path, H)
     assert H not in {p["plan_hash"] for p in list_pending(tmp_path)}
+
+
+def test_an_approval_file_the_audit_log_does_not_show_approves_nothing(tmp_path):
+    """A file dropped into approved/ by hand: not approved, and the wait expires.
+    Twin: the same file with its logged approval (``approve``) passes."""
+    policy = NodePolicy(require_approval=True, approval_timeout=5)
+    (tmp_path / "approved").mkdir()
+    approved_path(tmp_path, H).write_text("{}")
+    assert not is_approved(tmp_path, policy, H)
+    clock = FakeClock()
+    with pytest.raises(NodeRefusal, match=r"^not approved$"):
+        await_approval(tmp_path, policy, H, clock=clock, sleep=clock.sleep)
+    assert approve(tmp_path, H)["by"] == "operator"  # logged now, though the file was there
+    assert await_approval(tmp_path, policy, H, clock=clock, sleep=clock.sleep) == "operator"
+
+
+def test_plan_summary_shows_the_nodes_own_epsilon():
+    plan = {**PLAN, "method": "dp_gam", "columns": ["age"]}
+    s = plan_summary("r7", plan, epsilon=0.75)
+    assert s == {"run": "r7", "stage": "train", "method": "dp_gam", "rounds": 3, "stages": [],
+                 "epsilon": 0.75, "delta": 1e-5, "columns": ["age"]}  # fmt: skip
+    assert plan_summary("r7", PLAN)["method"] is None and plan_summary("r7", PLAN)["epsilon"] == 1.0
