@@ -85,7 +85,7 @@ def node() -> None:
 
 @node.command()
 @click.argument("plan_hash")
-@click.option("--state", type=click.Path(path_type=Path), required=True,
+@click.option("--state", type=click.Path(path_type=Path), required=True, metavar="DIR",
               help="The node's state directory (node-config state-dir).")  # fmt: skip
 @click.option("--force", is_flag=True, help="Approve a plan that is not (yet) pending.")
 def approve(plan_hash: str, state: Path, force: bool) -> int:
@@ -121,7 +121,7 @@ def _num(x: Any) -> str:
 
 
 @node.command()
-@click.option("--state", type=click.Path(path_type=Path), required=True,
+@click.option("--state", type=click.Path(path_type=Path), required=True, metavar="DIR",
               help="The node's state directory (node-config state-dir).")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="The pending plans as JSON.")
 def pending(state: Path, as_json: bool) -> int:

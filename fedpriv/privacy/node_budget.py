@@ -33,7 +33,10 @@ runs' mechanisms, and what a privacy officer can audit from the file alone.
 Policy (node-config): ``max-epsilon`` / ``max-delta`` per run,
 ``max-lifetime-epsilon`` / ``max-lifetime-delta`` over every run in the state
 directory ``state-dir``. A lifetime limit without a state directory is refused
-(nothing could enforce it).
+(nothing could enforce it). ``policy-file`` names a TOML file holding these limits
+and the node's scope and approval rule (:mod:`fedpriv.privacy.node_policy`,
+:mod:`fedpriv.privacy.node_approval`); what the node was asked and did is kept in
+its audit log (:mod:`fedpriv.privacy.node_audit`).
 """
 
 from __future__ import annotations
