@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from fedpriv.atomic import write_text_atomic
+from fedpriv.privacy.node_audit import is_hash
 from fedpriv.privacy.randomness import GRID
 
 #: Node-config keys of the policy, and where the ledger lives.
@@ -97,17 +98,17 @@ class NodePolicy:
                 raise ValueError(f"{name.replace('_', '-')} must lie in [0, inf]; got {v!r}")
         for name in ("methods", "columns", "approved"):
             v = getattr(self, name)
-            if v is None and name != "approved":
-                continue
             # A string is a sequence too: it must not become its characters.
-            if isinstance(v, str) or not isinstance(v, list | tuple):
-                raise ValueError(f"{name} must be a list of strings; got {v!r}")
-            if not all(isinstance(x, str) and x for x in v):
+            if (v is not None or name == "approved") and (
+                isinstance(v, str)
+                or not isinstance(v, list | tuple)
+                or not all(isinstance(x, str) and x for x in v)
+            ):
                 raise ValueError(f"{name} must be a list of non-empty strings; got {v!r}")
-            object.__setattr__(self, name, tuple(v))
-        if not all(len(h) == 64 and set(h) <= set("0123456789abcdef") for h in self.approved):
+            object.__setattr__(self, name, None if v is None else tuple(v))
+        if not all(is_hash(h) for h in self.approved):
             raise ValueError(
-                f"approved must hold plan hashes (64 lowercase hex); got {list(self.approved)!r}"
+                f"approved must hold plan hashes (64 lowercase hex); got {self.approved!r}"
             )
         if not isinstance(self.require_approval, bool):
             raise ValueError(

@@ -139,7 +139,7 @@ def test_twin_a_string_read_as_a_list_becomes_its_characters(tmp_path, monkeypat
 
 
 def test_node_policy_itself_refuses_a_string_for_a_list():
-    with pytest.raises(ValueError, match="columns must be a list of strings; got 'age'"):
+    with pytest.raises(ValueError, match="columns must be a list of non-empty strings; got 'age'"):
         NodePolicy(columns="age")
     with pytest.raises(ValueError, match="approval-timeout must lie in"):
         NodePolicy(approval_timeout=0)
