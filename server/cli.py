@@ -7,7 +7,9 @@
 ``fedpriv bench``, ``fedpriv ablate``  the studies (``experiments.benchmark``,
                      ``experiments.ablate``), run as subprocesses: imports point from
                      experiments to server, never back;
-``fedpriv predict``, ``fedpriv inspect``  score rows with a model file, print its card.
+``fedpriv predict``, ``fedpriv inspect``  score rows with a model file, print its card
+                     (or a node's ledger and audit history, :mod:`server.cli_node`);
+``fedpriv node``     a node operator's approvals of plans (:mod:`server.cli_node`).
 
 The in-process run lives in :mod:`server.cli_run`, the filter of Flower's output in
 :mod:`server.cli_logs`.
@@ -30,6 +32,7 @@ import click
 
 from fedpriv import logs
 from server.cli_logs import quiet_flower
+from server.cli_node import inspect_path, node
 from server.cli_run import run_in_process
 
 log = logs.get_logger(__name__)
@@ -217,26 +220,18 @@ def predict(model: Path, file: Path, out: Path | None) -> int:
 
 
 @cli.command()
-@click.argument("model", type=click.Path(exists=True, path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="The machine-readable card.")
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="The machine-readable card or report.")
 def inspect(model: Path, as_json: bool) -> int:
     """Print MODEL's privacy card (Markdown, or JSON with --json).
 
-    MODEL may also be a node's state directory (its node-config ``state-dir``): then
-    the node's own budget ledger, its lifetime spend and what its policy leaves.
+    MODEL may be a model file, a run's results directory (its model file), or a
+    node's state directory (its node-config ``state-dir``): then the node's own
+    budget ledger, its lifetime spend, what its policy leaves, and its audit log's
+    history, the chain verified. A folder holding none of these, a corrupt ledger
+    or a broken audit chain exits with code 2 and one line.
     """
-    import json
-
-    if model.is_dir():
-        from fedpriv.privacy.node_budget import node_summary, summary_text
-
-        summary = node_summary(model)
-        click.echo(json.dumps(summary, indent=1) if as_json else summary_text(summary))
-        return 0
-    from fedpriv.artefact import load_model
-
-    card = load_model(model).card
-    click.echo(json.dumps(card.to_dict(), indent=1) if as_json else card.to_markdown())
+    click.echo(inspect_path(model, as_json))
     return 0
 
 
@@ -272,6 +267,9 @@ def draft(file: Path, out: Path | None, target, client_column, sep) -> int:
         "The loader refuses the schema until every placeholder is filled."
     )
     return 0
+
+
+cli.add_command(node)
 
 
 def main(argv: list[str] | None = None) -> int:

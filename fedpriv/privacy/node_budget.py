@@ -32,19 +32,23 @@ runs' mechanisms, and what a privacy officer can audit from the file alone.
 Policy (node-config): ``max-epsilon`` / ``max-delta`` per run,
 ``max-lifetime-epsilon`` / ``max-lifetime-delta`` over every run in the state
 directory ``state-dir``. A lifetime limit without a state directory is refused
-(nothing could enforce it).
+(nothing could enforce it). ``policy-file`` names a TOML file holding these limits
+and the node's scope and approval rule (:mod:`fedpriv.privacy.node_policy`,
+:mod:`fedpriv.privacy.node_approval`); what the node was asked and did is kept in
+its audit log (:mod:`fedpriv.privacy.node_audit`).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from fedpriv.atomic import write_text_atomic
+from fedpriv.privacy.node_approval import await_approval, plan_summary, record_pending
+from fedpriv.privacy.node_audit import AuditLog, plan_hash
 from fedpriv.privacy.node_plan import (
     AdmittedStage,
     HandlerOf,
@@ -52,64 +56,35 @@ from fedpriv.privacy.node_plan import (
     admit_stages,
     match_query,
 )
+from fedpriv.privacy.node_policy import (
+    POLICY_ENV,
+    POLICY_FILE,
+    POLICY_KEYS,
+    STATE_DIR,
+    NodePolicy,
+    check_plan_scope,
+    node_policy_config,
+)
+from fedpriv.privacy.randomness import GRID
 
-#: Node-config keys of the policy, and where the ledger lives.
-POLICY_KEYS = ("max-epsilon", "max-delta", "max-lifetime-epsilon", "max-lifetime-delta")
-STATE_DIR = "state-dir"
 #: The node ledger's file inside the state directory.
 LEDGER_FILE = "fedpriv-node-ledger.json"
-#: Environment variable a simulation passes every virtual node's policy in (JSON of the
-#: node-config keys; its ``state-dir`` gets ``node-<partition id>`` appended per node).
-POLICY_ENV = "FEDPRIV_NODE_POLICY"
-__all__ = ["NodeLedger", "NodePolicy", "NodeRefusal", "declared_plan", "strategy_plan"]
+#: The method name of the DP federated evaluation's queries (``clients.evaluation``).
+EVALUATION = "evaluation"
 
-
-@dataclass(frozen=True, kw_only=True)
-class NodePolicy:
-    """A node's limits (ε, δ) per run and over its lifetime; ∞ = no limit."""
-
-    max_epsilon: float = math.inf
-    max_delta: float = math.inf
-    max_lifetime_epsilon: float = math.inf
-    max_lifetime_delta: float = math.inf
-
-    def __post_init__(self) -> None:
-        for name in ("max_epsilon", "max_delta", "max_lifetime_epsilon", "max_lifetime_delta"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not v >= 0:
-                raise ValueError(f"{name.replace('_', '-')} must lie in [0, inf]; got {v!r}")
-
-    @property
-    def lifetime(self) -> bool:
-        return math.isfinite(self.max_lifetime_epsilon) or math.isfinite(self.max_lifetime_delta)
-
-    @classmethod
-    def from_node_config(cls, config: Mapping[str, Any]) -> NodePolicy | None:
-        """The policy a node-config (or any mapping of its kebab-case keys) sets, or
-        ``None`` if it sets none; ``None`` values are unset (no limit)."""
-        given = {k: config[k] for k in POLICY_KEYS if config.get(k, "") not in ("", None)}
-        if not given:
-            return None
-        values = {}
-        for key, value in given.items():
-            try:
-                values[key.replace("-", "_")] = float(value)
-            except (TypeError, ValueError):
-                raise ValueError(f"{key} must be a number in [0, inf]; got {value!r}") from None
-        return cls(**values)
-
-
-def node_policy_config(node_config: Mapping[str, Any], environ: Mapping[str, str]) -> dict:
-    """The node's budget keys: its node-config's, else (a simulation's virtual nodes,
-    which share one node-config shape) :data:`POLICY_ENV`'s, with its own state-dir."""
-    own = {k: node_config[k] for k in (*POLICY_KEYS, STATE_DIR) if k in node_config}
-    if own or not environ.get(POLICY_ENV):
-        return own
-    shared = json.loads(environ[POLICY_ENV])
-    if shared.get(STATE_DIR):
-        pid = node_config.get("partition-id", "")
-        shared[STATE_DIR] = str(Path(shared[STATE_DIR]) / f"node-{pid}")
-    return shared
+__all__ = [
+    "LEDGER_FILE",
+    "POLICY_ENV",
+    "POLICY_FILE",
+    "POLICY_KEYS",
+    "STATE_DIR",
+    "NodeLedger",
+    "NodePolicy",
+    "NodeRefusal",
+    "declared_plan",
+    "node_policy_config",
+    "strategy_plan",
+]
 
 
 def declared_plan(
@@ -159,6 +134,7 @@ class NodeLedger:
             )
         self.policy = policy
         self.path = Path(state_dir) / LEDGER_FILE if state_dir else None
+        self.audit = AuditLog(state_dir) if state_dir else None
         self._data: dict[str, Any] = {"runs": {}}
         if self.path is not None and self.path.exists():
             self._data = json.loads(self.path.read_text())
@@ -195,14 +171,79 @@ class NodeLedger:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             write_text_atomic(self.path, json.dumps(self._data, indent=1, sort_keys=True))
 
+    # -- the audit log ------------------------------------------------------------
+    def note(self, kind: str, **fields: Any) -> None:
+        """Append one entry to the node's audit log (none without a state directory)."""
+        if self.audit is not None:
+            self.audit.append(kind, **fields)
+
     # -- checks -------------------------------------------------------------------
-    def admit_plan(self, run_id: str, plan: Mapping[str, Any], handler_of: HandlerOf) -> float:
+    def admit_plan(
+        self,
+        run_id: str,
+        plan: Mapping[str, Any],
+        handler_of: HandlerOf,
+        *,
+        columns: Sequence[str] | None = None,
+    ) -> float:
         """Check and charge a declared plan; returns the node's own ε. Raises
-        :class:`NodeRefusal` (nothing charged) if it breaks the policy.
+        :class:`NodeRefusal` (nothing charged) if it breaks the policy; either way the
+        audit log records it with the plan's hash.
 
         ``handler_of(method)``: this node's client half of a method, from which it
         derives every stage's sensitivity (:mod:`fedpriv.privacy.node_plan`).
+        ``columns``: the schema columns the run would have this node read (checked
+        against the policy's ``columns``; ``None``: unknown, refused by such a policy).
+        With ``require-approval`` the plan waits, bounded, for the operator's approval
+        of its hash (:mod:`fedpriv.privacy.node_approval`) before it is charged.
         """
+        digest = plan_hash(plan)
+        try:
+            eps, admitted = self._admit(str(run_id), plan, handler_of, columns, digest)
+        except NodeRefusal as err:
+            self.note("plan-refused", plan_hash=digest, run=str(run_id), reason=str(err))
+            raise
+        # Logged after the ledger is saved: an admission in the log and not in the ledger
+        # is what a rolled-back ledger looks like (fedpriv inspect).
+        self.note(
+            "plan-admitted", plan_hash=digest, run=str(run_id), stage=str(plan.get("stage", "")),
+            method=sorted({a.stage.method for a in admitted}),
+            stages=[a.stage.name for a in admitted], epsilon=eps, delta=float(plan["delta"]),
+        )  # fmt: skip
+        return eps
+
+    def _scope_and_approval(
+        self,
+        run_id: str,
+        plan: Mapping[str, Any],
+        admitted: Sequence[AdmittedStage],
+        eps: float,
+        columns: Sequence[str] | None,
+        digest: str,
+    ) -> None:
+        """The policy's scope (methods, columns), then the data owner's approval."""
+        p = self.policy
+        for method in sorted({a.stage.method for a in admitted} - {EVALUATION}):
+            check_plan_scope(p, method=method, columns=list(columns or ()))
+        if p.columns is not None and columns is None:
+            raise NodeRefusal(f"run {run_id}: the columns this plan reads are unknown; refused")
+        if not p.require_approval:
+            return
+        if self.audit is None or self.path is None:
+            raise NodeRefusal(f"run {run_id}: approval needs node-config {STATE_DIR!r}; refused")
+        state = self.path.parent
+        record_pending(state, digest, plan_summary(run_id, plan, epsilon=eps))
+        if await_approval(state, p, digest) == "policy":
+            self.note("approval", plan_hash=digest, by="policy")
+
+    def _admit(
+        self,
+        run_id: str,
+        plan: Mapping[str, Any],
+        handler_of: HandlerOf,
+        columns: Sequence[str] | None,
+        digest: str,
+    ) -> tuple[float, list[AdmittedStage]]:
         stage = str(plan.get("stage", ""))
         run = self.runs.get(str(run_id), {"stages": {}, "epsilon": 0.0, "delta": 0.0})
         if stage in run["stages"]:
@@ -220,7 +261,7 @@ class NodeLedger:
                                     "admitted": [], "used": []}  # fmt: skip
             self.runs[str(run_id)] = run
             self._save()
-            return math.inf
+            return math.inf, []
         if float(plan.get("accounting_delta", 0.0)) > delta:
             raise NodeRefusal(f"run {run_id}: accounting δ above the plan's δ; refused")
         admitted, eps = admit_stages(plan, handler_of, run_id=str(run_id))
@@ -245,6 +286,7 @@ class NodeLedger:
                 f"({eps:.6g}, {delta:g}) exceeds max-lifetime-epsilon "
                 f"{p.max_lifetime_epsilon:g} / max-lifetime-delta {p.max_lifetime_delta:g}; refused"
             )
+        self._scope_and_approval(run_id, plan, admitted, eps, columns, digest)
         run["epsilon"], run["delta"] = run_eps, run_delta
         run["stages"][stage] = {
             "epsilon": eps,
@@ -256,7 +298,7 @@ class NodeLedger:
         }
         self.runs[str(run_id)] = run
         self._save()
-        return eps
+        return eps, admitted
 
     def admit_query(
         self,
@@ -267,9 +309,28 @@ class NodeLedger:
         *,
         share: tuple[float, int] | None = None,
     ) -> AdmittedStage | None:
-        """Check one query before any row is read; record it. ``share``: under distributed
-        noise, (σ_c in grid ticks, m survivors) this node is asked to add. Returns the
-        admitted stage it belongs to."""
+        """Check one query before any row is read; record it (ledger and audit log).
+        ``share``: under distributed noise, (σ_c in grid ticks, m survivors) this node is
+        asked to add. Returns the admitted stage it belongs to (``None``: an admitted
+        non-private run)."""
+        where = {"run": str(run_id), "stage": stage, "round": int(query.round)}
+        try:
+            found = self._admit_query(str(run_id), stage, query, handler_of, share)
+        except NodeRefusal as err:
+            self.note("query-refused", **where, reason=str(err))
+            raise
+        self.note("query-answered", **where, q=float(query.sampling_rate),
+                  share_std=None if share is None else float(share[0]) * GRID)  # fmt: skip
+        return found
+
+    def _admit_query(
+        self,
+        run_id: str,
+        stage: str,
+        query: Any,
+        handler_of: HandlerOf,
+        share: tuple[float, int] | None,
+    ) -> AdmittedStage | None:
         entry = self.runs.get(str(run_id), {"stages": {}})["stages"].get(stage)
         if entry is None:
             raise NodeRefusal(f"run {run_id}: no admitted plan for stage {stage!r}; refused")

@@ -7,7 +7,9 @@ stamped on the pushed messages as Flower's grids do, and replies carry their
 node's id as source, so the server's binding of replies to senders is the real
 one. ``tamper`` lets a test play a hostile node: it sees each reply before the
 server does and returns what the server receives instead (a list: none, the
-reply, or several).
+reply, or several). ``forge`` lets a test play a lying coordinator: it sees each
+message the server sends, with its node's partition id, and returns what that
+node receives instead.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ HANDLERS = {
 }
 #: (pid, message type, the node's reply) -> the replies the server receives.
 Tamper = Callable[[int, str, Message], list[Message]]
+#: (pid, message type, the server's message) -> the message the node receives.
+Forge = Callable[[int, str, Message], Message]
 
 
 def wire(msg: Message) -> Message:
@@ -55,10 +59,12 @@ class LoopbackGrid:
         *,
         tamper: Tamper | None = None,
         node_config: dict[int, dict] | None = None,
+        forge: Forge | None = None,
     ):
         self._ids = itertools.count(1)
         self._replies: dict[str, list[Message]] = {}
         self.tamper = tamper
+        self.forge = forge
         self.sent: list[Message] = []
         self.received: list[Message] = []
         self.contexts = {
@@ -95,8 +101,10 @@ class LoopbackGrid:
             )
             msg.metadata.__dict__["_message_id"] = meta.message_id  # as Flower's grids do
             incoming = wire(Message(msg.content, metadata=meta))
-            self.sent.append(incoming)
             node = meta.dst_node_id
+            if self.forge is not None:
+                incoming = wire(self.forge(node - 100, meta.message_type, incoming))
+            self.sent.append(incoming)
             context = context_from_proto(context_to_proto(self.contexts[node]))
             try:
                 reply = wire(HANDLERS[meta.message_type](incoming, context))

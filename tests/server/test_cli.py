@@ -200,6 +200,8 @@ def test_run_in_process_csv(capsys, tmp_path):
     assert main(["inspect", str(out / "model.fedpriv.npz")]) == 0
     markdown = capsys.readouterr().out
     assert markdown.startswith("#") and str(card["epsilon"])[:6] in markdown
+    assert main(["inspect", str(out)]) == 0  # the run's directory: its model file's card
+    assert capsys.readouterr().out == markdown
 
 
 def test_run_in_process_enforces_a_declared_record_bound(tmp_path, caplog):

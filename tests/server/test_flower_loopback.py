@@ -38,7 +38,7 @@ KEY = 5  # test key injected into both runtimes
 BOUND = declared_max_records("heart", 4, 0)
 
 
-def run_app(monkeypatch, tmp_path, overrides: dict, *, tamper=None, node_config=None):
+def run_app(monkeypatch, tmp_path, overrides: dict, *, tamper=None, node_config=None, forge=None):
     """``server.app.main`` as ``server.simulate`` configures it; returns the result folder."""
     monkeypatch.setattr(TaskIdentity, "_run_id", RUN_ID)
     monkeypatch.setattr(TaskIdentity, "_node_id", 0, raising=False)
@@ -47,7 +47,9 @@ def run_app(monkeypatch, tmp_path, overrides: dict, *, tamper=None, node_config=
     overrides = {**overrides, "out-dir": str(tmp_path)}
     settings, resolved = resolve_run(simulation_defaults(overrides), overrides)
     config = {**default_config(), **resolved}  # as Flower fuses pyproject's keys and the run's
-    grid = LoopbackGrid(config, settings.num_clients, tamper=tamper, node_config=node_config)
+    grid = LoopbackGrid(
+        config, settings.num_clients, tamper=tamper, node_config=node_config, forge=forge
+    )
     context = Context(
         run_id=RUN_ID, node_id=0, node_config={}, state=RecordDict(), run_config=config
     )
