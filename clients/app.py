@@ -38,7 +38,14 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordD
 from flwr.clientapp import ClientApp
 
 from clients.evaluation import EvaluationClient
-from fedpriv.data.node import DATA_PATH, EVAL_DATA_PATH, DataSource, node_eval_rows, node_rows
+from fedpriv.data.node import (
+    DATA_PATH,
+    EVAL_DATA_PATH,
+    DataSource,
+    node_eval_rows,
+    node_rows,
+    run_schema,
+)
 from fedpriv.errors import public_error
 from fedpriv.federation.protocol import ClientData, poisson_sample
 from fedpriv.federation.runtime import client_key
@@ -219,7 +226,10 @@ def _admit_plan(msg: Message, context: Context) -> tuple[float, float] | None:
     declared = json.loads(str(config["plan"]))
     context.state["node-stage"] = ConfigRecord({"stage": str(declared["stage"])})
     ledger = _node_ledger(context)
-    eps = ledger.admit_plan(str(context.run_id), declared, _node_handler)
+    s = RunSettings.from_run_config(context.run_config)
+    schema = run_schema(s.schema, s.dataset)  # public: the columns the run would read
+    columns = (*schema.column_names, schema.target.column)
+    eps = ledger.admit_plan(str(context.run_id), declared, _node_handler, columns=columns)
     _keep(context, ledger)
     left = ledger.remaining()
     log.info("plan %r admitted: ε %.6g; lifetime left ε %.6g, δ %.3g",

@@ -71,15 +71,29 @@ class ClientFailure(RuntimeError):
         super().__init__(f"{kind}({', '.join(parts)})")
 
 
+class Refusal(PermissionError):
+    """A party's own rules refuse a request; ``code`` (e.g. ``"not_approved"``) is the
+    only part that leaves it, the text (limits, the request's settings) stays local."""
+
+    def __init__(self, message: str, *, code: str = "refused") -> None:
+        if not _CODE.match(code):
+            raise ValueError(f"code must match {_CODE.pattern}; got {code!r}")
+        self.code = code
+        super().__init__(message)
+
+
 def public_error(exc: BaseException) -> ClientFailure:
     """The part of ``exc`` that may leave the curator.
 
     A :class:`DataError` keeps its code and column; a :class:`ClientFailure`
-    passes through; any other exception becomes :data:`INTERNAL` with its type
-    name only (its text may quote data: e.g. a label range or a reply value).
+    passes through; a :class:`Refusal` keeps its code; any other exception
+    becomes :data:`INTERNAL` with its type name only (its text may quote data:
+    e.g. a label range or a reply value).
     """
     if isinstance(exc, ClientFailure):
         return ClientFailure(code=exc.code, column=exc.column, kind=exc.kind)
+    if isinstance(exc, Refusal):
+        return ClientFailure(code=exc.code, kind=type(exc).__name__)
     if isinstance(exc, DataError):
         return ClientFailure(code=exc.code, column=exc.column)
     return ClientFailure(code=INTERNAL, kind=type(exc).__name__)

@@ -158,7 +158,7 @@ def await_approval(
     if not policy.require_approval:
         return "not required"
     if not is_hash(plan_hash):
-        raise NodeRefusal(NOT_APPROVED)
+        raise NodeRefusal(NOT_APPROVED, code="not_approved")
     deadline = clock() + wait
     while True:
         source = approval_source(state_dir, policy, plan_hash)
@@ -166,7 +166,7 @@ def await_approval(
             return source
         left = deadline - clock()
         if left <= 0:
-            raise NodeRefusal(NOT_APPROVED)
+            raise NodeRefusal(NOT_APPROVED, code="not_approved")
         sleep(min(poll, left))
 
 

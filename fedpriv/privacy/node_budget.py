@@ -269,7 +269,8 @@ class NodeLedger:
         if eps > p.max_epsilon or delta > p.max_delta:
             raise NodeRefusal(
                 f"run {run_id}: the plan spends (ε, δ) = ({eps:.6g}, {delta:g}) over this node's "
-                f"max-epsilon {p.max_epsilon:g} / max-delta {p.max_delta:g}; refused"
+                f"max-epsilon {p.max_epsilon:g} / max-delta {p.max_delta:g}; refused",
+                code="over_budget",
             )
         # The run so far plus this stage (basic composition across stages and runs).
         run_eps, run_delta = run["epsilon"] + eps, run["delta"] + delta
@@ -277,14 +278,16 @@ class NodeLedger:
             raise NodeRefusal(
                 f"run {run_id}: with stage {stage!r} the run spends (ε, δ) = ({run_eps:.6g}, "
                 f"{run_delta:g}) over this node's max-epsilon {p.max_epsilon:g} / max-delta "
-                f"{p.max_delta:g}; refused"
+                f"{p.max_delta:g}; refused",
+                code="over_budget",
             )
         spent_eps, spent_delta = self.lifetime_spend()
         if spent_eps + eps > p.max_lifetime_epsilon or spent_delta + delta > p.max_lifetime_delta:
             raise NodeRefusal(
                 f"run {run_id}: lifetime spend ({spent_eps:.6g}, {spent_delta:g}) plus this plan's "
                 f"({eps:.6g}, {delta:g}) exceeds max-lifetime-epsilon "
-                f"{p.max_lifetime_epsilon:g} / max-lifetime-delta {p.max_lifetime_delta:g}; refused"
+                f"{p.max_lifetime_epsilon:g} / max-lifetime-delta {p.max_lifetime_delta:g}; refused",
+                code="over_budget",
             )
         self._scope_and_approval(run_id, plan, admitted, eps, columns, digest)
         run["epsilon"], run["delta"] = run_eps, run_delta
@@ -336,7 +339,9 @@ class NodeLedger:
             raise NodeRefusal(f"run {run_id}: no admitted plan for stage {stage!r}; refused")
         round_id = int(query.round)
         if round_id in entry["answered"]:
-            raise NodeRefusal(f"run {run_id}: round {round_id} was already answered; refused")
+            raise NodeRefusal(
+                f"run {run_id}: round {round_id} was already answered; refused", code="outside_plan"
+            )
         if entry["rounds"] is None:  # an admitted non-private run: no stage to hold it to
             entry["answered"].append(round_id)
             self._save()
@@ -344,13 +349,14 @@ class NodeLedger:
         if len(entry["answered"]) >= entry["rounds"]:
             raise NodeRefusal(
                 f"run {run_id}: round {round_id} would be data round {len(entry['answered']) + 1}"
-                f" of a plan declaring {entry['rounds']}; refused"
+                f" of a plan declaring {entry['rounds']}; refused",
+                code="outside_plan",
             )
         admitted = [AdmittedStage.from_dict(a) for a in entry["admitted"]]
         try:
             i = match_query(admitted, entry["used"], query, handler_of, share=share)
         except NodeRefusal as err:
-            raise NodeRefusal(f"run {run_id}: {err}; refused") from None
+            raise NodeRefusal(f"run {run_id}: {err}; refused", code="outside_plan") from None
         entry["used"][i] += 1
         entry["answered"].append(round_id)
         self._save()

@@ -34,6 +34,7 @@ from typing import Any
 
 from dp_accounting import dp_event
 
+from fedpriv.errors import Refusal
 from fedpriv.federation.node_stage import SCALED, NodeStage, StageMechanism
 from fedpriv.federation.protocol import Query, ReplySensitivity
 from fedpriv.privacy.events import ApproxDpEvent, BoundedRangeDpEvent, PureDpEvent
@@ -49,8 +50,12 @@ RELATIVE_SLACK = 1e-9
 HandlerOf = Callable[[str], Any]
 
 
-class NodeRefusal(PermissionError):
-    """A node's own rules refuse a plan or a query; nothing was read or answered."""
+class NodeRefusal(Refusal):
+    """A node's own rules refuse a plan or a query; nothing was read or answered.
+
+    Only its ``code`` leaves the node (``"not_approved"``, ``"over_budget"``,
+    ``"plan_mismatch"``, ``"outside_plan"``, ``"out_of_scope"``, ``"refused"``); the
+    text goes to the node's own log and audit log."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -199,7 +204,8 @@ def admit_stages(
         if not _agree(eps, claim):
             raise NodeRefusal(
                 f"run {run_id}: the server declares ε = {claim!r} for its plan; this node's own "
-                f"accountant, from the stages it enforces, says {eps!r}; refused"
+                f"accountant, from the stages it enforces, says {eps!r}; refused",
+                code="plan_mismatch",
             )
     return admitted, eps
 

@@ -262,12 +262,14 @@ def check_plan_scope(policy: NodePolicy, *, method: str, columns: Sequence[str])
     if policy.methods is not None and method not in policy.methods:
         raise NodeRefusal(
             f"method {method!r} is not allowed by this node's policy "
-            f"(allowed: {sorted(policy.methods)})"
+            f"(allowed: {sorted(policy.methods)})",
+            code="out_of_scope",
         )
     if policy.columns is not None:
         bad = [c for c in columns if c not in policy.columns]
         if bad:
             raise NodeRefusal(
                 f"columns {bad} are not allowed by this node's policy "
-                f"(allowed: {sorted(policy.columns)})"
+                f"(allowed: {sorted(policy.columns)})",
+                code="out_of_scope",
             )
