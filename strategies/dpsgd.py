@@ -378,32 +378,27 @@ class DPSGDStrategy:
         sensitivity-setting config its queries carry."""
         if self._noise is None:
             return []
-        recal_rounds = self._recal_rounds
         parts = [
-            (self._centre_noise, CENTRE, self._map.n_features, self.row_bound),
-            (self._noise, STEP, self.spec.n_params, self.sensitivity),
+            (self._centre_noise, self._map.n_features, self.row_bound, self._centre_config),
+            (self._noise, self.spec.n_params, self.sensitivity, self._step_config),
         ]
-        if recal_rounds is not None:
-            parts.append(
-                (recal_rounds.noise, recal_rounds.stage, recal_rounds.reply_length,
-                 recal_rounds.sensitivity)
-            )  # fmt: skip
-        configs = {CENTRE: self._centre_config, STEP: self._step_config}
+        if (last := self._recal_rounds) is not None:
+            parts.append((last.noise, last.reply_length, last.sensitivity, self._recal_config))
         stages = []
-        for noise, name, length, bound in parts:
-            if noise is not None:
-                config = configs.get(name, self._recal_config)()
-                stages.append(
-                    noise.node_stage(
-                        name=name,
-                        method=self.method,
-                        reply_length=length,
-                        record_bound=bound,
-                        config=config,
-                    )
+        for noise, length, bound, settings in parts:
+            if noise is not None:  # no centring: no centring stage
+                config = settings()
+                stage = noise.node_stage(
+                    name=config["stage"],
+                    method=self.method,
+                    reply_length=length,
+                    record_bound=bound,
+                    config=config,
                 )
+                stages.append(stage)
         return stages
 
+    # The sensitivity-setting config of each stage's queries (clients.dpsgd reads it).
     def _centre_config(self) -> dict:
         return {"stage": CENTRE, "clip_norm": self.row_bound}
 

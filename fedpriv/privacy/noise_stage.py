@@ -29,6 +29,7 @@ records the survivors' actual noise instead of drawing any.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -132,10 +133,10 @@ class GaussianRounds:
             name=name,
             method=method,
             mechanism=StageMechanism.GAUSSIAN,
-            rounds=self.rounds if rounds is None else rounds,
+            rounds=self.rounds if rounds is None else operator.index(rounds),
             sampling_rate=self.sampling_rate,
-            reply_length=reply_length,
-            record_bound=record_bound,
+            reply_length=operator.index(reply_length),  # a NumPy integer as an int
+            record_bound=float(record_bound),
             config=dict(config or {}),
             noise=self.std(reply_length),
             participation=self.participation,

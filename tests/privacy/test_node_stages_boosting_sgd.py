@@ -274,3 +274,45 @@ def test_sgd_answer_refuses_the_settings_its_sensitivity_refuses(sgd, change, ba
         handler.reply_sensitivity(bad)
     with pytest.raises(ValueError):
         handler.answer(bad, clients[0], np.arange(clients[0].n), {})
+
+
+# -- plans without some stages ----------------------------------------------------------
+
+
+def _begun(strategy):
+    ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=2.0, delta=1e-5))
+    strategy.begin(
+        n_features=D, ledger=ledger, rng=np.random.default_rng(0), secret_rng=private_rng()
+    )
+    return strategy
+
+
+def test_a_plan_without_intercept_centring_or_recalibration_declares_only_its_rounds():
+    trees = _begun(DPBoostingStrategy(BoostingConfig(rounds=5, intercept=False), n_records=N))
+    assert [(s.name, s.rounds) for s in trees.node_stages()] == [(TREE, 5)]
+    cfg = LogisticConfig(rounds=30, centre_share=0.0, recalibrate_share=0.0)
+    steps = _begun(DPSGDStrategy(cfg, n_records=N)).node_stages()
+    assert [(s.name, s.rounds, s.config["bias_bound"]) for s in steps] == [(STEP, 30, 0.0)]
+    none = DPSGDStrategy(cfg, n_records=N)
+    none.begin(n_features=D, ledger=None, rng=np.random.default_rng(0), secret_rng=private_rng())
+    assert none.node_stages() == []
+
+
+def test_the_linear_recalibration_round_declares_the_stage_its_queries_belong_to():
+    """The one-round affine map other learners end with: its stage has the query's
+    settings and the node's derived multiplier is the round's z (Δ = 2 from the same
+    constant the DP-SGD client reports for its ``recalibrate_linear`` stage)."""
+    from fedpriv.models import recalibration as maths
+    from fedpriv.privacy.randomness import rounding_margin
+    from strategies.recalibration import LinearRecalibrationRound
+
+    round_ = LinearRecalibrationRound(n_classes=np.int64(3), n_records=N, share=0.1)
+    assert round_.node_stage(method="dp_gam") is None  # nothing planned yet
+    round_.plan(PrivacyLedger(budget=PrivacyBudget(epsilon=2.0, delta=1e-5)), rng=private_rng())
+    stage = round_.node_stage(method="dp_gam", config={"model": "gam"})
+    query = round_.query(round=7, method="dp_gam", arrays={}, config={"model": "gam"})
+    assert stage.template().config == query.config
+    assert (stage.sampling_rate, stage.reply_length, stage.rounds) == (1.0, 8, 1)
+    assert stage.record_bound == query.record_bound == maths.SENSITIVITY
+    z = stage.noise / (maths.SENSITIVITY + rounding_margin(stage.reply_length, "l2"))
+    assert abs(z / round_.noise.noise_multiplier - 1.0) < 1e-9
