@@ -6,10 +6,13 @@ and returns per-leaf (Σg, Σh) with g = p − y and h = p(1 − p) ∈ [0, 0.25
 (benchmark paper §3.4); with C ≥ 3 classes, per leaf the C-vectors Σg and Σh
 of the softmax gradient p − e_y and diagonal hessian p_k(1 − p_k). In the
 intercept round (``config["phase"] == "intercept"``) every row sits in one
-leaf at the released base logit(s): the reply is the total (Σg, Σh). It
-keeps its rows' current logits in the runtime's per-client state and updates
-them with the trees released since its last round; with an empty state it
-rebuilds them from the query.
+leaf at the released base logit(s): the reply is the total (Σg, Σh). Every
+query names its ``phase`` (``"intercept"`` or ``"tree"``; absent: a tree) and
+``n_classes``; the released base must have that many logits (one for two
+classes), so the statistics clipped are the ones :meth:`reply_sensitivity`
+bounds from those two settings alone. It keeps its rows' current logits in
+the runtime's per-client state and updates them with the trees released since
+its last round; with an empty state it rebuilds them from the query.
 
 The work is one compiled pass over the rows per round
 (:mod:`fedpriv.models._kernels`): add the last tree's released leaf value to
@@ -24,9 +27,17 @@ from typing import Any
 
 import numpy as np
 
-from fedpriv.federation.protocol import ClientData, Query
+from clients.query_settings import choice_setting, count_setting
+from fedpriv.federation.protocol import ClientData, Query, ReplySensitivity
 from fedpriv.models import _kernels
-from fedpriv.models.trees import RandomTree, check_leaf_values, check_routable
+from fedpriv.models.trees import (
+    INTERCEPT,
+    TREE,
+    RandomTree,
+    check_leaf_values,
+    check_routable,
+    leaf_sums_sensitivity,
+)
 from fedpriv.privacy.randomness import SecretKey
 
 
@@ -38,6 +49,14 @@ class BoostingClient:
     #: every round (Flower) drops them, as shipping them costs more than recomputing.
     cache_keys = ("leaf", "leaf_tree")
 
+    def reply_sensitivity(self, query: Query) -> ReplySensitivity:
+        """The query's phase (its stage) and the (L1, L2) change one record makes to the
+        reply, from its ``phase`` and ``n_classes`` alone
+        (:func:`fedpriv.models.trees.leaf_sums_sensitivity`)."""
+        phase, n_classes = _settings(query)
+        l1, l2 = leaf_sums_sensitivity(n_classes)
+        return ReplySensitivity(stage=phase, l1=l1, l2=l2)
+
     def answer(
         self,
         query: Query,
@@ -47,7 +66,7 @@ class BoostingClient:
         key: SecretKey | None = None,
     ) -> np.ndarray:
         rows = np.asarray(sample, dtype=np.int64)
-        if query.config.get("phase") == "intercept":
+        if _settings(query)[0] == INTERCEPT:
             return _intercept_sums(query, data.y, [rows], np.zeros(1, np.int64), [data.n])[0]
         margins, leaf, tree = _advance(query, state, data.XT)
         return _leaf_sums(margins, data.y, leaf, [rows], np.zeros(1, np.int64), [data.n], tree)[0]
@@ -67,6 +86,7 @@ class BoostingClient:
         own sample in the same order as in :meth:`answer`, so the floats agree
         exactly.
         """
+        phase, _ = _settings(query)
         ids = tuple(d.client_id for d in datas)
         if state.get("ids") != ids:
             sizes = np.array([d.n for d in datas])
@@ -78,15 +98,31 @@ class BoostingClient:
                 offsets=np.concatenate([[0], np.cumsum(sizes)[:-1]]),
             )
         sizes = [d.n for d in datas]
-        if query.config.get("phase") == "intercept":
+        if phase == INTERCEPT:
             return _intercept_sums(query, state["y"], samples, state["offsets"], sizes)
         margins, leaf, tree = _advance(query, state, state["XT"])
         return _leaf_sums(margins, state["y"], leaf, samples, state["offsets"], sizes, tree)
 
 
+def _settings(query: Query) -> tuple[str, int]:
+    """The query's phase and class count: all the reply's sensitivity depends on."""
+    phase = choice_setting(query, "phase", (INTERCEPT, TREE), default=TREE)
+    return phase, count_setting(query, "n_classes", minimum=2)
+
+
 def _base(query: Query) -> float | np.ndarray:
-    """The released base logit (binary, a float) or logits (C classes, a (C,) array)."""
+    """The released base logit (binary, a float) or logits (C classes, a (C,) array).
+
+    Its size picks the kernel, hence the clip (logistic or softmax): it must be
+    the one ``config["n_classes"]`` declares, which the node's sensitivity reads.
+    """
+    n_classes = _settings(query)[1]
+    outputs = 1 if n_classes == 2 else n_classes
     base = np.asarray(query.arrays["base"], dtype=np.float64)
+    if base.shape != (outputs,):
+        raise ValueError(
+            f"base holds {base.size} logits; config n_classes {n_classes} needs {outputs}"
+        )
     return float(base[0]) if base.size == 1 else base.copy()
 
 

@@ -10,6 +10,11 @@ rows, x̃ the mapped row (:mod:`strategies.dpsgd`). Nothing else leaves the clie
 count, no loss. The handler keeps no state between steps; everything it needs
 is in the query.
 
+Every clip comes from the query's config (``clip_norm``, ``bias_bound``,
+``n_classes``), read by the same functions in :meth:`DPSGDClient.answer` and
+:meth:`DPSGDClient.reply_sensitivity`, so the bound a node derives is the one
+enforced; a missing, non-finite or unknown setting is refused.
+
 Two backends answer the same query with the same floats up to rounding:
 
 * ``"fast"``: compiled closed forms for the built-in models
@@ -27,13 +32,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedpriv.federation.protocol import ClientData, Query
+from clients.query_settings import bound_setting, choice_setting, count_setting
+from fedpriv.federation.protocol import ClientData, Query, ReplySensitivity
 from fedpriv.models import recalibration as linear_recal
 from fedpriv.models import sgd_recalibration as recal
 from fedpriv.models.networks import InputMap, NetworkSpec
 from fedpriv.models.sgd_sums import (
     CENTRE,
+    STEP,
     RowBlocks,
+    clipped_sum_sensitivity,
     compiled_clipped_sums,
     compiled_feature_sums,
 )
@@ -45,6 +53,8 @@ if TYPE_CHECKING:
 
 #: Query ``config["model"]`` for a user-supplied torch module.
 CUSTOM = "module"
+#: The stages a query can name (``config["stage"]``; absent: a step).
+STAGES = (CENTRE, STEP, recal.RECALIBRATE, recal.LINEAR)
 
 
 class DPSGDClient:
@@ -70,7 +80,8 @@ class DPSGDClient:
         kind = query.config["model"]
         if kind == CUSTOM:
             return None
-        key = (kind, n_features, int(query.config["hidden"]), int(query.config.get("n_classes", 2)))
+        n_classes = count_setting(query, "n_classes", minimum=2)
+        key = (kind, n_features, int(query.config["hidden"]), n_classes)
         if (spec := self._specs.get(key)) is None:
             spec = self._specs[key] = NetworkSpec(
                 kind=kind, n_features=n_features, hidden=key[2], n_classes=key[3]
@@ -100,6 +111,32 @@ class DPSGDClient:
             else:
                 self._opacus[key] = OpacusGradients(builtin_module(spec))
         return self._opacus[key]
+
+    def reply_sensitivity(self, query: Query) -> ReplySensitivity:
+        """The query's stage and the (L1, L2) change one record makes to the reply, from
+        its ``stage``, ``clip_norm``, ``bias_bound``, ``n_classes`` and ``reply_length``.
+
+        Centring and steps: a clipped sum (:func:`~fedpriv.models.sgd_sums.
+        clipped_sum_sensitivity`); ``recalibrate``: :func:`fedpriv.models.
+        sgd_recalibration.sensitivity` of the class count; ``recalibrate_linear``:
+        the affine map's constants (:mod:`fedpriv.models.recalibration`).
+        """
+        stage = _stage(query)
+        if stage == recal.LINEAR:
+            return ReplySensitivity(
+                stage=stage, l1=linear_recal.L1_SENSITIVITY, l2=linear_recal.SENSITIVITY
+            )
+        if stage == recal.RECALIBRATE:
+            n_classes = count_setting(query, "n_classes", minimum=2)
+            outputs = 1 if n_classes == 2 else n_classes
+            return ReplySensitivity(
+                stage=stage, l1=recal.l1_sensitivity(outputs), l2=recal.sensitivity(outputs)
+            )
+        clip, bias_bound = _clips(query, stage)
+        l1, l2 = clipped_sum_sensitivity(
+            clip_norm=clip, bias_bound=bias_bound, dims=query.reply_length
+        )
+        return ReplySensitivity(stage=stage, l1=l1, l2=l2)
 
     def answer(
         self,
@@ -140,12 +177,12 @@ class DPSGDClient:
         samples: Sequence[np.ndarray],
         blocks: RowBlocks,
     ) -> np.ndarray:
-        clip = float(query.config["clip_norm"])
+        stage = _stage(query)
         imap = self._input_map(query)
-        if query.config.get("stage") == CENTRE:
-            return compiled_feature_sums(blocks, imap, clip, list(samples))
+        if stage == CENTRE:
+            return compiled_feature_sums(blocks, imap, _clips(query, stage)[0], list(samples))
         params = query.arrays["params"]
-        if query.config.get("stage") == recal.LINEAR:
+        if stage == recal.LINEAR:
             spec = self._spec(query, blocks.n_features)
             rows = [_check_rows(s, d.n) for d, s in zip(datas, samples, strict=True)]
             model = spec.model(params)
@@ -158,7 +195,7 @@ class DPSGDClient:
                     for d, r in zip(datas, rows, strict=True)
                 ]
             )
-        if query.config.get("stage") == recal.RECALIBRATE:
+        if stage == recal.RECALIBRATE:
             spec = self._spec(query, blocks.n_features)
             rows = [_check_rows(s, d.n) for d, s in zip(datas, samples, strict=True)]
             return np.stack(
@@ -167,7 +204,7 @@ class DPSGDClient:
                     for d, r in zip(datas, rows, strict=True)
                 ]
             )
-        bias_bound = float(query.config.get("bias_bound", 0.0))
+        clip, bias_bound = _clips(query, stage)
         spec = self._spec(query, blocks.n_features)
         backend = query.config.get("backend", "fast")
         if backend == "fast" and spec is not None:
@@ -184,6 +221,18 @@ class DPSGDClient:
         X = imap.apply(np.concatenate([d.X[r] for d, r in zip(datas, rows, strict=True)]))
         y = np.concatenate([d.y[r] for d, r in zip(datas, rows, strict=True)])
         return grads.clipped_sums(params, X, y, clip, [r.size for r in rows], bias_bound=bias_bound)
+
+
+def _stage(query: Query) -> str:
+    """The query's stage (:data:`STAGES`; no ``stage``: a step)."""
+    return choice_setting(query, "stage", STAGES, default=STEP)
+
+
+def _clips(query: Query, stage: str) -> tuple[float, float]:
+    """(C, B) of a centring or step query: its ``clip_norm``, and a step's ``bias_bound``
+    (0: the whole gradient clipped jointly to C)."""
+    clip = bound_setting(query, "clip_norm")
+    return clip, (bound_setting(query, "bias_bound", zero=True) if stage == STEP else 0.0)
 
 
 def _check_rows(sample: np.ndarray, n: int) -> np.ndarray:

@@ -92,6 +92,11 @@ from fedpriv.validation import check_count, check_open_unit
 
 #: Public bins per class (the task's default).
 DEFAULT_BINS = 20
+#: L1 = L2 sensitivity of the histogram: one record adds 1 to one count
+#: (:func:`score_histogram`), or to none.
+SENSITIVITY = 1.0
+#: The node stage of the evaluation's one query (the clients' histograms).
+STAGE = "histogram"
 #: Fixed seed of the bootstrap's public randomness (module docstring).
 BOOTSTRAP_SEED = 20_240_601
 METRICS = ("auc", "brier", "accuracy")

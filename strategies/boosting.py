@@ -63,18 +63,17 @@ from dataclasses import dataclass
 import numpy as np
 from dp_accounting import dp_event
 
+from fedpriv.federation.node_stage import NodeStage
 from fedpriv.federation.protocol import Query
 from fedpriv.methods import StrategyContext
-from fedpriv.models._kernels import (
-    GRAD_BOUND,
-    HESS_BOUND,
-    SOFTMAX_GRAD_NORM,
-    SOFTMAX_HESS_NORM,
-)
+from fedpriv.models._kernels import GRAD_BOUND, HESS_BOUND
 from fedpriv.models.trees import (
+    INTERCEPT,
+    TREE,
     RandomTree,
     TreeEnsemble,
     column_balanced_weights,
+    leaf_sums_sensitivity,
     newton_leaf_values,
     sample_tree,
 )
@@ -92,10 +91,11 @@ from fedpriv.validation import (
 
 METHOD = "boosting"
 # GRAD_BOUND (|g| ≤ 1) and HESS_BOUND (h ≤ 1/4) live with the client kernel, which
-# clips every record's (g, h) to them: the bound assumed here is the one enforced there.
-L2_SENSITIVITY = math.sqrt(GRAD_BOUND**2 + HESS_BOUND**2)
+# clips every record's (g, h) to them: the bound assumed here is the one enforced there,
+# and the one the client's reply_sensitivity reports (one function for both).
+L2_SENSITIVITY = leaf_sums_sensitivity(2)[1]
 #: The same for C ≥ 3 classes: √(2 + 4/27) (module docstring).
-SOFTMAX_L2_SENSITIVITY = math.sqrt(SOFTMAX_GRAD_NORM**2 + SOFTMAX_HESS_NORM**2)
+SOFTMAX_L2_SENSITIVITY = leaf_sums_sensitivity(3)[1]
 
 
 def split_feature_weights(
@@ -210,7 +210,7 @@ class DPBoostingStrategy:
     @property
     def l2_sensitivity(self) -> float:
         """Δ₂ of one round's reply (module docstring)."""
-        return L2_SENSITIVITY if self.n_classes == 2 else SOFTMAX_L2_SENSITIVITY
+        return leaf_sums_sensitivity(self.n_classes)[1]
 
     # -- Strategy protocol ----------------------------------------------------
     def begin(
@@ -244,6 +244,32 @@ class DPBoostingStrategy:
         )
         if self._noise is not None:
             self.noise_multiplier_ = self._noise.noise_multiplier
+
+    def node_stages(self) -> list[NodeStage]:
+        """The plan a node enforces (after :meth:`begin`; ``[]`` in a non-private run):
+        the intercept round (with ``intercept``) and the tree rounds, one plan's q and z."""
+        if self._noise is None:
+            return []
+        cfg, c = self.config, self.n_outputs
+        shapes = [(INTERCEPT, int(cfg.intercept), 2 * c), (TREE, cfg.n_trees, 2 * cfg.n_leaves * c)]
+        stages = []
+        for phase, rounds, length in shapes:
+            if rounds:
+                stage = self._noise.node_stage(
+                    name=phase,
+                    method=METHOD,
+                    rounds=rounds,
+                    reply_length=length,
+                    record_bound=max(GRAD_BOUND, HESS_BOUND),
+                    config=self._settings(phase),
+                )
+                stages.append(stage)
+        return stages
+
+    def _settings(self, phase: str) -> dict[str, str | int]:
+        """A query's sensitivity-setting config (:meth:`clients.boosting.BoostingClient.
+        reply_sensitivity`)."""
+        return {"phase": phase, "n_classes": self.n_classes}
 
     def noise_std(self, query: Query) -> float | None:
         """The std the release of ``query``'s sum needs (distributed noise's shares)."""
@@ -285,7 +311,7 @@ class DPBoostingStrategy:
                 reply_length=2 * c,
                 record_bound=max(GRAD_BOUND, HESS_BOUND),
                 arrays={"base": self._base},
-                config={"phase": "intercept"},
+                config=self._settings(INTERCEPT),
             )
         k = t - int(cfg.intercept)  # the tree this round fills
         tree = sample_tree(
@@ -309,7 +335,7 @@ class DPBoostingStrategy:
                 "leaf_values": self._values[:k],
                 "base": self._base,
             },
-            config={"depth": cfg.depth},
+            config={**self._settings(TREE), "depth": cfg.depth},
         )
 
     def update(self, query: Query, aggregate: np.ndarray | None) -> None:

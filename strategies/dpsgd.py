@@ -95,11 +95,12 @@ from typing import Any, ClassVar
 import numpy as np
 from dp_accounting import dp_event
 
+from fedpriv.federation.node_stage import NodeStage
 from fedpriv.federation.protocol import Query
 from fedpriv.methods import StrategyContext
 from fedpriv.models import sgd_recalibration as recal
 from fedpriv.models.networks import InputMap, ModelKind, NetworkSpec
-from fedpriv.models.sgd_sums import CENTRE
+from fedpriv.models.sgd_sums import CENTRE, STEP, clipped_sum_sensitivity
 from fedpriv.options import Backend, Recalibration
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.noise_stage import GaussianRounds
@@ -302,7 +303,10 @@ class DPSGDStrategy:
             and cfg.model is ModelKind.LOGISTIC
         ):
             self.bias_bound = 1.0 if self.spec.n_outputs == 1 else math.sqrt(2.0)
-        self.sensitivity = math.hypot(cfg.clip_norm, self.bias_bound)
+        # The same function gives the clients' own bound (clients.dpsgd.reply_sensitivity).
+        self.sensitivity = clipped_sum_sensitivity(
+            clip_norm=cfg.clip_norm, bias_bound=self.bias_bound, dims=self.spec.n_params
+        )[1]
         self.row_bound = _row_bound(self._map)
         steps = cfg.rounds - int(self._centring) - recal.ROUNDS * int(self._recal)
         plan = {
@@ -368,6 +372,43 @@ class DPSGDStrategy:
     def _model_name(self) -> str:
         return self.spec.kind_name if self.custom_spec is not None else self.config.model.value
 
+    def node_stages(self) -> list[NodeStage]:
+        """The plan a node enforces (after :meth:`begin`; ``[]`` in a non-private run):
+        the centring round, the steps and the recalibration rounds, each with the
+        sensitivity-setting config its queries carry."""
+        if self._noise is None:
+            return []
+        parts = [
+            (self._centre_noise, self._map.n_features, self.row_bound, self._centre_config),
+            (self._noise, self.spec.n_params, self.sensitivity, self._step_config),
+        ]
+        if (last := self._recal_rounds) is not None:
+            parts.append((last.noise, last.reply_length, last.sensitivity, self._recal_config))
+        stages = []
+        for noise, length, bound, settings in parts:
+            if noise is not None:  # no centring: no centring stage
+                config = settings()
+                stage = noise.node_stage(
+                    name=config["stage"],
+                    method=self.method,
+                    reply_length=length,
+                    record_bound=bound,
+                    config=config,
+                )
+                stages.append(stage)
+        return stages
+
+    # The sensitivity-setting config of each stage's queries (clients.dpsgd reads it).
+    def _centre_config(self) -> dict:
+        return {"stage": CENTRE, "clip_norm": self.row_bound}
+
+    def _step_config(self) -> dict:
+        cfg = self.config
+        return {"stage": STEP, "clip_norm": cfg.clip_norm, "bias_bound": self.bias_bound}
+
+    def _recal_config(self) -> dict:
+        return {"stage": self._recal_rounds.stage, "n_classes": self.n_classes}
+
     def noise_std(self, query: Query) -> float | None:
         """The std the release of ``query``'s sum needs (distributed noise's shares)."""
         if query.round == 0 and self._centring:
@@ -390,7 +431,7 @@ class DPSGDStrategy:
                 reply_length=self._map.n_features,
                 record_bound=self.row_bound,  # ‖clip_R(x̃)‖ ≤ R
                 arrays={"input_shift": self._map.shift, "input_scale": self._map.scale},
-                config={"stage": CENTRE, "clip_norm": self.row_bound},
+                config=self._centre_config(),
             )
         # θ is replaced (never modified in place) by each step, so a query may hold it.
         arrays = {
@@ -413,7 +454,7 @@ class DPSGDStrategy:
                 reply_length=stage.reply_length,
                 record_bound=stage.sensitivity,
                 arrays=arrays,
-                config={"stage": stage.stage, **model},
+                config={**model, **self._recal_config()},
             )
         return Query(
             round=t,
@@ -423,7 +464,7 @@ class DPSGDStrategy:
             # One record moves any coordinate of a reply by at most √(C² + B²).
             record_bound=self.sensitivity,
             arrays=arrays,
-            config={**model, "bias_bound": self.bias_bound, "backend": cfg.backend},
+            config={**model, **self._step_config(), "backend": cfg.backend},
         )
 
     def update(self, query: Query, aggregate: np.ndarray | None) -> None:

@@ -29,12 +29,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedpriv.evaluation_dp import DEFAULT_BINS, DPEvaluation, check_bins, estimate_metrics
+from fedpriv.evaluation_dp import (
+    DEFAULT_BINS,
+    SENSITIVITY,
+    STAGE,
+    DPEvaluation,
+    check_bins,
+    estimate_metrics,
+)
+from fedpriv.federation.node_stage import NodeStage, StageMechanism
 from fedpriv.federation.protocol import Query
 from fedpriv.privacy import GaussianMechanism
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.noise_stage import budget_of
-from fedpriv.privacy.randomness import check_private
+from fedpriv.privacy.randomness import check_private, rounding_margin
 from fedpriv.privacy.range_guard import check_release, noise_margin, sum_bound
 from fedpriv.validation import check_count, check_int, check_open_unit, check_positive
 
@@ -122,13 +130,38 @@ class EvaluationStrategy:
             self.mechanism = None  # the non-private reference
             return
         if cfg.noise_multiplier is not None:
-            mech = GaussianMechanism(l2_sensitivity=1.0, noise_multiplier=cfg.noise_multiplier)
+            mech = GaussianMechanism(
+                l2_sensitivity=SENSITIVITY, noise_multiplier=cfg.noise_multiplier
+            )
         else:
             eps = budget.epsilon if cfg.epsilon is None else cfg.epsilon
             delta = budget.delta if cfg.delta is None else cfg.delta
-            mech = GaussianMechanism.for_budget(epsilon=eps, delta=delta, l2_sensitivity=1.0)
+            mech = GaussianMechanism.for_budget(
+                epsilon=eps, delta=delta, l2_sensitivity=SENSITIVITY
+            )
         ledger.reserve(mech.dp_event, 1)  # over budget: raises before anything is sent
         self.mechanism = mech
+
+    def node_stages(self) -> list[NodeStage]:
+        """The plan a node enforces (after :meth:`begin`; ``[]`` in a non-private run):
+        one Gaussian release of every held-out record, at the std the ledger's release
+        draws, z·(1 + γ√(2B))."""
+        if self.mechanism is None:
+            return []
+        d = 2 * self.config.bins
+        return [
+            NodeStage(
+                name=STAGE,
+                method=METHOD,
+                mechanism=StageMechanism.GAUSSIAN,
+                rounds=self.rounds,
+                sampling_rate=1.0,
+                reply_length=d,
+                record_bound=SENSITIVITY,
+                config={"bins": self.config.bins},
+                noise=self.mechanism.noise_multiplier * (SENSITIVITY + rounding_margin(d, "l2")),
+            )
+        ]
 
     def next_query(self) -> Query | None:
         if self._done:
@@ -138,7 +171,7 @@ class EvaluationStrategy:
             method=METHOD,
             sampling_rate=1.0,  # every held-out row
             reply_length=2 * self.config.bins,
-            record_bound=1.0,  # one record adds 1 to one count
+            record_bound=SENSITIVITY,  # one record adds 1 to one count
             arrays=self.model_arrays,
             config={"model_method": self.model_method, "bins": self.config.bins},
         )

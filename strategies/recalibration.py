@@ -14,9 +14,12 @@ run's ledger composes them all.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
+from fedpriv.federation.node_stage import NodeStage
 from fedpriv.federation.protocol import Query
 from fedpriv.models import recalibration as maths
 from fedpriv.privacy.ledger import PrivacyLedger
@@ -58,6 +61,22 @@ class LinearRecalibrationRound:
             l2_sensitivity=maths.SENSITIVITY,
             rng=rng,
             sum_bound=sum_bound(maths.SENSITIVITY, self.n_records),
+        )
+
+    def node_stage(
+        self, *, method: str, config: Mapping[str, Any] | None = None
+    ) -> NodeStage | None:
+        """The declared stage of this round's queries (``None`` before :meth:`plan`, or
+        in the non-private reference): the queries' settings of :meth:`query` (``config``:
+        the method's own sensitivity-setting entries), at the planned noise."""
+        if self.noise is None:
+            return None
+        return self.noise.node_stage(
+            name=maths.STAGE,
+            method=method,
+            reply_length=self.reply_length,
+            record_bound=self.sensitivity,
+            config={**(config or {}), "kind": maths.STAGE, "n_classes": int(self.n_classes)},
         )
 
     def query(self, *, round: int, method: str, arrays: dict, config: dict) -> Query:

@@ -62,6 +62,9 @@ from fedpriv.models.gam_softmax import clip_rows
 STAGE = "recalibrate_linear"
 #: L2 sensitivity of one record's :func:`record_sums` contribution.
 SENSITIVITY = 2.0
+#: Its L1 sensitivity: e (L1 ≤ 1), p on the simplex (L1 = 1), ⟨p, e⟩ and ‖p‖² in [0, 1]
+#: whatever the model returned (:func:`as_class_probabilities`); the clip only shrinks.
+L1_SENSITIVITY = 4.0
 #: Released class rates are floored here before they enter the slope's bound.
 RATE_FLOOR = 1e-4
 #: The slope's range: > 0 keeps every ranking; ≤ 2 bounds how far noise can stretch.

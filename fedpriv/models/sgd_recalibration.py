@@ -55,6 +55,19 @@ def sensitivity(n_outputs: int) -> float:
     return math.sqrt(2.0) if n_outputs == 1 else math.sqrt(3.0)
 
 
+def l1_sensitivity(n_outputs: int) -> float:
+    """L1 sensitivity of one reply, as :func:`record_sums` clips whatever the model returns.
+
+    One logit: |p − y| ≤ 1 and 0 ≤ p ≤ 1, so 2. K logits: each coordinate of
+    p − e_y lies in [−1, 1] and its norm is clipped to √2, each of p in [0, 1]
+    with norm ≤ 1; the largest L1 of a K-vector in a box of half-width a and a
+    ball of radius r is min(K·a, √K·r): min(K, √(2K)) + √K.
+    """
+    if n_outputs == 1:
+        return 2.0
+    return min(n_outputs, math.sqrt(2.0 * n_outputs)) + math.sqrt(n_outputs)
+
+
 def reply_length(n_outputs: int) -> int:
     return 2 * n_outputs
 

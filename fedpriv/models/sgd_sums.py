@@ -17,8 +17,30 @@ import numpy as np
 
 from fedpriv.models.networks import InputMap, ModelKind, NetworkSpec, check_params
 
-#: Query ``config["stage"]`` of the centring round (the clients' clipped feature sums).
-CENTRE = "centre"
+#: Query ``config["stage"]`` of the centring round (the clients' clipped feature sums)
+#: and of a DP-SGD step (the clipped gradient sums; a query without a stage is a step).
+CENTRE, STEP = "centre", "step"
+
+
+def clipped_sum_sensitivity(
+    *, clip_norm: float, bias_bound: float = 0.0, dims: int
+) -> tuple[float, float]:
+    """(L1, L2): how far one record moves a clipped sum of ``dims`` floats (add or remove).
+
+    The record's vector is clipped to L2 norm C (``clip_norm``), or, with
+    ``bias_bound`` B > 0, its output bias's part to B and the rest to C on its
+    own (:func:`compiled_clipped_sums`, the Opacus backend, the centring round's
+    rows with B = 0): L2 = √(C² + B²), and L1 ≤ √dims · L2 (Cauchy–Schwarz;
+    attained by the joint clip).
+    """
+    if not (math.isfinite(clip_norm) and clip_norm > 0):
+        raise ValueError(f"clip_norm must lie in (0, inf); got {clip_norm!r}")
+    if not (math.isfinite(bias_bound) and bias_bound >= 0):
+        raise ValueError(f"bias_bound must lie in [0, inf); got {bias_bound!r}")
+    if isinstance(dims, bool) or not isinstance(dims, int | np.integer) or dims < 1:
+        raise ValueError(f"dims must be an integer in [1, inf); got {dims!r}")
+    l2 = math.hypot(clip_norm, bias_bound)
+    return math.sqrt(dims) * l2, l2
 
 
 @dataclass(frozen=True, eq=False)

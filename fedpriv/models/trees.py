@@ -262,3 +262,32 @@ def newton_leaf_values(
     """
     step = -learning_rate * np.asarray(sum_g) / (np.maximum(sum_h, 0.0) + reg_lambda)
     return step if math.isinf(max_update) else np.clip(step, -max_update, max_update)
+
+
+#: Query ``config["phase"]`` of boosting's intercept round and of its tree rounds (also
+#: the names of their node stages, :meth:`clients.boosting.BoostingClient.reply_sensitivity`).
+INTERCEPT, TREE = "intercept", "tree"
+
+
+def leaf_sums_sensitivity(n_classes: int) -> tuple[float, float]:
+    """(L1, L2): how far one record moves a boosting reply ``[Σg | Σh]`` (add or remove).
+
+    One record sits in one leaf and adds its (g, h) there, clipped where the
+    client kernel computes them (:mod:`fedpriv.models._kernels`). Two classes:
+    |g| ≤ GRAD_BOUND = 1 and 0 ≤ h ≤ HESS_BOUND = 1/4, so L2 = √(1 + 1/16) and
+    L1 = 5/4. C ≥ 3 classes: each coordinate of g in [−1, 1] and of h in
+    [0, 1/4], then ‖g‖₂ ≤ √2 and ‖h‖₂ ≤ √(4/27) (the maxima of the honest
+    statistics, derived in ``strategies/boosting.py``), so L2 = √(2 + 4/27); the
+    largest L1 of a C-vector inside a box of half-width a and a ball of radius
+    r is min(C·a, √C·r), hence L1 = min(C, √(2C)) + min(C/4, √(4C/27)).
+    """
+    if isinstance(n_classes, bool) or not isinstance(n_classes, int | np.integer) or n_classes < 2:
+        raise ValueError(f"n_classes must be an integer in [2, inf); got {n_classes!r}")
+    c = int(n_classes)
+    if c == 2:
+        g, h = _kernels.GRAD_BOUND, _kernels.HESS_BOUND
+        return g + h, math.sqrt(g**2 + h**2)
+    g2, h2 = _kernels.SOFTMAX_GRAD_NORM, _kernels.SOFTMAX_HESS_NORM
+    l1 = min(c * _kernels.GRAD_BOUND, math.sqrt(c) * g2)
+    l1 += min(c * _kernels.HESS_BOUND, math.sqrt(c) * h2)
+    return l1, math.sqrt(g2**2 + h2**2)

@@ -29,11 +29,15 @@ records the survivors' actual noise instead of drawing any.
 from __future__ import annotations
 
 import math
+import operator
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from dp_accounting import dp_event
 
+from fedpriv.federation.node_stage import NodeStage, StageMechanism
 from fedpriv.privacy.calibration import largest_certified
 from fedpriv.privacy.distributed import DistributedSum, plan_slack
 from fedpriv.privacy.ledger import PrivacyBudget, PrivacyBudgetExceededError, PrivacyLedger
@@ -106,6 +110,38 @@ class GaussianRounds:
         """The noise std one release of ``dims`` coordinates needs (value units):
         z·(Δ₂ + γ√d), as :meth:`GaussianMechanism.apply` draws it centrally."""
         return self.noise_multiplier * (self.mechanism.l2_sensitivity + rounding_margin(dims, "l2"))
+
+    def node_stage(
+        self,
+        *,
+        name: str,
+        method: str,
+        reply_length: int,
+        record_bound: float,
+        config: Mapping[str, Any] | None = None,
+        rounds: int | None = None,
+    ) -> NodeStage:
+        """The declared stage of (some of) these rounds, as a node enforces it.
+
+        Its q, participation and accounting are this plan's; ``rounds`` (default:
+        all of them) may split one plan into stages of differently shaped queries
+        (boosting's intercept and trees); the noise is the absolute std :meth:`std`
+        at ``reply_length``, the stage's longest reply, from which the node derives
+        z with its own Δ₂. ``config``: the queries' sensitivity-setting entries.
+        """
+        return NodeStage(
+            name=name,
+            method=method,
+            mechanism=StageMechanism.GAUSSIAN,
+            rounds=self.rounds if rounds is None else operator.index(rounds),
+            sampling_rate=self.sampling_rate,
+            reply_length=operator.index(reply_length),  # a NumPy integer as an int
+            record_bound=float(record_bound),
+            config=dict(config or {}),
+            noise=self.std(reply_length),
+            participation=self.participation,
+            accounting=str(self.accounting),
+        )
 
     def _event_at(self, noise_multiplier: float) -> dp_event.DpEvent:
         inner = GaussianMechanism(

@@ -55,7 +55,7 @@ def _boosting_query(base: float, leaf_values=None, depth: int = 2) -> Query:
             "leaf_values": values[None, :],
             "base": np.array([base]),
         },
-        config={"depth": depth},
+        config={"phase": "tree", "n_classes": 2, "depth": depth},
     )
 
 
