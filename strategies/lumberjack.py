@@ -69,8 +69,11 @@ import math
 import numpy as np
 from dp_accounting import dp_event
 
+from fedpriv.federation.node_stage import NodeStage, StageMechanism
 from fedpriv.federation.protocol import Query
 from fedpriv.methods import StrategyContext
+from fedpriv.models import recalibration
+from fedpriv.models.forest_sensitivity import leaf_count_sensitivity, stage_count_sensitivity
 from fedpriv.models.heavy_hitters import ForestModel, PrunedTree, assemble, exponential_labels
 from fedpriv.models.lumberjack import FeatureSpace, Layer, Stage, children, expand, root_layer
 from fedpriv.models.lumberjack_bounds import GrowthCaps, growth_caps, heavy_bits
@@ -80,7 +83,7 @@ from fedpriv.privacy.calibration import largest_certified
 from fedpriv.privacy.events import ApproxDpEvent, BoundedRangeDpEvent
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.noise_stage import budget_of
-from fedpriv.privacy.randomness import check_private, gaussian_on_grid
+from fedpriv.privacy.randomness import check_private, gaussian_on_grid, rounding_margin
 from fedpriv.privacy.range_guard import check_release, gaussian_margin, sum_bound
 from fedpriv.validation import check_count
 from strategies.lumberjack_config import LumberjackConfig
@@ -218,6 +221,64 @@ class LumberjackStrategy:
             return BoundedRangeDpEvent(self.eta_)
         self.leaf_std_ = math.sqrt(k / (2.0 * rho))
         return dp_event.GaussianDpEvent(self.leaf_std_)  # sensitivity 1 per tree
+
+    def leaf_noise(self, reply_length: int) -> float:
+        """The Gaussian leaves' std per count for a reply of ``reply_length`` counts:
+        z·(√k + γ√d), z = σ/√k the whole reply's multiplier (k releases of std σ and
+        sensitivity 1 compose to one of multiplier σ/√k at sensitivity √k), widened by
+        the grid's rounding margin as every Gaussian release is, so that a node derives
+        exactly z from the declared std (:meth:`node_stages`)."""
+        k = self.config.trees
+        return self.leaf_std_ * (1.0 + rounding_margin(reply_length, "l2") / math.sqrt(k))
+
+    def node_stages(self) -> list[NodeStage]:
+        """The stages the nodes enforce (after :meth:`begin`; none without privacy):
+        ``structure`` (every stage round: the sparse threshold, one (ε₁, δ₁) event for
+        the whole forest, Theorem 6), ``leaves`` (the leaf round: η per tree, or the
+        Gaussian counts) and, with ``recalibrate_share`` > 0, ``recalibration``."""
+        if self._budget is None:
+            return []
+        cfg, caps = self.config, self.caps_
+        k, C = cfg.trees, self.n_classes
+        height = max(cfg.heights)
+        structure = self._events[0][0]
+        stages = [
+            NodeStage(
+                name="structure", method=METHOD, mechanism=StageMechanism.APPROX,
+                rounds=len(cfg.heights), sampling_rate=1.0,
+                reply_length=max(caps.stage_reply(s) for s in range(len(cfg.heights))),
+                record_bound=1.0,
+                config={"kind": "stage", "height": height, "n_classes": C, "n_trees": k},
+                noise=structure.epsilon, delta=structure.delta,
+                unit=stage_count_sensitivity(k, height)[0], uses=1,
+            )
+        ]  # fmt: skip
+        d = caps.leaf_reply
+        where = dict(
+            name="leaves", method=METHOD, rounds=1, sampling_rate=1.0, reply_length=d,
+            record_bound=1.0, config={"kind": "leaves", "n_classes": C, "n_trees": k},
+        )  # fmt: skip
+        l1, _ = leaf_count_sensitivity(k, disjoint=False)
+        if cfg.leaf_mechanism == "exponential":
+            stages.append(
+                NodeStage(
+                    mechanism=StageMechanism.BOUNDED_RANGE, noise=self.eta_, unit=l1, uses=k,
+                    **where,
+                )
+            )  # fmt: skip
+        else:
+            stages.append(
+                NodeStage(mechanism=StageMechanism.GAUSSIAN, noise=self.leaf_noise(d), **where)
+            )
+        if self._recal is not None:
+            stages.append(
+                self._recal.noise.node_stage(
+                    name="recalibration", method=METHOD, reply_length=self._recal.reply_length,
+                    record_bound=self._recal.sensitivity,
+                    config={"kind": recalibration.STAGE, "n_classes": C},
+                )
+            )  # fmt: skip
+        return stages
 
     def next_query(self) -> Query | None:
         cfg, t = self.config, self._t
@@ -367,6 +428,8 @@ class LumberjackStrategy:
         counts = counts.reshape(-1, self.n_classes)
         private = self._budget is not None
         scores, start = [], 0
+        if private and cfg.leaf_mechanism == "gaussian":
+            leaf_std = self.leaf_noise(counts.size)
         for tree in self._trees:
             leaf = tree.is_leaf
             mine = counts[start : start + int(leaf.sum())]
@@ -378,8 +441,7 @@ class LumberjackStrategy:
                 lab = exponential_labels(mine, self.eta_, self._secret_rng)
                 out[np.flatnonzero(leaf), lab] = 1.0
             else:
-                # Integer counts are on the grid: the release is exact (no margin).
-                out[leaf] = gaussian_on_grid(mine, self.leaf_std_, self._secret_rng)
+                out[leaf] = gaussian_on_grid(mine, leaf_std, self._secret_rng)
             scores.append(out)
         if start != counts.shape[0]:
             raise ValueError(f"reply holds {counts.shape[0]} leaves; the forest has {start}")
@@ -389,7 +451,7 @@ class LumberjackStrategy:
             if cfg.leaf_mechanism == "gaussian":
                 # One record adds 1 to one leaf count per tree: every honest count is ≤ n.
                 noisy = np.concatenate([s.ravel() for s in scores])
-                margin = gaussian_margin(self.leaf_std_, noisy.size)
+                margin = gaussian_margin(leaf_std, noisy.size)
                 bound = sum_bound(1.0, self.n_records)
                 check_release(noisy, bound=bound, margin=margin, label="leaf class counts")
         pooled = private and cfg.leaf_mechanism == "gaussian"

@@ -29,7 +29,9 @@ records the survivors' actual noise instead of drawing any.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from dp_accounting import dp_event
@@ -45,6 +47,9 @@ from fedpriv.privacy.participation import (
 )
 from fedpriv.privacy.randomness import check_private, rounding_margin
 from fedpriv.privacy.range_guard import check_release, noise_margin
+
+if TYPE_CHECKING:
+    from fedpriv.federation.node_stage import NodeStage
 
 
 def certified_gaussian(*, epsilon: float, delta: float, l2_sensitivity: float) -> GaussianMechanism:
@@ -106,6 +111,42 @@ class GaussianRounds:
         """The noise std one release of ``dims`` coordinates needs (value units):
         z·(Δ₂ + γ√d), as :meth:`GaussianMechanism.apply` draws it centrally."""
         return self.noise_multiplier * (self.mechanism.l2_sensitivity + rounding_margin(dims, "l2"))
+
+    def node_stage(
+        self,
+        *,
+        name: str,
+        method: str,
+        reply_length: int,
+        record_bound: float,
+        config: Mapping[str, Any],
+        rounds: int | None = None,
+        l2_sensitivity: float | None = None,
+        noise_multiplier: float | None = None,
+    ) -> NodeStage:
+        """This stage's rounds as a node sees them (:class:`~fedpriv.federation.node_stage.
+        NodeStage`): the std z·(Δ₂ + γ√d) at the longest reply d, the rate, ρ and
+        accounting; ``rounds`` (default: the planned rounds), ``l2_sensitivity`` Δ₂ and
+        ``noise_multiplier`` z (default: the mechanism's) where a learner's queries of
+        one stage differ from the plan's unit."""
+        from fedpriv.federation.node_stage import NodeStage, StageMechanism
+
+        delta2 = self.mechanism.l2_sensitivity if l2_sensitivity is None else l2_sensitivity
+        z = self.noise_multiplier if noise_multiplier is None else noise_multiplier
+        participation = 1.0 if self.distributed else self.participation
+        return NodeStage(
+            name=name,
+            method=method,
+            mechanism=StageMechanism.GAUSSIAN,
+            rounds=self.rounds if rounds is None else int(rounds),
+            sampling_rate=float(self.sampling_rate),
+            reply_length=int(reply_length),
+            record_bound=float(record_bound),
+            config=dict(config),
+            noise=z * (delta2 + rounding_margin(reply_length, "l2")),
+            participation=float(participation),
+            accounting=str(self.accounting),
+        )
 
     def _event_at(self, noise_multiplier: float) -> dp_event.DpEvent:
         inner = GaussianMechanism(
