@@ -111,6 +111,42 @@ def node_multiplier(handler, stage: NodeStage) -> float:
     return stage.noise / (t.l1 + rounding_margin(stage.reply_length, "l1"))
 
 
+def node_epsilon(handler, stages: Sequence[NodeStage], delta: float) -> float:
+    """The ε a node would account for ``stages`` at ``delta``, from its own sensitivities
+    (the derivation :mod:`fedpriv.federation.node_stage` describes)."""
+    from dp_accounting import dp_event
+
+    from fedpriv.privacy.accounting import account
+    from fedpriv.privacy.events import ApproxDpEvent, BoundedRangeDpEvent, PureDpEvent
+    from fedpriv.privacy.participation import participation_event
+
+    groups = []
+    for s in stages:
+        if s.mechanism is StageMechanism.GAUSSIAN:
+            inner = dp_event.GaussianDpEvent(node_multiplier(handler, s))
+            event = participation_event(
+                inner,
+                sampling_probability=s.sampling_rate,
+                participation=s.participation,
+                accounting=s.accounting,
+            )
+            groups.append((event, s.rounds))
+            continue
+        if s.mechanism is StageMechanism.LAPLACE:
+            event = dp_event.LaplaceDpEvent(node_multiplier(handler, s))
+            if s.sampling_rate < 1:
+                event = dp_event.PoissonSampledDpEvent(s.sampling_rate, event)
+            groups.append((event, s.rounds))
+            continue
+        event = {
+            StageMechanism.BOUNDED_RANGE: lambda: BoundedRangeDpEvent(s.noise),
+            StageMechanism.PURE: lambda: PureDpEvent(s.noise),
+            StageMechanism.APPROX: lambda: ApproxDpEvent(s.noise, s.delta),
+        }[s.mechanism]()
+        groups.append((event, s.rounds if s.uses is None else s.uses))
+    return account(groups, delta).epsilon
+
+
 def adversaries(d: int, n_classes: int) -> list[tuple[np.ndarray, float]]:
     """Extreme records: features all 0, all 1, far outside the box either way, mid; each
     with every label."""

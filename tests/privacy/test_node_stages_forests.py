@@ -35,11 +35,19 @@ from tests.privacy.node_stages import (
     clients_of,
     data,
     fit,
+    node_epsilon,
     node_multiplier,
     replay,
 )
 
 RELATIVE = 1e-9
+
+
+def _same_epsilon(handler, stages, ledger):
+    """The node's ε from its own sensitivities is the server ledger's (to the accountants'
+    numerics: equivalent Gaussian compositions, e.g. k releases at σ and one at σ/√k)."""
+    node = node_epsilon(handler, stages, ledger.accounting_delta)
+    assert node == pytest.approx(ledger.epsilon(), rel=1e-3)
 
 
 def _forest(leaf_mechanism="gaussian", mode="all", noise=None):
@@ -87,6 +95,7 @@ def test_random_forest_stage_matches_its_queries_and_noise(leaf_mechanism, mode)
         assert stage.noise == strategy.eta_
         assert stage.uses == (1 if mode == "disjoint" else 5)
         assert stage.unit == template["leaf_counts"].l1
+    _same_epsilon(handler, stages, strategy._ledger)
     # (c) one extreme record, every row in the sample, the client's own key (disjoint).
     key = key_for(11)
     worst = replay(handler, queries, clients[0], adversaries(4, 2), key=key)
@@ -156,6 +165,7 @@ def test_lumberjack_stages_match_their_queries_and_noise(leaf_mechanism, recalib
         assert z == pytest.approx(strategy._recal.noise.noise_multiplier, rel=RELATIVE)
     else:
         assert "recalibration" not in stages
+    _same_epsilon(handler, list(stages.values()), strategy._ledger)
     worst = replay(handler, queries, clients[0], adversaries(4, 2))
     assert set(worst) == set(stages)
     assert worst["structure"] > 0.5 and worst["leaves"] > 0.5, worst
@@ -216,6 +226,11 @@ def test_bdpe_stages_match_their_queries_and_noise():
     assert total == pytest.approx(strategy._budget.epsilon, rel=1e-6)
     inv_eps = node_multiplier(handler, stages["calibration"])
     assert inv_eps == pytest.approx(1.0 / strategy.epsilon_calibration_, rel=RELATIVE)
+    # The node accounts each last level as one pure event (selection and leaves): never
+    # below the server's figure, never above the budget (basic composition).
+    ledger = strategy._ledger
+    node = node_epsilon(handler, list(stages.values()), ledger.accounting_delta)
+    assert ledger.epsilon() * (1 - 1e-3) <= node <= strategy._budget.epsilon
     worst = replay(handler, queries, clients[0], adversaries(4, 2))
     assert set(worst) == set(stages)
     assert all(w > 0.5 for w in worst.values()), worst

@@ -29,6 +29,7 @@ from tests.privacy.node_stages import (
     check_membership,
     clients_of,
     fit,
+    node_epsilon,
     node_multiplier,
     replay,
 )
@@ -98,6 +99,11 @@ def test_gam_stages_match_their_queries_and_noise(case):
     assert template["intercept"].l2 == pytest.approx(math.sqrt(blocks))
     # Every stage's participation and accounting are the plan's.
     assert {(s.participation, s.accounting) for s in stages.values()} == {(1.0, "valid")}
+    # The node's ε from its own sensitivities is the ledger's: round 0 as one release at
+    # z/√B is the plan's B releases at z.
+    ledger = strategy._noise.ledger
+    node = node_epsilon(handler, list(stages.values()), ledger.accounting_delta)
+    assert node == pytest.approx(ledger.epsilon(), rel=1e-3)
     worst = replay(handler, queries, clients[0], adversaries(NUMERIC + BINARY, n_classes))
     assert worst["intercept"] > 0.99 and worst["term"] > 0.5, worst
 
