@@ -138,11 +138,12 @@ def node_epsilon(handler, stages: Sequence[NodeStage], delta: float) -> float:
                 event = dp_event.PoissonSampledDpEvent(s.sampling_rate, event)
             groups.append((event, s.rounds))
             continue
-        event = {
-            StageMechanism.BOUNDED_RANGE: lambda: BoundedRangeDpEvent(s.noise),
-            StageMechanism.PURE: lambda: PureDpEvent(s.noise),
-            StageMechanism.APPROX: lambda: ApproxDpEvent(s.noise, s.delta),
-        }[s.mechanism]()
+        if s.mechanism is StageMechanism.BOUNDED_RANGE:
+            event = BoundedRangeDpEvent(s.noise)
+        elif s.mechanism is StageMechanism.PURE:
+            event = PureDpEvent(s.noise)
+        else:
+            event = ApproxDpEvent(s.noise, s.delta)
         groups.append((event, s.rounds if s.uses is None else s.uses))
     return account(groups, delta).epsilon
 
