@@ -69,11 +69,8 @@ import math
 import numpy as np
 from dp_accounting import dp_event
 
-from fedpriv.federation.node_stage import NodeStage, StageMechanism
 from fedpriv.federation.protocol import Query
 from fedpriv.methods import StrategyContext
-from fedpriv.models import recalibration
-from fedpriv.models.forest_sensitivity import leaf_count_sensitivity, stage_count_sensitivity
 from fedpriv.models.heavy_hitters import ForestModel, PrunedTree, assemble, exponential_labels
 from fedpriv.models.lumberjack import FeatureSpace, Layer, Stage, children, expand, root_layer
 from fedpriv.models.lumberjack_bounds import GrowthCaps, growth_caps, heavy_bits
@@ -87,6 +84,7 @@ from fedpriv.privacy.randomness import check_private, gaussian_on_grid, rounding
 from fedpriv.privacy.range_guard import check_release, gaussian_margin, sum_bound
 from fedpriv.validation import check_count
 from strategies.lumberjack_config import LumberjackConfig
+from strategies.lumberjack_nodes import LumberjackNodeStages
 from strategies.recalibration import LinearRecalibrationRound
 
 __all__ = ["METHOD", "LumberjackConfig", "LumberjackStrategy", "build", "feature_space"]
@@ -94,7 +92,7 @@ __all__ = ["METHOD", "LumberjackConfig", "LumberjackStrategy", "build", "feature
 METHOD = "lumberjack"
 
 
-class LumberjackStrategy:
+class LumberjackStrategy(LumberjackNodeStages):
     """Server half of Lumberjack; speaks only :class:`Query` and aggregates."""
 
     method = METHOD
@@ -230,55 +228,6 @@ class LumberjackStrategy:
         exactly z from the declared std (:meth:`node_stages`)."""
         k = self.config.trees
         return self.leaf_std_ * (1.0 + rounding_margin(reply_length, "l2") / math.sqrt(k))
-
-    def node_stages(self) -> list[NodeStage]:
-        """The stages the nodes enforce (after :meth:`begin`; none without privacy):
-        ``structure`` (every stage round: the sparse threshold, one (ε₁, δ₁) event for
-        the whole forest, Theorem 6), ``leaves`` (the leaf round: η per tree, or the
-        Gaussian counts) and, with ``recalibrate_share`` > 0, ``recalibration``."""
-        if self._budget is None:
-            return []
-        cfg, caps = self.config, self.caps_
-        k, C = cfg.trees, self.n_classes
-        height = max(cfg.heights)
-        structure = self._events[0][0]
-        stages = [
-            NodeStage(
-                name="structure", method=METHOD, mechanism=StageMechanism.APPROX,
-                rounds=len(cfg.heights), sampling_rate=1.0,
-                reply_length=max(caps.stage_reply(s) for s in range(len(cfg.heights))),
-                record_bound=1.0,
-                config={"kind": "stage", "height": height, "n_classes": C, "n_trees": k},
-                noise=structure.epsilon, delta=structure.delta,
-                unit=stage_count_sensitivity(k, height)[0], uses=1,
-            )
-        ]  # fmt: skip
-        d = caps.leaf_reply
-        where = dict(
-            name="leaves", method=METHOD, rounds=1, sampling_rate=1.0, reply_length=d,
-            record_bound=1.0, config={"kind": "leaves", "n_classes": C, "n_trees": k},
-        )  # fmt: skip
-        l1, _ = leaf_count_sensitivity(k, disjoint=False)
-        if cfg.leaf_mechanism == "exponential":
-            stages.append(
-                NodeStage(
-                    mechanism=StageMechanism.BOUNDED_RANGE, noise=self.eta_, unit=l1, uses=k,
-                    **where,
-                )
-            )  # fmt: skip
-        else:
-            stages.append(
-                NodeStage(mechanism=StageMechanism.GAUSSIAN, noise=self.leaf_noise(d), **where)
-            )
-        if self._recal is not None:
-            stages.append(
-                self._recal.noise.node_stage(
-                    name="recalibration", method=METHOD, reply_length=self._recal.reply_length,
-                    record_bound=self._recal.sensitivity,
-                    config={"kind": recalibration.STAGE, "n_classes": C},
-                )
-            )  # fmt: skip
-        return stages
 
     def next_query(self) -> Query | None:
         cfg, t = self.config, self._t
