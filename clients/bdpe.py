@@ -20,9 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from fedpriv.federation.protocol import ClientData, Query, require_every_record
+from clients.reply_settings import require_rate, setting_choice, setting_int
+from fedpriv.federation.protocol import ClientData, Query, ReplySensitivity, require_every_record
 from fedpriv.models.bdpe import example_weights, feature_bins, level_sums
 from fedpriv.models.bdpe_model import BDPEModel, node_of_rows
+from fedpriv.models.forest_sensitivity import level_sum_sensitivity, record_count_sensitivity
 from fedpriv.privacy.randomness import SecretKey
 from fedpriv.records import class_codes
 
@@ -47,6 +49,24 @@ class BDPEClient:
     method = "bdpe"
     #: State entries that only save work (a runtime that serialises state drops them).
     cache_keys = ("bins", "bins_key", "margins", "margin_trees", "margin_key")
+    #: The deepest tree (:class:`strategies.bdpe.BDPEConfig`).
+    MAX_DEPTH = 10
+
+    def reply_sensitivity(self, query: Query) -> ReplySensitivity:
+        """A level round: the level sums over ``candidates`` splits
+        (:func:`level_sum_sensitivity`), stage ``split``, or ``leaves`` for a tree's last
+        level (whose sums also feed the leaves); the calibration round: one count per
+        record (stage ``calibration``). Every record, every round (q = 1)."""
+        require_rate(query)
+        phase = setting_choice(query, "phase", ("level", "calibrate"))
+        if phase == "calibrate":
+            l1, l2 = record_count_sensitivity()
+            return ReplySensitivity(stage="calibration", l1=l1, l2=l2)
+        depth = setting_int(query, "depth", maximum=self.MAX_DEPTH)
+        level = setting_int(query, "level", minimum=0, maximum=depth - 1)
+        l1, l2 = level_sum_sensitivity(setting_int(query, "candidates"))
+        stage = "leaves" if level == depth - 1 else "split"
+        return ReplySensitivity(stage=stage, l1=l1, l2=l2)
 
     def answer(
         self,
@@ -78,11 +98,17 @@ class BDPEClient:
     def _level(self, query, arrays, model, data: ClientData, y, w, state) -> np.ndarray:
         d = data.XT.shape[0]
         level = int(query.config["level"])
+        if model.depth != int(query.config["depth"]):  # what the node's stage is read from
+            raise ValueError(f"the query's trees have depth {model.depth}, its config says "
+                             f"{query.config['depth']}")  # fmt: skip
         feature = np.asarray(arrays["tree_feature"], dtype=np.int64)
         threshold = np.asarray(arrays["tree_threshold"], dtype=np.float64)
         if not 0 <= level < max(model.depth, 1) or feature.size != (1 << model.depth) - 1:
             raise ValueError(f"level must lie in [0, {model.depth}); got {level}")
         thresholds = thresholds_of(arrays["cand_feature"], arrays["cand_threshold"], d)
+        if sum(t.size for t in thresholds) != int(query.config["candidates"]):
+            raise ValueError(f"the query holds {sum(t.size for t in thresholds)} candidates; "
+                             f"its config says {query.config['candidates']}")  # fmt: skip
         node = node_of_rows(feature, threshold, level, data.X)
         bins = self._bins(arrays, thresholds, data, state)
         left, total = level_sums(bins, thresholds, node, 1 << level, y, w)

@@ -15,6 +15,12 @@ pair stage's rounds (``phase = "select"``: every candidate pair's per-cell
 sums, concatenated; ``phase = "pair"``: one kept pair's) are scored the same
 way, a record's cell standing for its bin.
 
+Normalised replies: round 0 divides each block by its sensitivity, a group
+round by √``sparsity`` and the selection by √``candidates``, so that every
+reply's sensitivity follows from the query's public settings and each stage
+has one noise level (:mod:`fedpriv.models.gam_sensitivity`); the server scales
+the released sums back.
+
 The handler keeps only a cache of its rows' bins (keyed by the public
 binning), which a runtime may drop: the reply is a function of the query and
 the rows alone, so every runtime gets the same floats.
@@ -27,7 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from fedpriv.federation.protocol import ClientData, Query, require_every_record
+from clients.reply_settings import require_rate, setting_choice, setting_int
+from fedpriv.federation.protocol import ClientData, Query, ReplySensitivity, require_every_record
 from fedpriv.models.gam import (
     GAMModel,
     Terms,
@@ -36,8 +43,14 @@ from fedpriv.models.gam import (
     fine_histograms,
     intercept_sums,
 )
-from fedpriv.models.gam_group import binary_terms, group_sums
+from fedpriv.models.gam_group import binary_terms, group_sensitivity, group_sums
 from fedpriv.models.gam_pairs import pairs_from_arrays
+from fedpriv.models.gam_sensitivity import (
+    STAGE_OF,
+    column_sensitivity,
+    head_sensitivity,
+    reply_sensitivity,
+)
 from fedpriv.models.gam_softmax import softmax_bin_sums, softmax_intercept_sums
 from fedpriv.privacy.randomness import SecretKey
 
@@ -63,6 +76,26 @@ class GAMClient:
     #: State entries that only save work (a runtime that serialises state drops them).
     cache_keys = ("bins", "bins_key")
 
+    def reply_sensitivity(self, query: Query) -> ReplySensitivity:
+        """(stage, L1, L2) of the normalised reply
+        (:func:`fedpriv.models.gam_sensitivity.reply_sensitivity`), from the phase,
+        ``n_classes``, round 0's ``grid``, a group's ``sparsity`` and the selection's
+        ``candidates`` (each of which :meth:`answer` divides by); q = 1."""
+        require_rate(query)
+        phase = setting_choice(query, "phase", STAGE_OF)
+        classes = setting_int(query, "n_classes", minimum=2)
+        grid = setting_int(query, "grid", minimum=0) if phase == "intercept" else 0
+        if phase == "group":
+            setting_int(query, "sparsity")
+            if classes != 2:
+                raise ValueError(f"a group round needs n_classes = 2; got {classes}")
+        if phase == "select":
+            setting_int(query, "candidates")
+        stage, l1, l2 = reply_sensitivity(
+            phase, n_classes=classes, grid=grid, reply_length=query.reply_length
+        )
+        return ReplySensitivity(stage=stage, l1=l1, l2=l2)
+
     def answer(
         self,
         query: Query,
@@ -73,17 +106,26 @@ class GAMClient:
     ) -> np.ndarray:
         require_every_record(sample, data, "DP-EBM counts every record in every round")
         phase = str(query.config["phase"])
+        C = int(query.config["n_classes"])
         if phase == "intercept":
-            C = int(query.config.get("n_classes", 2))
+            # Each block divided by its sensitivity (fedpriv.models.gam_sensitivity).
             out = intercept_sums(data.y) if C == 2 else softmax_intercept_sums(data.y, C)
+            out = out / head_sensitivity(C)
             grid = int(query.config["grid"])
             if grid > 0:
                 terms = Terms.from_arrays(dict(query.arrays))
                 terms.check_features(data.XT.shape[0])
-                out = np.concatenate([out, fine_histograms(terms, data.XT, grid)])
+                numeric = int(terms.numeric.sum())
+                if numeric < 1:
+                    raise ValueError("a fine-grid sketch needs at least one numeric term")
+                hist = fine_histograms(terms, data.XT, grid) / np.sqrt(numeric)
+                out = np.concatenate([out, hist])
         elif phase in ("term", "group", "pair", "select"):
             arrays = dict(query.arrays)
             model = GAMModel.from_arrays(arrays)
+            if model.n_classes != C:
+                raise ValueError(f"the query's model has {model.n_classes} classes; its "
+                                 f"config says {C}")  # fmt: skip
             bins = self._bins(model.terms, data, state)
             f = model.margins(bins)
             if phase == "group":
@@ -92,7 +134,9 @@ class GAMClient:
                     binary_terms(model.terms).tolist()
                 ):
                     raise ValueError("a group round needs two classes and binary terms only")
-                out = group_sums(f, data.y, bins[group] == 1, int(query.config["sparsity"]))
+                s = int(query.config["sparsity"])
+                scale = column_sensitivity(2) / group_sensitivity(s)  # 1/√s
+                out = group_sums(f, data.y, bins[group] == 1, s) * scale
             elif phase == "term":
                 k = int(query.config["term"])
                 if not 0 <= k < model.terms.m:
@@ -106,9 +150,12 @@ class GAMClient:
                 out = _sums(model, f, data.y, pair.cells(bins), pair.n_cells)
             else:
                 cands = pairs_from_arrays(arrays, model.terms.n_bins, prefix="candidate")
+                if len(cands) != int(query.config["candidates"]):
+                    raise ValueError(f"the query holds {len(cands)} candidate pairs; its "
+                                     f"config says {query.config['candidates']}")  # fmt: skip
                 out = np.concatenate(
                     [_sums(model, f, data.y, p.cells(bins), p.n_cells) for p in cands]
-                )
+                ) / np.sqrt(len(cands))
         else:
             raise ValueError(
                 f"phase must be one of ['intercept', 'term', 'group', 'pair', 'select']; "

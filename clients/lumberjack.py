@@ -24,12 +24,14 @@ cannot replay the walk, so the handler keeps it in the runtime's state.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from fedpriv.federation.protocol import ClientData, Query, require_every_record
+from clients.reply_settings import require_rate, setting_choice, setting_int
+from fedpriv.federation.protocol import ClientData, Query, ReplySensitivity, require_every_record
 from fedpriv.models import _forest_kernels, recalibration
+from fedpriv.models.forest_sensitivity import leaf_count_sensitivity, stage_count_sensitivity
 from fedpriv.models.heavy_hitters import ForestModel
 from fedpriv.privacy.randomness import SecretKey
 from fedpriv.records import class_codes
@@ -47,6 +49,36 @@ class LumberjackClient:
     """Client handler for :class:`strategies.lumberjack.LumberjackStrategy`."""
 
     method = "lumberjack"
+    #: The stages a query belongs to, by its ``kind``.
+    STAGES: ClassVar[dict[str, str]] = {
+        "stage": "structure",
+        "leaves": "leaves",
+        recalibration.STAGE: "recalibration",
+    }
+    #: Most levels in one structure stage (:class:`strategies.lumberjack_config.LumberjackConfig`).
+    MAX_HEIGHT = 10
+
+    def reply_sensitivity(self, query: Query) -> ReplySensitivity:
+        """A structure stage: one count per level per tree (L1 k·h, L2 √(k·h)); the
+        leaves: one count per tree (k, √k); the recalibration sums: one record's vector,
+        clipped to L2 :data:`~fedpriv.models.recalibration.SENSITIVITY`. Every record,
+        every round (q = 1)."""
+        require_rate(query)
+        kind = setting_choice(query, "kind", self.STAGES)
+        classes = setting_int(query, "n_classes", minimum=2)
+        if kind == recalibration.STAGE:
+            d = recalibration.reply_length(classes)
+            if query.reply_length != d:
+                raise ValueError(f"reply_length must be {d} for {classes} classes")
+            l2 = recalibration.SENSITIVITY
+            return ReplySensitivity(stage=self.STAGES[kind], l1=l2 * d**0.5, l2=l2)
+        trees = setting_int(query, "n_trees")
+        if kind == "leaves":
+            l1, l2 = leaf_count_sensitivity(trees, disjoint=False)
+        else:
+            height = setting_int(query, "height", maximum=self.MAX_HEIGHT)
+            l1, l2 = stage_count_sensitivity(trees, height)
+        return ReplySensitivity(stage=self.STAGES[kind], l1=l1, l2=l2)
 
     def answer(
         self,

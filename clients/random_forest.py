@@ -21,10 +21,17 @@ from typing import Any
 
 import numpy as np
 
-from fedpriv.federation.protocol import ClientData, Query, require_every_record
+from clients.reply_settings import require_rate, setting_choice, setting_int
+from fedpriv.federation.protocol import ClientData, Query, ReplySensitivity, require_every_record
+from fedpriv.models.forest_sensitivity import leaf_count_sensitivity
 from fedpriv.models.trees import RandomTree, check_routable, route
 from fedpriv.privacy.randomness import SecretKey
 from fedpriv.records import class_codes
+
+#: The one stage of a random forest: every leaf's class counts.
+STAGE = "leaf_counts"
+#: The deepest tree a query may hold (:class:`strategies.random_forest.RandomForestConfig`).
+MAX_DEPTH = 16
 
 
 def tree_of_rows(key: SecretKey, n: int, n_trees: int) -> np.ndarray:
@@ -44,6 +51,22 @@ class RandomForestClient:
 
     method = "random_forest"
 
+    def reply_sensitivity(self, query: Query) -> ReplySensitivity:
+        """The leaf counts of ``trees`` trees: one count per tree (mode ``all``) or in
+        one tree (``disjoint``) per record (:func:`leaf_count_sensitivity`); q = 1."""
+        require_rate(query)
+        trees = setting_int(query, "trees")
+        depth = setting_int(query, "depth", maximum=MAX_DEPTH)
+        classes = setting_int(query, "n_classes", minimum=2)
+        mode = setting_choice(query, "mode", ("all", "disjoint"))
+        if query.reply_length != trees * (1 << depth) * classes:
+            raise ValueError(
+                f"reply_length must be trees·2^depth·n_classes = "
+                f"{trees * (1 << depth) * classes}; got {query.reply_length}"
+            )
+        l1, l2 = leaf_count_sensitivity(trees, disjoint=mode == "disjoint")
+        return ReplySensitivity(stage=STAGE, l1=l1, l2=l2)
+
     def answer(
         self,
         query: Query,
@@ -57,6 +80,8 @@ class RandomForestClient:
         depth, n_classes = int(cfg["depth"]), int(cfg["n_classes"])
         features, thresholds = query.arrays["feature"], query.arrays["threshold"]
         k, leaves = features.shape[0], 1 << depth
+        if k != int(cfg["trees"]):  # the count the node's sensitivity is derived from
+            raise ValueError(f"query holds {k} trees; its config says {cfg['trees']}")
         y = class_codes(data.y, n_classes)  # −1: not a class, counted nowhere
         owner = None
         if cfg["mode"] == "disjoint":

@@ -77,6 +77,7 @@ from fedpriv.models.bdpe import (
     split_scores,
 )
 from fedpriv.models.bdpe_model import BDPEModel
+from fedpriv.models.forest_sensitivity import record_count_sensitivity
 from fedpriv.options import Objective, SplitFeatures
 from fedpriv.privacy.events import BoundedRangeDpEvent
 from fedpriv.privacy.ledger import PrivacyLedger
@@ -86,6 +87,7 @@ from fedpriv.privacy.randomness import check_private
 from fedpriv.privacy.range_guard import check_release, noise_margin, sum_bound
 from fedpriv.privacy.selection import ExponentialMechanism
 from fedpriv.validation import check_count
+from strategies.bdpe_nodes import BDPENodeStages
 
 METHOD = "bdpe"
 
@@ -148,7 +150,7 @@ class BDPEConfig:
         return self.trees * self.depth + int(self.calibrate_share > 0)
 
 
-class BDPEStrategy:
+class BDPEStrategy(BDPENodeStages):
     """Server half of bdpe_α; speaks only :class:`Query` and aggregated sums."""
 
     method = METHOD
@@ -206,7 +208,8 @@ class BDPEStrategy:
             if cfg.calibrate_share > 0:
                 self.epsilon_calibration_ = cfg.calibrate_share * eps
                 self._counts = LaplaceMechanism(
-                    l1_sensitivity=1.0, epsilon=self.epsilon_calibration_
+                    l1_sensitivity=record_count_sensitivity()[0],
+                    epsilon=self.epsilon_calibration_,
                 )
                 ledger.reserve(self._counts.dp_event, 1)
         self.alphas_: list[np.ndarray] = []  # the split criterion's α, per tree and depth
@@ -266,8 +269,12 @@ class BDPEStrategy:
                 "cand_feature": self.cand_feature,
                 "cand_threshold": self.cand_threshold,
             },
-            config={"phase": "level", "level": level},
+            config={**self._level_config(), "level": level},
         )
+
+    def _level_config(self) -> dict:
+        """A level query's settings that fix its sensitivity (its ``level`` aside)."""
+        return {"phase": "level", "depth": self.config.depth, "candidates": self.n_candidates}
 
     def update(self, query: Query, aggregate: np.ndarray | None) -> None:
         cfg = self.config

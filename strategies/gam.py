@@ -25,6 +25,13 @@ sketch) identical Gaussian events ``GaussianDpEvent(z)``; z is calibrated for
 exactly that plan and the plan reserved before any noise is drawn. Each
 release is range-checked against the public bound on an honest sum.
 
+Nodes. Each reply reaches the server *normalised* (each of round 0's blocks
+divided by its sensitivity; a group reply by √s; the pair selection by √P) and
+is scaled back once released, so a node derives every reply's sensitivity from
+the query's settings and sees two stages of one noise level each:
+``intercept`` (z/√B for B blocks) and ``term`` (z)
+(:mod:`fedpriv.models.gam_sensitivity`, :meth:`DPGAMStrategy.node_stages`).
+
 Multiclass (C > 2 public classes, :mod:`fedpriv.models.gam_softmax`): a
 softmax GAM with C values per bin. Round 0 asks for ``[Σg_1..C, Σh]`` at
 margin 0 (sensitivity √(1 − 1/C + h₀²), h₀ = (1/C)(1 − 1/C)), a column round
@@ -50,8 +57,6 @@ public noise scale and released values: post-processing, which costs nothing.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from fedpriv.federation.protocol import Query
@@ -59,9 +64,6 @@ from fedpriv.methods import StrategyContext
 from fedpriv.models.gam import (
     FINE_GRID,
     HESS_BOUND,
-    INTERCEPT_GRAD_BOUND,
-    INTERCEPT_SENSITIVITY,
-    L2_SENSITIVITY,
     GAMModel,
     Terms,
     box_terms,
@@ -72,21 +74,20 @@ from fedpriv.models.gam import (
     schema_terms,
 )
 from fedpriv.models.gam_group import binary_terms, group_sensitivity
-from fedpriv.models.gam_smooth import smooth_sums
-from fedpriv.models.gam_softmax import (
-    intercept_sensitivity,
-    softmax_step_scale,
-    sum_zero,
-    term_sensitivity,
+from fedpriv.models.gam_sensitivity import (
+    column_sensitivity,
+    head_sensitivity,
 )
+from fedpriv.models.gam_smooth import smooth_sums
+from fedpriv.models.gam_softmax import softmax_step_scale, sum_zero
 from fedpriv.privacy.ledger import PrivacyLedger
-from fedpriv.privacy.mechanisms import GaussianMechanism
 from fedpriv.privacy.noise_stage import GaussianRounds
 from fedpriv.privacy.participation import ParticipationAccounting
 from fedpriv.privacy.randomness import check_private
-from fedpriv.privacy.range_guard import check_release, noise_margin, sum_bound
+from fedpriv.privacy.range_guard import sum_bound
 from fedpriv.validation import check_count, check_probability
 from strategies.gam_config import GAMConfig
+from strategies.gam_nodes import NodeStages
 from strategies.gam_pairs import PairStage
 
 METHOD = "dp_gam"
@@ -94,7 +95,7 @@ METHOD = "dp_gam"
 GROUP = -1
 
 
-class DPGAMStrategy(PairStage):
+class DPGAMStrategy(PairStage, NodeStages):
     """Server half of DP-EBM; speaks only :class:`Query` and released sums."""
 
     method = METHOD
@@ -128,7 +129,7 @@ class DPGAMStrategy(PairStage):
     @property
     def term_sensitivity(self) -> float:
         """L2 sensitivity of one term's (or pair's) per-bin reply."""
-        return term_sensitivity(self.n_classes) if self.multiclass else L2_SENSITIVITY
+        return column_sensitivity(self.n_classes)
 
     # -- Strategy protocol ----------------------------------------------------
     def begin(
@@ -213,9 +214,7 @@ class DPGAMStrategy(PairStage):
         if t == 0:
             grid = FINE_GRID if self._sketch else 0
             head = self.n_classes + 1 if self.multiclass else 2
-            config = {"phase": "intercept", "grid": grid}
-            if self.multiclass:
-                config["n_classes"] = self.n_classes
+            config = {"phase": "intercept", "grid": grid, "n_classes": self.n_classes}
             return Query(
                 round=0,
                 method=METHOD,
@@ -237,7 +236,11 @@ class DPGAMStrategy(PairStage):
                 reply_length=2 * self._group.size,
                 record_bound=1.0,
                 arrays={**self.model().to_arrays(), "group": self._group.copy()},
-                config={"phase": "group", "sparsity": self.config.binary_group},
+                config={
+                    "phase": "group",
+                    "sparsity": self.config.binary_group,
+                    "n_classes": self.n_classes,
+                },
             )
         return Query(
             round=t,
@@ -246,7 +249,7 @@ class DPGAMStrategy(PairStage):
             reply_length=self._width() * self._live.n_bins(k),
             record_bound=1.0,
             arrays=self.model().to_arrays(),
-            config={"phase": "term", "term": k},
+            config={"phase": "term", "term": k, "n_classes": self.n_classes},
         )
 
     def update(self, query: Query, aggregate: np.ndarray | None) -> None:
@@ -267,51 +270,18 @@ class DPGAMStrategy(PairStage):
         # Aborted round: nothing released, the model stays as it is.
         self._t += 1
 
-    def _release(self, values: np.ndarray, sensitivity: float, bound: float, label: str):
-        """``values`` plus N(0, (zΔ)²) as one ``GaussianDpEvent(z)`` of the plan."""
-        noise = self._noise
-        if noise is None:
-            return values
-        mech = GaussianMechanism(
-            l2_sensitivity=sensitivity, noise_multiplier=self.noise_multiplier_
-        )
-        noisy = noise.ledger.release(
-            mech, values, rng=noise.rng, sampling_probability=1.0, event=noise.event, label=label
-        )
-        limit = sum_bound(bound, self.n_records)
-        check_release(noisy, bound=limit, margin=noise_margin(mech, noisy.size), label=label)
-        return noisy
-
     def _update_intercept(self, stats: np.ndarray) -> None:
         C = self.n_classes
-        if self.multiclass:
-            head = self._release(
-                stats[: C + 1], intercept_sensitivity(C), 1.0, "round 0: intercept (Σg, Σh)"
-            )
-            rest = stats[C + 1 :]
-        else:
-            head = self._release(
-                stats[:2],
-                INTERCEPT_SENSITIVITY,
-                INTERCEPT_GRAD_BOUND,
-                "round 0: intercept (Σg, Σh)",
-            )
-            rest = stats[2:]
+        head, *rest = self._release_head(stats)
         cuts = {}
         if self._sketch:
-            hist = self._release(
-                rest,
-                math.sqrt(self._n_numeric),
-                1.0,
-                "round 0: numeric columns' fine histograms",
-            ).reshape(self._n_numeric, FINE_GRID)
+            hist = rest[0].reshape(self._n_numeric, FINE_GRID)
             for row, k in zip(hist, np.flatnonzero(self.terms.numeric), strict=True):
                 cuts[int(k)] = quantile_cuts(row, self.config.bins)
+        lam = self._lambda(head_sensitivity(C))
         if self.multiclass:
-            lam = self._lambda(intercept_sensitivity(C))
             self._base = -softmax_step_scale(C) * sum_zero(head[:C]) / (max(head[C], 0.0) + lam)
         else:
-            lam = self._lambda(INTERCEPT_SENSITIVITY)
             self._base = float(-head[0] / (max(head[1], 0.0) + lam))
         self._live = self.terms.with_cuts(cuts)
         self._reset_shapes()
@@ -363,12 +333,13 @@ class DPGAMStrategy(PairStage):
         if stats.shape != (2 * n,):
             raise ValueError(f"round {self._t}: need {2 * n} sums for the binary group")
         sens = group_sensitivity(self.config.binary_group)
+        # The client divided the sums by Δ_group/Δ = √s (a column round's sensitivity):
+        # released through the plan's stage, then scaled back (noise std zΔ_group).
+        root = sens / self.term_sensitivity
         if self._noise is not None:
-            # Released through the plan's stage at its sensitivity: the reply scaled by
-            # Δ/Δ_group = 1/√s, the same Gaussian event, then scaled back (noise std zΔ_group).
-            root = sens / self.term_sensitivity
             label = f"round {self._t}: binary group (Σwg, Σwh)"
-            stats = self._noise.release(stats / root, label=label) * root
+            stats = self._noise.release(stats, label=label)
+        stats = stats * root
         g, h = stats[:n], stats[n:]
         lam = self._lambda(sens)
         sigma = 0.0 if self._noise is None else self.noise_multiplier_ * sens

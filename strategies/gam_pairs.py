@@ -20,7 +20,8 @@ cycling over the columns.
 Everything here reads the public configuration and released values only: the
 importance of a column is the released-Σh weighted spread of its released
 shape, the coarse bins follow the released binning and shapes, the gains the
-released cell sums.
+released cell sums. The selection's reply comes divided by √P (each client
+normalises it, :mod:`fedpriv.models.gam_sensitivity`) and is scaled back.
 """
 
 from __future__ import annotations
@@ -87,7 +88,11 @@ class PairStage:
                 reply_length=width * sum(p.n_cells for p in self._cands),
                 record_bound=1.0,
                 arrays=arrays,
-                config={"phase": "select"},
+                config={
+                    "phase": "select",
+                    "candidates": len(self._cands),
+                    "n_classes": self.n_classes,
+                },
             )
         j = (t - self.config.main_rounds - 1) % len(self._pairs)
         return Query(
@@ -97,7 +102,7 @@ class PairStage:
             reply_length=width * self._pairs[j].n_cells,
             record_bound=1.0,
             arrays=arrays,
-            config={"phase": "pair", "pair": j},
+            config={"phase": "pair", "pair": j, "n_classes": self.n_classes},
         )
 
     def update_pairs(self, query: Query, stats: np.ndarray) -> None:
@@ -107,9 +112,12 @@ class PairStage:
             sens = math.sqrt(len(cands)) * self.term_sensitivity
             if stats.shape != (width * sum(p.n_cells for p in cands),):
                 raise ValueError(f"round {t}: the candidates' cells do not match {stats.shape}")
-            stats = self._release(
-                stats, sens, 1.0, f"round {t}: {len(cands)} candidate pairs' cell (Σg, Σh)"
-            )
+            # The client divided the sums by √P (a column round's sensitivity): released
+            # through the plan's stage, then scaled back (noise std z·√P·Δ).
+            if self._noise is not None:
+                label = f"round {t}: {len(cands)} candidate pairs' cell (Σg, Σh)"
+                stats = self._noise.release(stats, label=label)
+            stats = stats * math.sqrt(len(cands))
             sigma = 0.0 if self._noise is None else self.noise_multiplier_ * sens
             lam = self._lambda(sens)
             parts = np.split(stats, np.cumsum([width * p.n_cells for p in cands])[:-1])

@@ -80,10 +80,11 @@ from fedpriv.privacy.calibration import largest_certified
 from fedpriv.privacy.events import ApproxDpEvent, BoundedRangeDpEvent
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.noise_stage import budget_of
-from fedpriv.privacy.randomness import check_private, gaussian_on_grid
+from fedpriv.privacy.randomness import check_private, gaussian_on_grid, rounding_margin
 from fedpriv.privacy.range_guard import check_release, gaussian_margin, sum_bound
 from fedpriv.validation import check_count
 from strategies.lumberjack_config import LumberjackConfig
+from strategies.lumberjack_nodes import LumberjackNodeStages
 from strategies.recalibration import LinearRecalibrationRound
 
 __all__ = ["METHOD", "LumberjackConfig", "LumberjackStrategy", "build", "feature_space"]
@@ -91,7 +92,7 @@ __all__ = ["METHOD", "LumberjackConfig", "LumberjackStrategy", "build", "feature
 METHOD = "lumberjack"
 
 
-class LumberjackStrategy:
+class LumberjackStrategy(LumberjackNodeStages):
     """Server half of Lumberjack; speaks only :class:`Query` and aggregates."""
 
     method = METHOD
@@ -218,6 +219,15 @@ class LumberjackStrategy:
             return BoundedRangeDpEvent(self.eta_)
         self.leaf_std_ = math.sqrt(k / (2.0 * rho))
         return dp_event.GaussianDpEvent(self.leaf_std_)  # sensitivity 1 per tree
+
+    def leaf_noise(self, reply_length: int) -> float:
+        """The Gaussian leaves' std per count for a reply of ``reply_length`` counts:
+        z·(√k + γ√d), z = σ/√k the whole reply's multiplier (k releases of std σ and
+        sensitivity 1 compose to one of multiplier σ/√k at sensitivity √k), widened by
+        the grid's rounding margin as every Gaussian release is, so that a node derives
+        exactly z from the declared std (:meth:`node_stages`)."""
+        k = self.config.trees
+        return self.leaf_std_ * (1.0 + rounding_margin(reply_length, "l2") / math.sqrt(k))
 
     def next_query(self) -> Query | None:
         cfg, t = self.config, self._t
@@ -367,6 +377,8 @@ class LumberjackStrategy:
         counts = counts.reshape(-1, self.n_classes)
         private = self._budget is not None
         scores, start = [], 0
+        if private and cfg.leaf_mechanism == "gaussian":
+            leaf_std = self.leaf_noise(counts.size)
         for tree in self._trees:
             leaf = tree.is_leaf
             mine = counts[start : start + int(leaf.sum())]
@@ -378,8 +390,7 @@ class LumberjackStrategy:
                 lab = exponential_labels(mine, self.eta_, self._secret_rng)
                 out[np.flatnonzero(leaf), lab] = 1.0
             else:
-                # Integer counts are on the grid: the release is exact (no margin).
-                out[leaf] = gaussian_on_grid(mine, self.leaf_std_, self._secret_rng)
+                out[leaf] = gaussian_on_grid(mine, leaf_std, self._secret_rng)
             scores.append(out)
         if start != counts.shape[0]:
             raise ValueError(f"reply holds {counts.shape[0]} leaves; the forest has {start}")
@@ -389,7 +400,7 @@ class LumberjackStrategy:
             if cfg.leaf_mechanism == "gaussian":
                 # One record adds 1 to one leaf count per tree: every honest count is ≤ n.
                 noisy = np.concatenate([s.ravel() for s in scores])
-                margin = gaussian_margin(self.leaf_std_, noisy.size)
+                margin = gaussian_margin(leaf_std, noisy.size)
                 bound = sum_bound(1.0, self.n_records)
                 check_release(noisy, bound=bound, margin=margin, label="leaf class counts")
         pooled = private and cfg.leaf_mechanism == "gaussian"

@@ -38,8 +38,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedpriv.federation.node_stage import NodeStage, StageMechanism
 from fedpriv.federation.protocol import Query
 from fedpriv.methods import StrategyContext
+from fedpriv.models.forest_sensitivity import leaf_count_sensitivity
 from fedpriv.models.heavy_hitters import (
     exponential_labels,
 )
@@ -56,7 +58,7 @@ from fedpriv.privacy.events import BoundedRangeDpEvent
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.mechanisms import LaplaceMechanism
 from fedpriv.privacy.noise_stage import GaussianRounds, budget_of, certified_gaussian
-from fedpriv.privacy.randomness import check_private
+from fedpriv.privacy.randomness import check_private, rounding_margin
 from fedpriv.privacy.range_guard import check_release, noise_margin, sum_bound
 from fedpriv.validation import check_count
 
@@ -257,8 +259,9 @@ class RandomForestStrategy:
                 "noise = 'distributed' needs leaf-mechanism = 'gaussian' (noisy counts); got "
                 f"{cfg.leaf_mechanism.value!r}"
             )
+        l1, l2 = leaf_count_sensitivity(k, disjoint=cfg.mode == "disjoint")
         if cfg.leaf_mechanism == "gaussian":
-            sens = 1.0 if cfg.mode == "disjoint" else float(np.sqrt(k))
+            sens = l2
             self._mechanism = certified_gaussian(epsilon=eps, delta=delta, l2_sensitivity=sens)
             self.noise_multiplier_ = self._mechanism.noise_multiplier
             self._events = [(self._mechanism.dp_event, 1)]
@@ -269,8 +272,7 @@ class RandomForestStrategy:
             # One record moves one count in one tree (disjoint) or one per tree (all);
             # one pure ε-DP event, which the ledger certifies down to δ ≈ 1e-16 (below
             # it the truncated PLD tail gives ε = inf, and the reservation is refused).
-            sens = 1.0 if cfg.mode == "disjoint" else float(k)
-            self._mechanism = LaplaceMechanism(l1_sensitivity=sens, epsilon=eps)
+            self._mechanism = LaplaceMechanism(l1_sensitivity=l1, epsilon=eps)
             self._events = [(self._mechanism.dp_event, 1)]
         elif cfg.mode == "disjoint":
             self.eta_ = eps  # parallel composition: one ε-BR release
@@ -306,12 +308,50 @@ class RandomForestStrategy:
                 "feature": np.stack([t.feature for t in self._trees]),
                 "threshold": np.stack([t.threshold for t in self._trees]),
             },
-            config={
-                "depth": self.depth_,
-                "n_classes": self.n_classes,
-                "mode": cfg.mode,
-            },
+            config=self._query_config(),
         )
+
+    def _query_config(self) -> dict:
+        """The query's settings: what fixes one record's effect on the counts."""
+        cfg = self.config
+        return {
+            "depth": self.depth_,
+            "n_classes": self.n_classes,
+            "mode": str(cfg.mode.value),
+            "trees": cfg.trees,
+        }
+
+    def node_stages(self) -> list[NodeStage]:
+        """The one leaf-count round as the nodes enforce it (after :meth:`begin`; a
+        non-private run declares none): Gaussian or Laplace noise at the full reply,
+        or the exponential mechanism's η per tree (``uses``: trees it labels)."""
+        if self._budget is None:
+            return []
+        cfg = self.config
+        d = cfg.trees * (1 << self.depth_) * self.n_classes
+        where = dict(
+            name="leaf_counts", method=METHOD, reply_length=d, record_bound=1.0,
+            config=self._query_config(),
+        )  # fmt: skip
+        if self._stage is not None:  # distributed Gaussian leaves
+            return [self._stage.node_stage(**where)]
+        common = dict(where, rounds=1, sampling_rate=1.0)
+        if cfg.leaf_mechanism == "gaussian":
+            mech = self._mechanism
+            std = mech.noise_multiplier * (mech.l2_sensitivity + rounding_margin(d, "l2"))
+            return [NodeStage(mechanism=StageMechanism.GAUSSIAN, noise=std, **common)]
+        if cfg.leaf_mechanism == "laplace":
+            mech = self._mechanism
+            scale = (mech.l1_sensitivity + rounding_margin(d, "l1")) / mech.epsilon
+            return [NodeStage(mechanism=StageMechanism.LAPLACE, noise=scale, **common)]
+        l1, _ = leaf_count_sensitivity(cfg.trees, disjoint=cfg.mode == "disjoint")
+        uses = sum(count for _, count in self._events)
+        return [
+            NodeStage(
+                mechanism=StageMechanism.BOUNDED_RANGE, noise=self.eta_, unit=l1, uses=uses,
+                **common,
+            )
+        ]  # fmt: skip
 
     def update(self, query: Query, aggregate: np.ndarray | None) -> None:
         cfg = self.config

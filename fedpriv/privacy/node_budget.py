@@ -286,7 +286,8 @@ class NodeLedger:
             raise NodeRefusal(
                 f"run {run_id}: lifetime spend ({spent_eps:.6g}, {spent_delta:g}) plus this plan's "
                 f"({eps:.6g}, {delta:g}) exceeds max-lifetime-epsilon "
-                f"{p.max_lifetime_epsilon:g} / max-lifetime-delta {p.max_lifetime_delta:g}; refused",
+                f"{p.max_lifetime_epsilon:g} / max-lifetime-delta {p.max_lifetime_delta:g}; "
+                "refused",
                 code="over_budget",
             )
         self._scope_and_approval(run_id, plan, admitted, eps, columns, digest)

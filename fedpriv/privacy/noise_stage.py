@@ -50,7 +50,6 @@ from fedpriv.privacy.participation import (
 from fedpriv.privacy.randomness import check_private, rounding_margin
 from fedpriv.privacy.range_guard import check_release, noise_margin
 
-
 def certified_gaussian(*, epsilon: float, delta: float, l2_sensitivity: float) -> GaussianMechanism:
     """One Gaussian release at (ε, δ), at any ε.
 
@@ -120,26 +119,33 @@ class GaussianRounds:
         record_bound: float,
         config: Mapping[str, Any] | None = None,
         rounds: int | None = None,
+        l2_sensitivity: float | None = None,
+        noise_multiplier: float | None = None,
     ) -> NodeStage:
-        """The declared stage of (some of) these rounds, as a node enforces it.
+        """These rounds (or ``rounds`` of them) as a node enforces them
+        (:class:`~fedpriv.federation.node_stage.NodeStage`).
 
         Its q, participation and accounting are this plan's; ``rounds`` (default:
         all of them) may split one plan into stages of differently shaped queries
-        (boosting's intercept and trees); the noise is the absolute std :meth:`std`
-        at ``reply_length``, the stage's longest reply, from which the node derives
-        z with its own Δ₂. ``config``: the queries' sensitivity-setting entries.
+        (boosting's intercept and trees); the noise is the absolute std
+        z·(Δ₂ + γ√d) at ``reply_length``, the stage's longest reply, from which the
+        node derives z with its own Δ₂. ``config``: the queries' sensitivity-setting
+        entries. ``l2_sensitivity`` Δ₂ and ``noise_multiplier`` z (default: the
+        mechanism's) where a learner's queries of one stage differ from the plan's unit.
         """
+        delta2 = self.mechanism.l2_sensitivity if l2_sensitivity is None else l2_sensitivity
+        z = self.noise_multiplier if noise_multiplier is None else noise_multiplier
         return NodeStage(
             name=name,
             method=method,
             mechanism=StageMechanism.GAUSSIAN,
             rounds=self.rounds if rounds is None else operator.index(rounds),
-            sampling_rate=self.sampling_rate,
+            sampling_rate=float(self.sampling_rate),
             reply_length=operator.index(reply_length),  # a NumPy integer as an int
             record_bound=float(record_bound),
             config=dict(config or {}),
-            noise=self.std(reply_length),
-            participation=self.participation,
+            noise=z * (delta2 + rounding_margin(reply_length, "l2")),
+            participation=float(self.participation),
             accounting=str(self.accounting),
         )
 
