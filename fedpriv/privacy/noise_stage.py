@@ -50,6 +50,7 @@ from fedpriv.privacy.participation import (
 from fedpriv.privacy.randomness import check_private, rounding_margin
 from fedpriv.privacy.range_guard import check_release, noise_margin
 
+
 def certified_gaussian(*, epsilon: float, delta: float, l2_sensitivity: float) -> GaussianMechanism:
     """One Gaussian release at (ε, δ), at any ε.
 
