@@ -24,7 +24,12 @@ from clients.reply_settings import require_rate, setting_choice, setting_int
 from fedpriv.federation.protocol import ClientData, Query, ReplySensitivity, require_every_record
 from fedpriv.models.bdpe import example_weights, feature_bins, level_sums
 from fedpriv.models.bdpe_model import BDPEModel, node_of_rows
-from fedpriv.models.forest_sensitivity import level_sum_sensitivity, record_count_sensitivity
+from fedpriv.models.forest_sensitivity import (
+    LEAF_MASSES,
+    leaf_mass_sensitivity,
+    level_sum_sensitivity,
+    record_count_sensitivity,
+)
 from fedpriv.privacy.randomness import SecretKey
 from fedpriv.records import class_codes
 
@@ -65,8 +70,11 @@ class BDPEClient:
         depth = setting_int(query, "depth", maximum=self.MAX_DEPTH)
         level = setting_int(query, "level", minimum=0, maximum=depth - 1)
         l1, l2 = level_sum_sensitivity(setting_int(query, "candidates"))
-        stage = "leaves" if level == depth - 1 else "split"
-        return ReplySensitivity(stage=stage, l1=l1, l2=l2)
+        if level < depth - 1:
+            return ReplySensitivity(stage="split", l1=l1, l2=l2)
+        # The last level's sums also give the leaves' (w¹, w⁰), released on their own.
+        parts = {LEAF_MASSES: leaf_mass_sensitivity()}
+        return ReplySensitivity(stage="leaves", l1=l1, l2=l2, parts=parts)
 
     def answer(
         self,

@@ -77,7 +77,7 @@ from fedpriv.models.bdpe import (
     split_scores,
 )
 from fedpriv.models.bdpe_model import BDPEModel
-from fedpriv.models.forest_sensitivity import record_count_sensitivity
+from fedpriv.models.forest_sensitivity import leaf_mass_sensitivity, record_count_sensitivity
 from fedpriv.options import Objective, SplitFeatures
 from fedpriv.privacy.events import BoundedRangeDpEvent
 from fedpriv.privacy.ledger import PrivacyLedger
@@ -202,7 +202,9 @@ class BDPEStrategy(BDPENodeStages):
             self.epsilon_level_ = cfg.beta_tree * trees / (cfg.trees * cfg.depth)
             self.epsilon_pred_ = (1.0 - cfg.beta_tree) * trees / cfg.trees
             self._split_event = BoundedRangeDpEvent(self.epsilon_level_)
-            self._leaves = LaplaceMechanism(l1_sensitivity=1.0, epsilon=self.epsilon_pred_)
+            self._leaves = LaplaceMechanism(
+                l1_sensitivity=leaf_mass_sensitivity()[0], epsilon=self.epsilon_pred_
+            )
             ledger.reserve(self._split_event, cfg.trees * cfg.depth)
             ledger.reserve(self._leaves.dp_event, cfg.trees)
             if cfg.calibrate_share > 0:

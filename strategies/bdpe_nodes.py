@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from fedpriv.federation.node_stage import NodeStage, StageMechanism
+from fedpriv.federation.node_stage import NodeStage, StageMechanism, StageRelease
 from fedpriv.models.bdpe import CALIBRATION_BINS
-from fedpriv.models.forest_sensitivity import level_sum_sensitivity
+from fedpriv.models.forest_sensitivity import LEAF_MASSES, level_sum_sensitivity
 from fedpriv.privacy.randomness import rounding_margin
 
 METHOD = "bdpe"
@@ -16,29 +16,33 @@ class BDPENodeStages:
     def node_stages(self) -> list[NodeStage]:
         """The stages the nodes enforce (after :meth:`begin`; none without privacy):
         ``split`` (levels 0..D−2 of every tree: one ε_level-bounded-range selection
-        each), ``leaves`` (each tree's last level: its selection and the Laplace
-        leaves from the same sums, one pure (ε_level + ε_pred)-DP event, the basic
-        composition the plan certifies at δ = 0) and ``calibration`` (Laplace counts).
-        The level stages' unit is the level reply's L1 sensitivity, 1 + G, that the
-        scores' sensitivity Δ_α(m) and the leaves' L1 of 1 assume (weights in [0, 1])."""
+        each) and ``leaves`` (each tree's last level: its ε_level selection, and the
+        Laplace leaves released from the same sums' leaf masses, an extra release of
+        that part of the reply), both with the level reply's L1 sensitivity 1 + G as
+        the unit that the scores' sensitivity Δ_α(m) assumes (weights in [0, 1]); and
+        ``calibration`` (Laplace counts)."""
         if self._budget is None:
             return []
         cfg, G = self.config, self.n_candidates
         unit = level_sum_sensitivity(G)[0]
-        kinds = [("leaves", StageMechanism.PURE, cfg.depth - 1, cfg.trees,
-                  self.epsilon_level_ + self.epsilon_pred_)]  # fmt: skip
+        last = cfg.depth - 1
+        masses = 4 * (1 << last)  # (w¹, w⁰) of both children of every last-level node
+        leaves = StageRelease(
+            mechanism=StageMechanism.LAPLACE, part=LEAF_MASSES, length=masses,
+            noise=(self._leaves.l1_sensitivity + rounding_margin(masses, "l1"))
+            / self._leaves.epsilon,
+        )  # fmt: skip
+        kinds = [("leaves", last, cfg.trees, (leaves,))]
         if cfg.depth > 1:
-            split = ("split", StageMechanism.BOUNDED_RANGE, cfg.depth - 2,
-                     cfg.trees * (cfg.depth - 1), self.epsilon_level_)  # fmt: skip
-            kinds.insert(0, split)
+            kinds.insert(0, ("split", last - 1, cfg.trees * last, ()))
         stages = [
             NodeStage(
-                name=name, method=METHOD, mechanism=mechanism, rounds=rounds,
-                sampling_rate=1.0, reply_length=2 * (1 << deepest) * (G + 1),
+                name=name, method=METHOD, mechanism=StageMechanism.BOUNDED_RANGE,
+                rounds=rounds, sampling_rate=1.0, reply_length=2 * (1 << deepest) * (G + 1),
                 record_bound=1.0, config={**self._level_config(), "level": deepest},
-                noise=eps, unit=unit,
+                noise=self.epsilon_level_, unit=unit, extra=extra,
             )
-            for name, mechanism, deepest, rounds, eps in kinds
+            for name, deepest, rounds, extra in kinds
         ]  # fmt: skip
         if cfg.calibrate_share > 0:
             d = 2 * CALIBRATION_BINS

@@ -28,6 +28,12 @@ stage's event is composed ``uses`` times (default: once per round), since one
 round's reply may feed several selections (a forest's leaves) or a whole
 forest's rounds one analysis (Lumberjack's Theorem 6: ``uses`` = 1).
 
+A round's sum may feed more than one release (bdpe's last level: the split
+selection and the Laplace leaves from the same sums). The stage's own fields
+describe the first; ``extra`` lists the others (:class:`StageRelease`), each on
+the whole reply or on a named ``part`` of it, whose sensitivity the handler
+states too (``ReplySensitivity.parts``) and whose length is public.
+
 This module only describes; the node's checks and accountant are
 :mod:`fedpriv.privacy.node_plan`.
 """
@@ -61,6 +67,61 @@ SCALARS = (str, int, float, bool)
 
 
 @dataclass(frozen=True, kw_only=True)
+class StageRelease:
+    """One more release from each round's sum of a stage (module docstring).
+
+    ``part``: the named part of the reply it releases (``None``: all of it) and
+    ``length`` that part's length (the rounding margin's d; default the reply's).
+    ``mechanism``, ``noise``, ``unit``, ``uses`` and ``delta`` as on :class:`NodeStage`.
+    """
+
+    mechanism: StageMechanism
+    noise: float
+    unit: float | None = None
+    uses: int | None = None
+    delta: float = 0.0
+    part: str | None = None
+    length: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mechanism", StageMechanism(self.mechanism))
+        if self.mechanism is StageMechanism.NONE:
+            raise ValueError("an extra release needs a mechanism; got 'none'")
+        _real_in("noise", self.noise, 0.0, math.inf, open_low=True)
+        _real_in("delta", self.delta, 0.0, 1.0)
+        if self.uses is not None:
+            _int_in("uses", self.uses, 0)
+        if self.length is not None:
+            _int_in("length", self.length, 1)
+        if self.unit is not None:
+            _real_in("unit", self.unit, 0.0, math.inf, open_low=True)
+        if self.mechanism not in SCALED and self.unit is None:
+            raise ValueError(f"a {self.mechanism} release needs its unit")
+        if self.part is not None and (not isinstance(self.part, str) or not self.part):
+            raise ValueError(f"part must be a non-empty string; got {self.part!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mechanism": str(self.mechanism),
+            "noise": float(self.noise),
+            "unit": None if self.unit is None else float(self.unit),
+            "uses": None if self.uses is None else int(self.uses),
+            "delta": float(self.delta),
+            "part": self.part,
+            "length": None if self.length is None else int(self.length),
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> StageRelease:
+        if not isinstance(raw, Mapping):
+            raise ValueError(f"a release must be a mapping; got {type(raw).__name__}")
+        allowed = set(cls.__dataclass_fields__)
+        if extra := sorted(set(raw) - allowed):
+            raise ValueError(f"unknown release keys {extra}; allowed: {sorted(allowed)}")
+        return cls(**raw)
+
+
+@dataclass(frozen=True, kw_only=True)
 class NodeStage:
     """One stage of a declared plan (module docstring): every field public."""
 
@@ -78,10 +139,17 @@ class NodeStage:
     uses: int | None = None
     participation: float = 1.0
     accounting: str = "valid"
+    extra: tuple[StageRelease, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mechanism", StageMechanism(self.mechanism))
         object.__setattr__(self, "config", dict(self.config))
+        object.__setattr__(
+            self,
+            "extra",
+            tuple(r if isinstance(r, StageRelease) else StageRelease.from_dict(r)
+                  for r in self.extra),
+        )  # fmt: skip
         if not self.name or not isinstance(self.name, str):
             raise ValueError(f"stage name must be a non-empty string; got {self.name!r}")
         _int_in("rounds", self.rounds, 0)
@@ -134,6 +202,7 @@ class NodeStage:
             "uses": None if self.uses is None else int(self.uses),
             "participation": float(self.participation),
             "accounting": str(self.accounting),
+            "extra": [r.to_dict() for r in self.extra],
         }
 
     @classmethod

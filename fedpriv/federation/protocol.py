@@ -77,11 +77,16 @@ class ReplySensitivity:
     l1, l2 : float
         Largest L1 / L2 change of the reply vector when one record is added or
         removed (before fixed-point rounding, which the accountant adds).
+    parts : mapping of str to (l1, l2)
+        The same for named parts of the reply that a stage releases separately
+        (:class:`fedpriv.federation.node_stage.StageRelease` ``part``), e.g. the
+        leaf sums a last tree level's reply holds.
     """
 
     stage: str
     l1: float
     l2: float
+    parts: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

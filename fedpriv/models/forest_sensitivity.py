@@ -41,3 +41,13 @@ def record_count_sensitivity() -> tuple[float, float]:
     """Counts in which each record counts once, in one cell (bdpe's calibration
     counts): L1 = L2 = 1."""
     return 1.0, 1.0
+
+
+def leaf_mass_sensitivity() -> tuple[float, float]:
+    """bdpe's leaf sums (w¹, w⁰) per leaf, from a last level's reply: one record's
+    weight w ∈ [0, 1] lies in one leaf's one class sum."""
+    return 1.0, 1.0
+
+
+#: The part of a last level's reply that bdpe's Laplace leaves release.
+LEAF_MASSES = "leaf_masses"

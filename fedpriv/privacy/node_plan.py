@@ -35,7 +35,7 @@ from typing import Any
 from dp_accounting import dp_event
 
 from fedpriv.errors import Refusal
-from fedpriv.federation.node_stage import SCALED, NodeStage, StageMechanism
+from fedpriv.federation.node_stage import SCALED, NodeStage, StageMechanism, StageRelease
 from fedpriv.federation.protocol import Query, ReplySensitivity
 from fedpriv.privacy.events import ApproxDpEvent, BoundedRangeDpEvent, PureDpEvent
 from fedpriv.privacy.participation import participation_event
@@ -67,6 +67,8 @@ class AdmittedStage:
     l2: float
     #: The noise multiplier the node derived (Gaussian: σ/(Δ₂ + γ√d); Laplace: b/(Δ₁ + γd)).
     multiplier: float | None
+    #: The same for each of the stage's extra releases (``None``: not a scaled one).
+    extra_multipliers: tuple[float | None, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -74,6 +76,7 @@ class AdmittedStage:
             "l1": self.l1,
             "l2": self.l2,
             "multiplier": self.multiplier,
+            "extra_multipliers": list(self.extra_multipliers),
         }
 
     @classmethod
@@ -83,6 +86,9 @@ class AdmittedStage:
             l1=float(raw["l1"]),
             l2=float(raw["l2"]),
             multiplier=None if raw["multiplier"] is None else float(raw["multiplier"]),
+            extra_multipliers=tuple(
+                None if m is None else float(m) for m in raw.get("extra_multipliers", ())
+            ),
         )
 
     def required_std(self, reply_length: int) -> float:
@@ -106,34 +112,79 @@ def derive_stage(stage: NodeStage, handler_of: HandlerOf) -> AdmittedStage:
         raise NodeRefusal(
             f"stage {stage.name!r}: its declared settings make a {sens.stage!r} query; refused"
         )
-    l1, l2 = float(sens.l1), float(sens.l2)
-    if not (math.isfinite(l1) and math.isfinite(l2) and l1 >= 0 and l2 >= 0):
-        raise NodeRefusal(f"stage {stage.name!r}: non-finite sensitivity; refused")
+    l1, l2 = _finite(stage.name, sens.l1, sens.l2)
     multiplier = None
-    if stage.mechanism is StageMechanism.GAUSSIAN:
-        multiplier = stage.noise / (l2 + rounding_margin(stage.reply_length, "l2"))
-    elif stage.mechanism is StageMechanism.LAPLACE:
-        multiplier = stage.noise / (l1 + rounding_margin(stage.reply_length, "l1"))
-    elif stage.mechanism is not StageMechanism.NONE and l1 > stage.unit * (1 + RELATIVE_SLACK):
+    if stage.mechanism is not StageMechanism.NONE:
+        primary = StageRelease(
+            mechanism=stage.mechanism, noise=stage.noise, unit=stage.unit, uses=stage.uses,
+            delta=stage.delta,
+        ) if stage.mechanism in SCALED or stage.unit is not None else None  # fmt: skip
+        if primary is not None:
+            multiplier = _multiplier(stage, primary, (l1, l2))
+    extras = []
+    for release in stage.extra:
+        if release.part is None:
+            part = (l1, l2)
+        elif release.part in sens.parts:
+            part = _finite(stage.name, *sens.parts[release.part])
+        else:
+            raise NodeRefusal(
+                f"stage {stage.name!r}: its reply has no part {release.part!r}; refused"
+            )
+        extras.append(_multiplier(stage, release, part))
+    return AdmittedStage(
+        stage=stage, l1=l1, l2=l2, multiplier=multiplier, extra_multipliers=tuple(extras)
+    )
+
+
+def _finite(name: str, l1: float, l2: float) -> tuple[float, float]:
+    l1, l2 = float(l1), float(l2)
+    if not (math.isfinite(l1) and math.isfinite(l2) and l1 >= 0 and l2 >= 0):
+        raise NodeRefusal(f"stage {name!r}: non-finite sensitivity; refused")
+    return l1, l2
+
+
+def _multiplier(stage: NodeStage, release: StageRelease, sens: tuple[float, float]) -> float | None:
+    """A scaled release's noise multiplier with the node's own sensitivity ``sens``
+    (L1, L2); for another kind, the check that its unit covers that sensitivity."""
+    l1, l2 = sens
+    d = stage.reply_length if release.length is None else release.length
+    if release.mechanism is StageMechanism.GAUSSIAN:
+        return release.noise / (l2 + rounding_margin(d, "l2"))
+    if release.mechanism is StageMechanism.LAPLACE:
+        return release.noise / (l1 + rounding_margin(d, "l1"))
+    if l1 > release.unit * (1 + RELATIVE_SLACK):
         raise NodeRefusal(
-            f"stage {stage.name!r}: its {stage.mechanism} release is calibrated for a reply "
-            f"sensitivity of {stage.unit:g}, but one record moves the reply by up to {l1:g} "
-            "under its settings; refused"
+            f"stage {stage.name!r}: its {release.mechanism} release is calibrated for a "
+            f"sensitivity of {release.unit:g}, but one record moves what it releases by up "
+            f"to {l1:g} under its settings; refused"
         )
-    return AdmittedStage(stage=stage, l1=l1, l2=l2, multiplier=multiplier)
+    return None
 
 
 def stage_events(admitted: AdmittedStage) -> list[tuple[dp_event.DpEvent, int]]:
-    """The (event, count) items the node accounts for one stage (module docstring, 2)."""
+    """The (event, count) items the node accounts for one stage (module docstring, 2):
+    its own release's and each extra release's, each round."""
     st = admitted.stage
     if st.mechanism is StageMechanism.NONE or st.rounds == 0:
         return []
-    if st.mechanism in SCALED:
+    primary = StageRelease(
+        mechanism=st.mechanism, noise=st.noise, unit=st.unit, uses=st.uses, delta=st.delta
+    ) if st.mechanism in SCALED or st.unit is not None else None  # fmt: skip
+    pairs = [(primary, admitted.multiplier)] if primary is not None else []
+    pairs += list(zip(st.extra, admitted.extra_multipliers, strict=True))
+    return [item for r, m in pairs for item in _release_events(st, r, m)]
+
+
+def _release_events(
+    st: NodeStage, release: StageRelease, multiplier: float | None
+) -> list[tuple[dp_event.DpEvent, int]]:
+    if release.mechanism in SCALED:
         inner: dp_event.DpEvent
-        if st.mechanism is StageMechanism.GAUSSIAN:
-            inner = dp_event.GaussianDpEvent(admitted.multiplier)
+        if release.mechanism is StageMechanism.GAUSSIAN:
+            inner = dp_event.GaussianDpEvent(multiplier)
         else:
-            inner = dp_event.LaplaceDpEvent(admitted.multiplier)
+            inner = dp_event.LaplaceDpEvent(multiplier)
         event = participation_event(
             inner,
             sampling_probability=st.sampling_rate,
@@ -141,14 +192,14 @@ def stage_events(admitted: AdmittedStage) -> list[tuple[dp_event.DpEvent, int]]:
             accounting=st.accounting,
         )
         return [(event, st.rounds)]
-    uses = st.rounds if st.uses is None else st.uses
+    uses = st.rounds if release.uses is None else release.uses
     if uses == 0:
         return []
-    if st.mechanism is StageMechanism.BOUNDED_RANGE:
-        return [(BoundedRangeDpEvent(st.noise), uses)]
-    if st.mechanism is StageMechanism.PURE:
-        return [(PureDpEvent(st.noise), uses)]
-    return [(ApproxDpEvent(st.noise, st.delta, "declared"), uses)]
+    if release.mechanism is StageMechanism.BOUNDED_RANGE:
+        return [(BoundedRangeDpEvent(release.noise), uses)]
+    if release.mechanism is StageMechanism.PURE:
+        return [(PureDpEvent(release.noise), uses)]
+    return [(ApproxDpEvent(release.noise, release.delta, "declared"), uses)]
 
 
 def node_epsilon(admitted: Sequence[AdmittedStage], accounting_delta: float) -> float:

@@ -112,40 +112,13 @@ def node_multiplier(handler, stage: NodeStage) -> float:
 
 
 def node_epsilon(handler, stages: Sequence[NodeStage], delta: float) -> float:
-    """The ε a node would account for ``stages`` at ``delta``, from its own sensitivities
-    (the derivation :mod:`fedpriv.federation.node_stage` describes)."""
-    from dp_accounting import dp_event
+    """The ε a node accounts for ``stages`` at ``delta``: the node's own code
+    (:func:`fedpriv.privacy.node_plan.admit_stages`) with this handler."""
+    from fedpriv.privacy.node_plan import admit_stages
 
-    from fedpriv.privacy.accounting import account
-    from fedpriv.privacy.events import ApproxDpEvent, BoundedRangeDpEvent, PureDpEvent
-    from fedpriv.privacy.participation import participation_event
-
-    groups = []
-    for s in stages:
-        if s.mechanism is StageMechanism.GAUSSIAN:
-            inner = dp_event.GaussianDpEvent(node_multiplier(handler, s))
-            event = participation_event(
-                inner,
-                sampling_probability=s.sampling_rate,
-                participation=s.participation,
-                accounting=s.accounting,
-            )
-            groups.append((event, s.rounds))
-            continue
-        if s.mechanism is StageMechanism.LAPLACE:
-            event = dp_event.LaplaceDpEvent(node_multiplier(handler, s))
-            if s.sampling_rate < 1:
-                event = dp_event.PoissonSampledDpEvent(s.sampling_rate, event)
-            groups.append((event, s.rounds))
-            continue
-        if s.mechanism is StageMechanism.BOUNDED_RANGE:
-            event = BoundedRangeDpEvent(s.noise)
-        elif s.mechanism is StageMechanism.PURE:
-            event = PureDpEvent(s.noise)
-        else:
-            event = ApproxDpEvent(s.noise, s.delta)
-        groups.append((event, s.rounds if s.uses is None else s.uses))
-    return account(groups, delta).epsilon
+    plan = {"stage": "s", "delta": delta, "accounting_delta": delta,
+            "stages": [s.to_dict() for s in stages]}  # fmt: skip
+    return admit_stages(plan, lambda _method: handler, run_id="test")[1]
 
 
 def adversaries(d: int, n_classes: int) -> list[tuple[np.ndarray, float]]:

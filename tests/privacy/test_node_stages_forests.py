@@ -218,19 +218,16 @@ def test_bdpe_stages_match_their_queries_and_noise():
     )
     assert stages["split"].unit == stages["leaves"].unit == template["split"].l1 == 1 + G
     assert stages["split"].noise == strategy.epsilon_level_
-    assert stages["leaves"].noise == strategy.epsilon_level_ + strategy.epsilon_pred_
-    # Basic composition of the declared stages is the plan's ε (δ = 0).
-    total = sum(s.noise * s.rounds for s in stages.values() if s.mechanism not in (
-        StageMechanism.LAPLACE,
-    )) + 1.0 / node_multiplier(handler, stages["calibration"])  # fmt: skip
-    assert total == pytest.approx(strategy._budget.epsilon, rel=1e-6)
-    inv_eps = node_multiplier(handler, stages["calibration"])
-    assert inv_eps == pytest.approx(1.0 / strategy.epsilon_calibration_, rel=RELATIVE)
-    # The node accounts each last level as one pure event (selection and leaves): never
-    # below the server's figure, never above the budget (basic composition).
+    (leaves,) = stages["leaves"].extra  # the last level's sums also release the leaves
+    assert stages["leaves"].noise == strategy.epsilon_level_
+    assert leaves.part == "leaf_masses" and leaves.length == 4 * 2 ** (strategy.config.depth - 1)
+    assert template["leaves"].parts["leaf_masses"] == (1.0, 1.0)
+    # Every selection ε_level, every tree's Laplace leaves and the calibration: the
+    # node's own accountant gives the server ledger's ε.
     ledger = strategy._ledger
     node = node_epsilon(handler, list(stages.values()), ledger.accounting_delta)
-    assert ledger.epsilon() * (1 - 1e-3) <= node <= strategy._budget.epsilon
+    assert node == pytest.approx(ledger.planned_epsilon(), rel=1e-6)
+    assert node <= strategy._budget.epsilon
     worst = replay(handler, queries, clients[0], adversaries(4, 2))
     assert set(worst) == set(stages)
     assert all(w > 0.5 for w in worst.values()), worst
