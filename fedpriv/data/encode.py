@@ -62,6 +62,15 @@ class LoadReport:
     unseen: dict[str, dict[str, int]] = field(default_factory=dict)
     missing: dict[str, int] = field(default_factory=dict)
     undeclared: list[str] = field(default_factory=list)
+    #: Public bounds [lo, hi] of each numeric column (from the schema), for the messages.
+    bounds: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: Present (non-missing) values read per numeric column: what the clip counts are of.
+    present: dict[str, int] = field(default_factory=dict)
+
+    def _order(self, col: str) -> int:
+        # Schema order where known (bounds are recorded in it), else after.
+        keys = list(self.bounds or {})
+        return keys.index(col) if col in keys else len(keys)
 
     def drop(self, reason: str, count: int) -> None:
         if count:
@@ -77,10 +86,14 @@ class LoadReport:
             "unseen": {k: dict(v) for k, v in self.unseen.items()},
             "missing": dict(self.missing),
             "undeclared": list(self.undeclared),
+            "bounds": {k: list(v) for k, v in self.bounds.items()},
+            "present": dict(self.present),
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LoadReport:
+        d = dict(d)
+        d["bounds"] = {k: tuple(v) for k, v in d.get("bounds", {}).items()}
         return cls(**d)
 
     def unseen_counts(self) -> dict[str, int]:
@@ -88,9 +101,28 @@ class LoadReport:
         return {col: sum(v.values()) for col, v in self.unseen.items()}
 
     def warnings(self) -> list[str]:
-        """What the user must see without asking: values that left their declared domain,
-        and file columns the schema ignores. Column names and counts only."""
+        """What the user must see without asking: values clipped to their column's bounds,
+        values that left their declared domain, and file columns the schema ignores.
+
+        Column names and counts only. The counts are facts about the curator's own
+        private rows: they are for the node's operator (the local log and console, the
+        local run's files), never sent to the server or another party (no mechanism
+        accounts for them).
+        """
         out = []
+        bounds = self.bounds or {}
+        for col in sorted(set(self.clipped_low) | set(self.clipped_high), key=self._order):
+            low, high = self.clipped_low.get(col, 0), self.clipped_high.get(col, 0)
+            lo_hi = bounds.get(col)
+            to = f" to [{lo_hi[0]:g}, {lo_hi[1]:g}]" if lo_hi else " to the schema's bounds"
+            where = ", ".join(
+                p for p in (f"{low:,} below" if low else "", f"{high:,} above" if high else "") if p
+            )
+            of = f" of {self.present[col]:,}" if self.present.get(col) else ""
+            out.append(
+                f"{self.source}: column {col!r}: {low + high:,}{of} values clipped{to} "
+                f"({where}); check the file's unit against the schema's public bounds"
+            )
         for col, n in self.unseen_counts().items():
             out.append(
                 f"{self.source}: column {col!r}: {n} value(s) outside the declared categories "
@@ -219,10 +251,25 @@ def _numeric(
             )
         raw = parsed
     x = raw.to_numpy(dtype=np.float64, copy=True)
+    infinite = np.isinf(x)
+    if infinite.any():
+        # ``inf`` is no measurement: clipping it to a bound would invent one.
+        i = np.flatnonzero(infinite)[0]
+        raise DataError(
+            f"value {float(x[i])!r} is not a finite number; the column's bounds are "
+            f"[{spec.lo:g}, {spec.hi:g}]: write the value, or list the token in the schema's "
+            "missing_tokens to read it as missing",
+            code="not_finite",
+            source=source,
+            column=spec.name,
+            line=int(lines[i]),
+        )
     miss = np.isnan(x)
     _count_missing(miss, spec, report, source, lines)
     x[miss] = spec.lo
     low, high = x < spec.lo, x > spec.hi
+    report.bounds[spec.name] = (spec.lo, spec.hi)
+    report.present[spec.name] = report.present.get(spec.name, 0) + int((~miss).sum())
     if low.any():
         report.clipped_low[spec.name] = int(low.sum())
     if high.any():
@@ -359,6 +406,46 @@ def feature_columns(schema: Schema) -> np.ndarray:
             extra += 1
         j += spec.width
     return out
+
+
+#: Share of a numeric column's present values outside its bounds from which the column
+#: is refused rather than clipped: it would become (almost) constant, which is nearly
+#: always a unit mismatch (ages in months, a weight in grams), not a few outliers.
+OUT_OF_BOUNDS_REFUSED = 0.99
+
+
+def refuse_out_of_bounds_columns(frame: pd.DataFrame, schema: Schema, *, source: str) -> None:
+    """Refuse a numeric column whose present values lie (nearly) all outside its bounds.
+
+    A local check on the curator's own rows: the error stays with the data's owner
+    (a Flower node sends only its code and the column, as for every
+    :class:`~fedpriv.data.errors.DataError`; :func:`fedpriv.errors.public_error`).
+    Run by the loaders of a user's training file (:func:`fedpriv.data.load_csv`,
+    :func:`fedpriv.data.node.read_encoded`) after :func:`encode`, which stays a
+    row-wise map (a row's encoding never depends on another row); not on the rows
+    a model scores, where one out-of-bound row is clipped as in training.
+
+    Raises
+    ------
+    DataError
+        ``column 'age': 4,800 of 4,800 values lie outside the bounds [18, 100] ...``.
+    """
+    for spec in schema.columns:
+        if not isinstance(spec, NumericColumn):
+            continue
+        # The cells were checked to be numbers and finite by :func:`encode_features`.
+        x = pd.to_numeric(frame[spec.name], errors="coerce").to_numpy(dtype=np.float64)
+        present = int((~np.isnan(x)).sum())
+        out = int(((x < spec.lo) | (x > spec.hi)).sum())
+        if out and out >= OUT_OF_BOUNDS_REFUSED * present:
+            raise DataError(
+                f"{out:,} of {present:,} values lie outside the bounds "
+                f"[{spec.lo:g}, {spec.hi:g}], so clipping would make the column (almost) "
+                "constant: check the unit of the file's values against the schema's bounds",
+                code="values_out_of_bounds",
+                source=source,
+                column=spec.name,
+            )
 
 
 def encode(

@@ -37,7 +37,13 @@ from fedpriv.data.corpora import LOADERS, load_for_run
 from fedpriv.data.corpora import schema as bundled_schema
 from fedpriv.data.csv import load_csv
 from fedpriv.data.dataset import TabularDataset
-from fedpriv.data.encode import Encoded, LoadReport, encode, log_report
+from fedpriv.data.encode import (
+    Encoded,
+    LoadReport,
+    encode,
+    log_report,
+    refuse_out_of_bounds_columns,
+)
 from fedpriv.data.errors import DataError
 from fedpriv.data.schema import Schema
 from fedpriv.data.split import Split
@@ -128,6 +134,12 @@ def read_encoded(path: str | Path, schema: Schema) -> Encoded:
     path = Path(path)
     source = str(path)
     if path.suffix == ".parquet":
+        if path.is_dir():
+            raise DataError(
+                "is a directory, not a file: give the path of the Parquet file inside it",
+                code="is_a_directory",
+                source=source,
+            )
         if not path.is_file():
             raise DataError("file not found", code="file_not_found", source=source)
         try:
@@ -143,6 +155,7 @@ def read_encoded(path: str | Path, schema: Schema) -> Encoded:
         frame, lines = read_table(path, schema)
     report = LoadReport(source=source)
     enc = encode(frame, schema, source=source, lines=lines, report=report)
+    refuse_out_of_bounds_columns(frame, schema, source=source)
     log_report(report)  # the node's own log
     check_labels(enc.y, schema.target.classes, column=schema.target.column)
     return enc

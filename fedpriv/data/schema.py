@@ -264,6 +264,29 @@ class Schema:
             )
         object.__setattr__(self, "drop", tuple(self.drop))
         object.__setattr__(self, "missing_tokens", tuple(self.missing_tokens))
+        self._refuse_declared_missing()
+
+    def _refuse_declared_missing(self) -> None:
+        """A declared level, binary value or label that is also a missing token can never
+        be read (the reader turns it into a missing cell first): refuse the schema."""
+        tokens = {str(t).strip() for t in self.missing_tokens}
+        declared: list[tuple[str, str, tuple[str, ...]]] = [
+            (f"target {self.target.column!r}", "labels", self.target.labels)
+        ]
+        for c in self.columns:
+            if isinstance(c, CategoricalColumn):
+                declared.append((f"column {c.name!r}", "categories", c.categories))
+            elif isinstance(c, BinaryColumn):
+                declared.append((f"column {c.name!r}", "positive", c.positive))
+                declared.append((f"column {c.name!r}", "negative", c.negative))
+        for where, key, values in declared:
+            clash = [v for v in values if v in tokens]
+            if clash:
+                raise SchemaError(
+                    f"schema {self.name!r}, {where}: {key} value {clash[0]!r} is also a missing "
+                    f"token (missing_tokens = {list(self.missing_tokens)}), so it would be read "
+                    "as a missing cell; rename the level, or remove it from missing_tokens"
+                )
 
     @property
     def feature_names(self) -> tuple[str, ...]:
@@ -292,11 +315,19 @@ class Schema:
     def from_toml(cls, path: str | Path) -> Schema:
         """Read a schema file (format: ``experiments/schemas/example.toml``)."""
         path = Path(path)
+        if path.is_dir():
+            raise SchemaError(f"{path}: is a directory, not a schema file (a .toml file)")
+        if not path.is_file():
+            raise SchemaError(
+                f"{path}: schema file not found (fedpriv schema draft writes one from a CSV)"
+            )
         try:
             with open(path, "rb") as fh:
                 data = tomllib.load(fh)
-        except tomllib.TOMLDecodeError as exc:
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise SchemaError(f"{path}: not valid TOML: {exc}") from exc
+        except OSError as exc:
+            raise SchemaError(f"{path}: cannot be read: {exc}") from exc
         try:
             return cls.from_dict(data)
         except SchemaError as exc:
@@ -327,16 +358,27 @@ class Schema:
             raise SchemaError(
                 f"schema {name!r}: [target] needs the keys {sorted(_TARGET_KEYS)}: {exc}"
             ) from exc
-        columns = tuple(_column_from_dict(name, c) for c in data.get("columns", []))
+        owner = f"schema {name!r}"
+        for key in ("name", "description", "client_column", "sep", "encoding"):
+            if key in data and not isinstance(data[key], str):
+                raise SchemaError(f"{owner}: {key} must be a string; got {data[key]!r}")
+        columns_table = data.get("columns", [])
+        if not isinstance(columns_table, list):
+            raise SchemaError(
+                f"{owner}: columns must be an array of tables ([[columns]]); got {columns_table!r}"
+            )
+        columns = tuple(_column_from_dict(name, c) for c in columns_table)
         extra = data.get("extra", {})
         if not isinstance(extra, dict):
-            raise SchemaError(f"schema {name!r}: extra must be a table; got {extra!r}")
+            raise SchemaError(f"{owner}: extra must be a table; got {extra!r}")
         return cls(
             name=name,
             columns=columns,
             target=target,
-            drop=tuple(data.get("drop", ())),
-            missing_tokens=tuple(data.get("missing_tokens", ("?", ""))),
+            drop=_string_list(owner, "drop", data.get("drop", [])),
+            missing_tokens=_string_list(
+                owner, "missing_tokens", data.get("missing_tokens", ["?", ""])
+            ),
             client_column=data.get("client_column"),
             description=data.get("description", ""),
             sep=data.get("sep", ","),
@@ -367,6 +409,8 @@ _COLUMN_KEYS = {
     "categorical": frozenset({"name", "type", "categories", "missing"}),
     "binary": frozenset({"name", "type", "positive", "negative", "missing"}),
 }
+#: Every key some column type takes (a key outside all of them is a typo).
+_ANY_COLUMN_KEY = frozenset().union(*_COLUMN_KEYS.values())
 
 
 def _check_keys(owner: str, where: str, table: object, allowed: frozenset[str]) -> None:
@@ -393,31 +437,91 @@ def _column_from_dict(schema_name: str, c: dict[str, Any]) -> Column:
     c = dict(c)
     kind = c.get("type")
     name = c.get("name", "<unnamed>")
-    if kind in _COLUMN_KEYS:
-        _check_keys(f"schema {schema_name!r}", f"in column {name!r}", c, _COLUMN_KEYS[kind])
-    c.pop("type", None)
+    owner, where = f"schema {schema_name!r}", f"in column {name!r}"
+    # A misspelt key (``tpye``) is named as such, before the type it hides is missed.
+    _check_keys(owner, where, c, _ANY_COLUMN_KEY)
+    if kind not in _COLUMN_KEYS:
+        raise SchemaError(
+            f"{owner}, column {name!r}: type must be numeric|categorical|binary; "
+            + ("the key type is missing" if kind is None else f"got {kind!r}")
+        )
+    _check_keys(owner, where, c, _COLUMN_KEYS[kind])
+    if not isinstance(name, str):
+        raise SchemaError(f"{owner}: a column's name must be a string; got {name!r}")
+    c.pop("type")
     try:
         if "missing" in c:
-            c["missing"] = Missing(c["missing"])
+            c["missing"] = _enum(Missing, "missing", c["missing"])
         if kind == "numeric":
+            if "bounds" in c and ("lo" in c or "hi" in c):
+                raise SchemaError(f"column {name!r}: give bounds = [lo, hi] or lo and hi, not both")
             if "bounds" in c:
-                c["lo"], c["hi"] = c.pop("bounds")
+                c["lo"], c["hi"] = _bounds(name, c.pop("bounds"))
+            for key in ("lo", "hi"):
+                if key in c:
+                    c[key] = _number(name, key, c[key])
             if "transform" in c:
-                c["transform"] = Transform(c["transform"])
+                c["transform"] = _enum(Transform, "transform", c["transform"])
             return NumericColumn(**c)
         if kind == "categorical":
-            c["categories"] = tuple(c["categories"])
+            if "categories" not in c:
+                raise SchemaError(
+                    f"column {name!r}: categories (the full public domain) is missing"
+                )
+            c["categories"] = _string_list(f"column {name!r}", "categories", c["categories"])
             return CategoricalColumn(**c)
-        if kind == "binary":
-            return BinaryColumn(**c)
+        return BinaryColumn(**c)
     except SchemaError as exc:  # already names the column
-        raise SchemaError(f"schema {schema_name!r}, {exc}") from exc
+        raise SchemaError(f"{owner}, {exc}") from exc
     except (TypeError, ValueError) as exc:
-        raise SchemaError(f"schema {schema_name!r}, column {name!r}: {exc}") from exc
-    raise SchemaError(
-        f"schema {schema_name!r}, column {name!r}: type must be numeric|categorical|binary; "
-        f"got {kind!r}"
-    )
+        raise SchemaError(f"{owner}, column {name!r}: {exc}") from exc
+
+
+def _enum(kind: type[Enum], key: str, value: object) -> Enum:
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = [m.value for m in kind]  # type: ignore[attr-defined]
+        raise SchemaError(f"{key} must be one of {allowed}; got {value!r}") from None
+
+
+def _number(column: str, key: str, value: object) -> float:
+    """A bound as written in TOML: an integer or a float, never a string or a boolean."""
+    # bool is an int in Python: ``true`` would silently become the bound 1.
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SchemaError(
+            f"column {column!r}: {key} must be a number (an integer or a float, unquoted); "
+            f"got {value!r} ({type(value).__name__})"
+        )
+    return float(value)
+
+
+def _bounds(column: str, value: object) -> tuple[float, float]:
+    """``bounds = [lo, hi]``: a two-element array of numbers."""
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise SchemaError(
+            f"column {column!r}: bounds must be an array of two numbers [lo, hi] in raw units; "
+            f"got {value!r}"
+        )
+    return _number(column, "bounds[0] (lo)", value[0]), _number(column, "bounds[1] (hi)", value[1])
+
+
+def _string_list(owner: str, key: str, value: object) -> tuple[str, ...]:
+    """An array of strings (numbers allowed, as their text): a lone string is refused, not
+    split into its characters (``missing_tokens = "NA"`` meant ``["NA"]``)."""
+    if isinstance(value, str):
+        raise SchemaError(
+            f"{owner}: {key} must be an array of strings; got the string {value!r} (write "
+            f"{key} = [{json.dumps(value)}])"
+        )
+    if not isinstance(value, (list, tuple)):
+        raise SchemaError(f"{owner}: {key} must be an array of strings; got {value!r}")
+    bad = [v for v in value if isinstance(v, bool) or not isinstance(v, (str, int, float))]
+    if bad:
+        raise SchemaError(
+            f"{owner}: {key} must be an array of strings (or numbers); got the entry {bad[0]!r}"
+        )
+    return tuple(str(v) if not isinstance(v, str) else v for v in value)
 
 
 def _to_jsonable(obj: Any) -> Any:
