@@ -6,22 +6,25 @@ A run config is flat (``[tool.flwr.app.config]`` in ``pyproject.toml``, and
 configuration dataclass in the registry (:mod:`fedpriv.methods`). Keys are
 kebab-case there, snake_case here. The value ``""`` means "the default": the
 defaults live once, in these dataclasses, and ``pyproject.toml`` lists every
-key with ``""`` so that Flower accepts it as an override.
+key with ``""`` so that Flower accepts it as an override. A user's own empty
+``--set key=`` is not that default but an error (:func:`parse_overrides`).
 
 Parsing is strict, before any process starts: an integer key refuses 2.7 and
 ``true``, a boolean refuses ``"false"``, a float refuses NaN (and ∞, except
 ε = ∞, the non-private reference), a choice refuses anything outside its
 Enum, a key of another method is refused, and the number of clients is
-checked against the dataset's public client counts. Each error is one line
-naming the key, the value and the allowed range.
+checked against the dataset's public client counts. Sizes are held to what fits in
+memory and (ε, δ) to what the calibration certifies (:mod:`fedpriv.federation.limits`).
+Each error is one line naming the key, the value and the allowed range.
 """
 
 from __future__ import annotations
 
 import math
+import tomllib
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from enum import Enum
 from numbers import Integral, Real
@@ -30,6 +33,13 @@ from typing import Any
 import numpy as np
 
 from fedpriv.federation.engine import MIN_PARTIES
+from fedpriv.federation.limits import (
+    SettingError,
+    check_model_size,
+    check_sizes,
+    check_supported_budget,
+    kebab,
+)
 from fedpriv.federation.status import DEFAULT_MAX_ABORTED_SHARE
 from fedpriv.methods import Method, get_method, methods
 from fedpriv.options import NoiseMode
@@ -43,14 +53,6 @@ UNSET = ""
 #: Fewest clients of a run: secure aggregation needs two parties (a "sum" of one
 #: client's vector is that vector), the engine's ``MIN_PARTIES``.
 MIN_CLIENTS = MIN_PARTIES
-
-
-class SettingError(ValueError):
-    """A run-config or estimator value outside its allowed range (one line)."""
-
-
-def kebab(name: str) -> str:
-    return name.replace("_", "-")
 
 
 def typed_value(key: str, annotation: Any, value: Any) -> Any:
@@ -109,10 +111,13 @@ def config_from_values(method: Method, values: Mapping[str, Any], *, spell=kebab
     name each key as ``spell`` writes it: kebab-case for a run config)."""
     hints = _hints(method.config_class)
     kwargs = {k: typed_value(spell(k), hints[k], v) for k, v in values.items() if v != UNSET}
+    check_sizes(method.name, kwargs, spell=spell)
     try:
-        return method.make_config(**kwargs)
+        config = method.make_config(**kwargs)
     except (TypeError, ValueError) as exc:
         raise SettingError(str(exc)) from None
+    check_model_size(method.name, config, spell=spell)
+    return config
 
 
 def method_defaults(method: Method) -> dict[str, Any]:
@@ -150,6 +155,14 @@ def check_run_values(values: Mapping[str, Any]) -> None:
     for key in ("ping_rounds", "seed", "split_seed"):
         if key in values:
             check_count(key, values[key], minimum=0)
+    dropouts = values.get("tolerated_dropouts")
+    if dropouts is not None and dropouts < 0:
+        # Checked whatever the noise mode: a value that only distributed noise reads
+        # is still refused where it is wrong, not when the mode changes.
+        raise SettingError(
+            "tolerated-dropouts must be an integer in [0, num-clients − 2] (read by "
+            f"distributed noise; unused under central noise); got {dropouts!r}"
+        )
     if values.get("max_records") is not None and values["max_records"] < 1:
         bound = values["max_records"]
         raise SettingError(f"max-records must be an integer in [1, inf); got {bound!r}")
@@ -254,6 +267,7 @@ class RunSettings:
         check_run_values(
             {f.name: getattr(self, f.name) for f in fields(self) if f.name != "config"}
         )
+        check_supported_budget(self.epsilon, self.delta)
         if self.eval_epsilon and not (self.private and 0.0 < self.eval_epsilon < self.epsilon):
             raise SettingError(
                 f"eval-epsilon must lie in [0, epsilon) = [0, {self.epsilon:g}) and needs a "
@@ -375,3 +389,38 @@ class RunSettings:
             v = getattr(self.config, f.name)
             out[kebab(f.name)] = v.value if isinstance(v, Enum) else v
         return out
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """One ``--set key=value``: the value as TOML (``2``, ``1e-5``, ``true``, ``"x"``), else
+    the bare text; an empty value is refused.
+
+    ``""`` means "the default" in ``pyproject.toml``'s run config, where every key
+    is listed; a user's ``--set epsilon=`` is an unset shell variable (or a typo),
+    not a request for the default (leave the key out for that).
+
+    Raises
+    ------
+    SettingError
+        ``--set expects key=value``; ``--set epsilon= has an empty value ...``.
+    """
+    key, sep, raw = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise SettingError(f"--set expects key=value; got {item!r}")
+    try:
+        value: Any = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw  # a bare string
+    if isinstance(value, str) and not value.strip():
+        raise SettingError(
+            f"--set {key}= has an empty value (an unset shell variable?); give a value, or "
+            f"leave {key} out for its default"
+        )
+    return key, value
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """``--set`` items as a run-config mapping (:func:`parse_override` each; a key given
+    twice keeps its last value)."""
+    return dict(parse_override(item) for item in items)

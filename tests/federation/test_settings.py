@@ -174,9 +174,10 @@ def test_launchers_exit_2_with_one_line_before_any_process_starts(launcher, args
 @pytest.mark.parametrize(
     ("overrides", "key"),
     [
-        ({"epsilon": 1e6}, "epsilon must lie in (0, ~9"),  # the PLD's size bounds z below
+        # The PLD's size bounds z below: refused by the declared range before calibrating.
+        ({"epsilon": 1e6}, "epsilon must lie in (0, 20] or be inf"),
         ({"sampling-rate": 1e-9}, "sampling-rate must exceed"),  # (0, δ)-DP without noise
-        ({"method": "logistic", "delta": 1e-300}, "delta must lie in (1e-15, 1)"),
+        ({"method": "logistic", "delta": 1e-300}, "delta must lie in (1e-15, 0.01]"),
     ],
 )
 def test_a_plan_no_noise_can_certify_is_refused_before_anything_starts(overrides, key):
