@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from fedpriv.data.errors import DataError
-from fedpriv.data.table import COMMON_SEPS, check_text_file, decode_error
+from fedpriv.data.table import COMMON_SEPS, check_text_file, decode_error, one_line
 
 #: The text standing for a value a person must fill in from public knowledge.
 PLACEHOLDER = "FILL ME"
@@ -69,7 +69,7 @@ def classify_columns(
         raise DataError("file is empty", code="empty_file", source=str(path)) from exc
     except pd.errors.ParserError as exc:
         raise DataError(
-            f"cannot be split into {sep!r}-separated fields ({exc}); a value containing "
+            f"cannot be split into {sep!r}-separated fields ({one_line(exc)}); a value containing "
             f'{sep!r} must be quoted ("..."), or pass the file\'s separator with --sep',
             code="unparseable_file",
             source=str(path),

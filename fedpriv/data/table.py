@@ -185,8 +185,8 @@ def _read(path: Path, opts: dict[str, Any], **kw: Any) -> pd.DataFrame:
         m = _FIELDS.search(str(exc))
         if m is None:
             raise DataError(
-                f"cannot be split into {opts['sep']!r}-separated fields ({exc}); check the "
-                "schema's sep and the quoting",
+                f"cannot be split into {opts['sep']!r}-separated fields ({one_line(exc)}); "
+                "check the schema's sep and the quoting",
                 code="unparseable_file",
                 source=source,
             ) from exc
@@ -198,6 +198,11 @@ def _read(path: Path, opts: dict[str, Any], **kw: Any) -> pd.DataFrame:
             source=source,
             line=line,
         ) from exc
+
+
+def one_line(exc: BaseException) -> str:
+    """``exc``'s text on one line (pandas' parser messages end in a line break)."""
+    return " ".join(str(exc).split())
 
 
 def decode_error(path: Path, encoding: str, compression: str | None = None) -> DataError:
