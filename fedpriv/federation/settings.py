@@ -55,13 +55,15 @@ UNSET = ""
 MIN_CLIENTS = MIN_PARTIES
 
 
-def typed_value(key: str, annotation: Any, value: Any) -> Any:
+def typed_value(key: str, annotation: Any, value: Any, *, allowed: str = "") -> Any:
     """``value`` checked against ``annotation`` without any lossy cast.
 
     ``int`` takes integers only (not 2.7, not ``True``); ``float`` takes finite
     reals (an integer is widened); ``bool`` takes booleans only; an Enum takes
-    one of its values; ``str`` takes strings.
+    one of its values; ``str`` takes strings. ``allowed``: the key's range as
+    ``--help`` states it (e.g. ``[1, 10000]``), named in a number's error.
     """
+    in_ = f" in {allowed}" if allowed[:1] in ("[", "(") else ""
     if isinstance(annotation, type) and issubclass(annotation, Enum):
         parse = getattr(annotation, "parse", None)
         try:
@@ -76,16 +78,16 @@ def typed_value(key: str, annotation: Any, value: Any) -> Any:
         return bool(value)
     if annotation is int:
         if boolean or not isinstance(value, Integral):
-            raise SettingError(f"{key} must be an integer; got {value!r}")
+            raise SettingError(f"{key} must be an integer{in_}; got {value!r}")
         return int(value)
     if annotation is float:
         if boolean or not isinstance(value, Real):
-            raise SettingError(f"{key} must be a number; got {value!r}")
+            raise SettingError(f"{key} must be a number{in_}; got {value!r}")
         x = float(value)
         if key == "epsilon" and not x > 0:
             raise SettingError(f"epsilon must lie in (0, inf] (inf = non-private); got {value!r}")
         if math.isnan(x) or (math.isinf(x) and key != "epsilon"):
-            raise SettingError(f"{key} must be a finite number; got {value!r}")
+            raise SettingError(f"{key} must be a finite number{in_}; got {value!r}")
         return x
     if annotation is str:
         if not isinstance(value, str):
@@ -109,8 +111,14 @@ def _hints(cls: type) -> dict[str, Any]:
 def config_from_values(method: Method, values: Mapping[str, Any], *, spell=kebab) -> Any:
     """``method``'s configuration from snake_case ``values`` (strictly typed; errors
     name each key as ``spell`` writes it: kebab-case for a run config)."""
+    from fedpriv.federation.ranges import method_range
+
     hints = _hints(method.config_class)
-    kwargs = {k: typed_value(spell(k), hints[k], v) for k, v in values.items() if v != UNSET}
+    kwargs = {
+        k: typed_value(spell(k), hints[k], v, allowed=method_range(method.name, kebab(k)))
+        for k, v in values.items()
+        if v != UNSET
+    }
     check_sizes(method.name, kwargs, spell=spell)
     try:
         config = method.make_config(**kwargs)
@@ -353,6 +361,8 @@ class RunSettings:
                 raise SettingError(
                     f"unknown run-config key {kebab(key)!r}; known: {sorted(map(kebab, known))}"
                 )
+        from fedpriv.federation.ranges import run_range
+
         method = values.get("method", UNSET)
         if method == UNSET:
             method = cls.method
@@ -367,7 +377,10 @@ class RunSettings:
             value = values.get(key, UNSET)
             if value == UNSET and key != "method":
                 continue
-            run[key] = m.name if key == "method" else typed_value(kebab(key), hints[key], value)
+            if key == "method":
+                run[key] = m.name
+                continue
+            run[key] = typed_value(kebab(key), hints[key], value, allowed=run_range(kebab(key)))
         other = sorted(
             k for k, v in values.items() if v != UNSET and k not in run and k not in mine
         )
