@@ -212,12 +212,38 @@ def _rows(
             ds = bundled_run_data(source.dataset, source.num_clients, source.split_seed)
         X_all, y_all = ds.xy(part)
         y_all = check_labels(y_all, sch.target.classes, column=sch.target.column)
-        rows = ds.client_partition(source.num_clients, part=part)[pid]  # no row held twice
+        parts = ds.client_partition(source.num_clients, part=part)  # no row held twice
+        if not 0 <= pid < len(parts):
+            raise DataError(
+                f"node partition-id {pid} is outside the {len(parts)} clients the file is split "
+                f"into (its client column's values, or num-clients = {source.num_clients}): "
+                f"run {len(parts)} nodes (num-clients = {len(parts)})",
+                code="no_such_client",
+                source=where_from(source),
+            )
+        rows = parts[pid]
         X, y = X_all[rows], y_all[rows]
         where = source.csv or source.dataset
         where = where if part == "train" else f"{where} ({part} split)"
     check_bound(int(y.shape[0]), record_bound(source, required=False), source=where)
     return X, y
+
+
+def where_from(source: DataSource) -> str:
+    """The run's rows as a message names them: its ``csv``, else its bundled corpus."""
+    return source.csv or source.dataset
+
+
+def csv_client_names(csv: str | Path, schema: Schema, *, split_seed: int = 0) -> tuple[str, ...]:
+    """The hospitals of a simulation on one CSV (its client column's values), ``()`` when
+    the schema names no client column (then the run's ``num-clients`` split it IID).
+
+    A launcher starts one node per name: the file's own count of clients, as an
+    in-process fit uses it (the whole file is the curator's in a simulation).
+    """
+    if schema.client_column is None:
+        return ()
+    return load_csv(csv, schema, split_seed=split_seed).client_names
 
 
 def node_rows(

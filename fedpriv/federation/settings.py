@@ -301,6 +301,10 @@ class RunSettings:
             elif not self.method_record.distributed_noise:
                 ok = sorted(m.name for m in methods() if m.distributed_noise)
                 why = f"one of the methods {ok}"
+            elif (leaf := getattr(self.config, "leaf_mechanism", "gaussian")) != "gaussian":
+                # Clients' integer shares sum to Gaussian noise: counts, not a label drawn
+                # by the exponential mechanism (nor Laplace counts).
+                why = f"leaf-mechanism = 'gaussian' (noisy counts), not {str(leaf)!r}"
             if why:
                 raise SettingError(f"noise = 'distributed' needs {why}; got method "
                                    f"{self.method!r}, epsilon {self.epsilon:g}")  # fmt: skip

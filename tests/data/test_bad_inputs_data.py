@@ -227,6 +227,39 @@ def test_a_node_may_hold_one_class_but_the_in_process_twin_may_not(tmp_path):
     assert err.value.code == "one_class"
 
 
+def test_a_node_outside_the_files_clients_is_a_data_error_not_an_index_error(tmp_path):
+    # A simulation on one CSV of 2 hospitals started with 5 nodes: the extra nodes say
+    # how many the file holds (and a launcher can ask it first: csv_client_names).
+    from fedpriv.data.node import DataSource, csv_client_names, node_rows
+
+    text = SCHEMA.replace('name = "ward"', 'name = "ward"\nclient_column = "site"', 1)
+    schema = _schema(tmp_path, text)
+    csv = tmp_path / "two.csv"
+    csv.write_text(
+        "site,"
+        + HEADER
+        + "".join(f"{'ns'[i % 2]},{r}" for i, r in enumerate(_rows(400).splitlines(True)))
+    )
+    source = DataSource(dataset="ward", schema=str(schema), csv=str(csv), num_clients=5)
+    assert csv_client_names(csv, Schema.from_toml(schema)) == ("n", "s")
+    _, y = node_rows({}, source, 1)
+    assert y.size > 0
+    with pytest.raises(DataError, match=r"node partition-id 4 is outside the 2 clients .*run 2 "
+                       r"nodes \(num-clients = 2\)") as err:  # fmt: skip
+        node_rows({}, source, 4)
+    assert err.value.code == "no_such_client"
+
+
+def test_an_unknown_corpus_is_a_data_error_with_the_names():
+    from fedpriv.data import client_counts, load_dataset
+
+    for call in (client_counts, load_dataset):
+        with pytest.raises(DataError, match=r"dataset must be one of \['adult', .*got 'adlt' "
+                           r"\(did you mean 'adult'\?\)") as err:  # fmt: skip
+            call("adlt")
+        assert err.value.code == "unknown_dataset"
+
+
 def _schema(tmp: Path, text: str = SCHEMA) -> Path:
     path = tmp / "ward.toml"
     path.write_text(text)

@@ -106,6 +106,19 @@ REFUSED = {
         {"tolerated-dropouts": -1, "noise": "distributed"},
         r"^tolerated-dropouts must be an integer in \[0, num-clients − 2\]",
     ),
+    "distributed-noise-exponential-leaves": (
+        {"method": "random_forest", "noise": "distributed", "leaf-mechanism": "exponential"},
+        r"^noise = 'distributed' needs leaf-mechanism = 'gaussian' \(noisy counts\), not "
+        r"'exponential'",
+    ),
+    "distributed-noise-laplace-leaves": (
+        {"method": "random_forest", "noise": "distributed", "leaf-mechanism": "laplace"},
+        r"needs leaf-mechanism = 'gaussian' \(noisy counts\), not 'laplace'",
+    ),
+    "dataset-unknown": (
+        {"dataset": "nope"},
+        r"^dataset must be one of \['adult', .*\]; got 'nope'; for your own file use --csv",
+    ),
     "dropouts-too-many-distributed": (
         {"tolerated-dropouts": 4, "noise": "distributed", "dataset": "adult"},
         r"tolerated-dropouts must lie in \[0, 3\] for 5 clients",
@@ -128,6 +141,7 @@ ACCEPTED = {
     "non-private": {"epsilon": float("inf"), "delta": 1e-300},  # δ unused without noise
     "boosting-deep-and-long-within-memory": {"rounds": 2048, "depth": 12},
     "dropouts-zero-central": {"tolerated-dropouts": 0},
+    "distributed-noise-gaussian-leaves": {"method": "random_forest", "noise": "distributed"},
     "dropouts-default-with-two-clients": {"dataset": "adult", "num-clients": 2},
 }
 
@@ -225,6 +239,7 @@ def test_the_pyprojects_empty_defaults_still_mean_the_default():
 
 
 CLI = {
+    "dataset-flag-unknown": (["--dataset", "nope"], r"dataset must be one of \["),
     "rounds-1e9": (["--set", "rounds=1000000000"], r"rounds must be an integer in \[1, 10000\]"),
     "rounds-float": (
         ["--set", "rounds=1e9"],
@@ -232,6 +247,7 @@ CLI = {
     ),
     "epsilon-1e6": (["--set", "epsilon=1e6"], r"epsilon must lie in \(0, 20\] or be inf"),
     "delta-1e-300": (["--set", "delta=1e-300"], r"delta must lie in \(1e-15, 0\.01\]"),
+    "dataset-unknown": (["--set", "dataset=nope"], r"dataset must be one of \["),
     "empty-epsilon": pytest.param(
         ["--set", "epsilon=", "--set", "rounds=1"],
         r"--set epsilon= has an empty value",
@@ -249,7 +265,9 @@ def test_the_cli_exits_2_before_loading_or_writing(sets, message, caplog, tmp_pa
     from server.cli import main
 
     out = tmp_path / "out"
-    code = main(["run", "--dataset", "heart", *sets, "--out", str(out)])
+    named = any(s.startswith("dataset=") or s == "--dataset" for s in sets)
+    dataset = [] if named else ["--dataset", "heart"]
+    code = main(["run", *dataset, *sets, "--out", str(out)])
     assert code == 2, caplog.text
     assert re.search(message, caplog.text), caplog.text
     assert not out.exists()  # nothing fitted, nothing written
