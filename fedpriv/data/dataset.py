@@ -141,8 +141,13 @@ class TabularDataset:
         return float(self.y.mean())
 
 
-def check_training_classes(y: np.ndarray, schema: Schema, *, source: str = "") -> None:
+def check_training_classes(
+    y: np.ndarray, schema: Schema | None = None, *, source: str = "", column: str = "y"
+) -> None:
     """Refuse training labels of one class only: a classifier needs at least two.
+
+    ``schema`` names the target column and its labels in the message (without one,
+    as for an estimator fitted on arrays, the class code and ``column``).
 
     Without this a fit "completes" on one class and its AUC is NaN. Which classes
     the rows hold is a fact about private rows, so this is a local check where the
@@ -159,8 +164,16 @@ def check_training_classes(y: np.ndarray, schema: Schema, *, source: str = "") -
     present = np.unique(np.asarray(y))
     if present.size != 1:
         return
-    target = schema.target
     code = int(present[0])
+    if schema is None:
+        raise DataError(
+            f"the training rows hold one class only (label {code}): a classifier needs at "
+            "least two",
+            code="one_class",
+            source=source,
+            column=column,
+        )
+    target = schema.target
     if target.multiclass:
         what = f"label {target.labels[code]!r}"
         need = "at least two of the declared labels"

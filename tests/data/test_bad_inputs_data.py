@@ -250,6 +250,17 @@ def test_a_node_outside_the_files_clients_is_a_data_error_not_an_index_error(tmp
     assert err.value.code == "no_such_client"
 
 
+def test_one_class_arrays_without_a_schema_name_the_code():
+    import numpy as np
+
+    from fedpriv.data import check_training_classes
+
+    check_training_classes(np.array([0, 1, 1]))
+    with pytest.raises(DataError, match=r"^column 'y': the training rows hold one class only "
+                       r"\(label 1\): a classifier needs at least two$"):  # fmt: skip
+        check_training_classes(np.ones(5, dtype=int))
+
+
 def test_an_unknown_corpus_is_a_data_error_with_the_names():
     from fedpriv.data import client_counts, load_dataset
 
