@@ -7,12 +7,15 @@ the reasoning behind each number and checked by
 :data:`MAX_MODEL_ENTRIES` (a product of them, e.g. rounds × 2^depth), and the
 supported (ε, δ) of a run (:data:`EPSILON_MAX`, :data:`DELTA_MIN`,
 :data:`DELTA_MAX`). :mod:`fedpriv.federation.ranges` states them for ``--help``.
+And a user's ``--set key=`` with an empty value (:func:`parse_overrides`): the
+pyproject's ``""`` means "the default", a user's is an unset shell variable.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import tomllib
+from collections.abc import Mapping, Sequence
 from numbers import Integral
 from typing import Any
 
@@ -152,3 +155,38 @@ def check_supported_budget(epsilon: float, delta: float | None) -> None:
             f"{DELTA_MIN:g} of its mass at infinite loss per composition (no smaller δ can be "
             f"certified), and δ above {DELTA_MAX:g} is no guarantee"
         )
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """One ``--set key=value``: the value as TOML (``2``, ``1e-5``, ``true``, ``"x"``), else
+    the bare text; an empty value is refused.
+
+    ``""`` means "the default" in ``pyproject.toml``'s run config, where every key
+    is listed; a user's ``--set epsilon=`` is an unset shell variable (or a typo),
+    not a request for the default (leave the key out for that).
+
+    Raises
+    ------
+    SettingError
+        ``--set expects key=value``; ``--set epsilon= has an empty value ...``.
+    """
+    key, sep, raw = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise SettingError(f"--set expects key=value; got {item!r}")
+    try:
+        value: Any = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw  # a bare string
+    if isinstance(value, str) and not value.strip():
+        raise SettingError(
+            f"--set {key}= has an empty value (an unset shell variable?); give a value, or "
+            f"leave {key} out for its default"
+        )
+    return key, value
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """``--set`` items as a run-config mapping (:func:`parse_override` each; a key given
+    twice keeps its last value)."""
+    return dict(parse_override(item) for item in items)

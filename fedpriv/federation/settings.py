@@ -21,10 +21,9 @@ Each error is one line naming the key, the value and the allowed range.
 from __future__ import annotations
 
 import math
-import tomllib
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from enum import Enum
 from numbers import Integral, Real
@@ -33,12 +32,14 @@ from typing import Any
 import numpy as np
 
 from fedpriv.federation.engine import MIN_PARTIES
-from fedpriv.federation.limits import (
+from fedpriv.federation.limits import (  # noqa: F401 (parse_override(s): re-exported)
     SettingError,
     check_model_size,
     check_sizes,
     check_supported_budget,
     kebab,
+    parse_override,
+    parse_overrides,
 )
 from fedpriv.federation.status import DEFAULT_MAX_ABORTED_SHARE
 from fedpriv.methods import Method, get_method, methods
@@ -406,38 +407,3 @@ class RunSettings:
             v = getattr(self.config, f.name)
             out[kebab(f.name)] = v.value if isinstance(v, Enum) else v
         return out
-
-
-def parse_override(item: str) -> tuple[str, Any]:
-    """One ``--set key=value``: the value as TOML (``2``, ``1e-5``, ``true``, ``"x"``), else
-    the bare text; an empty value is refused.
-
-    ``""`` means "the default" in ``pyproject.toml``'s run config, where every key
-    is listed; a user's ``--set epsilon=`` is an unset shell variable (or a typo),
-    not a request for the default (leave the key out for that).
-
-    Raises
-    ------
-    SettingError
-        ``--set expects key=value``; ``--set epsilon= has an empty value ...``.
-    """
-    key, sep, raw = item.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise SettingError(f"--set expects key=value; got {item!r}")
-    try:
-        value: Any = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw  # a bare string
-    if isinstance(value, str) and not value.strip():
-        raise SettingError(
-            f"--set {key}= has an empty value (an unset shell variable?); give a value, or "
-            f"leave {key} out for its default"
-        )
-    return key, value
-
-
-def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
-    """``--set`` items as a run-config mapping (:func:`parse_override` each; a key given
-    twice keeps its last value)."""
-    return dict(parse_override(item) for item in items)
