@@ -18,7 +18,7 @@ from fedpriv.data.corpora import (
     schema,
 )
 from fedpriv.data.csv import load_csv
-from fedpriv.data.dataset import TabularDataset
+from fedpriv.data.dataset import TabularDataset, check_training_classes
 from fedpriv.data.encode import (
     Encoded,
     LoadReport,
@@ -61,6 +61,7 @@ __all__ = [
     "box_standardisation",
     "check_labels",
     "check_partition",
+    "check_training_classes",
     "client_counts",
     "data_dir",
     "dirichlet",

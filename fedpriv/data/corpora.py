@@ -9,6 +9,7 @@ arrays are cached by input checksum + schema digest + options.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import hashlib
 import os
@@ -305,6 +306,17 @@ LOADERS = {
 }
 
 
+def unknown_dataset(name: object) -> DataError:
+    """The error for a corpus name that is not bundled (a :class:`DataError`: exit 2)."""
+    close = difflib.get_close_matches(str(name), sorted(LOADERS), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return DataError(
+        f"dataset must be one of {sorted(LOADERS)}; got {name!r}{hint}; for your own file "
+        "use --csv FILE --schema FILE",
+        code="unknown_dataset",
+    )
+
+
 def client_counts(name: str) -> tuple[int, int | None]:
     """How many clients can hold corpus ``name``: (fewest, most), ``None`` = no limit.
 
@@ -313,7 +325,7 @@ def client_counts(name: str) -> tuple[int, int | None]:
     (K ≤ the schema's list + 1); the others are split IID among any K.
     """
     if name not in LOADERS:
-        raise ValueError(f"dataset must be one of {sorted(LOADERS)}; got {name!r}")
+        raise unknown_dataset(name)
     if name == "heart":
         return len(HEART_CENTRES), len(HEART_CENTRES)
     if name == "diabetes130":
@@ -345,7 +357,7 @@ def load_dataset(name: str, **options) -> TabularDataset:
     try:
         loader = LOADERS[name]
     except KeyError:
-        raise ValueError(f"dataset must be one of {sorted(LOADERS)}; got {name!r}") from None
+        raise unknown_dataset(name) from None
     return loader(**options)
 
 

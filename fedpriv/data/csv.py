@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 
 from fedpriv.data.dataset import TabularDataset, cached
-from fedpriv.data.encode import LoadReport, encode
+from fedpriv.data.encode import LoadReport, encode, refuse_out_of_bounds_columns
 from fedpriv.data.errors import DataError
 from fedpriv.data.schema import Schema
 from fedpriv.data.split import make_split
-from fedpriv.data.table import read_table
+from fedpriv.data.table import check_text_file, read_table
 
 
 def load_csv(
@@ -64,6 +64,7 @@ def load_csv(
                 column=client_col,
             )
         enc = encode(frame, sch, source=str(path), lines=lines, report=report)
+        refuse_out_of_bounds_columns(frame, sch, source=str(path))
         clients, names = None, ()
         strata = enc.y
         if client_col is not None:
@@ -110,6 +111,5 @@ def load_csv(
         "val_fraction": val_fraction,
         "split_seed": split_seed,
     }
-    if not path.is_file():
-        raise DataError("file not found", code="file_not_found", source=str(path))
+    check_text_file(path, encoding=sch.encoding)  # a folder, a missing file, an archive
     return cached("csv", [path], sch, opts, build, use_cache=use_cache)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from fedpriv.data.encode import Encoded, LoadReport, log_report
+from fedpriv.data.errors import DataError
 from fedpriv.data.partition import Partition, dirichlet, iid, natural
 from fedpriv.data.schema import Schema
 from fedpriv.data.split import Split
@@ -86,6 +87,9 @@ class TabularDataset:
         # Every way in (a corpus loader, a CSV, the on-disk cache) ends here: the
         # labels must lie in the schema's public label set, whatever the file held.
         check_labels(self.y, self.schema.target.classes, column=self.schema.target.column)
+        check_training_classes(
+            self.y[self.split.train], self.schema, source=self.report.source or self.name
+        )
         # A dataset is shared by every learner and run: freeze its arrays.
         for arr in (self.X, self.X_ordinal, self.y, self.clients, *vars(self.split).values()):
             if isinstance(arr, np.ndarray):
@@ -137,11 +141,62 @@ class TabularDataset:
         return float(self.y.mean())
 
 
+def check_training_classes(
+    y: np.ndarray, schema: Schema | None = None, *, source: str = "", column: str = "y"
+) -> None:
+    """Refuse training labels of one class only: a classifier needs at least two.
+
+    ``schema`` names the target column and its labels in the message (without one,
+    as for an estimator fitted on arrays, the class code and ``column``).
+
+    Without this a fit "completes" on one class and its AUC is NaN. Which classes
+    the rows hold is a fact about private rows, so this is a local check where the
+    curator holds the training rows (a loaded dataset, an in-process fit): its error
+    stays with the data's owner and is never released to the server (a Flower node
+    sends only an error's code and column, :func:`fedpriv.errors.public_error`; a
+    node holding one class is normal in a federation and is not checked here).
+
+    Raises
+    ------
+    DataError
+        ``code="one_class"``: ``the training rows hold one class only (label 0) ...``.
+    """
+    present = np.unique(np.asarray(y))
+    if present.size != 1:
+        return
+    code = int(present[0])
+    if schema is None:
+        raise DataError(
+            f"the training rows hold one class only (label {code}): a classifier needs at "
+            "least two",
+            code="one_class",
+            source=source,
+            column=column,
+        )
+    target = schema.target
+    if target.multiclass:
+        what = f"label {target.labels[code]!r}"
+        need = "at least two of the declared labels"
+    else:
+        side = (
+            f"one of {list(target.positive)}" if code == 1 else f"none of {list(target.positive)}"
+        )
+        what = f"label {code}: {side}"
+        need = "both"
+    raise DataError(
+        f"the training rows hold one class only ({what}): a classifier needs {need}; check "
+        "the target column and the schema's positive labels",
+        code="one_class",
+        source=source,
+        column=target.column,
+    )
+
+
 # --------------------------------------------------------------------------
 # cache: encoded arrays keyed by input checksums + schema digest + options
 # --------------------------------------------------------------------------
 _CHECKSUMS: dict[tuple[str, int, int], str] = {}
-_CACHE_VERSION = "data-2"  # 2: unseen categories refused under missing = "error"
+_CACHE_VERSION = "data-3"  # 3: clip bounds in the report; inf and unit mismatch refused
 
 
 def file_checksum(path: Path) -> str:

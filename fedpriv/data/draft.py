@@ -15,11 +15,16 @@ loader), which refuses a schema until every placeholder has been filled.
 
 from __future__ import annotations
 
+import difflib
+import gzip
 import json
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from fedpriv.data.errors import DataError
+from fedpriv.data.table import COMMON_SEPS, check_text_file, decode_error, one_line
 
 #: The text standing for a value a person must fill in from public knowledge.
 PLACEHOLDER = "FILL ME"
@@ -46,7 +51,31 @@ def classify_columns(
     other numeric dtype numeric, the rest categorical. Missing tokens ``?``
     and ``""`` read as missing, so they do not make a numeric column text.
     """
-    frame = pd.read_csv(path, sep=sep, encoding=encoding, nrows=nrows, na_values=["?"])
+    path = Path(path)
+    compression = check_text_file(path, encoding=encoding)
+    _check_sep(path, sep=sep, encoding=encoding, compression=compression)
+    try:
+        frame = pd.read_csv(
+            path,
+            sep=sep,
+            encoding=encoding,
+            nrows=nrows,
+            na_values=["?"],
+            compression=compression,
+        )
+    except UnicodeDecodeError as exc:
+        raise decode_error(path, encoding, compression) from exc
+    except pd.errors.EmptyDataError as exc:
+        raise DataError("file is empty", code="empty_file", source=str(path)) from exc
+    except pd.errors.ParserError as exc:
+        raise DataError(
+            f"cannot be split into {sep!r}-separated fields ({one_line(exc)}); a value containing "
+            f'{sep!r} must be quoted ("..."), or pass the file\'s separator with --sep',
+            code="unparseable_file",
+            source=str(path),
+        ) from exc
+    except (OSError, EOFError) as exc:  # e.g. a truncated gzip stream
+        raise DataError(f"cannot be read: {exc}", code="unreadable_file", source=str(path)) from exc
     kinds = {}
     for name in frame.columns:
         dtype = frame[name].dtype
@@ -59,6 +88,47 @@ def classify_columns(
     return kinds
 
 
+def _header_line(path: Path, *, encoding: str, compression: str | None) -> str:
+    """The file's first line, decoded (a column name is public; no row is read)."""
+    opener = gzip.open if compression == "gzip" else open
+    try:
+        with opener(path, "rb") as fh:
+            raw = fh.readline(1 << 20)
+        return raw.decode(encoding, errors="replace").lstrip("\ufeff")
+    except (OSError, EOFError, LookupError):
+        return ""  # the reader names the problem
+
+
+def _check_sep(path: Path, *, sep: str, encoding: str, compression: str | None) -> None:
+    """Refuse a header not split by ``sep`` that another common delimiter splits.
+
+    Raises
+    ------
+    DataError
+        ``code="wrong_separator"``: ``this file looks ';'-separated: pass --sep ';'``.
+    """
+    if compression == "infer":  # bz2, xz, zstd: pandas' own reader names any problem
+        return
+    header = _header_line(path, encoding=encoding, compression=compression)
+    if not header or sep in header:
+        return
+    counts = {d: header.count(d) for d in COMMON_SEPS if d != sep}
+    best = max(counts, key=lambda d: counts[d])
+    if counts[best]:
+        raise DataError(
+            f"the header has no {sep!r} but {counts[best]} {best!r}: this file looks "
+            f"{best!r}-separated: pass --sep {_shell(best)} (or sep = {json.dumps(best)} in "
+            "the schema)",
+            code="wrong_separator",
+            source=str(path),
+            line=1,
+        )
+
+
+def _shell(sep: str) -> str:
+    return "$'\\t'" if sep == "\t" else f"'{sep}'"
+
+
 def draft_schema(
     path: str | Path,
     *,
@@ -69,15 +139,35 @@ def draft_schema(
 ) -> str:
     """The TOML text of a schema skeleton for the CSV at ``path``.
 
-    ``target`` and ``client_column`` name columns of the file (refused with a
-    ``ValueError`` naming the header otherwise); they are left out of the
-    feature columns. Without ``target`` the target column is a placeholder too.
+    ``target`` and ``client_column`` name columns of the file; they are left
+    out of the feature columns. Without ``target`` the target column is a
+    placeholder too. ``sep`` is the field delimiter (the CLI's ``--sep``),
+    ``encoding`` the file's text encoding.
+
+    Raises
+    ------
+    DataError
+        Naming the file: ``is_a_directory``, ``file_not_found``,
+        ``not_a_text_file`` (an archive, workbook or other binary),
+        ``wrong_separator`` (the header looks split by another delimiter: pass
+        ``--sep``), ``bad_encoding``, ``unparseable_file``, and
+        ``unknown_column`` for a ``target`` or ``client_column`` not in the
+        header (listing the header's columns).
     """
     path = Path(path)
     kinds = classify_columns(path, sep=sep, encoding=encoding)
     for key, col in (("target", target), ("client_column", client_column)):
         if col is not None and col not in kinds:
-            raise ValueError(f"{key}: column {col!r} is not in {path}'s header {list(kinds)}")
+            same_case = [k for k in kinds if k.lower() == col.lower()]
+            close = same_case or difflib.get_close_matches(col, list(kinds), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise DataError(
+                f"--{key.replace('_', '-')} {col!r} is not a column of the file; {hint}"
+                f"its columns are {list(kinds)}",
+                code="unknown_column",
+                source=str(path),
+                column=col,
+            )
     ph = _q(PLACEHOLDER)
     lines = [
         f"# Draft schema for {path.name}: written from its header and column types only.",

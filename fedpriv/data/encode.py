@@ -22,14 +22,33 @@ in the report.
 
 from __future__ import annotations
 
+__all__ = [
+    "OUT_OF_BOUNDS_REFUSED",
+    "Encoded",
+    "LoadReport",
+    "box_standardisation",
+    "encode",
+    "encode_features",
+    "encode_target",
+    "feature_columns",
+    "feature_space_numeric",
+    "log_report",
+    "refuse_out_of_bounds_columns",
+]
+
 import math
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from fedpriv.data.errors import DataError
+from fedpriv.data.report import (
+    OUT_OF_BOUNDS_REFUSED,
+    LoadReport,
+    log_report,
+    refuse_out_of_bounds_columns,
+)
 from fedpriv.data.schema import (
     BinaryColumn,
     CategoricalColumn,
@@ -38,95 +57,6 @@ from fedpriv.data.schema import (
     Schema,
     canonical,
 )
-from fedpriv.logs import get_logger
-
-logger = get_logger(__name__)
-
-
-@dataclass
-class LoadReport:
-    """What loading did to the rows: drops (with reasons), clips, unseen values, missing
-    cells, and the file's columns the schema does not declare (ignored).
-
-    Everything here is about the curator's own rows and stays with the curator:
-    :func:`log_report` writes :meth:`warnings` to the local log at every load
-    (``unseen`` keeps the values themselves, which the log and
-    :meth:`summary` leave out).
-    """
-
-    source: str
-    n_rows: int = 0
-    dropped: dict[str, int] = field(default_factory=dict)
-    clipped_low: dict[str, int] = field(default_factory=dict)
-    clipped_high: dict[str, int] = field(default_factory=dict)
-    unseen: dict[str, dict[str, int]] = field(default_factory=dict)
-    missing: dict[str, int] = field(default_factory=dict)
-    undeclared: list[str] = field(default_factory=list)
-
-    def drop(self, reason: str, count: int) -> None:
-        if count:
-            self.dropped[reason] = self.dropped.get(reason, 0) + int(count)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "n_rows": self.n_rows,
-            "dropped": dict(self.dropped),
-            "clipped_low": dict(self.clipped_low),
-            "clipped_high": dict(self.clipped_high),
-            "unseen": {k: dict(v) for k, v in self.unseen.items()},
-            "missing": dict(self.missing),
-            "undeclared": list(self.undeclared),
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> LoadReport:
-        return cls(**d)
-
-    def unseen_counts(self) -> dict[str, int]:
-        """Out-of-domain values per column (mapped to the column's ``<missing>`` level)."""
-        return {col: sum(v.values()) for col, v in self.unseen.items()}
-
-    def warnings(self) -> list[str]:
-        """What the user must see without asking: values that left their declared domain,
-        and file columns the schema ignores. Column names and counts only."""
-        out = []
-        for col, n in self.unseen_counts().items():
-            out.append(
-                f"{self.source}: column {col!r}: {n} value(s) outside the declared categories "
-                "were encoded as <missing>; add them to the schema's categories, or set "
-                'missing = "error" to refuse them'
-            )
-        if self.undeclared:
-            out.append(
-                f"{self.source}: {len(self.undeclared)} column(s) not declared in the schema "
-                f"are ignored: {self.undeclared}; declare them, or list them in drop"
-            )
-        return out
-
-    def summary(self) -> str:
-        parts = [f"{self.source}: {self.n_rows} rows"]
-        if self.dropped:
-            parts.append("dropped " + ", ".join(f"{v} {k}" for k, v in self.dropped.items()))
-        n_clip = sum(self.clipped_low.values()) + sum(self.clipped_high.values())
-        if n_clip:
-            parts.append(f"{n_clip} values clipped to schema bounds")
-        unseen = self.unseen_counts()
-        if unseen:
-            per_column = ", ".join(f"{c} {n}" for c, n in unseen.items())
-            parts.append(
-                f"{sum(unseen.values())} values outside declared domains, encoded as "
-                f"<missing> ({per_column})"
-            )
-        if self.undeclared:
-            parts.append(f"ignored undeclared columns {self.undeclared}")
-        return "; ".join(parts)
-
-
-def log_report(report: LoadReport) -> None:
-    """Log ``report``'s :meth:`~LoadReport.warnings` at WARNING (the curator's local log)."""
-    for message in report.warnings():
-        logger.warning(message)
 
 
 @dataclass(frozen=True)
@@ -219,10 +149,25 @@ def _numeric(
             )
         raw = parsed
     x = raw.to_numpy(dtype=np.float64, copy=True)
+    infinite = np.isinf(x)
+    if infinite.any():
+        # ``inf`` is no measurement: clipping it to a bound would invent one.
+        i = np.flatnonzero(infinite)[0]
+        raise DataError(
+            f"value {float(x[i])!r} is not a finite number; the column's bounds are "
+            f"[{spec.lo:g}, {spec.hi:g}]: write the value, or list the token in the schema's "
+            "missing_tokens to read it as missing",
+            code="not_finite",
+            source=source,
+            column=spec.name,
+            line=int(lines[i]),
+        )
     miss = np.isnan(x)
     _count_missing(miss, spec, report, source, lines)
     x[miss] = spec.lo
     low, high = x < spec.lo, x > spec.hi
+    report.bounds[spec.name] = (spec.lo, spec.hi)
+    report.present[spec.name] = report.present.get(spec.name, 0) + int((~miss).sum())
     if low.any():
         report.clipped_low[spec.name] = int(low.sum())
     if high.any():

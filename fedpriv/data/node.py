@@ -37,7 +37,13 @@ from fedpriv.data.corpora import LOADERS, load_for_run
 from fedpriv.data.corpora import schema as bundled_schema
 from fedpriv.data.csv import load_csv
 from fedpriv.data.dataset import TabularDataset
-from fedpriv.data.encode import Encoded, LoadReport, encode, log_report
+from fedpriv.data.encode import (
+    Encoded,
+    LoadReport,
+    encode,
+    log_report,
+    refuse_out_of_bounds_columns,
+)
 from fedpriv.data.errors import DataError
 from fedpriv.data.schema import Schema
 from fedpriv.data.split import Split
@@ -128,6 +134,12 @@ def read_encoded(path: str | Path, schema: Schema) -> Encoded:
     path = Path(path)
     source = str(path)
     if path.suffix == ".parquet":
+        if path.is_dir():
+            raise DataError(
+                "is a directory, not a file: give the path of the Parquet file inside it",
+                code="is_a_directory",
+                source=source,
+            )
         if not path.is_file():
             raise DataError("file not found", code="file_not_found", source=source)
         try:
@@ -143,6 +155,7 @@ def read_encoded(path: str | Path, schema: Schema) -> Encoded:
         frame, lines = read_table(path, schema)
     report = LoadReport(source=source)
     enc = encode(frame, schema, source=source, lines=lines, report=report)
+    refuse_out_of_bounds_columns(frame, schema, source=source)
     log_report(report)  # the node's own log
     check_labels(enc.y, schema.target.classes, column=schema.target.column)
     return enc
@@ -199,12 +212,38 @@ def _rows(
             ds = bundled_run_data(source.dataset, source.num_clients, source.split_seed)
         X_all, y_all = ds.xy(part)
         y_all = check_labels(y_all, sch.target.classes, column=sch.target.column)
-        rows = ds.client_partition(source.num_clients, part=part)[pid]  # no row held twice
+        parts = ds.client_partition(source.num_clients, part=part)  # no row held twice
+        if not 0 <= pid < len(parts):
+            raise DataError(
+                f"node partition-id {pid} is outside the {len(parts)} clients the file is split "
+                f"into (its client column's values, or num-clients = {source.num_clients}): "
+                f"run {len(parts)} nodes (num-clients = {len(parts)})",
+                code="no_such_client",
+                source=where_from(source),
+            )
+        rows = parts[pid]
         X, y = X_all[rows], y_all[rows]
         where = source.csv or source.dataset
         where = where if part == "train" else f"{where} ({part} split)"
     check_bound(int(y.shape[0]), record_bound(source, required=False), source=where)
     return X, y
+
+
+def where_from(source: DataSource) -> str:
+    """The run's rows as a message names them: its ``csv``, else its bundled corpus."""
+    return source.csv or source.dataset
+
+
+def csv_client_names(csv: str | Path, schema: Schema, *, split_seed: int = 0) -> tuple[str, ...]:
+    """The hospitals of a simulation on one CSV (its client column's values), ``()`` when
+    the schema names no client column (then the run's ``num-clients`` split it IID).
+
+    A launcher starts one node per name: the file's own count of clients, as an
+    in-process fit uses it (the whole file is the curator's in a simulation).
+    """
+    if schema.client_column is None:
+        return ()
+    return load_csv(csv, schema, split_seed=split_seed).client_names
 
 
 def node_rows(

@@ -15,7 +15,6 @@ without touching private statistics.
 from __future__ import annotations
 
 import codecs
-import difflib
 import hashlib
 import json
 import math
@@ -264,6 +263,29 @@ class Schema:
             )
         object.__setattr__(self, "drop", tuple(self.drop))
         object.__setattr__(self, "missing_tokens", tuple(self.missing_tokens))
+        self._refuse_declared_missing()
+
+    def _refuse_declared_missing(self) -> None:
+        """A declared level, binary value or label that is also a missing token can never
+        be read (the reader turns it into a missing cell first): refuse the schema."""
+        tokens = {str(t).strip() for t in self.missing_tokens}
+        declared: list[tuple[str, str, tuple[str, ...]]] = [
+            (f"target {self.target.column!r}", "labels", self.target.labels)
+        ]
+        for c in self.columns:
+            if isinstance(c, CategoricalColumn):
+                declared.append((f"column {c.name!r}", "categories", c.categories))
+            elif isinstance(c, BinaryColumn):
+                declared.append((f"column {c.name!r}", "positive", c.positive))
+                declared.append((f"column {c.name!r}", "negative", c.negative))
+        for where, key, values in declared:
+            clash = [v for v in values if v in tokens]
+            if clash:
+                raise SchemaError(
+                    f"schema {self.name!r}, {where}: {key} value {clash[0]!r} is also a missing "
+                    f"token (missing_tokens = {list(self.missing_tokens)}), so it would be read "
+                    "as a missing cell; rename the level, or remove it from missing_tokens"
+                )
 
     @property
     def feature_names(self) -> tuple[str, ...]:
@@ -292,11 +314,19 @@ class Schema:
     def from_toml(cls, path: str | Path) -> Schema:
         """Read a schema file (format: ``experiments/schemas/example.toml``)."""
         path = Path(path)
+        if path.is_dir():
+            raise SchemaError(f"{path}: is a directory, not a schema file (a .toml file)")
+        if not path.is_file():
+            raise SchemaError(
+                f"{path}: schema file not found (fedpriv schema draft writes one from a CSV)"
+            )
         try:
             with open(path, "rb") as fh:
                 data = tomllib.load(fh)
-        except tomllib.TOMLDecodeError as exc:
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise SchemaError(f"{path}: not valid TOML: {exc}") from exc
+        except OSError as exc:
+            raise SchemaError(f"{path}: cannot be read: {exc}") from exc
         try:
             return cls.from_dict(data)
         except SchemaError as exc:
@@ -311,113 +341,19 @@ class Schema:
         stored and silently ignored (e.g. ``client_colum``, which would fall
         back to an IID split).
         """
-        from fedpriv.data.draft import refuse_placeholders  # an unfilled `schema draft`
+        from fedpriv.data.schema_toml import schema_from_dict
 
-        name = data.get("name", "<unnamed>")
-        _check_keys(f"schema {name!r}", "at the top level", data, _TOP_KEYS)
-        refuse_placeholders(data)
-        if "target" not in data:
-            raise SchemaError(f"schema {name!r}: missing [target]")
-        _check_keys(f"schema {name!r}", "in [target]", data["target"], _TARGET_KEYS)
-        try:
-            target = Target(**data["target"])
-        except KeyError as exc:
-            raise SchemaError(f"schema {name!r}: missing [target] or its key {exc}") from exc
-        except TypeError as exc:
-            raise SchemaError(
-                f"schema {name!r}: [target] needs the keys {sorted(_TARGET_KEYS)}: {exc}"
-            ) from exc
-        columns = tuple(_column_from_dict(name, c) for c in data.get("columns", []))
-        extra = data.get("extra", {})
-        if not isinstance(extra, dict):
-            raise SchemaError(f"schema {name!r}: extra must be a table; got {extra!r}")
-        return cls(
-            name=name,
-            columns=columns,
-            target=target,
-            drop=tuple(data.get("drop", ())),
-            missing_tokens=tuple(data.get("missing_tokens", ("?", ""))),
-            client_column=data.get("client_column"),
-            description=data.get("description", ""),
-            sep=data.get("sep", ","),
-            encoding=data.get("encoding", "utf-8"),
-            extra=dict(extra),
-        )
+        return schema_from_dict(cls, data)
 
 
 #: Characters that cannot separate fields (the CSV quote and line breaks).
 _BAD_SEPS = frozenset({'"', "\n", "\r"})
-_TOP_KEYS = frozenset(
-    {
-        "name",
-        "description",
-        "target",
-        "columns",
-        "drop",
-        "missing_tokens",
-        "client_column",
-        "sep",
-        "encoding",
-        "extra",
-    }
-)
-_TARGET_KEYS = frozenset({"column", "positive", "labels"})
-_COLUMN_KEYS = {
-    "numeric": frozenset({"name", "type", "bounds", "lo", "hi", "transform", "missing"}),
-    "categorical": frozenset({"name", "type", "categories", "missing"}),
-    "binary": frozenset({"name", "type", "positive", "negative", "missing"}),
-}
-
-
-def _check_keys(owner: str, where: str, table: object, allowed: frozenset[str]) -> None:
-    """Refuse a key of ``table`` outside ``allowed``, suggesting the closest allowed one."""
-    if not isinstance(table, dict):
-        raise SchemaError(f"{owner}: expected a table {where}; got {table!r}")
-    for key in table:
-        if key in allowed:
-            continue
-        close = difflib.get_close_matches(str(key), sorted(allowed), n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise SchemaError(f"{owner}: unknown key {key!r} {where}; {hint}allowed: {sorted(allowed)}")
 
 
 def _as_tuple(v: object) -> tuple:
     if isinstance(v, (list, tuple)):
         return tuple(v)
     return (v,)
-
-
-def _column_from_dict(schema_name: str, c: dict[str, Any]) -> Column:
-    if not isinstance(c, dict):
-        raise SchemaError(f"schema {schema_name!r}: each [[columns]] must be a table; got {c!r}")
-    c = dict(c)
-    kind = c.get("type")
-    name = c.get("name", "<unnamed>")
-    if kind in _COLUMN_KEYS:
-        _check_keys(f"schema {schema_name!r}", f"in column {name!r}", c, _COLUMN_KEYS[kind])
-    c.pop("type", None)
-    try:
-        if "missing" in c:
-            c["missing"] = Missing(c["missing"])
-        if kind == "numeric":
-            if "bounds" in c:
-                c["lo"], c["hi"] = c.pop("bounds")
-            if "transform" in c:
-                c["transform"] = Transform(c["transform"])
-            return NumericColumn(**c)
-        if kind == "categorical":
-            c["categories"] = tuple(c["categories"])
-            return CategoricalColumn(**c)
-        if kind == "binary":
-            return BinaryColumn(**c)
-    except SchemaError as exc:  # already names the column
-        raise SchemaError(f"schema {schema_name!r}, {exc}") from exc
-    except (TypeError, ValueError) as exc:
-        raise SchemaError(f"schema {schema_name!r}, column {name!r}: {exc}") from exc
-    raise SchemaError(
-        f"schema {schema_name!r}, column {name!r}: type must be numeric|categorical|binary; "
-        f"got {kind!r}"
-    )
 
 
 def _to_jsonable(obj: Any) -> Any:

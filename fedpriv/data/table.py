@@ -74,9 +74,9 @@ def read_table(
     path = Path(path)
     source = str(path)
     sep = schema.sep if sep is None else sep
-    if not path.is_file():
-        raise DataError("file not found", code="file_not_found", source=source)
+    compression = check_text_file(path, encoding=schema.encoding)
     opts = {
+        "compression": compression,
         "sep": sep,
         "header": None if names is not None else 0,
         "names": names,
@@ -106,6 +106,66 @@ def read_table(
 
 #: Delimiters a header split at the wrong one commonly still contains.
 COMMON_SEPS = (",", ";", "\t", "|")
+#: Leading bytes of formats that are not delimited text (and what to do instead).
+_NOT_TEXT = (
+    (b"PK\x03\x04", "a zip archive (or an Excel .xlsx workbook)", "extract the CSV from it, or "
+     "save the sheet as CSV UTF-8"),
+    (b"\xd0\xcf\x11\xe0", "an Excel .xls workbook", "save the sheet as CSV UTF-8"),
+    (b"PAR1", "a Parquet file", "give a node a .parquet file by that suffix, or write a CSV"),
+    (b"%PDF", "a PDF document", "export the table as a CSV"),
+    (b"SQLite format 3", "an SQLite database", "export the table as a CSV"),
+)  # fmt: skip
+#: Compressed formats pandas reads by suffix (.bz2, .xz, .zst): left to its inference.
+_INFERRED = (b"BZh", b"\xfd7zXZ\x00", b"\x28\xb5\x2f\xfd")
+_WIDE_TEXT = ("utf-16", "utf-32")  # encodings whose text holds NUL bytes
+
+
+def check_text_file(path: Path, *, encoding: str = "utf-8") -> str | None:
+    """Refuse what cannot be a delimited text file; return the compression to read it with.
+
+    By the file's leading bytes, not its name: gzip content is read as gzip whatever
+    its suffix (``"gzip"``), another compressor's by pandas' suffix inference
+    (``"infer"``), anything else as plain text (``None``, even if named ``.gz``).
+
+    Raises
+    ------
+    DataError
+        ``file_not_found``; ``is_a_directory``; ``not_a_text_file`` (a zip or Excel
+        workbook, Parquet, PDF, or other binary content), naming what it looks like.
+    """
+    source = str(path)
+    if path.is_dir():
+        raise DataError(
+            "is a directory, not a file: give the path of the CSV file inside it",
+            code="is_a_directory",
+            source=source,
+        )
+    if not path.is_file():
+        raise DataError("file not found", code="file_not_found", source=source)
+    with open(path, "rb") as fh:
+        head = fh.read(4096)
+    if head.startswith(b"\x1f\x8b"):
+        return "gzip"
+    if head.startswith(_INFERRED):
+        return "infer"
+    for magic, what, fix in _NOT_TEXT:
+        if head.startswith(magic):
+            raise DataError(
+                f"the file is {what}, not delimited text: {fix}",
+                code="not_a_text_file",
+                source=source,
+            )
+    wide = codecs.lookup(encoding).name.startswith(_WIDE_TEXT) or head[:2] in _BOMS
+    if b"\x00" in head and not wide:
+        raise DataError(
+            "the file holds binary data (NUL bytes), not delimited text: give the CSV file "
+            "itself (decompressed, exported as CSV UTF-8)",
+            code="not_a_text_file",
+            source=source,
+        )
+    return None
+
+
 _FIELDS = re.compile(r"Expected (\d+) fields in line (\d+), saw (\d+)")
 _BOMS = {b"\xff\xfe": "utf-16", b"\xfe\xff": "utf-16"}
 
@@ -118,13 +178,15 @@ def _read(path: Path, opts: dict[str, Any], **kw: Any) -> pd.DataFrame:
     except pd.errors.EmptyDataError as exc:
         raise DataError("file is empty", code="empty_file", source=source) from exc
     except UnicodeDecodeError as exc:
-        raise _decode_error(path, opts["encoding"]) from exc
+        raise decode_error(path, opts["encoding"], opts.get("compression")) from exc
+    except (OSError, EOFError) as exc:  # e.g. a truncated gzip stream
+        raise DataError(f"cannot be read: {exc}", code="unreadable_file", source=source) from exc
     except pd.errors.ParserError as exc:
         m = _FIELDS.search(str(exc))
         if m is None:
             raise DataError(
-                f"cannot be split into {opts['sep']!r}-separated fields ({exc}); check the "
-                "schema's sep and the quoting",
+                f"cannot be split into {opts['sep']!r}-separated fields ({one_line(exc)}); "
+                "check the schema's sep and the quoting",
                 code="unparseable_file",
                 source=source,
             ) from exc
@@ -138,9 +200,15 @@ def _read(path: Path, opts: dict[str, Any], **kw: Any) -> pd.DataFrame:
         ) from exc
 
 
-def _decode_error(path: Path, encoding: str) -> DataError:
+def one_line(exc: BaseException) -> str:
+    """``exc``'s text on one line (pandas' parser messages end in a line break)."""
+    return " ".join(str(exc).split())
+
+
+def decode_error(path: Path, encoding: str, compression: str | None = None) -> DataError:
     """Where the first undecodable byte is (its line), and how to fix the file or schema."""
-    opener = gzip.open if path.suffix == ".gz" else open
+    gz = compression == "gzip" or (compression == "infer" and path.suffix == ".gz")
+    opener = gzip.open if gz else open
     with opener(path, "rb") as fh:
         bom = fh.read(2)
     guess = _BOMS.get(bom)

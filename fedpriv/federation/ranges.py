@@ -16,10 +16,19 @@ from dataclasses import fields
 from enum import Enum
 from typing import Any
 
+from fedpriv.federation.limits import DELTA_MAX, DELTA_MIN, EPSILON_MAX, SIZE_LIMITS
+
+
+def _most(method: str, key: str) -> str:
+    """A size setting's declared upper bound (:data:`fedpriv.federation.limits.SIZE_LIMITS`)."""
+    return f"{SIZE_LIMITS[method][key][0]}"
+
+
 #: Numeric ranges of the run's own keys (kebab-case, as in a run config).
 RUN_RANGES: dict[str, str] = {
-    "epsilon": "(0, inf] (inf: the non-private reference)",
-    "delta": "(0, 1)",
+    "epsilon": f"(0, {EPSILON_MAX:g}] or inf (inf: the non-private reference)",
+    "delta": f"({DELTA_MIN:g}, {DELTA_MAX:g}] (a private run)",
+    "tolerated-dropouts": "[0, num-clients − 2] (distributed noise)",
     "participation": "(0, 1]",
     "seed": "[0, inf)",
     "split-seed": "[0, inf)",
@@ -36,7 +45,7 @@ RUN_RANGES: dict[str, str] = {
 #: Numeric ranges of each built-in method's keys (a key's range may differ by method).
 METHOD_RANGES: dict[str, dict[str, str]] = {
     "boosting": {
-        "rounds": "[1, inf)",
+        "rounds": f"[1, {_most('boosting', 'rounds')}] (and rounds × 2^depth ≤ 2^23)",
         "depth": "[1, 12]",
         "learning-rate": "(0, inf)",
         "sampling-rate": "(0, 1]",
@@ -44,7 +53,8 @@ METHOD_RANGES: dict[str, dict[str, str]] = {
         "reg-lambda": "(0, inf)",
     },
     "logistic": {
-        "rounds": "[4, inf)",  # centring, 2 recalibration rounds and a step; fewer with shares 0
+        # centring, 2 recalibration rounds and a step; fewer with shares 0
+        "rounds": f"[4, {_most('logistic', 'rounds')}]",
         "learning-rate": "(0, inf)",
         "sampling-rate": "(0, 1]",
         "clip-norm": "(0, inf)",
@@ -53,17 +63,21 @@ METHOD_RANGES: dict[str, dict[str, str]] = {
         "recalibration": "auto | bias | linear",
     },
     "lumberjack": {
-        "trees": "[1, inf)",
+        "trees": f"[1, {_most('lumberjack', 'trees')}] (and trees × max-frontier × "
+        "2^stage-height ≤ 2^23)",
         "depth": "[1, 200]",
         "structure-fraction": "(0, 1)",
         "gate": "[0, inf)",
         "stage-height": "[1, 10]",
-        "max-frontier": "[1, inf)",
+        "max-frontier": f"[1, {_most('lumberjack', 'max_frontier')}]",
         "recalibrate-share": "[0, 1)",
     },
-    "random_forest": {"trees": "[1, inf)", "depth": "[0, 16] (0: automatic)"},
+    "random_forest": {
+        "trees": f"[1, {_most('random_forest', 'trees')}] (and trees × 2^depth ≤ 2^23)",
+        "depth": "[0, 16] (0: automatic)",
+    },
     "dp_gam": {
-        "rounds": "[2, inf)",
+        "rounds": f"[2, {_most('dp_gam', 'rounds')}]",
         "bins": "[2, 256]",
         "learning-rate": "(0, inf)",
         "lam": "[0, inf)",
@@ -71,7 +85,7 @@ METHOD_RANGES: dict[str, dict[str, str]] = {
         "max-update": "(0, inf)",
         "interactions": "[0, inf) (at most the candidates' pairs)",
         "interaction-rounds": "[2, inf) (at most rounds − 2 with interactions)",
-        "interaction-candidates": "[2, inf)",
+        "interaction-candidates": f"[2, {_most('dp_gam', 'interaction_candidates')}]",
         "interaction-bins": "[2, 256]",
         "column-order": "cyclic | gain",
         "smooth": "[0, inf) (bins)",
@@ -88,7 +102,11 @@ METHOD_RANGES: dict[str, dict[str, str]] = {
         "calibrate-share": "[0, 1) (0: no calibration round)",
     },
 }
-METHOD_RANGES["mlp"] = {**METHOD_RANGES["logistic"], "hidden": "[1, inf)"}
+METHOD_RANGES["mlp"] = {
+    **METHOD_RANGES["logistic"],
+    "rounds": f"[4, {_most('mlp', 'rounds')}]",
+    "hidden": f"[1, {_most('mlp', 'hidden')}]",
+}
 
 #: What a key without an entry shows (a plugin's key).
 UNKNOWN = "see the method's documentation"

@@ -6,14 +6,16 @@ A run config is flat (``[tool.flwr.app.config]`` in ``pyproject.toml``, and
 configuration dataclass in the registry (:mod:`fedpriv.methods`). Keys are
 kebab-case there, snake_case here. The value ``""`` means "the default": the
 defaults live once, in these dataclasses, and ``pyproject.toml`` lists every
-key with ``""`` so that Flower accepts it as an override.
+key with ``""`` so that Flower accepts it as an override. A user's own empty
+``--set key=`` is not that default but an error (:func:`parse_overrides`).
 
 Parsing is strict, before any process starts: an integer key refuses 2.7 and
 ``true``, a boolean refuses ``"false"``, a float refuses NaN (and ∞, except
 ε = ∞, the non-private reference), a choice refuses anything outside its
 Enum, a key of another method is refused, and the number of clients is
-checked against the dataset's public client counts. Each error is one line
-naming the key, the value and the allowed range.
+checked against the dataset's public client counts. Sizes are held to what fits in
+memory and (ε, δ) to what the calibration certifies (:mod:`fedpriv.federation.limits`).
+Each error is one line naming the key, the value and the allowed range.
 """
 
 from __future__ import annotations
@@ -30,6 +32,15 @@ from typing import Any
 import numpy as np
 
 from fedpriv.federation.engine import MIN_PARTIES
+from fedpriv.federation.limits import (  # noqa: F401 (parse_override(s): re-exported)
+    SettingError,
+    check_model_size,
+    check_sizes,
+    check_supported_budget,
+    kebab,
+    parse_override,
+    parse_overrides,
+)
 from fedpriv.federation.status import DEFAULT_MAX_ABORTED_SHARE
 from fedpriv.methods import Method, get_method, methods
 from fedpriv.options import NoiseMode
@@ -45,21 +56,15 @@ UNSET = ""
 MIN_CLIENTS = MIN_PARTIES
 
 
-class SettingError(ValueError):
-    """A run-config or estimator value outside its allowed range (one line)."""
-
-
-def kebab(name: str) -> str:
-    return name.replace("_", "-")
-
-
-def typed_value(key: str, annotation: Any, value: Any) -> Any:
+def typed_value(key: str, annotation: Any, value: Any, *, allowed: str = "") -> Any:
     """``value`` checked against ``annotation`` without any lossy cast.
 
     ``int`` takes integers only (not 2.7, not ``True``); ``float`` takes finite
     reals (an integer is widened); ``bool`` takes booleans only; an Enum takes
-    one of its values; ``str`` takes strings.
+    one of its values; ``str`` takes strings. ``allowed``: the key's range as
+    ``--help`` states it (e.g. ``[1, 10000]``), named in a number's error.
     """
+    in_ = f" in {allowed}" if allowed[:1] in ("[", "(") else ""
     if isinstance(annotation, type) and issubclass(annotation, Enum):
         parse = getattr(annotation, "parse", None)
         try:
@@ -74,16 +79,16 @@ def typed_value(key: str, annotation: Any, value: Any) -> Any:
         return bool(value)
     if annotation is int:
         if boolean or not isinstance(value, Integral):
-            raise SettingError(f"{key} must be an integer; got {value!r}")
+            raise SettingError(f"{key} must be an integer{in_}; got {value!r}")
         return int(value)
     if annotation is float:
         if boolean or not isinstance(value, Real):
-            raise SettingError(f"{key} must be a number; got {value!r}")
+            raise SettingError(f"{key} must be a number{in_}; got {value!r}")
         x = float(value)
         if key == "epsilon" and not x > 0:
             raise SettingError(f"epsilon must lie in (0, inf] (inf = non-private); got {value!r}")
         if math.isnan(x) or (math.isinf(x) and key != "epsilon"):
-            raise SettingError(f"{key} must be a finite number; got {value!r}")
+            raise SettingError(f"{key} must be a finite number{in_}; got {value!r}")
         return x
     if annotation is str:
         if not isinstance(value, str):
@@ -107,12 +112,21 @@ def _hints(cls: type) -> dict[str, Any]:
 def config_from_values(method: Method, values: Mapping[str, Any], *, spell=kebab) -> Any:
     """``method``'s configuration from snake_case ``values`` (strictly typed; errors
     name each key as ``spell`` writes it: kebab-case for a run config)."""
+    from fedpriv.federation.ranges import method_range
+
     hints = _hints(method.config_class)
-    kwargs = {k: typed_value(spell(k), hints[k], v) for k, v in values.items() if v != UNSET}
+    kwargs = {
+        k: typed_value(spell(k), hints[k], v, allowed=method_range(method.name, kebab(k)))
+        for k, v in values.items()
+        if v != UNSET
+    }
+    check_sizes(method.name, kwargs, spell=spell)
     try:
-        return method.make_config(**kwargs)
+        config = method.make_config(**kwargs)
     except (TypeError, ValueError) as exc:
         raise SettingError(str(exc)) from None
+    check_model_size(method.name, config, spell=spell)
+    return config
 
 
 def method_defaults(method: Method) -> dict[str, Any]:
@@ -150,6 +164,14 @@ def check_run_values(values: Mapping[str, Any]) -> None:
     for key in ("ping_rounds", "seed", "split_seed"):
         if key in values:
             check_count(key, values[key], minimum=0)
+    dropouts = values.get("tolerated_dropouts")
+    if dropouts is not None and dropouts < 0:
+        # Checked whatever the noise mode: a value that only distributed noise reads
+        # is still refused where it is wrong, not when the mode changes.
+        raise SettingError(
+            "tolerated-dropouts must be an integer in [0, num-clients − 2] (read by "
+            f"distributed noise; unused under central noise); got {dropouts!r}"
+        )
     if values.get("max_records") is not None and values["max_records"] < 1:
         bound = values["max_records"]
         raise SettingError(f"max-records must be an integer in [1, inf); got {bound!r}")
@@ -254,6 +276,7 @@ class RunSettings:
         check_run_values(
             {f.name: getattr(self, f.name) for f in fields(self) if f.name != "config"}
         )
+        check_supported_budget(self.epsilon, self.delta)
         if self.eval_epsilon and not (self.private and 0.0 < self.eval_epsilon < self.epsilon):
             raise SettingError(
                 f"eval-epsilon must lie in [0, epsilon) = [0, {self.epsilon:g}) and needs a "
@@ -279,6 +302,10 @@ class RunSettings:
             elif not self.method_record.distributed_noise:
                 ok = sorted(m.name for m in methods() if m.distributed_noise)
                 why = f"one of the methods {ok}"
+            elif (leaf := getattr(self.config, "leaf_mechanism", "gaussian")) != "gaussian":
+                # Clients' integer shares sum to Gaussian noise: counts, not a label drawn
+                # by the exponential mechanism (nor Laplace counts).
+                why = f"leaf-mechanism = 'gaussian' (noisy counts), not {str(leaf)!r}"
             if why:
                 raise SettingError(f"noise = 'distributed' needs {why}; got method "
                                    f"{self.method!r}, epsilon {self.epsilon:g}")  # fmt: skip
@@ -339,6 +366,8 @@ class RunSettings:
                 raise SettingError(
                     f"unknown run-config key {kebab(key)!r}; known: {sorted(map(kebab, known))}"
                 )
+        from fedpriv.federation.ranges import run_range
+
         method = values.get("method", UNSET)
         if method == UNSET:
             method = cls.method
@@ -353,7 +382,10 @@ class RunSettings:
             value = values.get(key, UNSET)
             if value == UNSET and key != "method":
                 continue
-            run[key] = m.name if key == "method" else typed_value(kebab(key), hints[key], value)
+            if key == "method":
+                run[key] = m.name
+                continue
+            run[key] = typed_value(kebab(key), hints[key], value, allowed=run_range(kebab(key)))
         other = sorted(
             k for k, v in values.items() if v != UNSET and k not in run and k not in mine
         )

@@ -4,7 +4,7 @@ import tomllib
 
 import pytest
 
-from fedpriv.data import SchemaError, load_csv
+from fedpriv.data import DataError, SchemaError, load_csv
 from fedpriv.data.draft import PLACEHOLDER, classify_columns, draft_schema
 
 # Distinctive values, so that any of them leaking into the draft is visible.
@@ -126,5 +126,7 @@ def test_one_placeholder_left_is_named(tmp_path):
 
 
 def test_unknown_target_is_refused(tmp_path):
-    with pytest.raises(ValueError, match=r"target: column 'outcome' is not in .*header"):
+    with pytest.raises(DataError, match=r"--target 'outcome' is not a column of the file; .*"
+                       r"its columns are \['record_id', 'hospital'") as err:  # fmt: skip
         draft_schema(_csv(tmp_path), target="outcome")
+    assert (err.value.code, err.value.column) == ("unknown_column", "outcome")

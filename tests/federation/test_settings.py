@@ -50,13 +50,16 @@ def test_participation_accounting_values_are_the_library_enum():
     ("run_config", "message"),
     [
         ({"method": "forest"}, r"method must be one of \['boosting', 'logistic', 'mlp'"),
-        ({"rounds": 2.7}, r"^rounds must be an integer; got 2.7$"),
-        ({"rounds": True}, r"^rounds must be an integer; got True$"),
+        ({"rounds": 2.7}, r"^rounds must be an integer in \[1, 10000\] .*; got 2.7$"),
+        ({"rounds": True}, r"^rounds must be an integer in \[1, 10000\] .*; got True$"),
         ({"secure-aggregation": "false"}, r"^secure-aggregation must be true or false"),
         ({"epsilon": math.nan}, r"^epsilon must lie in \(0, inf\] \(inf = non-private\); got nan"),
         ({"epsilon": 0.0}, r"^epsilon must lie in \(0, inf\]"),
         ({"delta": 1.0}, r"^delta must lie in \[0, 1\); got 1.0"),
-        ({"learning-rate": math.inf}, r"^learning-rate must be a finite number; got inf"),
+        (
+            {"learning-rate": math.inf},
+            r"^learning-rate must be a finite number in \(0, inf\); got inf",
+        ),
         ({"method": "lumberjack", "trees": 0}, r"trees must be an integer in \[1, inf\); got 0"),
         (
             {"method": "lumberjack", "structure-fraction": 1.0},
@@ -174,9 +177,10 @@ def test_launchers_exit_2_with_one_line_before_any_process_starts(launcher, args
 @pytest.mark.parametrize(
     ("overrides", "key"),
     [
-        ({"epsilon": 1e6}, "epsilon must lie in (0, ~9"),  # the PLD's size bounds z below
+        # The PLD's size bounds z below: refused by the declared range before calibrating.
+        ({"epsilon": 1e6}, "epsilon must lie in (0, 20] or be inf"),
         ({"sampling-rate": 1e-9}, "sampling-rate must exceed"),  # (0, δ)-DP without noise
-        ({"method": "logistic", "delta": 1e-300}, "delta must lie in (1e-15, 1)"),
+        ({"method": "logistic", "delta": 1e-300}, "delta must lie in (1e-15, 0.01]"),
     ],
 )
 def test_a_plan_no_noise_can_certify_is_refused_before_anything_starts(overrides, key):
