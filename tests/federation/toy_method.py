@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedpriv.artefact import register_model_class
-from fedpriv.federation.protocol import Query
+from fedpriv.federation.node_stage import NodeStage
+from fedpriv.federation.protocol import Query, ReplySensitivity
 from fedpriv.methods import Method, StrategyContext, register_method
 from fedpriv.privacy.noise_stage import GaussianRounds
 from fedpriv.privacy.participation import ParticipationAccounting
@@ -107,6 +108,12 @@ class ToyStrategy:
     def model(self) -> BaseRateModel:
         return BaseRateModel(base_rate(*self._sums))
 
+    def node_stages(self) -> list[NodeStage]:
+        """What the hospitals' nodes enforce: every round one Gaussian (Σy, n)."""
+        if self._noise is None:
+            return []
+        return [self._noise.node_stage(name="sums", method=NAME, reply_length=2, record_bound=1.0)]
+
 
 def build(config: ToyConfig, context: StrategyContext) -> ToyStrategy:
     return ToyStrategy(config, participation=context.participation)
@@ -114,6 +121,12 @@ def build(config: ToyConfig, context: StrategyContext) -> ToyStrategy:
 
 # -- client half ---------------------------------------------------------------
 class ToyClient:
+    def reply_sensitivity(self, query: Query) -> ReplySensitivity:
+        """One record moves (Σy, n) by at most (1, 1), whatever the query."""
+        if query.method != NAME:
+            raise ValueError(f"not a {NAME} query: {query.method!r}")
+        return ReplySensitivity(stage="sums", l1=2.0, l2=math.sqrt(2.0))
+
     def answer(self, query, data, sample, state, key=None) -> np.ndarray:
         y = np.clip(data.y[sample], 0.0, 1.0)  # clipped where computed: (1, 1) per record
         return np.array([float(y.sum()), float(sample.size)])
