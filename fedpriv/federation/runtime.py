@@ -144,9 +144,17 @@ class InProcessTransport:
                     raise NodeRefusal(f"client {i}: {err}") from None
 
     def _refused(self, plan: RoundPlan) -> dict[int, Exception]:
-        """The asked nodes whose own ledger refuses this query (before any row is read)."""
-        out = {}
+        """The asked nodes whose own ledger or threshold floor refuses this query (before
+        any row is read, as the ClientApp does)."""
+        out: dict[int, Exception] = {}
         for i in plan.asked:
+            if self.secure and self.parties:
+                try:  # the announced t, the run's, against the node's own rule
+                    t = self.secagg.effective_threshold(max(len(plan.asked), 2))
+                    self.parties[i].check_threshold(max(len(plan.asked), 2), t)
+                except ValueError as err:
+                    out[i] = err
+                    continue
             led = self.node_ledgers[i]
             if led is None:
                 continue

@@ -2,19 +2,26 @@
 
 Bonawitz et al. 2017, "Practical Secure Aggregation for Privacy-Preserving Machine
 Learning" (CCS; §4's double masking and the protocol's rounds AdvertiseKeys,
-MaskedInputCollection and Unmasking, honest-but-curious variant), with one design
-change: the pairwise masks are per round and a dropped client's are revealed by the
-survivors themselves, so pairwise secret keys are never secret-shared (and shares of
-the self-mask seeds travel with the masked input instead of in a ShareKeys round).
+MaskedInputCollection, ConsistencyCheck and Unmasking), with one design change: the
+pairwise masks are per round and a dropped client's are revealed by the survivors
+themselves, so pairwise secret keys are never secret-shared (and shares of the
+self-mask seeds travel with the masked input instead of in a ShareKeys round).
 
-Keys (once per run). Each client u draws an X25519 (RFC 7748) key pair from the OS
-CSPRNG and uploads pk_u; the server broadcasts the key book {v: pk_v}, which every
-client *pins* (:meth:`SecAggClient.setup`). From the X25519 secret with each peer v it
-derives, by HKDF-SHA256 (RFC 5869), a mask key s_uv and directional share keys
-k_{u→v}, k_{v→u}. Any later message naming a key that differs from the pinned one,
-or a participant without a pinned key, is refused (:class:`SecAggKeyError`).
+Keys (once per run; :mod:`fedpriv.federation.secagg_keys`). Each client u draws an
+X25519 (RFC 7748) and an Ed25519 (RFC 8032) key pair from the OS CSPRNG and uploads
+pk_u and its verify key vk_u; the server broadcasts the key book {v: (pk_v, vk_v)},
+which every client *pins* (:meth:`SecAggClient.setup`). From the X25519 secret with
+each peer v it derives, by HKDF-SHA256 (RFC 5869), a mask key s_uv and directional
+share keys k_{u→v}, k_{v→u}. Any later message naming a key (public or verify) that
+differs from the pinned one, or a participant without a pinned key, is refused
+(:class:`SecAggKeyError`).
 
-Round r, participants P (n = |P|), threshold t = :meth:`SecAggConfig.threshold` (n):
+Round r, participants P (n = |P|), threshold t = :meth:`SecAggConfig.effective_threshold`
+(n): the run's rule (``secagg-threshold``) raised to the node's own floor
+(``secagg-min-threshold``, at least a strict majority), never lowered by the run; a node
+refuses a round whose announced t differs (:meth:`SecAggClient.check_threshold`). Under
+distributed noise the node also knows m = n − f, the survivors its noise share was
+sized for (:mod:`fedpriv.privacy.distributed`).
 
 1. Masked input. u encodes x_u in Z_{2^64} (:class:`~fedpriv.federation.fixedpoint.
    FixedPointCodec`), draws a fresh self-mask seed b_u^r uniform in GF(2^255 − 19) from
@@ -28,34 +35,50 @@ Round r, participants P (n = |P|), threshold t = :meth:`SecAggConfig.threshold` 
    data (u, v, r). PRG(·) and m_uv^r are ChaCha20 keystreams under b_u^r resp. s_uv with
    a nonce holding a domain tag and r, so round-r pair masks say nothing about any
    other round. u keeps its own share and forgets b_u^r.
-2. Unmask (one exchange, every round). S = those whose y arrived, D = P \\ S. If
-   |S| < t the round is aborted (:class:`SecAggAbort`) and nothing is released.
-   Otherwise each u ∈ S receives (S, D) and the ciphertexts addressed to it; it
-   refuses if S ∩ D ≠ ∅, S ∪ D ≠ P, u ∉ S, |S| < t, or if it already answered an
-   unmask of round r; else it returns its shares of b_w^r for every w ∈ S and its
-   signed round-r pair masks with every v ∈ D (:meth:`SecAggClient.unmask`).
-3. The server needs answers from ≥ t survivors (all of them if D ≠ ∅, to remove
+2. Consistency (one exchange, every round; :mod:`fedpriv.federation.secagg_consistency`).
+   S = those whose y arrived, D = P \\ S. If |S| < t (or |S| < m) the round is aborted
+   (:class:`SecAggAbort`) and nothing is released. Otherwise each u ∈ S receives (S, D)
+   and signs (digest of the pinned key book, r, S, D) with its Ed25519 key
+   (:meth:`SecAggClient.sign_survivors`), if S ∩ D = ∅, S ∪ D = P, u ∈ S, |S| ≥ t,
+   |S| ≥ m and it signed no other list for round r. Fewer than t valid signatures by
+   members of S abort the round (:meth:`SecAggServer.check_signatures`).
+3. Unmask (one exchange, every round). Each u ∈ S receives (S, D), the signatures and
+   the ciphertexts addressed to it; it refuses unless the checks of step 2 pass, (S, D)
+   is the list it signed (if it signed one), at least t distinct members of S signed
+   this very (S, D) under their pinned verify keys, and it answered no unmask of round r;
+   else it returns its shares of b_w^r for every w ∈ S and its signed round-r pair masks
+   with every v ∈ D (:meth:`SecAggClient.unmask`).
+4. The server needs answers from ≥ t survivors (all of them if D ≠ ∅, to remove
    every pair mask with D), reconstructs each b_w^r (checking every extra share lies
    on the same polynomial), and outputs Σ_{u∈S} y_u − Σ_{u∈S} PRG(b_u^r) − (pair
    masks with D) = Σ_{u∈S} x_u exactly in Z_{2^64} (:meth:`SecAggServer.aggregate`).
 
-Threat model. Honest-but-curious server, possibly colluding with up to t − 1 clients
-(who hand it their keys, shares and inputs): it learns nothing beyond Σ_{u∈S} x_u of
-the honest survivors. A survivor's y_u stays masked by pair masks with the other
-honest survivors, which are never revealed; a dropped client's — or a straggler's late
-— y_u is masked by PRG(b_u^r), of which honest clients release no share once u is in
-D, so the server and colluders hold at most t − 1 shares, which are independent of
-b_u^r. Each honest client answers one unmask per round, with disjoint S and D, so a
-curious server cannot obtain both b_u^r and u's pair masks from it. Late replies are
-refused anyway (:meth:`SecAggServer.accept_late`). An *actively* malicious server is
-not covered: Bonawitz's consistency check (round 3, signatures over S) is not
-implemented, so a server that shows different (S, D) to different clients can collect
-t shares of b_u^r from clients told u ∈ S and u's pair masks from the others (or from u
-itself, told they dropped) and unmask u, with t − 1 colluders or, for n ≥ 2t − 1, none;
-nor are keys authenticated by a PKI, so the pins stop a *later* key substitution but
-not a key book forged at set-up. Secret keys and seeds come from the OS CSPRNG, the deliberate
-exception to "all randomness from an injected numpy Generator": reproducibility is
-unaffected, since every mask cancels exactly and the sum depends on the inputs alone.
+Threat model. A server that may deviate from the protocol (the coordinator also
+writes the run config), possibly colluding with c clients (who hand it their keys,
+shares and inputs), with 2t > n + c (the default strict majority: c = 0 for odd n,
+c ≤ 1 for even n; a node's higher ``secagg-min-threshold`` buys more). Honest clients
+answer only (S, D) that t members of S signed, and each signs one list per round, so
+at most one list per round gets t signatures: all honest answers of a round concern
+the same (S, D), and a server that shows different survivor lists to different
+clients (to collect t shares of b_u^r from clients told u ∈ S and u's pair masks from
+others told u ∈ D, which unmasks y_u alone) gets nothing (the round aborts). On that
+one list the argument is the honest-but-curious one: a survivor's y_u stays masked by
+pair masks with the other honest survivors, never revealed; a dropped client's — or a
+straggler's late — y_u is masked by PRG(b_u^r), of which honest clients release no
+share once u is in D, so the server and colluders hold at most t − 1 shares
+(independent of b_u^r); each honest client answers one unmask per round, with
+disjoint S and D. Late replies are refused anyway (:meth:`SecAggServer.accept_late`).
+What the server still controls: which uploads count. It can claim survivors dropped,
+which no node can verify, down to |S| = max(t, m): the released sum then covers at
+least max(t, m) inputs and, under distributed noise, at least m noise shares (the
+target noise), never fewer; and it can abort any round. What remains open: the key
+book at set-up is not authenticated by a PKI, so the pins stop a *later* key
+substitution but not a key book forged at set-up (the server playing clients whose
+keys it forged, i.e. more colluders), unless the deployment's node authentication
+(Flower's node keys bound to the hospitals) does it. Secret keys and seeds come from
+the OS CSPRNG, the deliberate exception to "all randomness from an injected numpy
+Generator": reproducibility is unaffected, since every mask cancels exactly and the
+sum depends on the inputs alone.
 """
 
 from __future__ import annotations
