@@ -388,7 +388,6 @@ class GridTransport:
         keys = [self.public_keys[p] for p in asked]
         cfg = {"round": plan.query.round, "survivors": survivors, "dropped": dropped}
         cfg.update({"participants": asked, "public-keys": keys})
-        cfg["verify-keys"] = [self.verify_keys[p] for p in asked]
         return cfg
 
     def consistency(
@@ -396,6 +395,7 @@ class GridTransport:
     ) -> dict[int, bytes]:
         """Each survivor's signature on (S, D) (``query.consistency``), by partition."""
         cfg = self._view(plan, survivors, dropped)
+        cfg["verify-keys"] = [self.verify_keys[p] for p in plan.asked]  # checked against pins
         content = {self.node_of[p]: RecordDict({"config": ConfigRecord(cfg)}) for p in survivors}
         signatures: dict[int, bytes] = {}
         for node, rep in self._send("consistency", content).items():

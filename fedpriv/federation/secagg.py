@@ -332,6 +332,7 @@ class SecAggClient(ClientKeys):
         consistency.check_signatures(
             message=consistency.view_message(self._digest, r, live, gone), signatures=signatures,
             keys=self._vkeys, survivors=live, threshold=rnd.threshold, round_id=r,
+            known=[self.client_id] if r in self._views else [],  # it signed this very list
         )  # fmt: skip
         shares = {self.client_id: shamir.to_bytes(rnd.own_share)}
         for w in sorted(senders):

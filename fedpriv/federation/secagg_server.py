@@ -95,8 +95,9 @@ class SecAggServer:
         signatures: Mapping[int, bytes],
         key_book: tuple[Mapping[int, bytes], Mapping[int, bytes]],
     ) -> dict[int, bytes]:
-        """The survivors' valid signatures on (run, r, S, D), to forward with the unmask
-        request; :class:`SecAggAbort` (round closed) if fewer than t.
+        """t of the survivors' valid signatures on (run, r, S, D), the first in id order,
+        to forward with the unmask request; :class:`SecAggAbort` (round closed) if fewer
+        than t are valid.
 
         ``key_book`` is (public keys, verify keys) as broadcast at the key exchange.
         Each node checks the signatures itself before revealing anything
@@ -111,7 +112,7 @@ class SecAggServer:
         message = consistency.view_message(
             consistency.book_digest(public, verify), r, live, dropped
         )
-        ok = consistency.valid_signers(message, signatures, keys, live)
+        ok = consistency.valid_signers(message, signatures, keys, live, need=t)
         if len(ok) < t:
             raise self._abort(r, f"{len(ok)} valid signatures on the survivor list < t = {t}")
         return {j: bytes(signatures[j]) for j in ok}

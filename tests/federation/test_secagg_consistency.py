@@ -150,12 +150,18 @@ def test_an_honest_round_passes_the_check_and_the_server_forwards_only_valid_sig
     live, gone = server.unmask_plan(round_id=0, participants=IDS, masked=ups)
     sigs = {i: clients[i].sign_survivors(round_id=0, survivors=live, dropped=gone) for i in live}
     assert {len(s) for s in sigs.values()} == {secagg_consistency.SIGNATURE_BYTES}
-    bad = {**sigs, 4: bytes(64), 5: sigs[1]}  # a garbled one, and one from a non-survivor
+    bad = {**sigs, 1: bytes(64), 5: sigs[2]}  # a garbled one, one from a non-survivor
     ok = server.check_signatures(
         round_id=0, participants=IDS, survivors=live, dropped=gone, signatures=bad,
         key_book=_book(clients),
     )  # fmt: skip
-    assert sorted(ok) == [1, 2, 3]
+    assert ok == {j: sigs[j] for j in (2, 3, 4)}  # t = 3 valid ones, forwarded
+    bad[2] = sigs[3]  # another survivor's signature under 2's name: 2 valid < t
+    with pytest.raises(SecAggAbort, match=r"2 valid signatures on the survivor list < t = 3"):
+        SecAggServer(codec=CODEC).check_signatures(
+            round_id=0, participants=IDS, survivors=live, dropped=gone, signatures=bad,
+            key_book=_book(clients),
+        )  # fmt: skip
     inboxes = server.inboxes(live, {i: u.shares for i, u in ups.items()})
     answers = {
         i: clients[i].unmask(
