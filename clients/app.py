@@ -12,7 +12,9 @@ leaves the node), draws its
 Poisson coins from its secret key, and replies with its masked vector only:
 no timing, no seed. The secret key is fresh OS entropy, or derived from
 ``$FEDPRIV_SECRET_KEY`` exactly as the in-process runtime derives client
-keys, so an injected key reproduces a run bit for bit.
+keys, so an injected key reproduces a run bit for bit. Its Shamir threshold floor
+is its own (node-config ``secagg-min-threshold`` in [0.5, 1], default a strict
+majority): the run's ``secagg-threshold`` may raise t, never lower it.
 
 Errors. Flower 1.42 sends a ClientApp's exception to the server as the reply's
 error reason, ``str(type(exc)) + ":<'" + str(exc) + "'>"``

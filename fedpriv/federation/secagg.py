@@ -390,8 +390,8 @@ class SecAggClient(ClientKeys):
             signing_key_bytes=bytes.fromhex(data["signing"]) if "signing" in data else None,
         )
         client._rounds = {
-            int(r): _Round(frozenset(v[0]), int(v[1]), int(v[2]), v[3], int(v[4]))
-            for r, v in data.get("rounds", {}).items()
+            int(r): _Round(frozenset(v[0]), int(v[1]), int(v[2]), v[3], int([*v, 0][4]))
+            for r, v in data.get("rounds", {}).items()  # (a state without m: central noise)
         }
         client._answered = set(data.get("answered", []))
         client._views = {

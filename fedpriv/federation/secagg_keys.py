@@ -161,7 +161,7 @@ class ClientKeys:
         if (pinned := data.get("pinned")) is None:
             return
         self._pinned = {int(j): bytes.fromhex(k) for j, k in pinned.items()}
-        self._vpinned = {int(j): bytes.fromhex(k) for j, k in data["verify"].items()}
+        self._vpinned = {int(j): bytes.fromhex(k) for j, k in data.get("verify", {}).items()}
         self._vkeys = {j: consistency.verify_key(j, k) for j, k in self._vpinned.items()}
         self._digest = consistency.book_digest(self._pinned, self._vpinned)
         saved = data.get("keys", {})
