@@ -12,7 +12,9 @@ leaves the node), draws its
 Poisson coins from its secret key, and replies with its masked vector only:
 no timing, no seed. The secret key is fresh OS entropy, or derived from
 ``$FEDPRIV_SECRET_KEY`` exactly as the in-process runtime derives client
-keys, so an injected key reproduces a run bit for bit.
+keys, so an injected key reproduces a run bit for bit. Its Shamir threshold floor
+is its own (node-config ``secagg-min-threshold`` in [0.5, 1], default a strict
+majority): the run's ``secagg-threshold`` may raise t, never lower it.
 
 Errors. Flower 1.42 sends a ClientApp's exception to the server as the reply's
 error reason, ``str(type(exc)) + ":<'" + str(exc) + "'>"``
@@ -50,6 +52,7 @@ from fedpriv.errors import public_error
 from fedpriv.federation.protocol import ClientData, poisson_sample
 from fedpriv.federation.runtime import client_key
 from fedpriv.federation.secagg import FixedPointCodec, SecAggClient, SecAggConfig
+from fedpriv.federation.secagg_common import node_config_floor
 from fedpriv.federation.settings import RunSettings
 from fedpriv.federation.wire import query_from_wire, state_from_wire, state_to_wire
 from fedpriv.methods import get_method
@@ -130,17 +133,22 @@ def _settings_and_pid(context: Context) -> tuple[RunSettings, int]:
 def _secagg(
     context: Context, s: RunSettings, pid: int, cfg
 ) -> tuple[SecAggClient, dict[int, bytes]]:
-    """This node's secure-aggregation client (with its pinned key book) and the
-    public keys ``cfg`` names, which the client checks against the pinned ones."""
+    """This node's secure-aggregation client (with its pinned key book and its own
+    threshold floor, node-config ``secagg-min-threshold``, which the run's
+    ``secagg-threshold`` may raise but never lower) and the public keys ``cfg``
+    names, which the client checks against the pinned ones (verify keys too, if named)."""
     keys = context.state["secagg"]
+    floor = node_config_floor(context.node_config)
     client = SecAggClient.restore(
         client_id=pid,
         private_key_bytes=bytes(keys["sk"]),
         book=str(keys["book"]),
-        config=SecAggConfig(threshold_fraction=s.secagg_threshold),
+        config=SecAggConfig(threshold_fraction=s.secagg_threshold, min_threshold_fraction=floor),
     )
-    named = [int(p) for p in cfg["participants"]]
-    return client, dict(zip(named, [bytes(k) for k in cfg["public-keys"]], strict=True))
+    named = cfg["participants"]
+    if "verify-keys" in cfg:
+        client.check_keys([int(p) for p in named], verify_keys=_by_id(named, cfg["verify-keys"]))
+    return client, _by_id(named, cfg["public-keys"])
 
 
 def _save_secagg(context: Context, client: SecAggClient) -> None:
@@ -184,7 +192,7 @@ def keys(msg: Message, context: Context) -> Message:
     _save_secagg(context, client)
     key = _new_secret_key(pid)
     context.state["private"] = ConfigRecord({"key": key.bytes_for_local_store()})
-    meta = {"partition-id": pid, "public-key": client.public_key}
+    meta = {"partition-id": pid, "public-key": client.public_key, "verify-key": client.verify_key}
     if left is not None:
         meta.update({"remaining-epsilon": left[0], "remaining-delta": left[1]})
     return Message(RecordDict({"meta": ConfigRecord(meta)}), reply_to=msg)
@@ -193,10 +201,11 @@ def keys(msg: Message, context: Context) -> Message:
 @app.query("keybook")
 @sanitised
 def keybook(msg: Message, context: Context) -> Message:
-    """Pin the run's key book {partition id: public key}; once per run (refused after)."""
+    """Pin the run's key book {partition id: (public key, verify key)}; once per run."""
     s, pid = _settings_and_pid(context)
-    client, book = _secagg(context, s, pid, msg.content["config"])
-    client.setup(book)
+    cfg = msg.content["config"]
+    client, book = _secagg(context, s, pid, {k: v for k, v in cfg.items() if k != "verify-keys"})
+    client.setup(book, verify_keys=_by_id(cfg["participants"], cfg["verify-keys"]))
     _save_secagg(context, client)
     return _reply(msg)
 
@@ -280,6 +289,7 @@ def answer(msg: Message, context: Context) -> Message:
     participants = [int(p) for p in cfg["participants"]]
     client, named = _secagg(context, s, pid, cfg)
     client.check_keys(participants, named)  # refuse substituted keys before any work
+    client.check_threshold(len(participants), int(cfg["secagg-threshold"]))  # its own floor
     arrays = {k: msg.content["query"][k].numpy() for k in msg.content["query"].keys()}
     query = query_from_wire(arrays, dict(cfg))
     key = _secret_key(context)
@@ -303,6 +313,8 @@ def answer(msg: Message, context: Context) -> Message:
         threshold=int(cfg["secagg-threshold"]),
         public_keys=named,
         noise=share,
+        # m = n − f, which _noise_share checked against this node's own rule.
+        min_survivors=None if share is None else int(cfg["noise-min-survivors"]),
     )
     _save_secagg(context, client)
     shares = ConfigRecord({"to": list(up.shares), "ct": list(up.shares.values())})
@@ -370,10 +382,34 @@ def _evaluation_answer(query, context: Context, s: RunSettings, pid: int, key: S
     return EvaluationClient().answer(query, data, sample, {}, key)
 
 
+def _by_id(ids, values) -> dict[int, bytes]:
+    return dict(zip([int(j) for j in ids], [bytes(v) for v in values], strict=True))
+
+
+@app.query("consistency")
+@sanitised
+def consistency(msg: Message, context: Context) -> Message:
+    """The round's consistency answer: this node's signature on the survivor list it is
+    shown (one list per round; :mod:`fedpriv.federation.secagg_consistency`)."""
+    s, pid = _settings_and_pid(context)
+    cfg = msg.content["config"]
+    client, named = _secagg(context, s, pid, cfg)
+    r = int(cfg["round"])
+    client.check_keys(sorted(named), named)
+    signature = client.sign_survivors(
+        round_id=r,
+        survivors=[int(u) for u in cfg["survivors"]],
+        dropped=[int(v) for v in cfg["dropped"]],
+    )
+    _save_secagg(context, client)  # before replying: the round's list is now signed
+    return _reply(msg, meta=ConfigRecord({"round": r, "signature": signature}))
+
+
 @app.query("unmask")
 @sanitised
 def unmask(msg: Message, context: Context) -> Message:
-    """The round's one unmask answer: shares for the survivors, pair masks for the dropped."""
+    """The round's one unmask answer: shares for the survivors, pair masks for the dropped,
+    only with t survivors' signatures on the very survivor list."""
     s, pid = _settings_and_pid(context)
     cfg = msg.content["config"]
     client, named = _secagg(context, s, pid, cfg)
@@ -383,6 +419,7 @@ def unmask(msg: Message, context: Context) -> Message:
         dropped=[int(v) for v in cfg["dropped"]],
         n=int(cfg["n"]),
         inbox=dict(zip([int(w) for w in cfg["from"]], cfg["ct"], strict=True)),
+        signatures=_by_id(cfg.get("signers", []), cfg.get("signatures", [])),
         public_keys=named,
     )
     _save_secagg(context, client)  # before replying: the round is now answered

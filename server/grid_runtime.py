@@ -2,16 +2,22 @@
 
 Message types (Flower 1.42 allows ``query.<action>``):
 
-* ``query.keys``    — once per run: each node answers its partition id and X25519 public key;
+* ``query.keys``    — once per run: each node answers its partition id, X25519 public key
+  and Ed25519 verify key;
 * ``query.keybook`` — once per run, right after: every node receives the key book
-  {partition id: public key} and pins it (later messages with other keys are refused);
+  {partition id: (public key, verify key)} and pins it (later messages with other keys
+  are refused);
 * ``query.fedpriv`` — one per round to each asked client: the public query, the round's
   participants, their (pinned) public keys and the Shamir threshold t; the reply is
   the client's double-masked vector and its encrypted share for each other participant;
-* ``query.unmask``  — one per round, to the survivors (if at least t): the survivor and
-  dropped lists and the shares addressed to the node; the reply holds its shares of the
-  survivors' self-mask seeds and its pair masks with the dropped clients
-  (:mod:`fedpriv.federation.secagg`). The round is then closed; late replies are ignored.
+* ``query.consistency`` — one per round, to the survivors (if at least t): the survivor
+  and dropped lists; the reply is the node's Ed25519 signature on them
+  (:mod:`fedpriv.federation.secagg_consistency`); fewer than t valid ones abort the round;
+* ``query.unmask``  — one per round, to the survivors: the survivor and dropped lists,
+  the survivors' signatures on them and the shares addressed to the node; the reply
+  holds its shares of the survivors' self-mask seeds and its pair masks with the dropped
+  clients (:mod:`fedpriv.federation.secagg`). The round is then closed; late replies are
+  ignored.
 
 Clients are addressed by partition id (node ids are random); replies are read in
 partition order, so results do not depend on arrival order.
@@ -214,6 +220,7 @@ class GridTransport:
         self.node_of: dict[int, int] = {}
         self.pid_of: dict[int, int] = {}  # node id -> partition id, bound at the key exchange
         self.public_keys: dict[int, bytes] = {}
+        self.verify_keys: dict[int, bytes] = {}
         #: Each node's remaining lifetime budget (ε, δ) after it admitted the plan (∞: none).
         self.remaining: dict[int, tuple[float, float]] = {}
         self._pending_plan: dict | None = None  # declared before the key exchange
@@ -260,13 +267,18 @@ class GridTransport:
                 )
             self.node_of[pid], self.pid_of[node] = node, pid
             self.public_keys[pid] = bytes(meta["public-key"])
+            self.verify_keys[pid] = bytes(meta["verify-key"])
             if plan:
                 self._note_remaining(pid, meta)
         if sorted(self.node_of) != list(range(s.num_clients)):
             raise RuntimeError(f"partition ids {sorted(self.node_of)} != 0..{s.num_clients - 1}")
         pids = sorted(self.public_keys)
         book = ConfigRecord(
-            {"participants": pids, "public-keys": [self.public_keys[p] for p in pids]}
+            {
+                "participants": pids,
+                "public-keys": [self.public_keys[p] for p in pids],
+                "verify-keys": [self.verify_keys[p] for p in pids],
+            }
         )
         content = {self.node_of[p]: RecordDict({"config": book}) for p in pids}
         replies, errors, _ = _send(self.grid, "keybook", content, s.round_timeout)
@@ -309,7 +321,7 @@ class GridTransport:
             {
                 "participants": plan.asked,
                 "public-keys": [self.public_keys[p] for p in plan.asked],
-                "secagg-threshold": self.secagg.threshold(len(plan.asked)),
+                "secagg-threshold": self.secagg.effective_threshold(len(plan.asked)),
                 "codec-scale": plan.codec.scale,
                 "codec-max-abs": plan.codec.max_abs,
             }
@@ -366,19 +378,51 @@ class GridTransport:
             plan, self.grid.send_and_receive(msgs, timeout=self.settings.round_timeout)
         )
 
+    @property
+    def key_book(self) -> tuple[dict[int, bytes], dict[int, bytes]]:
+        """(public keys, verify keys) by partition, as broadcast at the key exchange."""
+        return self.public_keys, self.verify_keys
+
+    def _view(self, plan: RoundPlan, survivors: list[int], dropped: list[int]) -> dict:
+        asked = plan.asked
+        keys = [self.public_keys[p] for p in asked]
+        cfg = {"round": plan.query.round, "survivors": survivors, "dropped": dropped}
+        cfg.update({"participants": asked, "public-keys": keys})
+        return cfg
+
+    def consistency(
+        self, plan: RoundPlan, survivors: list[int], dropped: list[int]
+    ) -> dict[int, bytes]:
+        """Each survivor's signature on (S, D) (``query.consistency``), by partition."""
+        cfg = self._view(plan, survivors, dropped)
+        cfg["verify-keys"] = [self.verify_keys[p] for p in plan.asked]  # checked against pins
+        content = {self.node_of[p]: RecordDict({"config": ConfigRecord(cfg)}) for p in survivors}
+        signatures: dict[int, bytes] = {}
+        for node, rep in self._send("consistency", content).items():
+            pid = self.pid_of.get(node)
+            if pid not in survivors or pid in signatures:
+                self._refuse(f"a signature from node {node}, not a survivor's first")
+                continue
+            try:
+                signatures[pid] = bytes(rep.content["meta"]["signature"])
+            except (KeyError, TypeError, ValueError) as err:
+                self._refuse(f"partition {pid}'s signature is malformed ({type(err).__name__})")
+        return signatures
+
     def unmask(
         self,
         plan: RoundPlan,
         survivors: list[int],
         dropped: list[int],
         inboxes: Mapping[int, Mapping[int, bytes]],
+        signatures: Mapping[int, bytes],
     ) -> dict[int, UnmaskAnswer]:
-        r, asked = plan.query.round, plan.asked
-        keys = [self.public_keys[p] for p in asked]
+        signers = sorted(signatures)
         content = {}
         for p in survivors:
-            cfg = {"round": r, "survivors": survivors, "dropped": dropped}
-            cfg.update({"n": plan.query.reply_length, "participants": asked, "public-keys": keys})
+            cfg = self._view(plan, survivors, dropped)
+            cfg.update({"n": plan.query.reply_length, "signers": signers})
+            cfg["signatures"] = [bytes(signatures[j]) for j in signers]
             cfg.update({"from": list(inboxes[p]), "ct": list(inboxes[p].values())})
             content[self.node_of[p]] = RecordDict({"config": ConfigRecord(cfg)})
         answers = {}

@@ -12,9 +12,10 @@ in their :class:`Transport`, in-process or Flower Grid: :mod:`fedpriv.federation
    every upload is **checked** (:mod:`fedpriv.federation.replies`: round, dtype,
    length, shares) and a malformed one is that client's dropout for the round;
 3. **secure sum**: the shim's server (:class:`~fedpriv.federation.secagg.SecAggServer`)
-   decides who survived, or aborts below the Shamir threshold t; otherwise one unmask
-   exchange through the transport, whose answers remove every self-mask and every
-   pair mask with a dropped client;
+   decides who survived, or aborts below the Shamir threshold t; otherwise one
+   consistency exchange (every survivor signs the survivor list; fewer than t
+   signatures abort) and one unmask exchange through the transport, whose answers
+   remove every self-mask and every pair mask with a dropped client;
 4. **update**: the decoded sum (``None`` if aborted: nothing is released) goes to
    ``strategy.update``, which adds the noise through the ledger and range-checks the
    noisy value (:mod:`fedpriv.privacy.range_guard`); a sum beyond what honest clients
@@ -49,6 +50,7 @@ from fedpriv.federation.secagg import (
     SecAggServer,
     sum_plain,
 )
+from fedpriv.federation.secagg_consistency import VERIFY_KEY_BYTES
 from fedpriv.privacy.distributed import DistributedNoise, DistributedSum, round_shares
 from fedpriv.privacy.node_budget import strategy_plan
 from fedpriv.privacy.randomness import PrivateStreams, SecretKey
@@ -59,6 +61,7 @@ if TYPE_CHECKING:  # the accountant (dp_accounting, scipy) costs a ClientApp ~0.
     from fedpriv.privacy.ledger import PrivacyLedger
 
 PUBLIC_KEY_BYTES = 32  # one client's X25519 public key, uploaded once per run
+KEY_UPLOAD_BYTES = PUBLIC_KEY_BYTES + VERIFY_KEY_BYTES  # with its Ed25519 verify key
 
 log = logs.get_logger(__name__)
 
@@ -148,7 +151,7 @@ class RoundEngine:
         """The key exchange (two exchanges, as over Flower: upload keys, pin the book)."""
         self.transport.setup_keys()
         self.communication.round_trips += 2
-        self.communication.bytes_uploaded += PUBLIC_KEY_BYTES
+        self.communication.bytes_uploaded += KEY_UPLOAD_BYTES
 
     def begin(
         self,
@@ -342,10 +345,23 @@ class RoundEngine:
                 plan.noise.min_survivors,
             )
             return None
+        comm = self.communication
+        # The consistency round (Bonawitz §4): every survivor signs the list it is shown;
+        # t signatures on this very list travel with the unmask request, else abort.
+        signed = self.transport.consistency(plan, survivors, dropped)
+        comm.round_trips += 1
+        for u in sorted(set(signed) & set(survivors)):
+            comm.bytes_uploaded[u] += len(signed[u])
+        try:
+            signed = server.check_signatures(
+                round_id=r, participants=asked, survivors=survivors, dropped=dropped,
+                signatures=signed, key_book=self.transport.key_book,
+            )  # fmt: skip
+        except (SecAggAbort, ValueError):
+            return None  # a server-side view the survivors did not sign: release nothing
         # The unmask exchange, every round: survivors return shares of the survivors'
         # self-mask seeds and their pair masks with the dropped clients.
-        answers = self.transport.unmask(plan, survivors, dropped, inboxes)
-        comm = self.communication
+        answers = self.transport.unmask(plan, survivors, dropped, inboxes, signed)
         comm.round_trips += 1
         comm.recoveries += bool(dropped)
         n = plan.query.reply_length

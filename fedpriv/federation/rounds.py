@@ -116,13 +116,27 @@ class Transport(Protocol):
         """Send ``plan.query`` to ``plan.asked`` and return what arrived."""
         ...
 
+    @property
+    def key_book(self) -> tuple[Mapping[int, bytes], Mapping[int, bytes]]:
+        """(public keys, verify keys) by client, as broadcast at the key exchange."""
+        ...
+
+    def consistency(
+        self, plan: RoundPlan, survivors: list[int], dropped: list[int]
+    ) -> dict[int, bytes]:
+        """The round's consistency exchange: each survivor is sent (S, D) and returns its
+        signature on them; returns the signatures that arrived, by survivor."""
+        ...
+
     def unmask(
         self,
         plan: RoundPlan,
         survivors: list[int],
         dropped: list[int],
         inboxes: Mapping[int, Mapping[int, bytes]],
+        signatures: Mapping[int, bytes],
     ) -> dict[int, UnmaskAnswer]:
         """The round's one unmask exchange with ``survivors`` (each gets its inbox of
-        encrypted shares); returns the answers that arrived, by survivor."""
+        encrypted shares and the survivors' signatures on (S, D)); returns the answers
+        that arrived, by survivor."""
         ...

@@ -5,7 +5,8 @@ strategy for a query, (2) draws which clients respond, each independently with
 probability ρ, (3) lets every responding client Poisson-sample its records at
 rate q with coins from its own private key (never from the public seed) and
 answer through its handler, (4) sums the replies through the secure-aggregation
-shim (double masking in a 64-bit ring, then one unmask exchange; the strategy
+shim (double masking in a 64-bit ring, then one consistency exchange, the survivors'
+signatures on the survivor list, and one unmask exchange; the strategy
 sees only the decoded sum) and (5) hands the sum to the strategy, which adds
 noise through the ledger before releasing anything. This module is the engine's
 in-process :class:`~fedpriv.federation.engine.Transport`.
@@ -18,6 +19,7 @@ aborted and releases nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import secrets
 from collections.abc import Mapping, Sequence
@@ -70,6 +72,9 @@ class InProcessTransport:
 
     Client position i is ``clients[i]``; its secure-aggregation id is i (the
     partition id over Flower), its secret key ``client_key(run key, client_id)``.
+    ``node_min_threshold`` is every node's own Shamir threshold floor (node-config
+    ``secagg-min-threshold`` over Flower; ``None``: the run's ``secagg`` as is);
+    each node refuses a round whose announced t, the run's, is below it.
     """
 
     def __init__(
@@ -82,6 +87,7 @@ class InProcessTransport:
         secagg: SecAggConfig,
         vectorised: bool,
         node_ledgers: Sequence[NodeLedger | None] = (),
+        node_min_threshold: float | None = None,
     ) -> None:
         self.clients = list(clients)
         # Each node's own ledger (None: no policy), consulted before its rows are read.
@@ -96,18 +102,31 @@ class InProcessTransport:
         self.share_streams = [share_streams(k) for k in self.client_keys]  # distributed noise
         self.secure = secure_aggregation
         self.secagg = secagg
+        self.node_secagg = secagg  # what each node enforces: its floor, the run's rule
+        if node_min_threshold is not None:
+            self.node_secagg = dataclasses.replace(
+                secagg, min_threshold_fraction=node_min_threshold
+            )
         self.vectorised = vectorised and hasattr(handler, "answer_many")
         self.states: list[dict[str, Any]] = [{} for _ in self.clients]
         self.shared_state: dict[str, Any] = {}
         self.parties: list[SecAggClient] = []
+        self._book: tuple[dict[int, bytes], dict[int, bytes]] = ({}, {})
 
     def setup_keys(self) -> None:
         self.parties = [
-            SecAggClient(client_id=i, config=self.secagg) for i in range(len(self.clients))
+            SecAggClient(client_id=i, config=self.node_secagg) for i in range(len(self.clients))
         ]
         keys = {p.client_id: p.public_key for p in self.parties}
+        verify = {p.client_id: p.verify_key for p in self.parties}
         for p in self.parties:
-            p.setup(keys)  # pins the key book
+            p.setup(keys, verify_keys=verify)  # pins the key book
+        self._book = (keys, verify)
+
+    @property
+    def key_book(self) -> tuple[dict[int, bytes], dict[int, bytes]]:
+        """(public keys, verify keys) as broadcast at the key exchange."""
+        return self._book
 
     @property
     def wants_plan(self) -> bool:
@@ -129,9 +148,17 @@ class InProcessTransport:
         return self.handler
 
     def _refused(self, plan: RoundPlan) -> dict[int, Exception]:
-        """The asked nodes whose own ledger refuses this query (before any row is read)."""
-        out = {}
+        """The asked nodes whose own ledger or threshold floor refuses this query (before
+        any row is read, as the ClientApp does)."""
+        out: dict[int, Exception] = {}
         for i in plan.asked:
+            if self.secure and self.parties:
+                try:  # the announced t, the run's, against the node's own rule
+                    t = self.secagg.effective_threshold(max(len(plan.asked), 2))
+                    self.parties[i].check_threshold(max(len(plan.asked), 2), t)
+                except ValueError as err:
+                    out[i] = err
+                    continue
             led = self.node_ledgers[i]
             if led is None:
                 continue
@@ -188,8 +215,10 @@ class InProcessTransport:
                         share = draw_share(self.share_streams[i], r, n, plan.noise.share_std)
                     # The client's own shim refuses a malformed vector (length, NaN, bound).
                     masked[i] = self.parties[i].mask(
-                        vec, round_id=r, participants=asked, codec=plan.codec, noise=share
-                    )
+                        vec, round_id=r, participants=asked, codec=plan.codec, noise=share,
+                        threshold=self.secagg.effective_threshold(len(asked)),  # announced
+                        min_survivors=None if plan.noise is None else plan.noise.min_survivors,
+                    )  # fmt: skip
                 else:
                     plain.append(vec)  # the engine checks it before it enters the sum
             except Exception as err:
@@ -201,12 +230,29 @@ class InProcessTransport:
             senders.append(i)
         return Replies(senders=tuple(senders), masked=masked, plain=plain, errors=errors)
 
+    def consistency(
+        self, plan: RoundPlan, survivors: list[int], dropped: list[int]
+    ) -> dict[int, bytes]:
+        signatures = {}
+        for u in survivors:
+            try:
+                signatures[u] = self.parties[u].sign_survivors(
+                    round_id=plan.query.round, survivors=survivors, dropped=dropped
+                )
+            except ValueError as err:  # a refusal: that survivor does not sign
+                logger.warning(
+                    "client %d refused to sign the survivors of round %d: %s",
+                    u, plan.query.round, err,
+                )  # fmt: skip
+        return signatures
+
     def unmask(
         self,
         plan: RoundPlan,
         survivors: list[int],
         dropped: list[int],
         inboxes: Mapping[int, Mapping[int, bytes]],
+        signatures: Mapping[int, bytes],
     ) -> dict[int, UnmaskAnswer]:
         answers = {}
         for u in survivors:
@@ -217,6 +263,7 @@ class InProcessTransport:
                     dropped=dropped,
                     n=plan.query.reply_length,
                     inbox=inboxes[u],
+                    signatures=signatures,
                 )
             except ValueError as err:  # a refusal: that survivor stays silent
                 logger.warning(
@@ -264,6 +311,8 @@ class InProcessRuntime:
     node_ledgers : sequence of NodeLedger or None, optional
         Each client's own ledger and policy (:mod:`fedpriv.privacy.node_budget`):
         it admits the declared plan or stops the run, and refuses any query beyond it.
+    node_min_threshold : float, optional
+        Every node's own Shamir threshold floor in [0.5, 1] (:class:`InProcessTransport`).
     """
 
     def __init__(
@@ -282,6 +331,7 @@ class InProcessRuntime:
         secagg: SecAggConfig | None = None,
         noise: DistributedNoise | None = None,
         node_ledgers: Sequence[NodeLedger | None] = (),
+        node_min_threshold: float | None = None,
     ) -> None:
         if not clients:
             raise ValueError("need at least one client")
@@ -312,6 +362,7 @@ class InProcessRuntime:
                 f"node_ledgers: one per client ({len(self.clients)}); got {len(node_ledgers)}"
             )
         self.node_ledgers = list(node_ledgers)
+        self.node_min_threshold = node_min_threshold
 
     def run(self, strategy: Strategy, *, ledger: PrivacyLedger | None) -> Strategy:
         """Train ``strategy`` to completion; returns it (holding the released model)."""
@@ -324,6 +375,7 @@ class InProcessRuntime:
             secagg=self.secagg,
             vectorised=self.vectorised,
             node_ledgers=self.node_ledgers,
+            node_min_threshold=self.node_min_threshold,
         )
         engine = RoundEngine(
             transport,

@@ -2,19 +2,26 @@
 
 Bonawitz et al. 2017, "Practical Secure Aggregation for Privacy-Preserving Machine
 Learning" (CCS; §4's double masking and the protocol's rounds AdvertiseKeys,
-MaskedInputCollection and Unmasking, honest-but-curious variant), with one design
-change: the pairwise masks are per round and a dropped client's are revealed by the
-survivors themselves, so pairwise secret keys are never secret-shared (and shares of
-the self-mask seeds travel with the masked input instead of in a ShareKeys round).
+MaskedInputCollection, ConsistencyCheck and Unmasking), with one design change: the
+pairwise masks are per round and a dropped client's are revealed by the survivors
+themselves, so pairwise secret keys are never secret-shared (and shares of the
+self-mask seeds travel with the masked input instead of in a ShareKeys round).
 
-Keys (once per run). Each client u draws an X25519 (RFC 7748) key pair from the OS
-CSPRNG and uploads pk_u; the server broadcasts the key book {v: pk_v}, which every
-client *pins* (:meth:`SecAggClient.setup`). From the X25519 secret with each peer v it
-derives, by HKDF-SHA256 (RFC 5869), a mask key s_uv and directional share keys
-k_{u→v}, k_{v→u}. Any later message naming a key that differs from the pinned one,
-or a participant without a pinned key, is refused (:class:`SecAggKeyError`).
+Keys (once per run; :mod:`fedpriv.federation.secagg_keys`). Each client u draws an
+X25519 (RFC 7748) and an Ed25519 (RFC 8032) key pair from the OS CSPRNG and uploads
+pk_u and its verify key vk_u; the server broadcasts the key book {v: (pk_v, vk_v)},
+which every client *pins* (:meth:`SecAggClient.setup`). From the X25519 secret with
+each peer v it derives, by HKDF-SHA256 (RFC 5869), a mask key s_uv and directional
+share keys k_{u→v}, k_{v→u}. Any later message naming a key (public or verify) that
+differs from the pinned one, or a participant without a pinned key, is refused
+(:class:`SecAggKeyError`).
 
-Round r, participants P (n = |P|), threshold t = :meth:`SecAggConfig.threshold` (n):
+Round r, participants P (n = |P|), threshold t = :meth:`SecAggConfig.effective_threshold`
+(n): the run's rule (``secagg-threshold``) raised to the node's own floor
+(``secagg-min-threshold``, at least a strict majority), never lowered by the run; a node
+refuses a round whose announced t differs (:meth:`SecAggClient.check_threshold`). Under
+distributed noise the node also knows m = n − f, the survivors its noise share was
+sized for (:mod:`fedpriv.privacy.distributed`).
 
 1. Masked input. u encodes x_u in Z_{2^64} (:class:`~fedpriv.federation.fixedpoint.
    FixedPointCodec`), draws a fresh self-mask seed b_u^r uniform in GF(2^255 − 19) from
@@ -28,34 +35,50 @@ Round r, participants P (n = |P|), threshold t = :meth:`SecAggConfig.threshold` 
    data (u, v, r). PRG(·) and m_uv^r are ChaCha20 keystreams under b_u^r resp. s_uv with
    a nonce holding a domain tag and r, so round-r pair masks say nothing about any
    other round. u keeps its own share and forgets b_u^r.
-2. Unmask (one exchange, every round). S = those whose y arrived, D = P \\ S. If
-   |S| < t the round is aborted (:class:`SecAggAbort`) and nothing is released.
-   Otherwise each u ∈ S receives (S, D) and the ciphertexts addressed to it; it
-   refuses if S ∩ D ≠ ∅, S ∪ D ≠ P, u ∉ S, |S| < t, or if it already answered an
-   unmask of round r; else it returns its shares of b_w^r for every w ∈ S and its
-   signed round-r pair masks with every v ∈ D (:meth:`SecAggClient.unmask`).
-3. The server needs answers from ≥ t survivors (all of them if D ≠ ∅, to remove
+2. Consistency (one exchange, every round; :mod:`fedpriv.federation.secagg_consistency`).
+   S = those whose y arrived, D = P \\ S. If |S| < t (or |S| < m) the round is aborted
+   (:class:`SecAggAbort`) and nothing is released. Otherwise each u ∈ S receives (S, D)
+   and signs (digest of the pinned key book, r, S, D) with its Ed25519 key
+   (:meth:`SecAggClient.sign_survivors`), if S ∩ D = ∅, S ∪ D = P, u ∈ S, |S| ≥ t,
+   |S| ≥ m and it signed no other list for round r. Fewer than t valid signatures by
+   members of S abort the round (:meth:`SecAggServer.check_signatures`).
+3. Unmask (one exchange, every round). Each u ∈ S receives (S, D), the signatures and
+   the ciphertexts addressed to it; it refuses unless the checks of step 2 pass, (S, D)
+   is the list it signed (if it signed one), at least t distinct members of S signed
+   this very (S, D) under their pinned verify keys, and it answered no unmask of round r;
+   else it returns its shares of b_w^r for every w ∈ S and its signed round-r pair masks
+   with every v ∈ D (:meth:`SecAggClient.unmask`).
+4. The server needs answers from ≥ t survivors (all of them if D ≠ ∅, to remove
    every pair mask with D), reconstructs each b_w^r (checking every extra share lies
    on the same polynomial), and outputs Σ_{u∈S} y_u − Σ_{u∈S} PRG(b_u^r) − (pair
    masks with D) = Σ_{u∈S} x_u exactly in Z_{2^64} (:meth:`SecAggServer.aggregate`).
 
-Threat model. Honest-but-curious server, possibly colluding with up to t − 1 clients
-(who hand it their keys, shares and inputs): it learns nothing beyond Σ_{u∈S} x_u of
-the honest survivors. A survivor's y_u stays masked by pair masks with the other
-honest survivors, which are never revealed; a dropped client's — or a straggler's late
-— y_u is masked by PRG(b_u^r), of which honest clients release no share once u is in
-D, so the server and colluders hold at most t − 1 shares, which are independent of
-b_u^r. Each honest client answers one unmask per round, with disjoint S and D, so a
-curious server cannot obtain both b_u^r and u's pair masks from it. Late replies are
-refused anyway (:meth:`SecAggServer.accept_late`). An *actively* malicious server is
-not covered: Bonawitz's consistency check (round 3, signatures over S) is not
-implemented, so a server that shows different (S, D) to different clients can collect
-t shares of b_u^r from clients told u ∈ S and u's pair masks from the others (or from u
-itself, told they dropped) and unmask u, with t − 1 colluders or, for n ≥ 2t − 1, none;
-nor are keys authenticated by a PKI, so the pins stop a *later* key substitution but
-not a key book forged at set-up. Secret keys and seeds come from the OS CSPRNG, the deliberate
-exception to "all randomness from an injected numpy Generator": reproducibility is
-unaffected, since every mask cancels exactly and the sum depends on the inputs alone.
+Threat model. A server that may deviate from the protocol (the coordinator also
+writes the run config), possibly colluding with c clients (who hand it their keys,
+shares and inputs), with 2t > n + c (the default strict majority: c = 0 for odd n,
+c ≤ 1 for even n; a node's higher ``secagg-min-threshold`` buys more). Honest clients
+answer only (S, D) that t members of S signed, and each signs one list per round, so
+at most one list per round gets t signatures: all honest answers of a round concern
+the same (S, D), and a server that shows different survivor lists to different
+clients (to collect t shares of b_u^r from clients told u ∈ S and u's pair masks from
+others told u ∈ D, which unmasks y_u alone) gets nothing (the round aborts). On that
+one list the argument is the honest-but-curious one: a survivor's y_u stays masked by
+pair masks with the other honest survivors, never revealed; a dropped client's — or a
+straggler's late — y_u is masked by PRG(b_u^r), of which honest clients release no
+share once u is in D, so the server and colluders hold at most t − 1 shares
+(independent of b_u^r); each honest client answers one unmask per round, with
+disjoint S and D. Late replies are refused anyway (:meth:`SecAggServer.accept_late`).
+What the server still controls: which uploads count. It can claim survivors dropped,
+which no node can verify, down to |S| = max(t, m): the released sum then covers at
+least max(t, m) inputs and, under distributed noise, at least m noise shares (the
+target noise), never fewer; and it can abort any round. What remains open: the key
+book at set-up is not authenticated by a PKI, so the pins stop a *later* key
+substitution but not a key book forged at set-up (the server playing clients whose
+keys it forged, i.e. more colluders), unless the deployment's node authentication
+(Flower's node keys bound to the hospitals) does it. Secret keys and seeds come from
+the OS CSPRNG, the deliberate exception to "all randomness from an injected numpy
+Generator": reproducibility is unaffected, since every mask cancels exactly and the
+sum depends on the inputs alone.
 """
 
 from __future__ import annotations
@@ -67,11 +90,9 @@ from dataclasses import dataclass
 
 import numpy as np
 from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from fedpriv.federation import secagg_consistency as consistency
 from fedpriv.federation import shamir
 from fedpriv.federation.fixedpoint import FixedPointCodec, SecAggOverflowError, sum_plain
 from fedpriv.federation.secagg_common import (
@@ -86,6 +107,7 @@ from fedpriv.federation.secagg_common import (
     self_mask,
     share_nonce,
 )
+from fedpriv.federation.secagg_keys import ClientKeys
 from fedpriv.federation.secagg_server import SecAggServer
 
 __all__ = [
@@ -101,14 +123,7 @@ __all__ = [
     "sum_plain",
 ]
 
-_HKDF_INFO = b"fedpriv-secagg"  # pair mask key s_uv (unordered pair)
-_HKDF_SHARE_INFO = b"fedpriv-secagg-share"  # share key k_{u→v} (ordered pair)
 _MASK_TAG = b"fpSA"  # nonce domain tag: pair-mask keystreams and nothing else
-
-
-def _hkdf(shared: bytes, label: bytes, a: int, b: int) -> bytes:
-    info = label + a.to_bytes(8, "big") + b.to_bytes(8, "big")
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(shared)
 
 
 @dataclass
@@ -117,14 +132,17 @@ class _Round:
     size: int
     threshold: int
     own_share: int | None  # this client's share of its own b^r; dropped once answered
+    min_survivors: int = 0  # m the noise share was sized for (0: central noise)
 
 
-class SecAggClient:
-    """One client's side: pinned key agreement, double masking, the unmask answer.
+class SecAggClient(ClientKeys):
+    """One client's side: pinned keys (:class:`~fedpriv.federation.secagg_keys.
+    ClientKeys`), double masking, the signed survivor list, the unmask answer.
 
-    ``private_key_bytes`` (32 raw bytes) is for tests; otherwise the key comes from
-    the OS CSPRNG (module docstring). ``config`` fixes the threshold rule, which
-    the server must announce identically.
+    ``private_key_bytes`` and ``signing_key_bytes`` (32 raw bytes each) are for
+    tests; otherwise both keys come from the OS CSPRNG (module docstring).
+    ``config`` fixes the threshold rule and this node's floor
+    (:meth:`SecAggConfig.effective_threshold`), which the server must announce.
     """
 
     def __init__(
@@ -133,77 +151,29 @@ class SecAggClient:
         client_id: int,
         private_key_bytes: bytes | None = None,
         config: SecAggConfig | None = None,
+        signing_key_bytes: bytes | None = None,
     ) -> None:
-        self.client_id = check_u64("client_id", client_id)
+        super().__init__(
+            client_id=client_id,
+            private_key_bytes=private_key_bytes,
+            signing_key_bytes=signing_key_bytes,
+        )
         self.config = config or SecAggConfig()
-        if private_key_bytes is None:
-            self._sk = X25519PrivateKey.generate()  # OS CSPRNG on purpose: module docstring
-        else:
-            self._sk = X25519PrivateKey.from_private_bytes(bytes(private_key_bytes))
-        self._pinned: dict[int, bytes] | None = None  # the key book, pinned at setup()
-        self._keys: dict[int, tuple[bytes, bytes, bytes]] = {}  # peer -> (s, k_out, k_in)
-        self._prgs: dict[int, ChaCha20Poly1305] = {}
         self._rounds: dict[int, _Round] = {}
         self._answered: set[int] = set()  # rounds whose unmask this client answered
+        self._views: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # signed (S, D)
 
-    @property
-    def public_key(self) -> bytes:
-        """Raw 32-byte X25519 public key, uploaded at the key exchange."""
-        return self._sk.public_key().public_bytes_raw()
-
-    @property
-    def pinned_keys(self) -> dict[int, bytes] | None:
-        """The key book pinned by :meth:`setup` (``None`` before it)."""
-        return None if self._pinned is None else dict(self._pinned)
-
-    def setup(self, public_keys: Mapping[int, bytes]) -> None:
-        """Pin the key book {client id: public key} and derive the pair keys; once per run."""
-        if self._pinned is not None:
-            raise RuntimeError("setup() already ran; the key book is pinned once per run")
-        book = {check_u64("client id", j): bytes(pk) for j, pk in public_keys.items()}
-        if book.get(self.client_id) != self.public_key:
+    def check_threshold(self, participants: int, threshold: int | None) -> int:
+        """This node's t for ``participants``; ValueError if the announced ``threshold``
+        differs (in particular if a run setting tries to lower it below the node's floor)."""
+        t = self.config.effective_threshold(participants)
+        if threshold is not None and threshold != t:
             raise ValueError(
-                f"public key listed for client {self.client_id} is not this client's "
-                f"(or missing); listed ids {sorted(book)}"
+                f"threshold {threshold!r} announced for {participants} participants, but this "
+                f"client's rule {self.config} gives t = {t} (floor "
+                f"{self.config.floor(participants)} from min_threshold_fraction): refused"
             )
-        for j, pk in book.items():
-            if j != self.client_id:
-                self._derive(j, pk)
-        self._pinned = book
-
-    def _derive(self, j: int, pk: bytes) -> None:
-        shared = self._sk.exchange(X25519PublicKey.from_public_bytes(pk))
-        lo, hi = sorted((self.client_id, j))
-        self._keys[j] = (
-            _hkdf(shared, _HKDF_INFO, lo, hi),
-            _hkdf(shared, _HKDF_SHARE_INFO, self.client_id, j),
-            _hkdf(shared, _HKDF_SHARE_INFO, j, self.client_id),
-        )
-        self._prgs[j] = ChaCha20Poly1305(self._keys[j][0])
-
-    def check_keys(
-        self, peers: Sequence[int], public_keys: Mapping[int, bytes] | None = None
-    ) -> None:
-        """Refuse ``peers`` without a pinned key, and any key differing from the pinned one.
-
-        Raises
-        ------
-        SecAggKeyError
-            Naming the client ids concerned.
-        """
-        if self._pinned is None:
-            raise SecAggKeyError(
-                f"client {self.client_id} has no pinned key book: setup() never ran"
-            )
-        if unknown := sorted(set(peers) - set(self._pinned)):
-            raise SecAggKeyError(f"participants {unknown} have no key pinned at the key exchange")
-        if public_keys is not None:
-            changed = sorted(j for j, pk in public_keys.items() if self._pinned.get(j) != bytes(pk))
-            if changed:
-                raise SecAggKeyError(
-                    f"public keys of clients {changed} differ from those pinned at the key "
-                    "exchange (key substitution): refused"
-                )
+        return t
 
     def _pair_masks(self, peers: Sequence[int], round_id: int, n: int) -> np.ndarray:
         # m_ij^r = ChaCha20 keystream, i.e. algorithms.ChaCha20(s_ij, nonce) encrypting zeros
@@ -230,15 +200,19 @@ class SecAggClient:
         threshold: int | None = None,
         public_keys: Mapping[int, bytes] | None = None,
         noise: np.ndarray | None = None,
+        min_survivors: int | None = None,
     ) -> MaskedInput:
         """Step 1: y_u and the encrypted shares of a fresh b_u^r (module docstring).
 
         ``noise``: this client's integer noise share (int64 ticks, one per
         coordinate; :mod:`fedpriv.privacy.distributed`), added to the encoding in
         the ring before any mask, so no message ever holds the exact encoding.
+        ``min_survivors``: the m = n − f that share was sized for; the client
+        later signs and unmasks no survivor list shorter than m (``None``: central
+        noise, only t applies).
 
         ``threshold``, if given (the server's announcement), must equal this
-        client's :meth:`SecAggConfig.threshold`; ``public_keys``, if given, must
+        client's :meth:`check_threshold`; ``public_keys``, if given, must
         match the pinned ones. Once per round: two vectors under one mask reveal
         their difference, so retry with a fresh round id.
         """
@@ -250,12 +224,10 @@ class SecAggClient:
                 f"participants must include client {self.client_id} and number in "
                 f"[2, {codec.max_summands}] (max_summands); got {list(peers)}"
             )
-        t = self.config.threshold(len(peers))
-        if threshold is not None and threshold != t:
-            raise ValueError(
-                f"threshold {threshold!r} announced for {len(peers)} participants, but this "
-                f"client's rule {self.config} gives t = {t}: refused"
-            )
+        t = self.check_threshold(len(peers), threshold)
+        m = 0 if min_survivors is None else check_u64("min_survivors", min_survivors)
+        if m > len(peers):
+            raise ValueError(f"min_survivors must lie in [0, {len(peers)}]; got {m}")
         if r in self._rounds:
             raise ValueError(f"client {self.client_id} already masked for round {r}")
         x = np.asarray(vector, dtype=np.float64)
@@ -285,8 +257,39 @@ class SecAggClient:
             for j in peers
             if j != self.client_id
         }
-        self._rounds[r] = _Round(frozenset(peers), out.size, t, shares[point(self.client_id)])
+        self._rounds[r] = _Round(frozenset(peers), out.size, t, shares[point(self.client_id)], m)
         return MaskedInput(vector=out, shares=sealed, round_id=r)
+
+    def _view(self, r: int, survivors: Sequence[int], dropped: Sequence[int]):
+        """The round and its (S, D) if this client may sign or answer them (else ValueError)."""
+        if r not in self._rounds:
+            raise ValueError(f"client {self.client_id} never masked for round {r}")
+        rnd = self._rounds[r]
+        view = consistency.check_view(
+            client_id=self.client_id, round_id=r, peers=rnd.peers, threshold=rnd.threshold,
+            min_survivors=rnd.min_survivors, survivors=survivors, dropped=dropped,
+        )  # fmt: skip
+        if self._views.get(r, view) != view:
+            raise ValueError(
+                f"client {self.client_id} already signed another survivor list for round {r} "
+                f"(S {list(self._views[r][0])}, D {list(self._views[r][1])}): refused"
+            )
+        return rnd, view
+
+    def sign_survivors(
+        self, *, round_id: int, survivors: Sequence[int], dropped: Sequence[int]
+    ) -> bytes:
+        """The consistency round: this client's Ed25519 signature on (run, r, S, D).
+
+        One list per round: the same list again gets the same signature, any other
+        is refused; so are lists this client would not unmask (:func:`~fedpriv.
+        federation.secagg_consistency.check_view`: disjoint, splitting the round's
+        participants, this client in S, |S| ≥ t and |S| ≥ m).
+        """
+        r = check_u64("round_id", round_id)
+        _, view = self._view(r, survivors, dropped)
+        self._views[r] = view  # committed before the signature leaves this client
+        return self._signer.sign(consistency.view_message(self._digest, r, *view))
 
     def unmask(
         self,
@@ -296,42 +299,28 @@ class SecAggClient:
         dropped: Sequence[int],
         n: int,
         inbox: Mapping[int, bytes],
+        signatures: Mapping[int, bytes] | None,
         public_keys: Mapping[int, bytes] | None = None,
     ) -> UnmaskAnswer:
         """Step 2: shares of b_w^r for every survivor w, pair masks with every dropped v.
 
-        ``inbox[w]`` is survivor w's encrypted share for this client. Answers once
-        per round, only for a round this client masked, only if ``survivors`` and
-        ``dropped`` are disjoint, together are that round's participants, include
-        this client among the survivors and leave at least t survivors. Whether a
-        peer really dropped cannot be checked here: the server is trusted to list
-        exactly the non-repliers (honest-but-curious; module docstring).
+        ``inbox[w]`` is survivor w's encrypted share for this client;
+        ``signatures[j]`` is survivor j's :meth:`sign_survivors` signature on this
+        very (S, D). Answers once per round, only for a round this client masked,
+        only if ``survivors`` and ``dropped`` pass :meth:`sign_survivors`'s checks,
+        are the list this client signed (if it signed one), and at least t distinct
+        survivors signed them under their pinned keys. Whether a peer really dropped
+        cannot be checked here; that every honest survivor was shown the same list
+        can (module docstring).
         """
         r = check_u64("round_id", round_id)
-        if r not in self._rounds:
-            raise ValueError(f"client {self.client_id} never masked for round {r}")
         if r in self._answered:
             raise ValueError(
                 f"client {self.client_id} already answered the unmask of round {r}: a second "
                 "request is refused"
             )
-        live, gone = check_ids("survivors", survivors), check_ids("dropped", dropped)
-        rnd = self._rounds[r]
+        rnd, (live, gone) = self._view(r, survivors, dropped)
         self.check_keys(rnd.peers, public_keys)
-        if both := sorted(set(live) & set(gone)):
-            raise ValueError(
-                f"clients {both} are listed both as survivors and as dropped in round {r}: "
-                "refused (their self-mask seed and pair masks together would unmask them)"
-            )
-        if set(live) | set(gone) != rnd.peers or self.client_id not in live:
-            raise ValueError(
-                f"survivors {list(live)} and dropped {list(gone)} must split the round-{r} "
-                f"participants {sorted(rnd.peers)}, with client {self.client_id} a survivor"
-            )
-        if len(live) < rnd.threshold:
-            raise ValueError(
-                f"{len(live)} survivors < threshold t = {rnd.threshold} in round {r}: refused"
-            )
         if check_u64("n", n) != rnd.size:
             raise ValueError(f"n must equal the round-{r} vector length {rnd.size}; got {n}")
         senders = set(live) - {self.client_id}
@@ -340,6 +329,11 @@ class SecAggClient:
                 f"inbox must hold one encrypted share from each other survivor "
                 f"{sorted(senders)}; got {sorted(inbox)}"
             )
+        consistency.check_signatures(
+            message=consistency.view_message(self._digest, r, live, gone), signatures=signatures,
+            keys=self._vkeys, survivors=live, threshold=rnd.threshold, round_id=r,
+            known=[self.client_id] if r in self._views else [],  # it signed this very list
+        )  # fmt: skip
         shares = {self.client_id: shamir.to_bytes(rnd.own_share)}
         for w in sorted(senders):
             try:
@@ -353,28 +347,30 @@ class SecAggClient:
             shares[w] = plain
         # Commit: from here on this round's answer is out, and no second one will follow.
         self._answered.add(r)
+        self._views[r] = (live, gone)
         rnd.own_share = None
         masks = dict(zip(gone, self._pair_masks(gone, r, rnd.size).astype(np.uint64), strict=True))
         signed = {j: m if j > self.client_id else np.negative(m) for j, m in masks.items()}
         return UnmaskAnswer(shares=shares, masks=signed)
 
     def export_state(self) -> tuple[bytes, str]:
-        """Private key, pinned key book and round bookkeeping, for stateless runtimes.
+        """Private key, signing key, pinned key book and round bookkeeping, for
+        stateless runtimes.
 
         A Flower client is rebuilt from its node state for every message; the
-        pins and the once-per-round rules must survive that, so they travel
-        with the key. Derived pair keys and this client's own share of each
-        unanswered round's seed travel too: they are as secret as the private
-        key and live in the same node-local state.
+        pins and the once-per-round rules (one masked input, one signed list, one
+        unmask answer) must survive that, so they travel with the key. The signing
+        key, derived pair keys and this client's own share of each unanswered
+        round's seed travel too: they are as secret as the private key and live in
+        the same node-local state.
         """
         rounds = {
-            str(r): [sorted(x.peers), x.size, x.threshold, x.own_share]
+            str(r): [sorted(x.peers), x.size, x.threshold, x.own_share, x.min_survivors]
             for r, x in self._rounds.items()
         }
-        keys = {str(j): [k.hex() for k in v] for j, v in self._keys.items()}
-        book = None if self._pinned is None else {str(j): k.hex() for j, k in self._pinned.items()}
-        state = {"rounds": rounds, "answered": sorted(self._answered), "pinned": book, "keys": keys}
-        return self._sk.private_bytes_raw(), json.dumps(state)
+        views = {str(r): [list(s), list(d)] for r, (s, d) in self._views.items()}
+        state = {"rounds": rounds, "answered": sorted(self._answered), "views": views}
+        return self._sk.private_bytes_raw(), json.dumps({**state, **self._keys_state()})
 
     @classmethod
     def restore(
@@ -386,24 +382,22 @@ class SecAggClient:
         config: SecAggConfig | None = None,
     ) -> SecAggClient:
         """Rebuild a client from :meth:`export_state`, with its pinned key book."""
-        client = cls(client_id=client_id, private_key_bytes=private_key_bytes, config=config)
         data = json.loads(book) if book else {}
+        client = cls(
+            client_id=client_id,
+            private_key_bytes=private_key_bytes,
+            config=config,
+            signing_key_bytes=bytes.fromhex(data["signing"]) if "signing" in data else None,
+        )
         client._rounds = {
-            int(r): _Round(frozenset(p), int(n), int(t), s)
-            for r, (p, n, t, s) in data.get("rounds", {}).items()
+            int(r): _Round(frozenset(v[0]), int(v[1]), int(v[2]), v[3], int([*v, 0][4]))
+            for r, v in data.get("rounds", {}).items()  # (a state without m: central noise)
         }
         client._answered = set(data.get("answered", []))
-        if (pinned := data.get("pinned")) is not None:
-            client._pinned = {int(j): bytes.fromhex(k) for j, k in pinned.items()}
-            saved = data.get("keys", {})
-            for j, pk in client._pinned.items():
-                if j == client.client_id:
-                    continue
-                if str(j) in saved:
-                    client._keys[j] = tuple(bytes.fromhex(k) for k in saved[str(j)])
-                    client._prgs[j] = ChaCha20Poly1305(client._keys[j][0])
-                else:
-                    client._derive(j, pk)
+        client._views = {
+            int(r): (tuple(s), tuple(d)) for r, (s, d) in data.get("views", {}).items()
+        }
+        client._load_keys(data)
         return client
 
 

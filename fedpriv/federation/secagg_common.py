@@ -19,6 +19,8 @@ from fedpriv.validation import check_count
 
 _SELF_TAG = b"fpSM"  # nonce domain tag: self-mask keystreams and nothing else
 _SHARE_TAG = b"fpSS"  # nonce domain tag: encrypted shares
+#: Node-config key of a node's own Shamir threshold floor (:class:`SecAggConfig`).
+MIN_THRESHOLD_KEY = "secagg-min-threshold"
 
 
 class SecAggAbort(RuntimeError):
@@ -41,20 +43,56 @@ class SecAggConfig:
         gives a strict majority, t = ⌊n/2⌋ + 1: the server must hear the
         unmask answers of at least t survivors, and up to t − 1 colluding
         clients learn nothing beyond the survivors' sum. Larger values resist
-        more colluders but abort more rounds under dropouts.
+        more colluders but abort more rounds under dropouts. The run's setting
+        (``secagg-threshold``), which the coordinator controls.
+    min_threshold_fraction : float
+        In [0.5, 1]: the node's own floor (node-config ``secagg-min-threshold``),
+        t ≥ min(n, max(2, ⌊min_threshold_fraction·n⌋ + 1)); the default 0.5 is a
+        strict majority, the rule above at its default. A run setting never lowers
+        it: :meth:`effective_threshold` is what the protocol uses. A majority at
+        least is what makes the consistency round sound: two different survivor
+        lists cannot each collect t signatures when every honest client signs one
+        list per round and 2t > n.
     """
 
     threshold_fraction: float = 0.5
+    min_threshold_fraction: float = 0.5
 
     def __post_init__(self) -> None:
         f = self.threshold_fraction
         if isinstance(f, bool) or not isinstance(f, int | float) or not 0.0 <= f < 1.0:
             raise ValueError(f"threshold_fraction must lie in [0, 1); got {f!r}")
+        g = self.min_threshold_fraction
+        if isinstance(g, bool) or not isinstance(g, int | float) or not 0.5 <= g <= 1.0:
+            raise ValueError(
+                f"min_threshold_fraction (secagg-min-threshold) must lie in [0.5, 1]; got {g!r}"
+            )
 
     def threshold(self, n: int) -> int:
-        """t for a round of ``n`` ≥ 2 participants: max(2, ⌊threshold_fraction·n⌋ + 1)."""
+        """The run's rule for ``n`` ≥ 2 participants: max(2, ⌊threshold_fraction·n⌋ + 1)."""
         n = check_count("n (participants)", n, minimum=2)
         return max(2, math.floor(self.threshold_fraction * n) + 1)
+
+    def floor(self, n: int) -> int:
+        """The node's floor: min(n, max(2, ⌊min_threshold_fraction·n⌋ + 1))."""
+        n = check_count("n (participants)", n, minimum=2)
+        return min(n, max(2, math.floor(self.min_threshold_fraction * n) + 1))
+
+    def effective_threshold(self, n: int) -> int:
+        """t = max(:meth:`floor`, :meth:`threshold`): the run may raise t, never lower it."""
+        return max(self.floor(n), self.threshold(n))
+
+
+def node_config_floor(node_config: Mapping[str, object]) -> float:
+    """The node-config key ``secagg-min-threshold`` as a fraction in [0.5, 1] (default 0.5)."""
+    raw = node_config.get(MIN_THRESHOLD_KEY, 0.5)
+    try:
+        g = float(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError(f"{MIN_THRESHOLD_KEY} must be a number in [0.5, 1]; got {raw!r}") from None
+    if not 0.5 <= g <= 1.0:
+        raise ValueError(f"{MIN_THRESHOLD_KEY} must lie in [0.5, 1]; got {raw!r}")
+    return g
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from fedpriv.federation import secagg_consistency as consistency
 from fedpriv.federation import shamir
 from fedpriv.federation.fixedpoint import FixedPointCodec
 from fedpriv.federation.secagg_common import (
@@ -33,7 +34,9 @@ class SecAggServer:
     """Sums masked vectors and unmasks the sum with the survivors' answers.
 
     Per round: :meth:`unmask_plan` (who survived, or abort), :meth:`inboxes`
-    (route the encrypted shares), then :meth:`aggregate`. Each aggregated or
+    (route the encrypted shares), :meth:`check_signatures` (the consistency
+    round: the survivors' signatures on the list, forwarded with the unmask
+    request), then :meth:`aggregate`. Each aggregated or
     aborted round is closed: :meth:`accept_late` then returns False and
     :meth:`aggregate` refuses it. With self-masks a late reply no longer
     unmasks its sender, but nothing may be released twice for a round.
@@ -71,7 +74,7 @@ class SecAggServer:
             )
         if len(peers) < 2:
             raise self._abort(r, f"{len(peers)} participant(s): a sum of one is that vector")
-        return r, peers, live, self.config.threshold(len(peers))
+        return r, peers, live, self.config.effective_threshold(len(peers))
 
     def unmask_plan(
         self, *, round_id: int, participants: Sequence[int], masked: Iterable[int]
@@ -81,6 +84,38 @@ class SecAggServer:
         if len(live) < t:
             raise self._abort(r, f"{len(live)} of {len(peers)} replied, below threshold t = {t}")
         return list(live), self.missing(peers, live)
+
+    def check_signatures(
+        self,
+        *,
+        round_id: int,
+        participants: Sequence[int],
+        survivors: Sequence[int],
+        dropped: Sequence[int],
+        signatures: Mapping[int, bytes],
+        key_book: tuple[Mapping[int, bytes], Mapping[int, bytes]],
+    ) -> dict[int, bytes]:
+        """t of the survivors' valid signatures on (run, r, S, D), the first in id order,
+        to forward with the unmask request; :class:`SecAggAbort` (round closed) if fewer
+        than t are valid.
+
+        ``key_book`` is (public keys, verify keys) as broadcast at the key exchange.
+        Each node checks the signatures itself before revealing anything
+        (:mod:`fedpriv.federation.secagg_consistency`); checking them here too keeps
+        a client's bad signature from costing the round while t good ones remain.
+        """
+        r, peers, live, t = self._open(round_id, participants, survivors)
+        if sorted(set(peers) - set(live)) != list(check_ids("dropped", dropped)):
+            raise ValueError(f"round {r}: dropped {list(dropped)} must be participants \\ S")
+        public, verify = key_book
+        keys = {j: consistency.verify_key(j, bytes(verify[j])) for j in live if j in verify}
+        message = consistency.view_message(
+            consistency.book_digest(public, verify), r, live, dropped
+        )
+        ok = consistency.valid_signers(message, signatures, keys, live, need=t)
+        if len(ok) < t:
+            raise self._abort(r, f"{len(ok)} valid signatures on the survivor list < t = {t}")
+        return {j: bytes(signatures[j]) for j in ok}
 
     def inboxes(
         self, survivors: Sequence[int], shares: Mapping[int, Mapping[int, bytes]]

@@ -51,7 +51,11 @@ NON_PRIVATE_CAVEAT = (
 NEIGHBOURING = "add_or_remove_one"
 
 #: Shamir threshold rule of secure aggregation (``fedpriv.federation.secagg_common``).
-SECAGG_RULE = "Shamir t = max(2, floor(threshold * n) + 1) of a round's n participants"
+SECAGG_RULE = (
+    "Shamir t = max(2, floor(threshold * n) + 1, floor(n / 2) + 1) of a round's n "
+    "participants (a node's secagg-min-threshold may raise its own floor); a survivor "
+    "list is unmasked only with t survivors' signatures on it (consistency round)"
+)
 
 
 class CardError(ValueError):

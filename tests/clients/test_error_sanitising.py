@@ -128,7 +128,7 @@ def test_the_clientapp_raises_only_the_sanitised_error_and_logs_the_detail_local
 
 
 def test_every_query_of_the_clientapp_is_sanitised():
-    for name in ("keys", "keybook", "ping", "answer", "unmask"):
+    for name in ("keys", "keybook", "ping", "answer", "consistency", "unmask"):
         fn = getattr(client_app, name)
         assert fn.__wrapped__.__name__ == name  # functools.wraps of ``sanitised``
     context = Context(run_id=1, node_id=7, node_config={}, state=RecordDict(), run_config={})

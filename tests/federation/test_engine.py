@@ -57,8 +57,10 @@ class ScriptedTransport:
 
     def setup_keys(self) -> None:
         book = {p.client_id: p.public_key for p in self.parties}
+        verify = {p.client_id: p.verify_key for p in self.parties}
         for p in self.parties:
-            p.setup(book)
+            p.setup(book, verify_keys=verify)
+        self.key_book = (book, verify)
 
     def ask(self, plan: RoundPlan) -> Replies:
         r = plan.query.round
@@ -73,12 +75,24 @@ class ScriptedTransport:
         }
         return Replies(senders=tuple(masked), masked=masked)
 
-    def unmask(self, plan, survivors, dropped, inboxes):
+    def consistency(self, plan, survivors, dropped):
+        r = plan.query.round
+        return {
+            u: self.parties[u].sign_survivors(round_id=r, survivors=survivors, dropped=dropped)
+            for u in survivors
+        }
+
+    def unmask(self, plan, survivors, dropped, inboxes, signatures):
         r = plan.query.round
         self.unmasked.append(r)
         return {
             u: self.parties[u].unmask(
-                round_id=r, survivors=survivors, dropped=dropped, n=N, inbox=inboxes[u]
+                round_id=r,
+                survivors=survivors,
+                dropped=dropped,
+                n=N,
+                inbox=inboxes[u],
+                signatures=signatures,
             )
             for u in survivors
             if u not in self.silent.get(r, set())
@@ -117,11 +131,13 @@ def test_dropouts_are_recovered_unrecoverable_rounds_abort_and_everything_is_cou
     comm = engine.communication.to_dict()
     assert comm["rounds"] == 5 and comm["rounds_aborted"] == 2
     assert comm["dropout_recoveries"] == 2  # rounds 1 and 4 revealed pair masks
-    assert comm["round_trips"] == 2 + 5 + 4  # key exchange, five asks, four unmasks
+    # Key exchange, five asks, four consistency rounds and four unmasks.
+    assert comm["round_trips"] == 2 + 5 + 4 + 4
     assert comm["floats_uploaded_per_client"] == [9, 9, 12, 15, 15]
-    # Upload: 8·N + 4 shares of 48 B = 216; unmask answer: 32 B per survivor, 8·N per dropped.
-    assert comm["bytes_uploaded_per_client"][0] == 32 + 3 * 216 + 160 + 152 + 160
-    assert comm["bytes_uploaded_per_client"][4] == 32 + 5 * 216 + 160 + 152 + 152
+    # Upload: 8·N + 4 shares of 48 B = 216; a 64 B signature on the survivor list; unmask
+    # answer: 32 B per survivor, 8·N per dropped. Once: the public and the verify key.
+    assert comm["bytes_uploaded_per_client"][0] == 64 + 3 * 216 + 3 * 64 + 160 + 152 + 160
+    assert comm["bytes_uploaded_per_client"][4] == 64 + 5 * 216 + 4 * 64 + 160 + 152 + 152
 
 
 def test_fewer_than_two_asked_aborts_before_anything_is_sent():

@@ -100,8 +100,9 @@ def test_dropouts_are_recovered_and_unrecoverable_rounds_release_nothing(clients
     comm = rt.communication
     assert comm.recoveries > 0
     assert comm.rounds_aborted > 0  # fewer than t = 3 of 5 survived
-    # Key exchange (keys, key book) + one query per round + one unmask per unaborted round.
-    assert comm.round_trips == 2 + comm.rounds + (comm.rounds - comm.rounds_aborted)
+    # Key exchange (keys, key book) + one query per round + one consistency exchange and
+    # one unmask per unaborted round.
+    assert comm.round_trips == 2 + comm.rounds + 2 * (comm.rounds - comm.rounds_aborted)
     released = len(ledger.entries)
     assert released == comm.rounds - comm.rounds_aborted
     assert ledger.epsilon() <= 2.0
@@ -122,7 +123,8 @@ def test_every_secure_round_has_one_unmask_exchange(clients):
     _, rt, _ = _run(clients, epsilon=2.0)
     comm = rt.communication
     assert comm.recoveries == 0
-    assert comm.round_trips == 2 + 2 * comm.rounds  # key exchange; query + unmask per round
+    # Key exchange; query, consistency and unmask per round.
+    assert comm.round_trips == 2 + 3 * comm.rounds
     _, plain, _ = _run(clients, epsilon=2.0, secure_aggregation=False)
     assert plain.communication.round_trips == plain.communication.rounds  # untouched
 
@@ -131,9 +133,10 @@ def test_communication_counts_floats_and_bytes(clients):
     _, rt, _ = _run(clients, epsilon=None, rounds=10)
     comm = rt.communication.to_dict()
     assert comm["floats_uploaded_per_client"] == [10 * 16] * 5  # 2·2^D floats per round
-    # Per round: the masked vector, 4 encrypted shares (32 B + 16 B tag) and the unmask
-    # answer (5 shares of 32 B, no pair masks without dropouts); once: the public key.
-    assert comm["bytes_uploaded_per_client"] == [10 * (16 * 8 + 4 * 48 + 5 * 32) + 32] * 5
+    # Per round: the masked vector, 4 encrypted shares (32 B + 16 B tag), the 64 B
+    # signature on the survivor list and the unmask answer (5 shares of 32 B, no pair
+    # masks without dropouts); once: the public key and the verify key.
+    assert comm["bytes_uploaded_per_client"] == [10 * (16 * 8 + 4 * 48 + 64 + 5 * 32) + 64] * 5
     assert comm["rounds"] == 10
 
 

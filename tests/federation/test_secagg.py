@@ -48,9 +48,18 @@ def _clients(k, seed=0, *, ids=None, cls=None):
         i: cls.get(i, SecAggClient)(client_id=i, private_key_bytes=rng.bytes(32)) for i in ids
     }
     keys = {i: c.public_key for i, c in clients.items()}
+    verify = {i: c.verify_key for i, c in clients.items()}
     for c in clients.values():
-        c.setup(keys)
+        c.setup(keys, verify_keys=verify)
     return clients
+
+
+def _sigs(clients, r, live, gone, signers=None):
+    """The consistency round, honest: each survivor (or each of ``signers``) signs (S, D)."""
+    return {
+        j: clients[j].sign_survivors(round_id=r, survivors=live, dropped=gone)
+        for j in (live if signers is None else signers)
+    }
 
 
 def _vectors(ids, n, seed, max_abs=CODEC.max_abs):
@@ -71,8 +80,11 @@ def _round(clients, xs, r, *, participants=None, late=(), codec=CODEC, server=No
     live, gone = server.unmask_plan(round_id=r, participants=participants, masked=on_time)
     inboxes = server.inboxes(live, {i: u.shares for i, u in on_time.items()})
     n = len(next(iter(xs.values())))
+    sigs = _sigs(clients, r, live, gone)
     answers = {
-        i: clients[i].unmask(round_id=r, survivors=live, dropped=gone, n=n, inbox=inboxes[i])
+        i: clients[i].unmask(
+            round_id=r, survivors=live, dropped=gone, n=n, inbox=inboxes[i], signatures=sigs
+        )
         for i in live
     }
     masked = {i: u.vector for i, u in on_time.items()}
@@ -110,9 +122,10 @@ def test_aggregate_does_not_depend_on_the_keys_or_the_self_mask_seeds():
     sums = [_round(_clients(4, seed=s), xs, 0)[0] for s in (1, 2)]
     fresh = {i: SecAggClient(client_id=i) for i in range(1, 5)}
     keys = {i: c.public_key for i, c in fresh.items()}
-    assert len(set(keys.values())) == 4
+    verify = {i: c.verify_key for i, c in fresh.items()}
+    assert len(set(keys.values())) == 4 and len(set(verify.values())) == 4
     for c in fresh.values():
-        c.setup(keys)
+        c.setup(keys, verify_keys=verify)
     sums.append(_round(fresh, xs, 0)[0])
     np.testing.assert_array_equal(sums[0], sums[1])
     np.testing.assert_array_equal(sums[0], sums[2])
@@ -127,12 +140,14 @@ def test_pair_mask_is_the_specified_chacha20_keystream():
     c2 = SecAggClient(client_id=2, private_key_bytes=sk2)
     c3 = SecAggClient(client_id=3)
     keys = {1: c1.public_key, 2: c2.public_key, 3: c3.public_key}
-    c1.setup(keys)
-    c3.setup(keys)
+    verify = {1: c1.verify_key, 2: c2.verify_key, 3: c3.verify_key}
+    c1.setup(keys, verify_keys=verify)
+    c3.setup(keys, verify_keys=verify)
     c1.mask(np.zeros(300), round_id=41, participants=[1, 2, 3], codec=CODEC)
     up3 = c3.mask(np.zeros(300), round_id=41, participants=[1, 2, 3], codec=CODEC)
     inbox = {3: up3.shares[1]}
-    got = c1.unmask(round_id=41, survivors=[1, 3], dropped=[2], n=300, inbox=inbox)
+    sigs = _sigs({1: c1, 3: c3}, 41, [1, 3], [2])
+    got = c1.unmask(round_id=41, survivors=[1, 3], dropped=[2], n=300, inbox=inbox, signatures=sigs)
     shared = X25519PrivateKey.from_private_bytes(sk1).exchange(
         X25519PrivateKey.from_private_bytes(sk2).public_key()
     )
@@ -247,8 +262,11 @@ def test_a_survivor_silent_at_the_unmask_is_recovered_from_t_shares_without_drop
     live, gone = server.unmask_plan(round_id=0, participants=[1, 2, 3, 4, 5], masked=ups)
     assert (live, gone) == ([1, 2, 3, 4, 5], [])
     inboxes = server.inboxes(live, {i: u.shares for i, u in ups.items()})
+    sigs = _sigs(clients, 0, live, gone)
     answers = {
-        i: clients[i].unmask(round_id=0, survivors=live, dropped=gone, n=32, inbox=inboxes[i])
+        i: clients[i].unmask(
+            round_id=0, survivors=live, dropped=gone, n=32, inbox=inboxes[i], signatures=sigs
+        )
         for i in (1, 3, 5)  # 2 and 4 fall silent: their self-masks come from 3 = t shares
     }
     masked = {i: u.vector for i, u in ups.items()}
@@ -285,7 +303,9 @@ def test_fewer_than_t_survivors_abort_the_round_and_release_nothing():
         server.aggregate(round_id=0, participants=[1, 2, 3, 4, 5], masked={}, answers={})
     # The clients refuse too: even a server that asked would get nothing.
     with pytest.raises(ValueError, match=r"2 survivors < threshold t = 3"):
-        clients[1].unmask(round_id=0, survivors=[1, 2], dropped=[3, 4, 5], n=16, inbox={})
+        clients[1].unmask(
+            round_id=0, survivors=[1, 2], dropped=[3, 4, 5], n=16, inbox={}, signatures={}
+        )
     # And t answers are needed even when t survivors replied: 2 answers of 3 abort.
     xs = _vectors([1, 2, 3], 16, seed=10)
     ups = {
@@ -294,8 +314,11 @@ def test_fewer_than_t_survivors_abort_the_round_and_release_nothing():
     server = SecAggServer(codec=CODEC)
     live, gone = server.unmask_plan(round_id=1, participants=[1, 2, 3, 4, 5], masked=ups)
     inboxes = server.inboxes(live, {i: u.shares for i, u in ups.items()})
+    sigs = _sigs(clients, 1, live, gone)
     answers = {
-        i: clients[i].unmask(round_id=1, survivors=live, dropped=gone, n=16, inbox=inboxes[i])
+        i: clients[i].unmask(
+            round_id=1, survivors=live, dropped=gone, n=16, inbox=inboxes[i], signatures=sigs
+        )
         for i in (1, 2)
     }
     masked = {i: u.vector for i, u in ups.items()}
@@ -313,8 +336,11 @@ def test_with_dropouts_a_survivor_missing_from_the_unmask_aborts_the_round():
     }
     live, gone = server.unmask_plan(round_id=0, participants=[1, 2, 3, 4, 5], masked=ups)
     inboxes = server.inboxes(live, {i: u.shares for i, u in ups.items()})
+    sigs = _sigs(clients, 0, live, gone)
     answers = {
-        i: clients[i].unmask(round_id=0, survivors=live, dropped=gone, n=16, inbox=inboxes[i])
+        i: clients[i].unmask(
+            round_id=0, survivors=live, dropped=gone, n=16, inbox=inboxes[i], signatures=sigs
+        )
         for i in (1, 2, 4)  # 5 silent: its pair mask with 3 stays in the sum
     }
     masked = {i: u.vector for i, u in ups.items()}
@@ -419,9 +445,14 @@ def test_unmask_refuses_overlapping_survivor_and_dropped_lists():
     clients, ups, server = _masked_round()
     inbox = server.inboxes([1, 2, 3, 4], {i: u.shares for i, u in ups.items()})[1]
     with pytest.raises(ValueError, match=r"clients \[4\] are listed both as survivors and as"):
-        clients[1].unmask(round_id=5, survivors=[1, 2, 3, 4], dropped=[4, 5], n=10, inbox=inbox)
+        clients[1].unmask(
+            round_id=5, survivors=[1, 2, 3, 4], dropped=[4, 5], n=10, inbox=inbox, signatures={}
+        )
     # The refusal released nothing and committed nothing: an honest request is answered.
-    got = clients[1].unmask(round_id=5, survivors=[1, 2, 3, 4], dropped=[5], n=10, inbox=inbox)
+    sigs = _sigs(clients, 5, [1, 2, 3, 4], [5])
+    got = clients[1].unmask(
+        round_id=5, survivors=[1, 2, 3, 4], dropped=[5], n=10, inbox=inbox, signatures=sigs
+    )
     assert sorted(got.shares) == [1, 2, 3, 4] and sorted(got.masks) == [5]
 
 
@@ -429,39 +460,66 @@ def test_unmask_refuses_a_second_request_for_the_same_round():
     clients, ups, server = _masked_round()
     boxes = {i: u.shares for i, u in ups.items()}
     first = server.inboxes([1, 2, 3, 4, 5], boxes)[1]
-    clients[1].unmask(round_id=5, survivors=[1, 2, 3, 4, 5], dropped=[], n=10, inbox=first)
+    sigs = _sigs(clients, 5, [1, 2, 3, 4, 5], [])
+    clients[1].unmask(
+        round_id=5, survivors=[1, 2, 3, 4, 5], dropped=[], n=10, inbox=first, signatures=sigs
+    )
     # A second request, same lists or other ones, would hand out shares and masks of one
     # client under two views: refused either way.
     second = server.inboxes([1, 2, 3, 4], boxes)[1]
     for live, gone, inbox in [([1, 2, 3, 4, 5], [], first), ([1, 2, 3, 4], [5], second)]:
         with pytest.raises(ValueError, match="already answered the unmask of round 5"):
-            clients[1].unmask(round_id=5, survivors=live, dropped=gone, n=10, inbox=inbox)
+            clients[1].unmask(
+                round_id=5, survivors=live, dropped=gone, n=10, inbox=inbox, signatures=sigs
+            )
     # The rule survives a restart from the exported state.
     sk, book = clients[1].export_state()
     again = SecAggClient.restore(client_id=1, private_key_bytes=sk, book=book)
     with pytest.raises(ValueError, match="already answered"):
-        again.unmask(round_id=5, survivors=[1, 2, 3, 4], dropped=[5], n=10, inbox=second)
+        again.unmask(
+            round_id=5, survivors=[1, 2, 3, 4], dropped=[5], n=10, inbox=second, signatures=sigs
+        )
 
 
 def test_unmask_answers_only_well_formed_requests():
     clients, ups, server = _masked_round()
     inbox = server.inboxes([1, 2, 3, 4], {i: u.shares for i, u in ups.items()})[1]
     c = clients[1]
+    sigs = _sigs(clients, 5, [1, 2, 3, 4], [5])
     with pytest.raises(ValueError, match="never masked for round 6"):
-        c.unmask(round_id=6, survivors=[1, 2, 3, 4], dropped=[5], n=10, inbox=inbox)
+        c.unmask(
+            round_id=6, survivors=[1, 2, 3, 4], dropped=[5], n=10, inbox=inbox, signatures=sigs
+        )
     with pytest.raises(ValueError, match="must split the round-5 participants"):
-        c.unmask(round_id=5, survivors=[1, 2, 3], dropped=[5], n=10, inbox=inbox)  # 4 unlisted
+        c.unmask(
+            round_id=5, survivors=[1, 2, 3], dropped=[5], n=10, inbox=inbox, signatures=sigs
+        )  # 4 unlisted
     with pytest.raises(ValueError, match="must split the round-5 participants"):
-        c.unmask(round_id=5, survivors=[1, 2, 3, 4], dropped=[5, 9], n=10, inbox=inbox)
+        c.unmask(
+            round_id=5, survivors=[1, 2, 3, 4], dropped=[5, 9], n=10, inbox=inbox, signatures=sigs
+        )
     with pytest.raises(ValueError, match="with client 1 a survivor"):
-        c.unmask(round_id=5, survivors=[2, 3, 4], dropped=[1, 5], n=10, inbox=inbox)
+        c.unmask(
+            round_id=5, survivors=[2, 3, 4], dropped=[1, 5], n=10, inbox=inbox, signatures=sigs
+        )
     with pytest.raises(ValueError, match="n must equal"):
-        c.unmask(round_id=5, survivors=[1, 2, 3, 4], dropped=[5], n=11, inbox=inbox)
+        c.unmask(
+            round_id=5, survivors=[1, 2, 3, 4], dropped=[5], n=11, inbox=inbox, signatures=sigs
+        )
     with pytest.raises(ValueError, match=r"one encrypted share from each other survivor"):
-        c.unmask(round_id=5, survivors=[1, 2, 3, 4], dropped=[5], n=10, inbox={2: inbox[2]})
+        c.unmask(
+            round_id=5,
+            survivors=[1, 2, 3, 4],
+            dropped=[5],
+            n=10,
+            inbox={2: inbox[2]},
+            signatures=sigs,
+        )
     moved = {**inbox, 2: inbox[3], 3: inbox[2]}  # ciphertexts moved between senders
     with pytest.raises(ValueError, match="failed authentication"):
-        c.unmask(round_id=5, survivors=[1, 2, 3, 4], dropped=[5], n=10, inbox=moved)
+        c.unmask(
+            round_id=5, survivors=[1, 2, 3, 4], dropped=[5], n=10, inbox=moved, signatures=sigs
+        )
     other = _clients(5, seed=1)[3].mask(
         np.zeros(10), round_id=5, participants=[1, 2, 3, 4, 5], codec=CODEC
     )
@@ -472,8 +530,11 @@ def test_unmask_answers_only_well_formed_requests():
             dropped=[5],
             n=10,
             inbox={**inbox, 3: other.shares[1]},
+            signatures=sigs,
         )
-    got = c.unmask(round_id=5, survivors=[1, 2, 3, 4], dropped=[5], n=10, inbox=inbox)
+    got = c.unmask(
+        round_id=5, survivors=[1, 2, 3, 4], dropped=[5], n=10, inbox=inbox, signatures=sigs
+    )
     assert isinstance(got, UnmaskAnswer) and got.nbytes == 4 * 32 + 8 * 10
 
 
@@ -481,8 +542,11 @@ def test_inconsistent_shares_are_detected_and_abort_the_round():
     clients, ups, server = _masked_round()
     live = [1, 2, 3, 4, 5]
     inboxes = server.inboxes(live, {i: u.shares for i, u in ups.items()})
+    sigs = _sigs(clients, 5, live, [])
     answers = {
-        i: clients[i].unmask(round_id=5, survivors=live, dropped=[], n=10, inbox=inboxes[i])
+        i: clients[i].unmask(
+            round_id=5, survivors=live, dropped=[], n=10, inbox=inboxes[i], signatures=sigs
+        )
         for i in live
     }
     bad = shamir.to_bytes((shamir.from_bytes(answers[2].shares[4]) + 1) % shamir.PRIME)
@@ -531,7 +595,7 @@ def test_key_substitution_is_refused_by_the_client():
     with pytest.raises(SecAggKeyError, match=r"participants \[7\] have no key pinned"):
         c.mask(np.zeros(4), round_id=0, participants=[1, 2, 7], codec=CODEC)
     with pytest.raises(RuntimeError, match="pinned once per run"):
-        c.setup({**pinned, 3: evil})  # no re-keying after the key exchange
+        c.setup({**pinned, 3: evil}, verify_keys={})  # no re-keying after the key exchange
     assert issubclass(SecAggKeyError, ValueError)
     # Nothing was masked by the refused calls; the pinned keys are accepted.
     xs = _vectors([1, 2, 3], 4, seed=0)
@@ -542,11 +606,16 @@ def test_key_substitution_is_refused_by_the_client():
         for i in xs
     }
     inbox = SecAggServer(codec=CODEC).inboxes([1, 2, 3], {i: u.shares for i, u in ups.items()})
+    sigs = _sigs(clients, 0, [1, 2, 3], [])
     with pytest.raises(SecAggKeyError, match=r"clients \[2\] differ"):
         c.unmask(
-            round_id=0, survivors=[1, 2, 3], dropped=[], n=4, inbox=inbox[1], public_keys={2: evil}
-        )
-    c.unmask(round_id=0, survivors=[1, 2, 3], dropped=[], n=4, inbox=inbox[1], public_keys=pinned)
+            round_id=0, survivors=[1, 2, 3], dropped=[], n=4, inbox=inbox[1], public_keys={2: evil},
+            signatures=sigs,
+        )  # fmt: skip
+    c.unmask(
+        round_id=0, survivors=[1, 2, 3], dropped=[], n=4, inbox=inbox[1], public_keys=pinned,
+        signatures=sigs,
+    )  # fmt: skip
 
 
 def test_a_restored_client_keeps_its_pins_pair_keys_and_round_bookkeeping():
@@ -580,8 +649,14 @@ def test_client_setup_and_mask_preconditions():
         c.mask([0.0], round_id=0, participants=[1, 2], codec=CODEC)
     other = SecAggClient(client_id=2)
     with pytest.raises(ValueError, match="not this client's"):
-        c.setup({1: other.public_key, 2: other.public_key})
-    c.setup({1: c.public_key, 2: other.public_key})
+        c.setup({1: other.public_key, 2: other.public_key}, verify_keys={})
+    with pytest.raises(ValueError, match="verify key listed for client 1 is not this client's"):
+        c.setup({1: c.public_key, 2: other.public_key}, verify_keys={1: other.verify_key})
+    with pytest.raises(ValueError, match=r"verify keys must name the key book's clients \[1, 2\]"):
+        c.setup({1: c.public_key, 2: other.public_key}, verify_keys={1: c.verify_key})
+    c.setup(
+        {1: c.public_key, 2: other.public_key}, verify_keys={1: c.verify_key, 2: other.verify_key}
+    )
     with pytest.raises(ValueError, match="must include client 1"):
         c.mask([0.0], round_id=0, participants=[2], codec=CODEC)
     with pytest.raises(ValueError, match="number in"):
@@ -714,7 +789,7 @@ def test_flower_handlers_pin_the_key_book_and_refuse_substitution_and_second_unm
         return Message(RecordDict({"config": ConfigRecord(cfg)}), metadata=meta)
 
     rng = np.random.default_rng(0)
-    contexts, book = {}, {}
+    contexts, book, vbook = {}, {}, {}
     for pid in range(3):  # what the `keys` handler leaves in each node's state
         ctx = Context(
             run_id=1,
@@ -725,16 +800,17 @@ def test_flower_handlers_pin_the_key_book_and_refuse_substitution_and_second_unm
         )
         client = SecAggClient(client_id=pid, private_key_bytes=rng.bytes(32))
         client_app._save_secagg(ctx, client)
-        contexts[pid], book[pid] = ctx, client.public_key
+        contexts[pid], book[pid], vbook[pid] = ctx, client.public_key, client.verify_key
     cfg = {"participants": [0, 1, 2], "public-keys": [book[p] for p in range(3)]}
+    keybook = {**cfg, "verify-keys": [vbook[p] for p in range(3)]}
     for ctx in contexts.values():
-        client_app.keybook(message("keybook", cfg), ctx)
+        client_app.keybook(message("keybook", keybook), ctx)
     # The handlers are sanitised (only a code reaches the server): check the
     # node-local reasons on the unwrapped handlers, and the code on one wrapped call.
     with pytest.raises(RuntimeError, match="pinned once per run"):
-        client_app.keybook.__wrapped__(message("keybook", cfg), contexts[0])
+        client_app.keybook.__wrapped__(message("keybook", keybook), contexts[0])
     with pytest.raises(ClientFailure, match="client_error"):
-        client_app.keybook(message("keybook", cfg), contexts[0])
+        client_app.keybook(message("keybook", keybook), contexts[0])
     evil = {**cfg, "public-keys": [book[0], SecAggClient(client_id=1).public_key, book[2]]}
     with pytest.raises(SecAggKeyError, match=r"clients \[1\] differ"):  # before any work
         client_app.answer.__wrapped__(message("fedpriv", evil), contexts[0])
@@ -752,6 +828,20 @@ def test_flower_handlers_pin_the_key_book_and_refuse_substitution_and_second_unm
         client_app._save_secagg(ctx, c)
     server = SecAggServer(codec=CODEC)
     inboxes = server.inboxes([0, 1, 2], {i: u.shares for i, u in ups.items()})
+    view = {"round": 0, "survivors": [0, 1, 2], "dropped": [], **cfg}
+    sigs = {
+        pid: bytes(
+            client_app.consistency(message("consistency", view), ctx).content["meta"]["signature"]
+        )
+        for pid, ctx in contexts.items()
+    }
+    with pytest.raises(ValueError, match="already signed another survivor list for round 0"):
+        client_app.consistency.__wrapped__(
+            message("consistency", {**view, "survivors": [0, 1], "dropped": [2]}), contexts[0]
+        )
+    forged = {**cfg, "verify-keys": [vbook[0], SecAggClient(client_id=1).verify_key, vbook[2]]}
+    with pytest.raises(SecAggKeyError, match=r"verify keys of clients \[1\] differ"):
+        client_app.consistency.__wrapped__(message("consistency", {**view, **forged}), contexts[0])
 
     def unmask(pid, wrapped=False, **over):
         base = {
@@ -760,6 +850,8 @@ def test_flower_handlers_pin_the_key_book_and_refuse_substitution_and_second_unm
             "dropped": [],
             "n": 5,
             **cfg,
+            "signers": list(sigs),
+            "signatures": list(sigs.values()),
             "from": list(inboxes[pid]),
             "ct": list(inboxes[pid].values()),
         }
@@ -770,6 +862,8 @@ def test_flower_handlers_pin_the_key_book_and_refuse_substitution_and_second_unm
         unmask(0, **{"public-keys": evil["public-keys"]})
     with pytest.raises(ValueError, match="listed both as survivors and as dropped"):
         unmask(0, dropped=[2])
+    with pytest.raises(ValueError, match=r"1 valid signatures by survivors.*below threshold t = 2"):
+        unmask(0, signers=[0], signatures=[sigs[0]])
     answers = {}
     for pid in range(3):
         rep = unmask(pid, wrapped=True)

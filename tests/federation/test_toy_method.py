@@ -108,7 +108,8 @@ def test_the_toy_runs_under_flwr_run_and_releases_the_in_process_model(toy, tmp_
     assert json.loads((out / "config.json").read_text())["method"] == NAME
     comm = json.loads((out / "communication.json").read_text())
     assert comm["floats_uploaded_per_client"] == [2 * 2] * 4  # 2 rounds × reply length 2
-    assert comm["round_trips"] == 2 + 2 * 2  # keys (with the plan), key book; query + unmask
+    # Keys (with the plan), key book; query, consistency and unmask per round.
+    assert comm["round_trips"] == 2 + 3 * 2
     assert comm["dropout_recoveries"] == 0
     assert comm["mean_empty_round_seconds"] > 0  # the pings ran, outside the training rounds
     rounds = json.loads((out / "rounds.json").read_text())

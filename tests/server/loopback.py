@@ -36,6 +36,7 @@ HANDLERS = {
     "query.plan": client_app.plan,
     "query.ping": client_app.ping,
     "query.fedpriv": client_app.answer,
+    "query.consistency": client_app.consistency,
     "query.unmask": client_app.unmask,
 }
 #: (pid, message type, the node's reply) -> the replies the server receives.

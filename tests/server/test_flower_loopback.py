@@ -100,7 +100,8 @@ def test_dpsgd_app_releases_the_in_process_parameters(monkeypatch, tmp_path, mod
     spec = saved.spec
     expected = spec.n_features + 3 * spec.n_params + 2 * 2
     assert comm["floats_uploaded_per_client"] == [expected] * 4
-    assert comm["round_trips"] == 2 + 2 * 6  # keys (with the plan), key book; query + unmask
+    # Keys (with the plan), key book; query, consistency and unmask per round.
+    assert comm["round_trips"] == 2 + 3 * 6
     assert _json(out, "config")["learning-rate"] == {"logistic": 2.0, "mlp": 3.0}[model]  # paper
     rounds = _json(out, "rounds")
     assert sorted(rounds, key=int) == [str(r) for r in range(1, 7)]
@@ -132,8 +133,9 @@ def test_lumberjack_app_releases_the_in_process_forest(monkeypatch, tmp_path):
     privacy = _json(out, "privacy")
     assert privacy["epsilon"] == pytest.approx(ref.epsilon_spent_) and privacy["epsilon"] <= 4.0
     assert privacy["delta"] == 1e-6  # the paper's δ, the launcher's default for the method
-    # key exchange (keys, key book) + a query and an unmask for two stages and the leaves
-    assert _json(out, "communication")["round_trips"] == 2 + 2 * 3
+    # key exchange (keys, key book) + a query, a consistency exchange and an unmask for two
+    # stages and the leaves
+    assert _json(out, "communication")["round_trips"] == 2 + 3 * 3
 
 
 def test_random_forest_app_releases_the_in_process_forest(monkeypatch, tmp_path):
@@ -203,7 +205,7 @@ def test_dp_gam_app_releases_the_in_process_model(monkeypatch, tmp_path, pairs):
     privacy = _json(out, "privacy")
     assert privacy["epsilon"] == pytest.approx(ref.epsilon_spent_) and privacy["epsilon"] <= 2.0
     assert privacy["n_releases"] == 12 + 1  # the rounds and the quantile sketch
-    assert _json(out, "communication")["round_trips"] == 2 + 2 * 12
+    assert _json(out, "communication")["round_trips"] == 2 + 3 * 12
 
 
 def test_bdpe_app_releases_the_in_process_ensemble(monkeypatch, tmp_path):
@@ -238,7 +240,7 @@ def test_bdpe_app_releases_the_in_process_ensemble(monkeypatch, tmp_path):
     assert privacy["epsilon"] == pytest.approx(ref.epsilon_spent_) and privacy["epsilon"] <= 1.0
     # a split event per level, a leaf release per tree, the calibration's counts
     assert privacy["n_releases"] == 3 * 3 + 3 + 1
-    assert _json(out, "communication")["round_trips"] == 2 + 2 * (3 * 3 + 1)
+    assert _json(out, "communication")["round_trips"] == 2 + 3 * (3 * 3 + 1)
 
 
 @pytest.mark.parametrize("method", ["boosting", "logistic", "random_forest"])

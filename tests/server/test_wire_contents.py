@@ -9,6 +9,8 @@ must also release the in-process model bit for bit under the same key.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 from flwr.app import ConfigRecord
 from flwr.supercore.task_identity import TaskIdentity
@@ -86,13 +88,18 @@ def test_no_message_carries_a_seed_a_key_or_a_timing(monkeypatch):
         # plan's reply, what the node's own policy has left (∞ without one: no data in it).
         # (Connected before the strategy began: its plan went alone, in ``query.plan``.)
         expected = {
-            "query.keys": {"partition-id", "public-key"},
+            "query.keys": {"partition-id", "public-key", "verify-key"},
             "query.plan": {"remaining-epsilon", "remaining-delta"},
             "query.fedpriv": {"round"},
+            "query.consistency": {"round", "signature"},  # its signature on the survivors
         }.get(reply.metadata.message_type, set())
         assert set(meta) == expected, reply.metadata.message_type
     # Each node's secret stays in its own state and differs from every other node's.
     private = [bytes(c.state["private"]["key"]) for c in grid.contexts.values()]
+    # ... as do its X25519 and Ed25519 private keys (secure aggregation).
+    for c in grid.contexts.values():
+        private.append(bytes(c.state["secagg"]["sk"]))
+        private.append(bytes.fromhex(json.loads(str(c.state["secagg"]["book"]))["signing"]))
     assert len(set(private)) == len(private)
     for msg in grid.sent + grid.received:
         for _, value in _walk(msg.content):

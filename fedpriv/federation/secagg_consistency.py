@@ -1,0 +1,167 @@
+"""The consistency round of secure aggregation: signatures over the survivor list.
+
+Bonawitz et al. 2017 (CCS, §4 and Fig. 4, the actively secure protocol's round
+ConsistencyCheck): after the masked inputs are collected and before any unmask,
+the server sends every survivor the list it claims, S (and D = P \\ S); each
+survivor signs (run, r, S, D) with its Ed25519 key (RFC 8032), pinned in every
+node's key book at the key exchange, and the server forwards the signatures with
+the unmask request. A node reveals nothing unless at least t distinct members of
+S signed that very (r, S, D) under their pinned keys. Every honest client signs
+one list per round, so with 2t > n + c (c colluding clients) two different lists
+cannot both collect t signatures: a server that tells different clients different
+survivors is caught before anything is revealed.
+
+The signed bytes bind the run by the digest of the pinned key book (every X25519
+and Ed25519 key with its client id): a signature from another run, or under a
+key book that differs from the verifier's, never verifies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from fedpriv.federation.secagg_common import check_ids
+
+#: Bytes of one Ed25519 signature and of one verify key (RFC 8032).
+SIGNATURE_BYTES = 64
+VERIFY_KEY_BYTES = 32
+_BOOK_TAG = b"fpKB"  # domain tag of the key book digest
+_VIEW_TAG = b"fpSC"  # domain tag of a signed survivor list
+
+
+def _le64(v: int) -> bytes:
+    return int(v).to_bytes(8, "little")
+
+
+def book_digest(public_keys: Mapping[int, bytes], verify_keys: Mapping[int, bytes]) -> bytes:
+    """SHA-256 of the key book: tag ‖ Σ over sorted ids (le64(id) ‖ pk ‖ vk)."""
+    ids = sorted(public_keys)
+    if sorted(verify_keys) != ids:
+        raise ValueError(
+            f"verify keys must name the key book's clients {ids}; got {sorted(verify_keys)}"
+        )
+    h = hashlib.sha256(_BOOK_TAG)
+    for j in ids:
+        h.update(_le64(j) + bytes(public_keys[j]) + bytes(verify_keys[j]))
+    return h.digest()
+
+
+def view_message(
+    digest: bytes, round_id: int, survivors: Sequence[int], dropped: Sequence[int]
+) -> bytes:
+    """The canonical bytes a survivor signs: tag ‖ digest ‖ le64(r) ‖ |S| ‖ S ‖ |D| ‖ D
+    (ids sorted, each le64), so one (run, r, S, D) has exactly one encoding."""
+    live, gone = sorted(survivors), sorted(dropped)
+    parts = [_VIEW_TAG, bytes(digest), _le64(round_id), _le64(len(live))]
+    parts += [_le64(j) for j in live] + [_le64(len(gone))] + [_le64(j) for j in gone]
+    return b"".join(parts)
+
+
+def view_nbytes(survivors: int, dropped: int) -> int:
+    """Bytes of the (S, D) encoding sent to each survivor: 8 per id plus the two lengths."""
+    return 8 * (survivors + dropped + 2)
+
+
+def verify_key(client_id: int, raw: bytes) -> Ed25519PublicKey:
+    """``raw`` as an Ed25519 verify key, or ValueError naming the client."""
+    if len(raw) != VERIFY_KEY_BYTES:
+        raise ValueError(
+            f"verify key of client {client_id} must be {VERIFY_KEY_BYTES} bytes; got {len(raw)}"
+        )
+    return Ed25519PublicKey.from_public_bytes(bytes(raw))
+
+
+def valid_signers(
+    message: bytes,
+    signatures: Mapping[int, bytes],
+    keys: Mapping[int, Ed25519PublicKey],
+    members: Sequence[int],
+    need: int | None = None,
+) -> list[int]:
+    """The distinct ``members`` whose signature on ``message`` verifies under their key,
+    in id order; with ``need``, only the first ``need`` of them (verification is the cost
+    of the round: an Ed25519 verification costs about four signatures)."""
+    ok: list[int] = []
+    for j in sorted(set(signatures) & set(members) & set(keys)):
+        if need is not None and len(ok) >= need:
+            break
+        sig = signatures[j]
+        if not isinstance(sig, bytes | bytearray) or len(sig) != SIGNATURE_BYTES:
+            continue
+        try:
+            keys[j].verify(bytes(sig), message)
+        except InvalidSignature:
+            continue
+        ok.append(j)
+    return ok
+
+
+def check_signatures(
+    *,
+    message: bytes,
+    signatures: Mapping[int, bytes] | None,
+    keys: Mapping[int, Ed25519PublicKey],
+    survivors: Sequence[int],
+    threshold: int,
+    round_id: int,
+    known: Sequence[int] = (),
+) -> list[int]:
+    """t valid signers among ``survivors``; ValueError if there are fewer than ``threshold``.
+
+    The node's rule before it reveals anything (module docstring): t distinct
+    members of S signed this very (run, r, S, D) under their pinned keys. ``known``:
+    signers the caller need not verify (the node itself, if it signed this very list).
+    """
+    live = check_ids("survivors", survivors)
+    signed = [j for j in sorted(set(known)) if j in live]
+    rest = {j: s for j, s in (signatures or {}).items() if j not in signed}
+    signed += valid_signers(message, rest, keys, live, need=threshold - len(signed))
+    if len(signed) < threshold:
+        raise ValueError(
+            f"round {round_id}: {len(signed)} valid signatures by survivors on this survivor "
+            f"list (signers {signed}), below threshold t = {threshold}: the server may have "
+            "shown other clients another list; refused"
+        )
+    return signed
+
+
+def check_view(
+    *,
+    client_id: int,
+    round_id: int,
+    peers: frozenset[int],
+    threshold: int,
+    min_survivors: int,
+    survivors: Sequence[int],
+    dropped: Sequence[int],
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(S, D) sorted, if they may be signed or unmasked by ``client_id``; else ValueError.
+
+    S and D must be disjoint, split the round's participants, keep the client in
+    S and leave at least t survivors and at least the round's survivors bound m
+    (the m = n − f its noise share was sized for; 0 under central noise).
+    """
+    r = round_id
+    live, gone = check_ids("survivors", survivors), check_ids("dropped", dropped)
+    if both := sorted(set(live) & set(gone)):
+        raise ValueError(
+            f"clients {both} are listed both as survivors and as dropped in round {r}: "
+            "refused (their self-mask seed and pair masks together would unmask them)"
+        )
+    if set(live) | set(gone) != peers or client_id not in live:
+        raise ValueError(
+            f"survivors {list(live)} and dropped {list(gone)} must split the round-{r} "
+            f"participants {sorted(peers)}, with client {client_id} a survivor"
+        )
+    if len(live) < threshold:
+        raise ValueError(f"{len(live)} survivors < threshold t = {threshold} in round {r}: refused")
+    if len(live) < min_survivors:
+        raise ValueError(
+            f"{len(live)} survivors < {min_survivors}, the survivors bound m this node sized "
+            f"its round-{r} noise share for: the sum would carry too little noise; refused"
+        )
+    return live, gone

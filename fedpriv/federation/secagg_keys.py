@@ -1,0 +1,175 @@
+"""A secure-aggregation client's keys: its own pairs, the pinned key book, the pair keys.
+
+Each client draws an X25519 key pair (RFC 7748; key agreement) and an Ed25519 key
+pair (RFC 8032; the consistency round's signatures) from the OS CSPRNG, uploads
+both public halves at the key exchange and *pins* the key book {client id:
+(public key, verify key)} the server broadcasts back (:meth:`ClientKeys.setup`).
+From the X25519 secret with each peer v it derives, by HKDF-SHA256 (RFC 5869), a
+mask key s_uv and directional share keys k_{u→v}, k_{v→u}. Any later message naming
+a key that differs from the pinned one, or a participant without a pinned key, is
+refused (:class:`~fedpriv.federation.secagg_common.SecAggKeyError`). The protocol
+itself is in :mod:`fedpriv.federation.secagg`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from fedpriv.federation import secagg_consistency as consistency
+from fedpriv.federation.secagg_common import SecAggKeyError, check_u64
+
+_HKDF_INFO = b"fedpriv-secagg"  # pair mask key s_uv (unordered pair)
+_HKDF_SHARE_INFO = b"fedpriv-secagg-share"  # share key k_{u→v} (ordered pair)
+
+
+def _hkdf(shared: bytes, label: bytes, a: int, b: int) -> bytes:
+    info = label + a.to_bytes(8, "big") + b.to_bytes(8, "big")
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(shared)
+
+
+class ClientKeys:
+    """One client's key pairs, pinned key book and derived pair keys (module docstring).
+
+    ``private_key_bytes`` (32 raw X25519 bytes) and ``signing_key_bytes`` (32 raw
+    Ed25519 bytes) are for tests; otherwise both keys come from the OS CSPRNG.
+    """
+
+    def __init__(
+        self,
+        *,
+        client_id: int,
+        private_key_bytes: bytes | None = None,
+        signing_key_bytes: bytes | None = None,
+    ) -> None:
+        self.client_id = check_u64("client_id", client_id)
+        if private_key_bytes is None:
+            self._sk = X25519PrivateKey.generate()  # OS CSPRNG on purpose: secagg docstring
+        else:
+            self._sk = X25519PrivateKey.from_private_bytes(bytes(private_key_bytes))
+        if signing_key_bytes is None:
+            self._signer = Ed25519PrivateKey.generate()  # OS CSPRNG, as the X25519 key
+        else:
+            self._signer = Ed25519PrivateKey.from_private_bytes(bytes(signing_key_bytes))
+        self._pinned: dict[int, bytes] | None = None  # the key book, pinned at setup()
+        self._vpinned: dict[int, bytes] = {}  # the verify keys, pinned with it
+        self._vkeys: dict[int, Ed25519PublicKey] = {}
+        self._digest = b""  # the pinned key book's digest: binds signatures to this run
+        self._keys: dict[int, tuple[bytes, bytes, bytes]] = {}  # peer -> (s, k_out, k_in)
+        self._prgs: dict[int, ChaCha20Poly1305] = {}
+
+    @property
+    def public_key(self) -> bytes:
+        """Raw 32-byte X25519 public key, uploaded at the key exchange."""
+        return self._sk.public_key().public_bytes_raw()
+
+    @property
+    def verify_key(self) -> bytes:
+        """Raw 32-byte Ed25519 verify key, uploaded with :attr:`public_key`."""
+        return self._signer.public_key().public_bytes_raw()
+
+    @property
+    def pinned_keys(self) -> dict[int, bytes] | None:
+        """The key book pinned by :meth:`setup` (``None`` before it)."""
+        return None if self._pinned is None else dict(self._pinned)
+
+    @property
+    def pinned_verify_keys(self) -> dict[int, bytes] | None:
+        """The verify keys pinned by :meth:`setup` (``None`` before it)."""
+        return None if self._pinned is None else dict(self._vpinned)
+
+    def setup(self, public_keys: Mapping[int, bytes], *, verify_keys: Mapping[int, bytes]) -> None:
+        """Pin the key book {client id: public key} with the verify keys {client id:
+        verify key} and derive the pair keys; once per run."""
+        if self._pinned is not None:
+            raise RuntimeError("setup() already ran; the key book is pinned once per run")
+        book = {check_u64("client id", j): bytes(pk) for j, pk in public_keys.items()}
+        vbook = {check_u64("client id", j): bytes(vk) for j, vk in verify_keys.items()}
+        mine = (("public", book, self.public_key), ("verify", vbook, self.verify_key))
+        for what, listed, own in mine:
+            if listed.get(self.client_id) != own:
+                raise ValueError(
+                    f"{what} key listed for client {self.client_id} is not this client's "
+                    f"(or missing); listed ids {sorted(listed)}"
+                )
+        digest = consistency.book_digest(book, vbook)  # refuses ids without a verify key
+        vkeys = {j: consistency.verify_key(j, vk) for j, vk in vbook.items()}
+        for j, pk in book.items():
+            if j != self.client_id:
+                self._derive(j, pk)
+        self._pinned, self._vpinned, self._vkeys, self._digest = book, vbook, vkeys, digest
+
+    def _derive(self, j: int, pk: bytes) -> None:
+        shared = self._sk.exchange(X25519PublicKey.from_public_bytes(pk))
+        lo, hi = sorted((self.client_id, j))
+        self._keys[j] = (
+            _hkdf(shared, _HKDF_INFO, lo, hi),
+            _hkdf(shared, _HKDF_SHARE_INFO, self.client_id, j),
+            _hkdf(shared, _HKDF_SHARE_INFO, j, self.client_id),
+        )
+        self._prgs[j] = ChaCha20Poly1305(self._keys[j][0])
+
+    def check_keys(
+        self,
+        peers: Sequence[int],
+        public_keys: Mapping[int, bytes] | None = None,
+        verify_keys: Mapping[int, bytes] | None = None,
+    ) -> None:
+        """Refuse ``peers`` without a pinned key, and any public or verify key differing
+        from the pinned one.
+
+        Raises
+        ------
+        SecAggKeyError
+            Naming the client ids concerned.
+        """
+        if self._pinned is None:
+            raise SecAggKeyError(
+                f"client {self.client_id} has no pinned key book: setup() never ran"
+            )
+        if unknown := sorted(set(peers) - set(self._pinned)):
+            raise SecAggKeyError(f"participants {unknown} have no key pinned at the key exchange")
+        for what, given, pinned in (
+            ("public", public_keys, self._pinned),
+            ("verify", verify_keys, self._vpinned),
+        ):
+            changed = sorted(j for j, k in (given or {}).items() if pinned.get(j) != bytes(k))
+            if changed:
+                raise SecAggKeyError(
+                    f"{what} keys of clients {changed} differ from those pinned at the key "
+                    "exchange (key substitution): refused"
+                )
+
+    def _keys_state(self) -> dict[str, Any]:
+        """The signing key, pins and pair keys as JSON-ready values (node-local state)."""
+        book = None if self._pinned is None else {str(j): k.hex() for j, k in self._pinned.items()}
+        return {
+            "pinned": book,
+            "keys": {str(j): [k.hex() for k in v] for j, v in self._keys.items()},
+            "signing": self._signer.private_bytes_raw().hex(),
+            "verify": {str(j): k.hex() for j, k in self._vpinned.items()},
+        }
+
+    def _load_keys(self, data: Mapping[str, Any]) -> None:
+        """Restore :meth:`_keys_state` (the signing key is a constructor argument)."""
+        if (pinned := data.get("pinned")) is None:
+            return
+        self._pinned = {int(j): bytes.fromhex(k) for j, k in pinned.items()}
+        self._vpinned = {int(j): bytes.fromhex(k) for j, k in data.get("verify", {}).items()}
+        self._vkeys = {j: consistency.verify_key(j, k) for j, k in self._vpinned.items()}
+        self._digest = consistency.book_digest(self._pinned, self._vpinned)
+        saved = data.get("keys", {})
+        for j, pk in self._pinned.items():
+            if j == self.client_id:
+                continue
+            if str(j) in saved:
+                self._keys[j] = tuple(bytes.fromhex(k) for k in saved[str(j)])
+                self._prgs[j] = ChaCha20Poly1305(self._keys[j][0])
+            else:
+                self._derive(j, pk)
