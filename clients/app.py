@@ -413,16 +413,28 @@ def unmask(msg: Message, context: Context) -> Message:
     s, pid = _settings_and_pid(context)
     cfg = msg.content["config"]
     client, named = _secagg(context, s, pid, cfg)
-    answer = client.unmask(
-        round_id=int(cfg["round"]),
-        survivors=[int(u) for u in cfg["survivors"]],
-        dropped=[int(v) for v in cfg["dropped"]],
-        n=int(cfg["n"]),
-        inbox=dict(zip([int(w) for w in cfg["from"]], cfg["ct"], strict=True)),
-        signatures=_by_id(cfg.get("signers", []), cfg.get("signatures", [])),
-        public_keys=named,
+    r, survivors, dropped = (
+        int(cfg["round"]),
+        [int(u) for u in cfg["survivors"]],
+        [int(v) for v in cfg["dropped"]],
     )
+    ledger = _node_ledger(context)
+    try:
+        answer = client.unmask(
+            round_id=r,
+            survivors=survivors,
+            dropped=dropped,
+            n=int(cfg["n"]),
+            inbox=dict(zip([int(w) for w in cfg["from"]], cfg["ct"], strict=True)),
+            signatures=_by_id(cfg.get("signers", []), cfg.get("signatures", [])),
+            public_keys=named,
+        )
+    except ValueError as err:  # the node's rules: its audit log records the refusal
+        ledger.note("unmask-refused", run=str(context.run_id), round=r, reason=str(err))
+        raise
     _save_secagg(context, client)  # before replying: the round is now answered
+    ledger.note("unmask", run=str(context.run_id), round=r, survivors=len(survivors),
+                dropped=len(dropped))  # fmt: skip
     shares = ConfigRecord({"of": list(answer.shares), "share": list(answer.shares.values())})
     masks = ArrayRecord({str(j): Array(np.asarray(m)) for j, m in answer.masks.items()})
     return _reply(msg, unmask=shares, masks=masks)

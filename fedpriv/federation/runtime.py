@@ -254,11 +254,12 @@ class InProcessTransport:
         inboxes: Mapping[int, Mapping[int, bytes]],
         signatures: Mapping[int, bytes],
     ) -> dict[int, UnmaskAnswer]:
-        answers = {}
+        answers, r = {}, plan.query.round
         for u in survivors:
+            led = self.node_ledgers[u]
             try:
                 answers[u] = self.parties[u].unmask(
-                    round_id=plan.query.round,
+                    round_id=r,
                     survivors=survivors,
                     dropped=dropped,
                     n=plan.query.reply_length,
@@ -266,9 +267,13 @@ class InProcessTransport:
                     signatures=signatures,
                 )
             except ValueError as err:  # a refusal: that survivor stays silent
-                logger.warning(
-                    "client %d refused the unmask of round %d: %s", u, plan.query.round, err
-                )
+                logger.warning("client %d refused the unmask of round %d: %s", u, r, err)
+                if led is not None:
+                    led.note("unmask-refused", run=self.run_id, round=r, reason=str(err))
+                continue
+            if led is not None:
+                led.note("unmask", run=self.run_id, round=r, survivors=len(survivors),
+                         dropped=len(dropped))  # fmt: skip
         return answers
 
 
