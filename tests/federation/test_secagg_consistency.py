@@ -5,8 +5,6 @@ CCS 2017, §4, ConsistencyCheck). Every attack here is played by the test as the
 with a twin that restores the old behaviour and shows the attack then succeeds.
 """
 
-import math
-
 import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -231,7 +229,7 @@ def test_signatures_count_only_under_the_pinned_verify_keys(twin):
             c.unmask(round_id=0, survivors=live, dropped=gone, n=8, inbox=inbox, signatures=sigs)
 
 
-# --- lying dropouts under distributed noise ------------------------------------------------
+# --- lying dropouts under distributed noise (the attacks: tests/privacy/test_lying_coordinator.py)
 N_NOISE = 20_000  # coordinates: the std estimate's relative error is ~1/√(2N) = 0.5 %
 
 
@@ -283,26 +281,6 @@ def _claim(clients, ups, codec, live, r):
     return server.aggregate(round_id=r, participants=IDS, masked=masked, answers=answers), []
 
 
-def test_a_server_claiming_more_dropouts_than_tolerated_gets_nothing_under_distributed_noise():
-    # n = 5, f = 1: shares sized for m = 4. The server claims two dropped (|S| = 3 ≥ t = 3).
-    clients, ups, codec = _noisy_round(4, r=0)
-    released, refusals = _claim(clients, ups, codec, [1, 2, 3], r=0)
-    assert released is None and len(refusals) == 6  # 3 refuse to sign, 3 to unmask
-    assert all("survivors bound m this node sized" in why for why in refusals)
-    # An honest claim of m = 4 survivors is answered, with the target noise (std 1).
-    clients, ups, codec = _noisy_round(4, r=1)
-    released, _ = _claim(clients, ups, codec, [1, 2, 3, 4], r=1)
-    assert abs(np.std(released) - 1.0) < 0.03
-
-
-def test_twin_without_the_bound_the_lying_server_releases_an_under_noised_sum():
-    clients, ups, codec = _noisy_round(4, r=0, erase_bound=True)
-    released, refusals = _claim(clients, ups, codec, [1, 2, 3], r=0)
-    assert refusals == []
-    ratio = float(np.std(released))  # target std 1.0
-    assert abs(ratio - math.sqrt(3 / 4)) < 0.03 and ratio < 0.9
-
-
 # --- the node's threshold floor --------------------------------------------------------------
 def test_the_threshold_floor_is_the_nodes_and_a_run_setting_only_raises_it():
     low = SecAggConfig(threshold_fraction=0.0)  # the run's setting: t = 2
@@ -343,18 +321,6 @@ def _low_threshold_attack(config):
     masked = {i: ups[i].vector for i in live}
     total = server.aggregate(round_id=0, participants=IDS, masked=masked, answers=answers)
     return total, sum_plain([xs[1], xs[2]], CODEC)
-
-
-def test_a_threshold_forced_low_by_the_run_config_is_refused_by_every_node():
-    total, why = _low_threshold_attack(SecAggConfig(threshold_fraction=0.0))
-    assert total is None
-    assert "threshold 2 announced for 5 participants" in why and "t = 3" in why
-
-
-def test_twin_without_the_floor_the_lowered_threshold_unmasks_a_sum_of_two(monkeypatch):
-    monkeypatch.setattr(SecAggConfig, "effective_threshold", SecAggConfig.threshold)
-    total, expected = _low_threshold_attack(SecAggConfig(threshold_fraction=0.0))
-    np.testing.assert_array_equal(total, expected)  # the sum of two inputs, released
 
 
 # --- in-process runs ---------------------------------------------------------------------

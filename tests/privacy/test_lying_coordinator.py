@@ -1,13 +1,16 @@
 """A lying coordinator against the real node code: every attack refused, with its twin.
 
-The ServerApp runs honestly over the loopback grid (``tests/server/loopback.py``),
-and ``forge`` rewrites what the nodes receive: a lying coordinator. The nodes are
-the real ClientApp handlers (``clients/app.py``) with their own ledgers
-(:mod:`fedpriv.privacy.node_budget`, :mod:`fedpriv.privacy.node_plan`). Each attack
-is replayed twice: against the node as it is (refused before a row is read,
-aborted, or nothing released) and against a *twin* that restores the node's old
-trust in the coordinator (its ε from the declared events, queries unchecked),
-which the same attack then gets through: so each test has power.
+Each attack of the review's table is replayed against the node as it is and against
+a *twin* that restores the node's old trust in the coordinator; the twin lets the
+same attack through, so each test has power.
+
+- Over Flower (the ServerApp and the real ClientApp handlers, ``clients/app.py``, on
+  the loopback grid, ``tests/server/loopback.py``): ``forge`` rewrites what the
+  nodes receive, so the coordinator lies while the ServerApp runs as it is.
+- On the secure-aggregation client (``fedpriv.federation.secagg``): the unmask
+  attacks, where the server lies about who survived.
+- Reproduction keys, the exact count and the range guard: where each lives (its
+  test names the attack's row).
 """
 
 from __future__ import annotations
@@ -16,30 +19,44 @@ import copy
 import json
 import math
 
+import numpy as np
 import pytest
 from flwr.app import ConfigRecord, Message, RecordDict
 
+from fedpriv.federation.node_stage import NodeStage
+from fedpriv.federation.secagg import SecAggConfig
 from fedpriv.federation.status import RunFailedError
 from fedpriv.privacy import node_budget
-from fedpriv.privacy.node_budget import NodeRefusal
+from fedpriv.privacy.node_budget import NodeRefusal, read_ledger
+from fedpriv.privacy.node_plan import derive_stage
+from server.dp_evaluation import NOISE_STREAM
+from tests.federation.test_secagg_consistency import (
+    _claim,
+    _low_threshold_attack,
+    _noisy_round,
+)
 from tests.server.test_flower_loopback import run_app
 
-JOB = {
-    "dataset": "heart",
-    "num-clients": 4,
-    "method": "boosting",
-    "rounds": 3,
-    "depth": 2,
-    "epsilon": 1.0,
-    "seed": 5,
-    "round-timeout": 1.0,
-}
-POLICY = {p: {"max-epsilon": 1.0} for p in range(4)}
+BOOSTING = {
+    "dataset": "heart", "num-clients": 4, "method": "boosting", "rounds": 3, "depth": 2,
+    "epsilon": 1.0, "seed": 5, "round-timeout": 1.0, "max-aborted-share": 1.0,
+}  # fmt: skip
+#: DP-SGD logistic (the review's row: q 0.02, clip 3; fewer steps here).
+LOGISTIC = {
+    "dataset": "heart", "num-clients": 4, "method": "logistic", "rounds": 6,
+    "sampling-rate": 0.1, "clip-norm": 3.0, "epsilon": 1.0, "seed": 5, "round-timeout": 1.0,
+    "max-aborted-share": 1.0,
+}  # fmt: skip
+
+
+def _policy(tmp_path, max_epsilon: float = 1.0) -> dict[int, dict]:
+    """Each node's own policy and state directory (its ledger and audit log)."""
+    return {p: {"max-epsilon": max_epsilon, "state-dir": str(tmp_path / f"node-{p}")}
+            for p in range(4)}  # fmt: skip
 
 
 class Coordinator:
-    """``forge`` for the loopback grid: rewrites one kind of message to every node and
-    records what the nodes answered."""
+    """``forge`` for the loopback grid: rewrites the config of one kind of message."""
 
     def __init__(self, kind: str, rewrite) -> None:
         self.kind, self.rewrite, self.forged = f"query.{kind}", rewrite, 0
@@ -47,8 +64,7 @@ class Coordinator:
     def __call__(self, pid: int, kind: str, msg: Message) -> Message:
         if kind != self.kind:
             return msg
-        config = dict(msg.content["config"])
-        new = self.rewrite(config)
+        new = self.rewrite(dict(msg.content["config"]))
         if new is None:
             return msg
         self.forged += 1
@@ -57,29 +73,56 @@ class Coordinator:
         return Message(content=content, metadata=copy.deepcopy(msg.metadata))
 
 
-def _rewrite_plan(change):
-    """A ``rewrite`` of the plan that rides on the key exchange."""
+def _both(*forges):
+    def forge(pid, kind, msg):
+        for f in forges:
+            msg = f(pid, kind, msg)
+        return msg
+
+    return forge
+
+
+def _plan_rewrite(change):
+    """A ``rewrite`` of the declared plan (riding on the key exchange, or alone)."""
 
     def rewrite(config):
         if "plan" not in config:
             return None
         plan = json.loads(config["plan"])
-        change(plan)
+        if change(plan) is False:
+            return None
         return {**config, "plan": json.dumps(plan)}
 
     return rewrite
 
 
-def _legacy_admission(monkeypatch):
-    """The twin: the node takes the declared events' ε and checks queries only against
-    the stages' noise (the behaviour the review broke)."""
+def _run(monkeypatch, tmp_path, job, forge):
+    """The run's folder and its failure text (``None``: the run completed)."""
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    nodes = _policy(tmp_path)
+    try:
+        return run_app(monkeypatch, out_dir, job, forge=forge, node_config=nodes), None
+    except (RunFailedError, RuntimeError, NodeRefusal) as err:
+        return next(out_dir.iterdir(), None), str(err)
+
+
+def _released(out) -> int:
+    return int(json.loads((out / "communication.json").read_text())["rounds_released"])
+
+
+def _node_runs(tmp_path, p=0) -> dict:
+    return read_ledger(tmp_path / f"node-{p}")["runs"]
+
+
+def _trusting_admission(monkeypatch):
+    """The twin of the plan check: ε from the declared events (the old node), the
+    declared stages taken as they come."""
     from fedpriv.privacy import accounting
     from fedpriv.privacy.events import event_from_dict
-    from fedpriv.privacy.node_plan import derive_stage
 
     def admit(plan, handler_of, *, run_id):
-        stages = [node_budget.NodeStage.from_dict(s) for s in plan["stages"]]
-        admitted = [derive_stage(s, handler_of) for s in stages]
+        admitted = [derive_stage(NodeStage.from_dict(s), handler_of) for s in plan["stages"]]
         items = [(event_from_dict(ev), int(n)) for ev, n in plan.get("events", [])]
         eps = float(accounting.account(items, float(plan["accounting_delta"])).epsilon)
         return admitted, eps
@@ -87,91 +130,140 @@ def _legacy_admission(monkeypatch):
     monkeypatch.setattr(node_budget, "admit_stages", admit)
 
 
-def _answered(out) -> int:
-    comm = json.loads((out / "communication.json").read_text())
-    return int(comm["rounds_released"])
+def _trusting_queries(monkeypatch):
+    """The twin of the query check: a query counts against the stage its kind names,
+    whatever its rate, clip or the stage's mechanism (the old node checked only rounds)."""
+
+    def match(admitted, used, query, handler_of, *, share=None):
+        name = handler_of(query.method).reply_sensitivity(query).stage
+        return next(
+            i for i, a in enumerate(admitted)
+            if a.stage.method == query.method and a.stage.name == name
+        )  # fmt: skip
+
+    monkeypatch.setattr(node_budget, "match_query", match)
 
 
-def _run(monkeypatch, tmp_path, job, forge):
-    """The run's result folder, or the failure's text when the nodes stopped it."""
-    try:
-        return run_app(monkeypatch, tmp_path, job, forge=forge, node_config=POLICY), None
-    except (RunFailedError, RuntimeError, NodeRefusal) as err:
-        return next(tmp_path.iterdir(), None), str(err)
-
-
-# -- 1. the node computes ε itself: a plan whose stages carry less noise than its events ---
+# -- row 1: the node computes ε itself ----------------------------------------------
 def _thin_stages(plan):
     for stage in plan["stages"]:
-        stage["noise"] /= 1000.0  # z 20 -> 0.02 in the review's words
+        stage["noise"] /= 1000.0  # the review's z 20 → 0.02: events unchanged
+
+
+def _thin_shares(config):
+    if "noise-share-std" not in config:
+        return None
+    return {**config, "noise-share-std": config["noise-share-std"] / 1000.0}
 
 
 @pytest.mark.parametrize("twin", [False, True], ids=["node", "twin"])
-def test_stages_with_less_noise_than_the_declared_events_are_refused(monkeypatch, tmp_path, twin):
+def test_stages_carrying_less_noise_than_their_declared_events_are_refused(
+    monkeypatch, tmp_path, twin
+):
+    """Distributed noise, policy max-epsilon 1: the plan's events say the honest noise,
+    its stages and then its queries ask for shares a thousand times smaller."""
     if twin:
-        _legacy_admission(monkeypatch)
-    job = {**JOB, "noise": "distributed", "tolerated-dropouts": 1}
-    forge = Coordinator("keys", _rewrite_plan(_thin_stages))
-
-    def thin_shares(config):  # ... and asks the shares its thin stages allow
-        if "noise-share-std" not in config:
-            return None
-        return {**config, "noise-share-std": config["noise-share-std"] / 1000.0}
-
-    shares = Coordinator("fedpriv", thin_shares)
-
-    def both(pid, kind, msg):
-        return shares(pid, kind, forge(pid, kind, msg))
-
-    out, failure = _run(monkeypatch, tmp_path, job, both)
-    assert forge.forged == 4
-    if twin:  # today's node: admitted on the events' ε, thin shares answered
-        assert failure is None and _answered(out) == 3
+        _trusting_admission(monkeypatch)
+    plan = Coordinator("keys", _plan_rewrite(_thin_stages))
+    shares = Coordinator("fedpriv", _thin_shares)
+    job = {**BOOSTING, "noise": "distributed", "tolerated-dropouts": 1}
+    out, failure = _run(monkeypatch, tmp_path, job, _both(plan, shares))
+    assert plan.forged == 4
+    if twin:  # the old node: admitted on the events' ε, and the thin shares answered
+        assert failure is None and _released(out) >= 1 and shares.forged >= 4
+        (run,) = _node_runs(tmp_path).values()
+        assert run["epsilon"] <= 1.0  # ... while the true ε of those releases is ~10⁴
     else:
-        assert failure is not None and "key exchange" in failure
-        assert shares.forged == 0  # not one query reached a node
+        assert failure is not None and "key exchange: 0 of 4 nodes answered" in failure
+        assert shares.forged == 0 and _node_runs(tmp_path) == {}  # no query, nothing charged
+        entry = [e for e in node_budget.AuditLog(tmp_path / "node-0").entries()][-1]
+        assert entry["kind"] == "plan-refused" and "own accountant" in entry["reason"]
 
 
-# -- 2. every query is checked against the admitted plan: q = 1, clip × 10 ---------------
+# -- row 2: every query is checked against the admitted plan --------------------------
 QUERY_ATTACKS = {
-    "q=1": lambda c: {**c, "q.sampling_rate": 1.0},
-    "record_bound x10": lambda c: {**c, "q.record_bound": c["q.record_bound"] * 10},
-    "longer reply": lambda c: {**c, "q.reply_length": c["q.reply_length"] + 8},
-}
+    "q=1": lambda c: None if "q.sampling_rate" not in c or c.get("c.stage") != "step"
+    else {**c, "q.sampling_rate": 1.0},
+    "clip_norm x10": lambda c: None if c.get("c.stage") != "step"
+    else {**c, "c.clip_norm": c["c.clip_norm"] * 10.0},
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("twin", [False, True], ids=["node", "twin"])
 @pytest.mark.parametrize("attack", sorted(QUERY_ATTACKS))
-def test_a_query_outside_its_admitted_stage_is_refused(monkeypatch, tmp_path, attack, twin):
+def test_a_step_outside_its_admitted_stage_is_refused_before_a_row_is_read(
+    monkeypatch, tmp_path, attack, twin
+):
     if twin:
-        from fedpriv.privacy import node_plan
-
-        monkeypatch.setattr(node_budget, "match_query", lambda admitted, *a, **k: 0)
-        assert node_plan  # the twin skips the query check only
+        _trusting_queries(monkeypatch)
     forge = Coordinator("fedpriv", QUERY_ATTACKS[attack])
-    out, failure = _run(monkeypatch, tmp_path, {**JOB, "max-aborted-share": 1.0}, forge)
-    assert forge.forged >= 4
-    if twin:
-        assert out is not None and failure is None
+    _run(monkeypatch, tmp_path, LOGISTIC, forge)
+    steps = forge.forged // 4  # every node gets every step: centring and recalibration aside
+    assert steps >= 1 and forge.forged == 4 * steps
+    (run,) = _node_runs(tmp_path).values()
+    answered = run["stages"]["noise"]["answered"]
+    if twin:  # answered at q = 1 or clip 30: ε 299 and 818 in the review's numbers
+        assert len(answered) == LOGISTIC["rounds"]
     else:
-        # Every node refused every forged round before reading a row: nothing released.
-        assert failure is not None or _answered(out) == 0
+        assert len(answered) == LOGISTIC["rounds"] - steps  # every forged step refused
+        refused = [e for e in node_budget.AuditLog(tmp_path / "node-0").entries()
+                   if e["kind"] == "query-refused"]  # fmt: skip
+        assert len(refused) == steps
+        why = "sampling rate 1.0" if attack == "q=1" else "could move the reply"
+        assert all(why in e["reason"] for e in refused), refused
 
 
-# -- 4. rounds beyond the plan: a stage without a mechanism, and under-declared rounds -----
-def _mute_first_stage(plan):
-    plan["stages"][0]["mechanism"] = "none"
-    plan["stages"][0]["noise"] = 0.0
-    plan["events"] = []  # the liar's ledger accounts nothing for it
-    plan["epsilon"] = math.nan  # filled by the node below
+# -- row 4: rounds beyond what the node accounts ---------------------------------------
+def _mute_histogram(plan):
+    """The DP evaluation's plan, with its stage declared without a mechanism (no
+    events, ε 0): the rounds the review found answered at no charge."""
+    if plan.get("stage") != NOISE_STREAM:  # the evaluation's plan, not training's
+        return False
+    for stage in plan["stages"]:
+        stage.update(mechanism="none", noise=0.0, rounds=100)
+    plan.update(events=[], epsilon=0.0, rounds=100)
+    return True
 
 
-def test_a_stage_declared_without_a_mechanism_reads_no_row(monkeypatch, tmp_path):
-    def change(plan):
-        _mute_first_stage(plan)
-        plan.pop("epsilon")
-
-    forge = Coordinator("keys", _rewrite_plan(change))
-    out, failure = _run(monkeypatch, tmp_path, {**JOB, "max-aborted-share": 1.0}, forge)
+@pytest.mark.parametrize("twin", [False, True], ids=["node", "twin"])
+def test_a_stage_declared_without_a_mechanism_reads_no_row(monkeypatch, tmp_path, twin):
+    if twin:
+        _trusting_queries(monkeypatch)
+    forge = Coordinator("plan", _plan_rewrite(_mute_histogram))
+    job = {**BOOSTING, "eval-epsilon": 0.3}
+    out, _ = _run(monkeypatch, tmp_path, job, forge)
     assert forge.forged == 4
-    assert failure is not None or _answered(out) < 3
+    (run,) = _node_runs(tmp_path).values()
+    evaluation = run["stages"][NOISE_STREAM]
+    assert evaluation["epsilon"] == 0.0  # what the muted plan costs on the node's books
+    if twin:  # the evaluation round read every held-out row, charged nothing
+        assert evaluation["answered"] == [0] or len(evaluation["answered"]) == 1
+    else:
+        assert evaluation["answered"] == []
+        assert _released(out) == 3  # training itself is untouched
+
+
+# -- row 3: the unmask under the node's rules (the secure-aggregation client) -----------
+def test_a_server_claiming_more_dropouts_than_tolerated_gets_nothing():
+    # n = 5, f = 1: shares sized for m = 4; the server claims two dropped (|S| = 3 = t).
+    clients, ups, codec = _noisy_round(4, r=0)
+    released, refusals = _claim(clients, ups, codec, [1, 2, 3], r=0)
+    assert released is None and len(refusals) == 6  # 3 refuse to sign, 3 to unmask
+    assert all("survivors bound m this node sized" in why for why in refusals)
+
+
+def test_twin_claimed_dropouts_release_an_under_noised_sum():
+    clients, ups, codec = _noisy_round(4, r=0, erase_bound=True)
+    released, refusals = _claim(clients, ups, codec, [1, 2, 3], r=0)
+    assert refusals == [] and abs(float(np.std(released)) - math.sqrt(3 / 4)) < 0.03
+
+
+def test_a_threshold_forced_low_by_the_run_config_is_refused():
+    total, why = _low_threshold_attack(SecAggConfig(threshold_fraction=0.0))
+    assert total is None and "threshold 2 announced for 5 participants" in why
+
+
+def test_twin_a_threshold_forced_low_unmasks_a_sum_of_two(monkeypatch):
+    monkeypatch.setattr(SecAggConfig, "effective_threshold", SecAggConfig.threshold)
+    total, expected = _low_threshold_attack(SecAggConfig(threshold_fraction=0.0))
+    np.testing.assert_array_equal(total, expected)
