@@ -19,13 +19,20 @@ client half). That ε must equal
   accounting δ first, their ε added); the certified figure is the minimum of the two;
 * the server ledger's planned ε, to the node's cross-check tolerance.
 
-Both to a relative 1e-6. The last test is the twin: a 1e-4 change of one stage's noise
-moves the reference by more than the tolerance, so the equalities have power.
+Both to a relative 1e-6. A synthetic plan (a stub client half) reaches the rules no
+built-in default plan does: bounded-range and pure stages at q < 1 (charged their
+declared per-use ε), a Laplace extra release, two scaled releases of one sample (not
+amplified apart: its own test, with the twin that restores the old rule), a
+Poisson-sampled Laplace (which RDP cannot account); the accountant's own amplified
+pure / bounded-range rule is checked on its events. The last test is the twin of the
+main ones: the busiest stage's release made 1e-3 weaker moves the reference past the
+tolerance, so the equalities have power.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from dataclasses import dataclass
 
@@ -35,8 +42,9 @@ from dp_accounting.pld import common as pld_common
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.rdp import rdp_privacy_accountant as rdp_lib
 
-from fedpriv.federation.node_stage import NodeStage
+from fedpriv.federation.node_stage import NodeStage, StageRelease
 from fedpriv.federation.planning import begin_strategy
+from fedpriv.federation.protocol import ReplySensitivity
 from fedpriv.methods import StrategyContext, get_method
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
 from fedpriv.privacy.node_budget import strategy_plan
@@ -156,7 +164,8 @@ class Release:
     delta: float = 0.0
 
 
-def _pure(kind: str, eps: float, q: float, uses: int) -> Release:
+def pure_release(kind: str, eps: float, q: float, uses: int) -> Release:
+    """``uses`` ε-BR or ε-DP releases, each run on a Poisson(q) sample of its own."""
     if q < 1.0:  # [BBG18, Thm. 8], then ε'²/2-zCDP for either kind
         amplified = math.log1p(q * math.expm1(eps))
         return Release("pure", uses, pld_eps=amplified, rho=amplified**2 / 2.0)
@@ -166,7 +175,13 @@ def _pure(kind: str, eps: float, q: float, uses: int) -> Release:
 
 def releases(stage: NodeStage, handler) -> list[Release]:
     """The releases a stage's rounds make, from its declared parameters and the handler's
-    sensitivity of its template (the node's only other input)."""
+    sensitivity of its template (the node's only other input).
+
+    The node's documented rules (:mod:`fedpriv.privacy.node_plan`, 2): a bounded-range,
+    pure or approximate release is charged its declared per-use ε, unamplified (a
+    round's one sample may feed several uses); a scaled release is amplified by the
+    stage's q only when it is the round's one scaled release.
+    """
     if stage.mechanism == "none" or stage.rounds == 0:
         return []
     # This federation has every client answer; ρ < 1 would need the mixture rule too.
@@ -176,10 +191,11 @@ def releases(stage: NodeStage, handler) -> list[Release]:
     specs = [(stage.mechanism, stage.noise, stage.uses, stage.delta, None, stage.reply_length)]
     specs += [(r.mechanism, r.noise, r.uses, r.delta, r.part, r.length or stage.reply_length)
               for r in stage.extra]  # fmt: skip
+    scaled = sum(m in ("gaussian", "laplace") for m, *_ in specs)
+    q = stage.sampling_rate if scaled == 1 else 1.0
     out = []
     for mechanism, noise, uses, delta, part, d in specs:
         l1, l2 = (sens.l1, sens.l2) if part is None else sens.parts[part]
-        q = stage.sampling_rate
         if mechanism == "gaussian":
             z = noise / (l2 + GAMMA * math.sqrt(d))
             out.append(Release("gaussian", stage.rounds, q=q, z=z))
@@ -192,7 +208,7 @@ def releases(stage: NodeStage, handler) -> list[Release]:
             if mechanism == "approx":
                 out.append(Release("approx", n, eps=noise, delta=delta))
             else:
-                out.append(_pure(str(mechanism), noise, q, n))
+                out.append(pure_release(str(mechanism), noise, 1.0, n))
     return out
 
 
@@ -242,8 +258,13 @@ def reference(items: list[Release], delta: float) -> tuple[float, float, float]:
     if not all(accountant.supports(e) for e in events):
         eps_rdp = math.inf
     else:
-        accountant.compose(dp_event.ComposedDpEvent(events))
-        eps_rdp = fixed_eps + (accountant.get_epsilon(left) if events else 0.0)
+        absl = logging.getLogger("absl")  # a warning per order it cannot converge at
+        level, _ = absl.level, absl.setLevel(logging.ERROR)
+        try:
+            accountant.compose(dp_event.ComposedDpEvent(events))
+            eps_rdp = fixed_eps + (accountant.get_epsilon(left) if events else 0.0)
+        finally:
+            absl.setLevel(level)
     return min(eps_pld, eps_rdp), eps_pld, eps_rdp
 
 
@@ -283,6 +304,99 @@ def test_the_main_job_is_the_launchers(cases):
     # categorical column's) and the plan's noise as at the learner's defaults.
     assert main.stages == default.stages
     assert main.node == default.node
+
+
+class _Stub:
+    """A client half whose query kind is ``config["kind"]`` and whose Δ₁ = 2·bound,
+    Δ₂ = bound: enough for a node to derive any stage."""
+
+    method = "stub"
+
+    def reply_sensitivity(self, query):
+        b = float(query.record_bound)
+        return ReplySensitivity(stage=str(query.config["kind"]), l1=2 * b, l2=b)
+
+
+def _stub_stage(kind: str, mechanism: str, rounds: int, q: float, noise: float, **kw):
+    return NodeStage(name=kind, method="stub", mechanism=mechanism, rounds=rounds,
+                     sampling_rate=q, reply_length=kw.pop("d", 10), record_bound=1.5,
+                     config={"kind": kind}, noise=noise, **kw)  # fmt: skip
+
+
+SYNTHETIC = [
+    _stub_stage("sgd", "gaussian", 100, 0.05, 2.4, d=300),
+    _stub_stage("br", "bounded_range", 5, 0.1, 0.3, unit=3.0),
+    _stub_stage(
+        "pure",
+        "pure",
+        3,
+        1.0,
+        0.05,
+        unit=3.0,
+        extra=(StageRelease(mechanism="laplace", noise=60.0),),
+    ),
+    _stub_stage("approx", "approx", 4, 1.0, 0.1, delta=1e-7, unit=3.0, uses=2),
+]
+POISSON_LAPLACE = _stub_stage("lap", "laplace", 10, 0.2, 30.0)
+
+
+TWO_GAUSSIANS = _stub_stage(
+    "pair", "gaussian", 2, 0.3, 4.5, extra=(StageRelease(mechanism="gaussian", noise=4.5),)
+)
+
+
+def _node(stages) -> float:
+    stub = _Stub()
+    plan = {"stage": "noise", "accounting_delta": DELTA,
+            "stages": [s.to_dict() for s in stages]}  # fmt: skip
+    return admit_stages(plan, lambda _m: stub, run_id="synthetic")[1]
+
+
+def test_two_scaled_releases_of_one_sample_are_not_amplified_apart(monkeypatch):
+    # Both Gaussians of a round read one Poisson sample: the joint release is one
+    # subsampled Gaussian at z/√2 (two Gaussians of multiplier z on the same shift).
+    from fedpriv.privacy import node_plan
+
+    z = TWO_GAUSSIANS.noise / (1.5 + GAMMA * math.sqrt(TWO_GAUSSIANS.reply_length))
+    joint = reference([Release("gaussian", 2, q=0.3, z=z / math.sqrt(2))], DELTA)[0]
+    node = _node([TWO_GAUSSIANS])
+    assert node >= joint * (1 - RELATIVE)
+    unamplified = reference([Release("gaussian", 2, z=z), Release("gaussian", 2, z=z)], DELTA)
+    assert node == pytest.approx(unamplified[0], rel=RELATIVE, abs=0.0)
+    # Twin: amplifying each release apart (the old rule) understates the joint release.
+    release_events = node_plan._release_events
+    monkeypatch.setattr(
+        node_plan,
+        "_release_events",
+        lambda st, r, m, amplify=True: release_events(st, r, m, amplify=True),
+    )
+    assert _node([TWO_GAUSSIANS]) < 0.9 * joint  # 0.91 against 1.12
+
+
+@pytest.mark.parametrize(("kind", "q"), [("bounded_range", 0.1), ("pure", 0.2), ("pure", 1.0)])
+def test_the_accountants_pure_and_bounded_range_rules(kind, q):
+    # accounting.py's table on its own events (no node stage declares them sampled):
+    # ε-BR ⇒ ε-DP pair and ε²/8-zCDP; ε-DP ⇒ ε²/2-zCDP; Poisson(q): ε' = log(1+q(e^ε−1)).
+    from fedpriv.privacy import BoundedRangeDpEvent, PureDpEvent, account
+
+    eps, n = 0.3, 40
+    leaf = BoundedRangeDpEvent(eps) if kind == "bounded_range" else PureDpEvent(eps)
+    event = dp_event.PoissonSampledDpEvent(q, leaf) if q < 1.0 else leaf
+    ours = account([(event, n)], DELTA)
+    ref, eps_pld, eps_rdp = reference([pure_release(kind, eps, q, n)], DELTA)
+    assert ours.epsilon_pld == pytest.approx(eps_pld, rel=RELATIVE, abs=0.0)
+    assert ours.epsilon_rdp == pytest.approx(eps_rdp, rel=RELATIVE, abs=0.0)
+    assert ours.epsilon == pytest.approx(ref, rel=RELATIVE, abs=0.0)
+
+
+@pytest.mark.parametrize("with_laplace", [False, True], ids=["rdp-finite", "poisson-laplace"])
+def test_rules_no_default_plan_reaches(with_laplace):
+    stages = [*SYNTHETIC, POISSON_LAPLACE] if with_laplace else SYNTHETIC
+    node = _node(stages)
+    case = Case("synthetic", stages, _Stub(), DELTA, node, math.nan)
+    ref, eps_pld, eps_rdp = reference_of(case)
+    assert math.isinf(eps_rdp) == with_laplace  # RDP has no Poisson-sampled Laplace rule
+    assert node == pytest.approx(ref, rel=RELATIVE, abs=0.0), (eps_pld, eps_rdp)
 
 
 @pytest.mark.parametrize("name", ["logistic", "bdpe", "random_forest-exponential", "lumberjack"])
