@@ -22,10 +22,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fedpriv.data import data_dir
+from fedpriv.privacy.node_approval import list_pending
+from fedpriv.privacy.node_audit import AuditLog, verify_audit_log
 from fedpriv.privacy.node_budget import STATE_DIR, read_ledger
+from server.cli import main as fedpriv
 from server.deploy import SMALL_JOB, Federation
 from server.launch import resolve_run
-from server.node_budgets import node_configs
 from server.tls import write_node_key
 
 SMALL = {"num-clients": 3, "depth": 3, "epsilon": 2.0, "seed": 3, "round-timeout": 300.0}
@@ -213,17 +215,76 @@ def _killed_superlink_makes_the_launcher_exit_non_zero_quickly(fed: Federation, 
     assert time.monotonic() - stopped[0] < 60  # detected and cleaned up within a minute
 
 
+class Approver:
+    """Node 0's operator: approves each plan it is asked, with ``fedpriv node approve``,
+    while ``on`` (a thread polling the node's pending plans every 50 ms)."""
+
+    def __init__(self, state: Path) -> None:
+        self.state, self.on, self.approved = state, threading.Event(), []
+        self.done = threading.Event()
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def _watch(self) -> None:
+        while not self.done.wait(0.05):
+            if not self.on.is_set():
+                continue
+            for plan in list_pending(self.state):
+                h = plan["plan_hash"]
+                if (
+                    h not in self.approved
+                    and fedpriv(["node", "approve", h, "--state", str(self.state)]) == 0
+                ):
+                    self.approved.append(h)
+
+
+def _policies(root: Path, *, timeout: float) -> dict[int, dict[str, object]]:
+    """Each hospital's policy file and state directory; node 0's asks for approval."""
+    config = {}
+    for i in range(3):
+        state, policy = root / f"node-{i}", root / f"node-{i}.toml"
+        state.mkdir(parents=True, exist_ok=True)
+        extra = f"require-approval = true\napproval-timeout = {timeout}\n" if i == 0 else ""
+        policy.write_text(f"[policy]\nmax-epsilon = 2.0\n{extra}")
+        config[i] = {"policy-file": str(policy.resolve()), STATE_DIR: str(state.resolve())}
+    return config
+
+
+def _an_unapproved_plan_is_refused_and_nothing_is_read(
+    fed: Federation, approver: Approver, out: Path
+) -> None:
+    approver.on.clear()
+    _policies(Path(fed.node_config[0][STATE_DIR]).parent, timeout=5)  # node 0 waits 5 s
+    seen = []
+    code = _run(
+        fed, {**SMALL, "rounds": 2, "out-dir": str(out)}, hook=lambda _, line: seen.append(line)
+    )
+    assert code == 1
+    log = "".join(seen)
+    # The coordinator learns the refusal's code only.
+    assert "not_approved" in log and "key exchange: 2 of 3 nodes answered" in log
+    last = AuditLog(fed.node_config[0][STATE_DIR]).entries()[-1]
+    assert last["kind"] == "plan-refused" and last["reason"] == "not approved"
+    assert fed.run_id not in read_ledger(fed.node_config[0][STATE_DIR])["runs"]
+    _policies(Path(fed.node_config[0][STATE_DIR]).parent, timeout=120)
+    approver.on.set()
+
+
 def test_one_federation_through_four_faults(tmp_path):
     # One SuperLink and its three authenticated SuperNodes serve the faults in turn
     # (each once paid its own start-up: SuperLink, registration, nodes): strangers
     # are refused before any node joins; hospital 1's local copy of the corpus has a
     # non-numeric BMI on line 3, which fails a run at its key exchange; with the file
-    # repaired, node 2 crashes in the next run, which recovers; the SuperLink is
-    # killed in the last run's key exchange.
+    # repaired, hospital 0's operator leaves one plan unapproved, which its node refuses;
+    # node 2 crashes in the next run, which recovers; the SuperLink is killed in the last
+    # run's key exchange.
     bad = _bad_corpus_copy(tmp_path / "data-node-1")
     node_1 = {"FEDPRIV_DATA_DIR": str(bad), "FEDPRIV_CACHE_DIR": str(tmp_path / "c1")}
-    ledgers = node_configs(3, {"max-epsilon": 2.0}, tmp_path / "ledgers")
-    with Federation(workdir=tmp_path / "fed", num_clients=3, node_config=ledgers) as fed:
+    # Every hospital runs under its own policy file; node 0's operator approves each plan
+    # (the approver), but for one run that it leaves unapproved.
+    policies = _policies(tmp_path / "nodes", timeout=120)
+    approver = Approver(Path(policies[0][STATE_DIR]))
+    approver.on.set()
+    with Federation(workdir=tmp_path / "fed", num_clients=3, node_config=policies) as fed:
         fed.start_superlink()
         fed.register(0, 1, 2)
         _strangers_are_refused_and_never_get_a_message(fed, tmp_path)
@@ -232,5 +293,14 @@ def test_one_federation_through_four_faults(tmp_path):
         fed.wait_online(3)
         _bad_local_data_fails_the_run_with_its_error_logged(fed, tmp_path / "bad")
         _repair(bad)
+        _an_unapproved_plan_is_refused_and_nothing_is_read(fed, approver, tmp_path / "unapproved")
         _killed_supernode_is_recovered_and_the_ledger_matches_the_releases(fed, tmp_path / "crash")
         _killed_superlink_makes_the_launcher_exit_non_zero_quickly(fed, tmp_path / "lost")
+    approver.done.set()
+    # Node 0's operator approved the runs it took part in; every node's audit log verifies.
+    assert len(approver.approved) >= 2
+    for i in range(3):
+        state = policies[i][STATE_DIR]
+        check = verify_audit_log(state)
+        assert check.ok and check.count > 0, check.message
+        assert fedpriv(["inspect", str(state)]) == 0
