@@ -162,7 +162,7 @@ class DPGAMStrategy(PairStage):
             participation=self.participation,
             accounting=ParticipationAccounting.VALID,
             rng=check_private("secret_rng", secret_rng),  # private: noise
-            sum_bound=sum_bound(max(1.0, HESS_BOUND), self.n_records),
+            sum_bound=sum_bound(max(1.0, HESS_BOUND), self.n_records, sampling_rate=1.0),
         )
         self._reset_shapes()
         self.noise_multiplier_ = None if self._noise is None else self._noise.noise_multiplier
@@ -278,7 +278,7 @@ class DPGAMStrategy(PairStage):
         noisy = noise.ledger.release(
             mech, values, rng=noise.rng, sampling_probability=1.0, event=noise.event, label=label
         )
-        limit = sum_bound(bound, self.n_records)
+        limit = sum_bound(bound, self.n_records, sampling_rate=1.0)
         check_release(noisy, bound=limit, margin=noise_margin(mech, noisy.size), label=label)
         return noisy
 
