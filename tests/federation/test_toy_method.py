@@ -76,7 +76,8 @@ def test_the_toy_runs_under_flwr_run_and_releases_the_in_process_model(toy, tmp_
     """The suite's one real ``flwr run`` simulation (≈ 30 s, mostly Ray start-up).
 
     Besides the plugin, it checks what only launched processes show: the key
-    reaches the ServerApp and every ClientApp through ``$FEDPRIV_SECRET_KEY``,
+    reaches the ServerApp and every ClientApp through ``$FEDPRIV_SECRET_KEY`` (shared
+    with the nodes on request: ``share_secret_key``),
     the pings run outside training, Flower's own round loop collects one
     MetricRecord per round, the exit code, and no process is left. Every built-in
     method's ServerApp and ClientApp are checked against their in-process fits over
@@ -98,7 +99,8 @@ def test_the_toy_runs_under_flwr_run_and_releases_the_in_process_model(toy, tmp_
         "ping-rounds": 2,
         "out-dir": str(tmp_path),
     }
-    code, out = simulate(run, timeout=600, quiet=True)
+    # The key reaches the simulation (server and virtual nodes) only when shared.
+    code, out = simulate(run, timeout=600, quiet=True, share_secret_key=True)
     assert code == 0
     ref = toy.ToyClassifier(rounds=2, epsilon=2.0, seed=3, secret_key=key_for(7)).fit(load_heart())
     saved = load_model(out / "model.fedpriv.npz")
