@@ -226,6 +226,20 @@ def expected_failed_checks(estimator: Estimator) -> dict[str, str]:
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class FitSize:
+    """A fit's ledger (``None``: non-private), the ledger its learner charges (the same,
+    or a scope of it once a record count was released), its secret key, the public
+    bound ``n_records`` on all records and ``max_records`` per client (``None``: the
+    non-private reference's own rows)."""
+
+    ledger: PrivacyLedger | None
+    learner: PrivacyLedger | None
+    key: SecretKey
+    n_records: int
+    max_records: int | None
+
+
 class _Hidden:
     """What the repr shows for a secret key."""
 
@@ -393,6 +407,33 @@ class Estimator(ClassifierMixin, BaseEstimator):
             check_bound(len(rows), int(bound), source="fit")
         return int(bound)
 
+    def _fit_size(self, partition: list[np.ndarray]) -> FitSize:
+        """This fit's ledger and key, and the public bounds on its records (:class:`FitSize`).
+
+        Declared ``max_records``: n = clients × the bound. Undeclared, the exact count is
+        never used: a private fit first releases it (:mod:`fedpriv.privacy.record_count`,
+        :data:`~fedpriv.privacy.record_count.COUNT_SHARE` of ε, charged to the fit's
+        ledger) and every bound is its high-probability upper bound U; the learner gets
+        a scope with the rest of ε. The non-private reference (no ledger) uses the rows.
+        """
+        from fedpriv.privacy.record_count import COUNT_SHARE, release_count
+
+        key = SecretKey.coerce(self.secret_key)  # None: fresh OS entropy, once per fit
+        ledger = self._fit_ledger()
+        bound = self._record_bound(partition)
+        if bound is not None:
+            return FitSize(ledger, ledger, key, len(partition) * bound, bound)
+        if ledger is None:
+            return FitSize(None, None, key, int(sum(len(p) for p in partition)), None)
+        eps_count = COUNT_SHARE * self.epsilon
+        rng = key.derive("server").generator("record-count")  # never the learner's stream
+        _, upper = release_count(ledger, int(sum(len(p) for p in partition)),
+                                 epsilon=eps_count, rng=rng)  # fmt: skip
+        for rows in partition:  # n ≤ U but with probability COUNT_TAIL
+            check_bound(len(rows), upper, source="fit")
+        learner = ledger.scope(PrivacyBudget(epsilon=self.epsilon - eps_count, delta=self.delta))
+        return FitSize(ledger, learner, key, upper, upper)
+
     def _distributed_noise(self, n_clients: int):
         """The distributed-noise setting of this fit (``None``: central noise)."""
         from fedpriv.options import NoiseMode
@@ -418,6 +459,7 @@ class Estimator(ClassifierMixin, BaseEstimator):
         strategy: Any,
         participation: float = 1.0,
         rounds_planned: int | None = None,
+        size: FitSize | None = None,
     ):
         """Train ``strategy`` against ``handler`` clients under this fit's ledger; keep the results.
 
@@ -430,23 +472,26 @@ class Estimator(ClassifierMixin, BaseEstimator):
         The runtime takes the estimator's ``seed``, ``secret_key`` (coerced
         here, not in ``__init__``) and ``secure_aggregation``, the ledger its
         ``epsilon`` and ``delta`` (``epsilon=math.inf``: no ledger, the non-private
-        reference), fresh or a child of ``ledger`` (:meth:`_fit_ledger`).
+        reference), fresh or a child of ``ledger`` (:meth:`_fit_ledger`). ``size``: the
+        fit's ledger, key and public record bound as :meth:`_fit_size` prepared them
+        (the strategy then charges ``size.learner``); ``None``: prepared here.
         """
         from fedpriv.federation.protocol import make_clients
 
-        key = None if self.secret_key is None else SecretKey.coerce(self.secret_key)
+        if size is None:
+            size = self._fit_size(partition)
         runtime = InProcessRuntime(
             noise=self._distributed_noise(len(partition)),
             clients=make_clients(X, y, partition),
-            max_records=self._record_bound(partition),
+            max_records=size.max_records,
             handler=handler,
             seed=self.seed,
-            secret_key=key,
+            secret_key=size.key,
             participation=participation,
             secure_aggregation=self.secure_aggregation,
         )
-        ledger = self._fit_ledger()
-        strategy = runtime.run(strategy, ledger=ledger)
+        ledger = size.ledger
+        strategy = runtime.run(strategy, ledger=size.learner)
         comm = runtime.communication
         outcome = outcome_of(
             comm,
