@@ -98,6 +98,7 @@ from fedpriv.records import (
     public_label_set,
 )
 from fedpriv.seeding import derive_generator
+from server.fit_size import FitSize, fit_size
 
 log = get_logger(__name__)
 
@@ -224,20 +225,6 @@ def expected_failed_checks(estimator: Estimator) -> dict[str, str]:
         "check_classifier_data_not_an_array": _NOT_BINARY,
         "check_fit2d_1feature": _NOT_BINARY,
     }
-
-
-@dataclasses.dataclass(frozen=True)
-class FitSize:
-    """A fit's ledger (``None``: non-private), the ledger its learner charges (the same,
-    or a scope of it once a record count was released), its secret key, the public
-    bound ``n_records`` on all records and ``max_records`` per client (``None``: the
-    non-private reference's own rows)."""
-
-    ledger: PrivacyLedger | None
-    learner: PrivacyLedger | None
-    key: SecretKey
-    n_records: int
-    max_records: int | None
 
 
 class _Hidden:
@@ -408,31 +395,9 @@ class Estimator(ClassifierMixin, BaseEstimator):
         return int(bound)
 
     def _fit_size(self, partition: list[np.ndarray]) -> FitSize:
-        """This fit's ledger and key, and the public bounds on its records (:class:`FitSize`).
-
-        Declared ``max_records``: n = clients × the bound. Undeclared, the exact count is
-        never used: a private fit first releases it (:mod:`fedpriv.privacy.record_count`,
-        :data:`~fedpriv.privacy.record_count.COUNT_SHARE` of ε, charged to the fit's
-        ledger) and every bound is its high-probability upper bound U; the learner gets
-        a scope with the rest of ε. The non-private reference (no ledger) uses the rows.
-        """
-        from fedpriv.privacy.record_count import COUNT_SHARE, release_count
-
-        key = SecretKey.coerce(self.secret_key)  # None: fresh OS entropy, once per fit
-        ledger = self._fit_ledger()
-        bound = self._record_bound(partition)
-        if bound is not None:
-            return FitSize(ledger, ledger, key, len(partition) * bound, bound)
-        if ledger is None:
-            return FitSize(None, None, key, int(sum(len(p) for p in partition)), None)
-        eps_count = COUNT_SHARE * self.epsilon
-        rng = key.derive("server").generator("record-count")  # never the learner's stream
-        _, upper = release_count(ledger, int(sum(len(p) for p in partition)),
-                                 epsilon=eps_count, rng=rng)  # fmt: skip
-        for rows in partition:  # n ≤ U but with probability COUNT_TAIL
-            check_bound(len(rows), upper, source="fit")
-        learner = ledger.scope(PrivacyBudget(epsilon=self.epsilon - eps_count, delta=self.delta))
-        return FitSize(ledger, learner, key, upper, upper)
+        """This fit's ledger and key, and the public bounds on its records
+        (:func:`server.fit_size.fit_size`: declared, or a released count's bound)."""
+        return fit_size(self, partition)
 
     def _distributed_noise(self, n_clients: int):
         """The distributed-noise setting of this fit (``None``: central noise)."""

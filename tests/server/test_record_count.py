@@ -58,7 +58,7 @@ def test_the_count_is_released_through_the_fit_ledger_within_epsilon():
     labels = [e.label for e in clf.ledger_.entries]
     assert labels[0] == COUNT_LABEL and len(labels) == 2  # the count, then the leaves
     count = clf.ledger_.entries[0].event
-    assert count.noise_multiplier == pytest.approx(1.0 / (COUNT_SHARE * EPS))  # Laplace 1/ε_c
+    assert (count.epsilon, count.delta) == (pytest.approx(COUNT_SHARE * EPS), 0.0)
     assert clf.epsilon_spent_ <= EPS + 1e-9
     # The saved public facts hold the released bound, not the rows' count.
     assert clf.context_.n_records > 127
