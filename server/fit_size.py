@@ -10,6 +10,7 @@ automatic depth, sensitivities' bounds, normalisers, range checks) and the per-c
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,18 @@ class FitSize:
     max_records: int | None
 
 
+def learner_epsilon(epsilon: float) -> float:
+    """The learner's ε once the count took its share: (1 − COUNT_SHARE)·ε, rounded down to
+    the accountant's 1e-4 grid when that keeps at least (1 − 2·COUNT_SHARE)·ε (a budget
+    just off the grid, 0.99 · 30 = 29.700000000000003, can sit a grid step under what
+    a learner spending its whole budget is accounted at)."""
+    from fedpriv.privacy.record_count import COUNT_SHARE
+
+    share = (1.0 - COUNT_SHARE) * epsilon
+    on_grid = math.floor(share * 1e4) / 1e4
+    return on_grid if on_grid >= (1.0 - 2.0 * COUNT_SHARE) * epsilon else share
+
+
 def fit_size(est: Any, partition: list[np.ndarray]) -> FitSize:
     """``est``'s fit ledger, key and public record bounds.
 
@@ -44,7 +57,7 @@ def fit_size(est: Any, partition: list[np.ndarray]) -> FitSize:
     scope of the ledger with the rest of ε. The non-private reference (no ledger) uses
     the rows: it releases them unprotected anyway.
     """
-    from fedpriv.privacy.record_count import COUNT_SHARE, release_count
+    from fedpriv.privacy.record_count import release_count
 
     key = SecretKey.coerce(est.secret_key)  # None: fresh OS entropy, once per fit
     ledger = est._fit_ledger()
@@ -54,10 +67,10 @@ def fit_size(est: Any, partition: list[np.ndarray]) -> FitSize:
     n = int(sum(len(p) for p in partition))
     if ledger is None:
         return FitSize(None, None, key, n, None)
-    eps_count = COUNT_SHARE * est.epsilon
+    eps_count = est.epsilon - learner_epsilon(est.epsilon)
     rng = key.derive("server").generator("record-count")  # never the learner's stream
     _, upper = release_count(ledger, n, epsilon=eps_count, rng=rng)
     for rows in partition:  # n ≤ U but with probability COUNT_TAIL: the bound's only
         check_bound(len(rows), upper, source="fit")
-    learner = ledger.scope(PrivacyBudget(epsilon=est.epsilon - eps_count, delta=est.delta))
+    learner = ledger.scope(PrivacyBudget(epsilon=learner_epsilon(est.epsilon), delta=est.delta))
     return FitSize(ledger, learner, key, upper, upper)

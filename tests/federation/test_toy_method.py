@@ -64,7 +64,9 @@ def test_the_toy_fits_in_process_with_its_ledger(toy):
     ToyClassifier = toy.ToyClassifier
     rng = np.random.default_rng(0)
     X, y = rng.random((400, 3)), (rng.random(400) < 0.3).astype(int)
-    clf = ToyClassifier(rounds=3, epsilon=1.0, num_clients=4, secret_key=key_for(1)).fit(X, y)
+    clf = ToyClassifier(
+        rounds=3, epsilon=1.0, num_clients=4, secret_key=key_for(1), max_records=100
+    ).fit(X, y)
     assert clf.epsilon_spent_ <= 1.0
     assert len(clf.ledger_.report().entries) == 3
     assert abs(clf.model_.rate - 0.3) < 0.15  # σ ≈ 5 on sums of ≈ 200: the rate is close
