@@ -18,6 +18,7 @@ import pytest
 
 from fedpriv.artefact import load_model
 from fedpriv.data import load_heart
+from fedpriv.data.node import declared_max_records
 from fedpriv.federation.settings import RunSettings, SettingError
 from fedpriv.methods import (
     PLUGINS_ENV,
@@ -104,7 +105,11 @@ def test_the_toy_runs_under_flwr_run_and_releases_the_in_process_model(toy, tmp_
     # The key reaches the simulation (server and virtual nodes) only when shared.
     code, out = simulate(run, timeout=600, quiet=True, share_secret_key=True)
     assert code == 0
-    ref = toy.ToyClassifier(rounds=2, epsilon=2.0, seed=3, secret_key=key_for(7)).fit(load_heart())
+    # The launcher's public bound for heart (its largest hospital), as the Flower run uses.
+    bound = declared_max_records("heart", 4, 0)
+    ref = toy.ToyClassifier(
+        rounds=2, epsilon=2.0, seed=3, secret_key=key_for(7), max_records=bound
+    ).fit(load_heart())
     saved = load_model(out / "model.fedpriv.npz")
     assert saved.method == NAME and saved.model.rate == ref.model_.rate
     privacy = json.loads((out / "privacy.json").read_text())
