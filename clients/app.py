@@ -15,6 +15,11 @@ no timing, no seed. The secret key is fresh OS entropy, or derived from
 keys, so an injected key reproduces a run bit for bit. Its Shamir threshold floor
 is its own (node-config ``secagg-min-threshold`` in [0.5, 1], default a strict
 majority): the run's ``secagg-threshold`` may raise t, never lower it.
+The key-exchange reply
+says which (``key-origin``: ``fresh`` or ``injected``, a public flag): the server
+then reports a distributed-noise run on injected keys as uncertified, and the
+node refuses such a run before reading a row unless its node-config sets
+``allow-reproduction-key = true`` (:mod:`fedpriv.privacy.distributed`).
 
 Errors. Flower 1.42 sends a ClientApp's exception to the server as the reply's
 error reason, ``str(type(exc)) + ":<'" + str(exc) + "'>"``
@@ -56,7 +61,15 @@ from fedpriv.federation.secagg_common import node_config_floor
 from fedpriv.federation.settings import RunSettings
 from fedpriv.federation.wire import query_from_wire, state_from_wire, state_to_wire
 from fedpriv.methods import get_method
-from fedpriv.privacy.distributed import draw_share, share_streams
+from fedpriv.privacy.distributed import (
+    FRESH,
+    INJECTED,
+    KEY_ORIGIN,
+    allows_reproduction_key,
+    check_key_origin,
+    draw_share,
+    share_streams,
+)
 from fedpriv.privacy.node_budget import STATE_DIR, NodeLedger, NodePolicy, node_policy_config
 from fedpriv.privacy.randomness import KEY_ENV, SecretKey, key_from_environment
 
@@ -163,9 +176,15 @@ def _reply(msg: Message, **records) -> Message:
     return Message(RecordDict(records), reply_to=msg)
 
 
-def _new_secret_key(pid: int) -> SecretKey:
+def _key_origin() -> str:
+    """``injected`` when ``$FEDPRIV_SECRET_KEY`` is set (the key derives from it), else
+    ``fresh``."""
+    return INJECTED if os.environ.get(KEY_ENV) else FRESH
+
+
+def _new_secret_key(pid: int, origin: str) -> SecretKey:
     # Injected (reproduction): the in-process runtime's derivation; else OS entropy.
-    if os.environ.get(KEY_ENV):
+    if origin == INJECTED:
         return client_key(key_from_environment(), pid)
     return SecretKey.generate()
 
@@ -181,6 +200,11 @@ def keys(msg: Message, context: Context) -> Message:
     if "secagg" in context.state:
         # A second exchange would replace the pinned keys (and this node's coins).
         raise RuntimeError("the key exchange already ran in this run; refused")
+    # Before anything else: an injected key in a distributed-noise run lets the server
+    # recompute this node's shares; refused unless this node's own config allows it.
+    origin = _key_origin()
+    allowed = allows_reproduction_key(context.node_config, os.environ)
+    check_key_origin(origin, distributed=s.distributed_noise is not None, allowed=allowed)
     # The run's plan first: this node's own budget admits it before any row is read.
     left = _admit_plan(msg, context)
     # Load and check the rows (schema, bound) and compile the kernels now, not in round 1.
@@ -190,9 +214,14 @@ def keys(msg: Message, context: Context) -> Message:
     get_method(s.method).warm_up()
     client = SecAggClient(client_id=pid)
     _save_secagg(context, client)
-    key = _new_secret_key(pid)
+    key = _new_secret_key(pid, origin)
     context.state["private"] = ConfigRecord({"key": key.bytes_for_local_store()})
-    meta = {"partition-id": pid, "public-key": client.public_key, "verify-key": client.verify_key}
+    meta = {
+        "partition-id": pid,
+        "public-key": client.public_key,
+        "verify-key": client.verify_key,
+        KEY_ORIGIN: origin,
+    }
     if left is not None:
         meta.update({"remaining-epsilon": left[0], "remaining-delta": left[1]})
     return Message(RecordDict({"meta": ConfigRecord(meta)}), reply_to=msg)

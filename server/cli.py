@@ -92,11 +92,16 @@ def cli(ctx: click.Context, verbose: bool) -> None:
 @click.option("--client-column", default=None, help="The CSV's client column (else the schema's).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Run-config override.")
 @click.option("--flower", is_flag=True, help="A Flower simulation (server.simulate) instead.")
+@click.option(
+    "--share-secret-key", is_flag=True,
+    help="With --flower: pass $FEDPRIV_SECRET_KEY to the simulated nodes too (a bit-for-bit "
+    "reproduction; a distributed-noise run is then not certified).",
+)  # fmt: skip
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Results directory.")
 @click.option("--verbose", "-v", "run_verbose", is_flag=True, help="Show Flower's output.")
 @click.pass_context
-def run(ctx: click.Context, method, dataset, csv, schema, client_column, sets, flower, out,
-        run_verbose) -> int:  # fmt: skip
+def run(ctx: click.Context, method, dataset, csv, schema, client_column, sets, flower,
+        share_secret_key, out, run_verbose) -> int:  # fmt: skip
     """Train one method: in process (default) or as a Flower simulation (--flower).
 
     Prints the test AUC, ε spent (PLD and RDP) and the run's status; --out DIR
@@ -111,10 +116,12 @@ def run(ctx: click.Context, method, dataset, csv, schema, client_column, sets, f
         raise click.UsageError(f"--method {method} and --set method={given} disagree")
     method = method or given or "boosting"
     sets = tuple(s for s in sets if not s.replace(" ", "").startswith("method="))
+    if share_secret_key and not flower:
+        raise click.UsageError("--share-secret-key applies to Flower runs only (add --flower)")
     if flower:
         from server import simulate
 
-        argv = ["--set", f"method={method}"]
+        argv = ["--set", f"method={method}"] + (["--share-secret-key"] if share_secret_key else [])
         if dataset:
             argv += ["--set", f"dataset={dataset}"]
         if csv is not None:  # simulated hospitals: run-config csv, split as in process

@@ -44,7 +44,7 @@ from fedpriv.atomic import point_latest
 from fedpriv.data import DataError, SchemaError
 from fedpriv.data.node import run_schema
 from fedpriv.federation.settings import SettingError
-from server import node_budgets
+from server import node_budgets, node_keys
 from server.launch import parse_set, resolve_run, result_line, settings_help
 from server.local_federation import Federation, superlink_command, supernode_command
 
@@ -118,6 +118,7 @@ def deploy(
     eval_data: list[str | Path] | None = None,
     node_policy: Mapping[str, float] | None = None,
     node_state: str | Path | None = None,
+    share_secret_key: bool = False,
 ) -> tuple[int, Path | None]:
     """Run one job on a fresh loopback federation; returns (exit code, result directory).
 
@@ -133,6 +134,9 @@ def deploy(
     (node-config ``max-epsilon``, ``max-delta``, ``max-lifetime-epsilon``,
     ``max-lifetime-delta``; :mod:`fedpriv.privacy.node_budget`); ``node_state``: the
     folder under which node i keeps its ledger, ``node-i`` (node-config ``state-dir``).
+    ``share_secret_key``: the SuperNodes get ``$FEDPRIV_SECRET_KEY`` and
+    ``allow-reproduction-key`` too (a bit-for-bit reproduction; :mod:`server.node_keys`);
+    otherwise no node process sees it.
     """
     if not overrides.get("out-dir"):
         overrides = {**overrides, "out-dir": str((Path.cwd() / "results" / "deploy").resolve())}
@@ -162,6 +166,7 @@ def deploy(
     fed = Federation(
         workdir=workdir, num_clients=K, insecure=insecure, data=files, eval_data=eval_files,
         node_config=node_budgets.node_configs(K, node_policy, node_state),
+        share_secret_key=share_secret_key,
     )  # fmt: skip
     no_late = threading.Event()
 
@@ -243,6 +248,7 @@ def main(argv: list[str] | None = None, **launch: Any) -> int:
         "evaluation (--set eval-epsilon=E)",
     )
     node_budgets.add_arguments(ap)
+    node_keys.add_argument(ap)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--out-dir", default=None, help="results directory (default ./results/deploy)")
     ap.add_argument("--timeout", type=float, default=1800.0)
@@ -266,6 +272,7 @@ def main(argv: list[str] | None = None, **launch: Any) -> int:
             eval_data=args.eval_data or None,
             node_policy=policy or None,
             node_state=args.node_state,
+            share_secret_key=args.share_secret_key,
             **launch,
         )
     except SettingError as exc:  # one line, exit 2

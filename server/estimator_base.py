@@ -98,6 +98,7 @@ from fedpriv.records import (
     public_label_set,
 )
 from fedpriv.seeding import derive_generator
+from server.fit_size import FitSize, fit_size
 
 log = get_logger(__name__)
 
@@ -393,6 +394,11 @@ class Estimator(ClassifierMixin, BaseEstimator):
             check_bound(len(rows), int(bound), source="fit")
         return int(bound)
 
+    def _fit_size(self, partition: list[np.ndarray]) -> FitSize:
+        """This fit's ledger and key, and the public bounds on its records
+        (:func:`server.fit_size.fit_size`: declared, or a released count's bound)."""
+        return fit_size(self, partition)
+
     def _distributed_noise(self, n_clients: int):
         """The distributed-noise setting of this fit (``None``: central noise)."""
         from fedpriv.options import NoiseMode
@@ -418,6 +424,7 @@ class Estimator(ClassifierMixin, BaseEstimator):
         strategy: Any,
         participation: float = 1.0,
         rounds_planned: int | None = None,
+        size: FitSize | None = None,
     ):
         """Train ``strategy`` against ``handler`` clients under this fit's ledger; keep the results.
 
@@ -430,23 +437,26 @@ class Estimator(ClassifierMixin, BaseEstimator):
         The runtime takes the estimator's ``seed``, ``secret_key`` (coerced
         here, not in ``__init__``) and ``secure_aggregation``, the ledger its
         ``epsilon`` and ``delta`` (``epsilon=math.inf``: no ledger, the non-private
-        reference), fresh or a child of ``ledger`` (:meth:`_fit_ledger`).
+        reference), fresh or a child of ``ledger`` (:meth:`_fit_ledger`). ``size``: the
+        fit's ledger, key and public record bound as :meth:`_fit_size` prepared them
+        (the strategy then charges ``size.learner``); ``None``: prepared here.
         """
         from fedpriv.federation.protocol import make_clients
 
-        key = None if self.secret_key is None else SecretKey.coerce(self.secret_key)
+        if size is None:
+            size = self._fit_size(partition)
         runtime = InProcessRuntime(
             noise=self._distributed_noise(len(partition)),
             clients=make_clients(X, y, partition),
-            max_records=self._record_bound(partition),
+            max_records=size.max_records,
             handler=handler,
             seed=self.seed,
-            secret_key=key,
+            secret_key=size.key,
             participation=participation,
             secure_aggregation=self.secure_aggregation,
         )
-        ledger = self._fit_ledger()
-        strategy = runtime.run(strategy, ledger=ledger)
+        ledger = size.ledger
+        strategy = runtime.run(strategy, ledger=size.learner)
         comm = runtime.communication
         outcome = outcome_of(
             comm,

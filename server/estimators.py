@@ -30,12 +30,20 @@ run's own, named and defaulted as in the run config
     ``None``: fresh OS entropy at every fit. Pass one only to reproduce a
     fit; it is never logged or shown, and pickling drops it.
     ``SecretKey.from_public_seed(s)`` is a debug mode (``certified: false``).
+    With ``noise="distributed"`` the report says ``certified: false`` in process
+    whatever the key: every client key derives from the run's key
+    (:data:`fedpriv.privacy.distributed.DERIVED_KEYS_CAVEAT`).
 ``max_records``
     The declared public bound on records per client, as a Flower run's
     ``max-records``: the codec's range and the public total n = clients ×
     ``max_records`` (a client holding more is refused, ``too_many_records``).
-    ``None``: the largest client's rows and the actual total (the caller
-    holds every row). Given, the fit equals the Flower run bit for bit.
+    ``None``: no exact count decides anything; a private fit first releases a
+    Laplace record count through its ledger (1 % of ``epsilon``, the learner
+    gets the rest; :mod:`fedpriv.privacy.record_count`) and uses its
+    high-probability upper bound U as the per-client and total bound (on small
+    data U can be several times n: declare the bound for utility). The
+    non-private reference (``epsilon=math.inf``) uses the rows. Given, the fit
+    equals the Flower run bit for bit.
 ``ledger``
     A :class:`fedpriv.privacy.PrivacyLedger` the caller owns, whose budget is
     the total for the rows: fits chain onto it (each in a child ledger with

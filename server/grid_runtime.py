@@ -50,6 +50,7 @@ from fedpriv.federation.protocol import Query, Strategy
 from fedpriv.federation.secagg import FixedPointCodec, MaskedInput, SecAggConfig, UnmaskAnswer
 from fedpriv.federation.settings import RunSettings
 from fedpriv.federation.wire import query_to_wire
+from fedpriv.privacy.distributed import DERIVED_KEYS_CAVEAT, FRESH, KEY_ORIGIN
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.randomness import SecretKey
 
@@ -221,6 +222,8 @@ class GridTransport:
         self.pid_of: dict[int, int] = {}  # node id -> partition id, bound at the key exchange
         self.public_keys: dict[int, bytes] = {}
         self.verify_keys: dict[int, bytes] = {}
+        #: Each node's reported key origin ("fresh" or "injected"; "unknown" if unsaid).
+        self.key_origins: dict[int, str] = {}
         #: Each node's remaining lifetime budget (ε, δ) after it admitted the plan (∞: none).
         self.remaining: dict[int, tuple[float, float]] = {}
         self._pending_plan: dict | None = None  # declared before the key exchange
@@ -268,6 +271,7 @@ class GridTransport:
             self.node_of[pid], self.pid_of[node] = node, pid
             self.public_keys[pid] = bytes(meta["public-key"])
             self.verify_keys[pid] = bytes(meta["verify-key"])
+            self.key_origins[pid] = str(meta.get(KEY_ORIGIN, "unknown"))
             if plan:
                 self._note_remaining(pid, meta)
         if sorted(self.node_of) != list(range(s.num_clients)):
@@ -455,6 +459,7 @@ class GridRuntime:
         self.max_records = max_records
         self.report = GridReport(Communication(settings.num_clients))
         self.transport = GridTransport(grid, settings, self.report)
+        self._ledgers: list[PrivacyLedger | None] = []  # every begun strategy's
         self.engine = RoundEngine(
             self.transport,
             n_clients=settings.num_clients,
@@ -474,8 +479,28 @@ class GridRuntime:
         return self.transport.public_keys
 
     def connect(self) -> None:
-        """Wait for the nodes and run the run's key exchange: collect keys, pin the book."""
+        """Wait for the nodes and run the run's key exchange: collect keys, pin the book.
+
+        Under distributed noise, a node whose key derives from an injected reproduction
+        key (``key-origin`` ``injected``, or no origin said) lets whoever holds that key
+        recompute its shares: every begun strategy's ledger is marked uncertified.
+        """
         self.engine.setup_keys()
+        for ledger in self._ledgers:
+            self._void_if_derived(ledger)
+
+    def derived_key_nodes(self) -> list[int]:
+        """The partitions whose key-exchange reply did not say ``key-origin`` ``fresh``."""
+        return sorted(p for p, o in self.transport.key_origins.items() if o != FRESH)
+
+    def _void_if_derived(self, ledger: PrivacyLedger | None) -> None:
+        if ledger is None or self.settings.distributed_noise is None:
+            return
+        derived = self.derived_key_nodes()
+        if derived:
+            log.warning("nodes %s run on injected reproduction keys: %s", derived,
+                        DERIVED_KEYS_CAVEAT)  # fmt: skip
+            ledger.mark_uncertified(DERIVED_KEYS_CAVEAT)
 
     def ping(self, rounds: int) -> None:
         """Time ``rounds`` empty round trips to every node: Flower's own cost per round."""
@@ -503,6 +528,8 @@ class GridRuntime:
         The same derivations as :class:`~fedpriv.federation.runtime.InProcessRuntime`,
         so one injected key gives the same run in both.
         """
+        self._ledgers.append(ledger)
+        self._void_if_derived(ledger)  # a later strategy (the DP evaluation), once connected
         self.engine.begin(
             strategy,
             n_features=n_features,

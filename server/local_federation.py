@@ -17,6 +17,7 @@ from pathlib import Path
 
 from fedpriv import logs
 from fedpriv.federation.settings import RunSettings
+from server import node_keys
 from server.launch import (
     BIN,
     ProcessTracker,
@@ -142,10 +143,14 @@ class Federation:
         data: list[Path] | None = None,
         eval_data: list[Path] | None = None,
         node_config: Mapping[int, Mapping[str, object]] | None = None,
+        share_secret_key: bool = False,
     ) -> None:
         self.workdir, self.num_clients, self.insecure = workdir, num_clients, insecure
         #: Extra node-config per node index (its budget policy, its state-dir).
         self.node_config = dict(node_config or {})
+        #: Whether the nodes get ``$FEDPRIV_SECRET_KEY`` (and ``allow-reproduction-key``):
+        #: without, node processes never see the server's reproduction key.
+        self.share_secret_key = share_secret_key
         #: Each node's own file (``data-path``), or ``None``: a bundled corpus's slice.
         self.data = data
         #: Each node's own held-out file (``eval-data-path``), or ``None``.
@@ -173,7 +178,13 @@ class Federation:
 
     # -- processes ------------------------------------------------------------
     def _popen(
-        self, args: list[str], home: Path, name: str, extra_env: Mapping[str, str] | None = None
+        self,
+        args: list[str],
+        home: Path,
+        name: str,
+        extra_env: Mapping[str, str] | None = None,
+        *,
+        node: bool = False,
     ) -> subprocess.Popen:
         home.mkdir(parents=True, exist_ok=True)
         env = {
@@ -181,6 +192,8 @@ class Federation:
             "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": SUPEREXEC_POLL,
             **(extra_env or {}),
         }
+        if node:  # a SuperNode: the reproduction key only when asked (server.node_keys)
+            env = node_keys.node_environment(env, share=self.share_secret_key)
         with open(self.workdir / f"{name}.log", "w") as logfile:  # the child keeps its copy
             return subprocess.Popen(
                 args, env=env, stdout=logfile, stderr=subprocess.STDOUT, start_new_session=True
@@ -268,10 +281,13 @@ class Federation:
             auth_key=None if self.tls is None else (key or self.keys[index].private),
             data_path=None if self.data is None else self.data[index],
             eval_data_path=None if self.eval_data is None else self.eval_data[index],
-            extra_config=self.node_config.get(index),
+            extra_config={
+                **self.node_config.get(index, {}),
+                **node_keys.node_config(self.share_secret_key),
+            },
         )
         args[0] = str(BIN / args[0])
-        proc = self._popen(args, self.workdir / f"node-{index}", f"node-{index}", env)
+        proc = self._popen(args, self.workdir / f"node-{index}", f"node-{index}", env, node=True)
         node = Node(index=index, proc=proc, tracker=ProcessTracker(proc.pid))
         self.nodes[index] = node
         return node

@@ -117,14 +117,6 @@ class MethodEstimator(Estimator):
         except (TypeError, ValueError) as exc:
             raise SettingError(str(exc)) from None
 
-    def _n_records(self, partition: list[np.ndarray]) -> int:
-        """The public total n: clients × the declared ``max_records`` (as a Flower run
-        uses it), or, undeclared, the rows held (the caller holds them all)."""
-        bound = self._record_bound(partition)
-        if bound is None:
-            return int(sum(len(p) for p in partition))
-        return len(partition) * bound
-
     def _context_extra(self) -> dict[str, Any]:
         return {}
 
@@ -148,10 +140,13 @@ class MethodEstimator(Estimator):
         self._check_run_params()
         self._shared_ledger()
         X, yy, partition = self._training_data(data, y, partition, part)
+        # The public n: clients × the declared max_records (as a Flower run uses it), or
+        # the upper bound of a released count; never the rows' exact count (_fit_size).
+        size = self._fit_size(partition)
         context = StrategyContext(
             schema=data.schema if isinstance(data, TabularDataset) else None,
             n_features=X.shape[1],
-            n_records=self._n_records(partition),
+            n_records=size.n_records,
             n_classes=int(self.classes_.size),
             participation=self.participation,
             extra=self._context_extra(),
@@ -165,6 +160,7 @@ class MethodEstimator(Estimator):
             strategy=strategy,
             participation=self.participation,
             rounds_planned=config.rounds,
+            size=size,
         )
         self.context_ = context  # public facts of the fit (schema, record count) for save()
         self._after_fit(strategy)

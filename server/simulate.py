@@ -32,7 +32,7 @@ from pathlib import Path
 from fedpriv import logs
 from fedpriv.atomic import point_latest
 from fedpriv.federation.settings import SettingError
-from server import node_budgets
+from server import node_budgets, node_keys
 from server.launch import (
     BIN,
     ROOT,
@@ -88,9 +88,14 @@ def simulate(
     timeout: float = 3600.0,
     quiet: bool = False,
     node_env: dict[str, str] | None = None,
+    share_secret_key: bool = False,
 ) -> tuple[int, Path | None]:
     """Run one simulation; returns (exit code, result directory). ``node_env``: extra
-    environment of the Flower processes (e.g. the nodes' budget policy)."""
+    environment of the Flower processes (e.g. the nodes' budget policy).
+    ``share_secret_key``: pass ``$FEDPRIV_SECRET_KEY`` on (a bit-for-bit reproduction);
+    the virtual nodes share the server's environment, so without it neither gets the
+    key, and with it the nodes' ``allow-reproduction-key`` is set
+    (:mod:`server.node_keys`)."""
     if not overrides.get("out-dir"):
         overrides = {**overrides, "out-dir": str((Path.cwd() / "results" / "flower").resolve())}
     # Validated before anything starts.
@@ -98,7 +103,9 @@ def simulate(
     Path(settings.out_dir).mkdir(parents=True, exist_ok=True)
     home = Path(tempfile.mkdtemp(prefix="fedpriv-flwr-home-"))
     port = free_port()
-    env = {**flwr_env(home), **(node_env or {})}
+    env = node_keys.simulation_environment(
+        {**flwr_env(home), **(node_env or {})}, share=share_secret_key
+    )
     write_connection(home, CONNECTION, f"127.0.0.1:{port}", ca_cert=None)
     proc = subprocess.Popen(
         [
@@ -180,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out-dir", default=None, help="results directory (default ./results/flower)")
     ap.add_argument("--timeout", type=float, default=3600.0)
     node_budgets.add_arguments(ap)
+    node_keys.add_argument(ap)
     args = ap.parse_args(argv)
     logs.configure(tag="simulate")
     overrides = parse_set(args.set)
@@ -188,7 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     try:  # the run config is resolved and checked first, before any process starts
         policy = node_budgets.policy_of(args)
         env = node_budgets.policy_environment(policy, args.node_state)
-        code, out = simulate(overrides, timeout=args.timeout, node_env=env)
+        code, out = simulate(
+            overrides, timeout=args.timeout, node_env=env, share_secret_key=args.share_secret_key
+        )
     except SettingError as exc:  # one line, exit 2
         log.error("error: %s", exc)
         return 2

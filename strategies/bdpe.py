@@ -353,7 +353,12 @@ class BDPEStrategy(BDPENodeStages):
                 self._leaves, sums.ravel(), rng=self._secret_rng, label=label
             ).reshape(2 * nodes, 2)
             margin = noise_margin(self._leaves, sums.size)
-            check_release(sums, bound=sum_bound(1.0, self.n_records), margin=margin, label=label)
+            check_release(
+                sums,
+                bound=sum_bound(1.0, self.n_records, sampling_rate=1.0),
+                margin=margin,
+                label=label,
+            )
             prior = self._leaves.scale
         rates = leaf_rates(sums[:, 0], sums[:, 1], prior)
         values = link(rates, cfg.alpha)

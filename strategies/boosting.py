@@ -239,7 +239,9 @@ class DPBoostingStrategy:
             participation=self.participation,
             accounting=cfg.participation_accounting,
             rng=check_private("secret_rng", secret_rng),  # private: noise
-            sum_bound=sum_bound(max(GRAD_BOUND, HESS_BOUND), self.n_records),
+            sum_bound=sum_bound(
+                max(GRAD_BOUND, HESS_BOUND), self.n_records, sampling_rate=cfg.sampling_rate
+            ),
             dims=2 * cfg.n_leaves * c,  # a tree round's reply, the longest
         )
         if self._noise is not None:

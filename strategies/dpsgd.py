@@ -323,7 +323,7 @@ class DPSGDStrategy:
                 l2_sensitivity=self.row_bound,
                 sampling_rate=1.0,
                 rounds=1,
-                sum_bound=sum_bound(self.row_bound, self.n_records),
+                sum_bound=sum_bound(self.row_bound, self.n_records, sampling_rate=1.0),
                 dims=self._map.n_features,
                 **plan,
             )
@@ -333,7 +333,7 @@ class DPSGDStrategy:
             l2_sensitivity=self.sensitivity,
             sampling_rate=cfg.sampling_rate,
             rounds=steps,
-            sum_bound=sum_bound(self.sensitivity, self.n_records),
+            sum_bound=sum_bound(self.sensitivity, self.n_records, sampling_rate=cfg.sampling_rate),
             dims=self.spec.n_params,
             **plan,
         )

@@ -106,7 +106,7 @@ class RecalibrationRounds:
             l2_sensitivity=self.sensitivity,
             sampling_rate=1.0,
             rounds=recal.ROUNDS,
-            sum_bound=sum_bound(self.sensitivity, n_bound),
+            sum_bound=sum_bound(self.sensitivity, n_bound, sampling_rate=1.0),
             dims=self.reply_length,
             **plan,
         )

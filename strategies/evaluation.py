@@ -195,7 +195,10 @@ class EvaluationStrategy:
             # Each honest count is at most the number of held-out records.
             margin = noise_margin(self.mechanism, released.size)
             check_release(
-                released, bound=sum_bound(1.0, self.n_records), margin=margin, label=LABEL
+                released,
+                bound=sum_bound(1.0, self.n_records, sampling_rate=1.0),
+                margin=margin,
+                label=LABEL,
             )
         self._result = estimate_metrics(released, std=std, alpha=cfg.alpha, replicas=cfg.replicas)
         self._done = True

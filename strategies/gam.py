@@ -163,7 +163,7 @@ class DPGAMStrategy(PairStage, NodeStages):
             participation=self.participation,
             accounting=ParticipationAccounting.VALID,
             rng=check_private("secret_rng", secret_rng),  # private: noise
-            sum_bound=sum_bound(max(1.0, HESS_BOUND), self.n_records),
+            sum_bound=sum_bound(max(1.0, HESS_BOUND), self.n_records, sampling_rate=1.0),
         )
         self._reset_shapes()
         self.noise_multiplier_ = None if self._noise is None else self._noise.noise_multiplier

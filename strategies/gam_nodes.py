@@ -59,7 +59,7 @@ class NodeStages:
                     mech, part, rng=noise.rng, sampling_probability=1.0, event=noise.event,
                     label=label,
                 )  # fmt: skip
-                limit = sum_bound(bound / sens, self.n_records)
+                limit = sum_bound(bound / sens, self.n_records, sampling_rate=1.0)
                 check_release(part, bound=limit, margin=noise_margin(mech, part.size), label=label)
             out.append(part * sens)
         return out

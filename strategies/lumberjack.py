@@ -401,7 +401,7 @@ class LumberjackStrategy(LumberjackNodeStages):
                 # One record adds 1 to one leaf count per tree: every honest count is ≤ n.
                 noisy = np.concatenate([s.ravel() for s in scores])
                 margin = gaussian_margin(leaf_std, noisy.size)
-                bound = sum_bound(1.0, self.n_records)
+                bound = sum_bound(1.0, self.n_records, sampling_rate=1.0)
                 check_release(noisy, bound=bound, margin=margin, label="leaf class counts")
         pooled = private and cfg.leaf_mechanism == "gaussian"
         self._model = ForestModel(tuple(self._trees), tuple(scores), pooled=pooled)

@@ -222,7 +222,7 @@ class RandomForestStrategy:
         if budget is not None and ledger.distributed is not None:  # sized once depth is known
             self._stage = GaussianRounds.single(
                 ledger, l2_sensitivity=self._mechanism.l2_sensitivity, rng=self._secret_rng,
-                share=1.0, sum_bound=sum_bound(1.0, self.n_records),
+                share=1.0, sum_bound=sum_bound(1.0, self.n_records, sampling_rate=1.0),
                 dims=cfg.trees * (1 << self.depth_) * self.n_classes,
             )  # fmt: skip
             self._mechanism = self._stage.mechanism
@@ -379,7 +379,7 @@ class RandomForestStrategy:
                 )
                 # One record adds 1 to one count per tree: every honest count is ≤ n.
                 margin = noise_margin(self._mechanism, noisy.size)
-                bound = sum_bound(1.0, self.n_records)
+                bound = sum_bound(1.0, self.n_records, sampling_rate=1.0)
                 check_release(noisy, bound=bound, margin=margin, label="leaf class counts")
             noisy = noisy.reshape(counts.shape)
             noisy = np.maximum(noisy, 0.0)

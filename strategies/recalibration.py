@@ -60,7 +60,7 @@ class LinearRecalibrationRound:
             share=self.share,
             l2_sensitivity=maths.SENSITIVITY,
             rng=rng,
-            sum_bound=sum_bound(maths.SENSITIVITY, self.n_records),
+            sum_bound=sum_bound(maths.SENSITIVITY, self.n_records, sampling_rate=1.0),
         )
 
     def node_stage(

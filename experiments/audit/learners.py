@@ -262,7 +262,9 @@ def dpsgd_audit(
         centre_share=0.0,
         recalibrate_share=0.0,  # the steps alone (the recalibration: its own bound, tested)
     )
-    n_public = data.n + 1  # public record count, the same for D and D'
+    # The public bound on the records, the same for D and D': K × the declared bound per
+    # client (its rows plus the canary), as an estimator with max_records uses it.
+    n_public = len(data.y) * (max(len(y) for y in data.y) + 1)
 
     make_strategy = honest_or_twin(DPSGDStrategy, twin_factor, config, n_records=n_public)
 

@@ -43,7 +43,12 @@ from fedpriv.federation.engine import (
 )
 from fedpriv.federation.protocol import ClientData, ClientHandler, Strategy, poisson_sample
 from fedpriv.federation.secagg import SecAggClient, SecAggConfig, UnmaskAnswer
-from fedpriv.privacy.distributed import DistributedNoise, draw_share, share_streams
+from fedpriv.privacy.distributed import (
+    DERIVED_KEYS_CAVEAT,
+    DistributedNoise,
+    draw_share,
+    share_streams,
+)
 from fedpriv.privacy.node_budget import NodeLedger, NodeRefusal
 from fedpriv.privacy.randomness import SecretKey
 from fedpriv.validation import check_probability
@@ -312,7 +317,11 @@ class InProcessRuntime:
         default ``SecAggConfig()``: a strict majority of each round's participants).
     noise : DistributedNoise, optional
         Distributed noise (:mod:`fedpriv.privacy.distributed`): the clients add the
-        noise inside secure aggregation. ``None`` (default): the server adds it.
+        noise inside secure aggregation. ``None`` (default): the server adds it. In
+        process every client key derives from the run's key, which the server side
+        holds too, so such a run's report says ``certified: false``
+        (:data:`~fedpriv.privacy.distributed.DERIVED_KEYS_CAVEAT`): the protocol is
+        exercised, its trust claim is not.
     node_ledgers : sequence of NodeLedger or None, optional
         Each client's own ledger and policy (:mod:`fedpriv.privacy.node_budget`):
         it admits the declared plan or stops the run, and refuses any query beyond it.
@@ -372,6 +381,9 @@ class InProcessRuntime:
     def run(self, strategy: Strategy, *, ledger: PrivacyLedger | None) -> Strategy:
         """Train ``strategy`` to completion; returns it (holding the released model)."""
         key = self.secret_key
+        if self.noise is not None and ledger is not None:
+            # client_key(run key, i) below: whoever holds the run key recomputes every share.
+            ledger.mark_uncertified(DERIVED_KEYS_CAVEAT)
         transport = InProcessTransport(
             clients=self.clients,
             handler=self.handler,

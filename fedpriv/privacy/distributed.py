@@ -54,12 +54,25 @@ Trust. Against the server, the noise it sees is the survivors' shares, so no
 amplification by *its* participation coins is claimed (the stage plans with ρ = 1);
 the clients' Poisson coins stay theirs. The server learns nothing from any one
 masked vector (secure aggregation) and only the noisy sum from the unmask.
+
+Reproduction keys. All of that holds only while each client's key is its own. A
+reproduction key (``$FEDPRIV_SECRET_KEY``) derives every node's key from the
+server's (:func:`fedpriv.federation.planning.client_key`): whoever holds it can
+recompute every share and subtract it from the unmasked sum, which is then exact.
+So a run whose node keys derive from a key the server holds is reported
+``certified: false`` with :data:`DERIVED_KEYS_CAVEAT` (in process always: the
+runtime derives the client keys itself; over Flower when any node reports
+:data:`KEY_ORIGIN` ``injected`` in its key-exchange reply, or no origin at all), and
+a node refuses such a run before reading a row unless its own node-config sets
+:data:`ALLOW_REPRODUCTION_KEY` (:func:`check_key_origin`).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -71,6 +84,23 @@ WRAP_BOUND = 1e-30
 #: Private stream of a client's noise shares (one substream per round).
 SHARE_STREAM = "noise-share"
 _TWO_PI2 = 2.0 * math.pi**2
+
+#: The key-exchange reply's public flag: where the node's secret key came from.
+KEY_ORIGIN = "key-origin"
+#: :data:`KEY_ORIGIN` of a key drawn from the node's own OS entropy.
+FRESH = "fresh"
+#: :data:`KEY_ORIGIN` of a key derived from an injected reproduction key.
+INJECTED = "injected"
+#: Node-config key (bool, default false): the node takes part in a distributed-noise run
+#: with an injected reproduction key, knowing the server can then recompute its shares.
+ALLOW_REPRODUCTION_KEY = "allow-reproduction-key"
+#: The same for a simulation's virtual nodes, which all get Flower's own node-config.
+ALLOW_REPRODUCTION_KEY_ENV = "FEDPRIV_ALLOW_REPRODUCTION_KEY"
+#: Why such a run is not certified (the privacy report's caveat).
+DERIVED_KEYS_CAVEAT = (
+    "distributed noise with node keys derived from the server's reproduction key: "
+    "the server can recompute every noise share"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,6 +181,40 @@ def draw_share(streams: PrivateStreams, round_id: int, size: int, share_std: flo
     """A client's round-``round_id`` share, eq. (1): int64 ticks from its own private stream."""
     gen = check_private("share stream", streams.at(round_id))
     return np.rint(gen.standard_normal(size) * share_std).astype(np.int64)
+
+
+def _truthy(value: object, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no", ""):
+        return False
+    raise ValueError(f"{name} must be true or false; got {value!r}")
+
+
+def allows_reproduction_key(node_config: Mapping[str, Any], environ: Mapping[str, str]) -> bool:
+    """Whether the node accepts an injected key in a distributed-noise run: its node-config's
+    :data:`ALLOW_REPRODUCTION_KEY`, else (virtual nodes) :data:`ALLOW_REPRODUCTION_KEY_ENV`;
+    default false."""
+    if ALLOW_REPRODUCTION_KEY in node_config:
+        return _truthy(node_config[ALLOW_REPRODUCTION_KEY], ALLOW_REPRODUCTION_KEY)
+    return _truthy(environ.get(ALLOW_REPRODUCTION_KEY_ENV, ""), ALLOW_REPRODUCTION_KEY_ENV)
+
+
+def check_key_origin(origin: str, *, distributed: bool, allowed: bool) -> None:
+    """Refuse (``ValueError``) a distributed-noise run on an injected key unless ``allowed``.
+
+    Called by a node before it reads a row: the server could recompute its shares."""
+    if origin not in (FRESH, INJECTED):
+        raise ValueError(f"{KEY_ORIGIN} must be {FRESH!r} or {INJECTED!r}; got {origin!r}")
+    if distributed and origin == INJECTED and not allowed:
+        raise ValueError(
+            f"a distributed-noise run with this node's key derived from an injected "
+            f"reproduction key: the server could recompute every noise share; refused "
+            f"(node-config {ALLOW_REPRODUCTION_KEY} = true to allow it; got false)"
+        )
 
 
 def tv_rounded(sigma: float) -> float:

@@ -42,6 +42,12 @@ CASES = {
 }
 
 
+#: A forgery inside the codec's range that only the sample-size-aware range check
+#: catches: + half of record_bound · n on every coordinate, ≈ 10× the largest sum an
+#: honest Poisson(q = 0.05) sample can produce, yet half the bound that ignores q.
+RANGE_CASES = {"inflated": "discarded"}
+
+
 #: Plain sums (in-process benchmarks): the server sees each vector, so each is
 #: checked whole; every forged one is its sender's dropout.
 PLAIN_CASES = {
@@ -57,7 +63,7 @@ class HostileTransport(InProcessTransport):
 
     def __init__(self, case: str, **kwargs) -> None:
         super().__init__(**kwargs)
-        if case not in CASES and case not in PLAIN_CASES:
+        if case not in CASES and case not in PLAIN_CASES and case not in RANGE_CASES:
             raise ValueError(f"unknown case {case!r}; one of {sorted(CASES)}")
         self.case = case
         self.honest: dict[int, dict[int, np.ndarray]] = {}  # round -> client -> vector
@@ -107,6 +113,12 @@ class HostileTransport(InProcessTransport):
             v = mine.vector.copy()
             v[:1] += np.uint64(int(1e9 * plan.codec.scale))  # what encode(1e9) would add
             forged = dataclasses.replace(mine, vector=v)
+        elif case == "inflated":
+            n_public = sum(c.n for c in self.clients)  # the strategy's public n
+            extra = 0.5 * plan.query.record_bound * n_public
+            forged = dataclasses.replace(
+                mine, vector=mine.vector + np.uint64(int(extra * plan.codec.scale))
+            )
         elif case == "impersonation":
             # The victim's upload never arrives; the hostile one's, re-addressed as if
             # the victim had sealed it, arrives in its name.

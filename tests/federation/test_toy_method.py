@@ -18,6 +18,7 @@ import pytest
 
 from fedpriv.artefact import load_model
 from fedpriv.data import load_heart
+from fedpriv.data.node import declared_max_records
 from fedpriv.federation.settings import RunSettings, SettingError
 from fedpriv.methods import (
     PLUGINS_ENV,
@@ -64,7 +65,9 @@ def test_the_toy_fits_in_process_with_its_ledger(toy):
     ToyClassifier = toy.ToyClassifier
     rng = np.random.default_rng(0)
     X, y = rng.random((400, 3)), (rng.random(400) < 0.3).astype(int)
-    clf = ToyClassifier(rounds=3, epsilon=1.0, num_clients=4, secret_key=key_for(1)).fit(X, y)
+    clf = ToyClassifier(
+        rounds=3, epsilon=1.0, num_clients=4, secret_key=key_for(1), max_records=100
+    ).fit(X, y)
     assert clf.epsilon_spent_ <= 1.0
     assert len(clf.ledger_.report().entries) == 3
     assert abs(clf.model_.rate - 0.3) < 0.15  # σ ≈ 5 on sums of ≈ 200: the rate is close
@@ -76,7 +79,8 @@ def test_the_toy_runs_under_flwr_run_and_releases_the_in_process_model(toy, tmp_
     """The suite's one real ``flwr run`` simulation (≈ 30 s, mostly Ray start-up).
 
     Besides the plugin, it checks what only launched processes show: the key
-    reaches the ServerApp and every ClientApp through ``$FEDPRIV_SECRET_KEY``,
+    reaches the ServerApp and every ClientApp through ``$FEDPRIV_SECRET_KEY`` (shared
+    with the nodes on request: ``share_secret_key``),
     the pings run outside training, Flower's own round loop collects one
     MetricRecord per round, the exit code, and no process is left. Every built-in
     method's ServerApp and ClientApp are checked against their in-process fits over
@@ -98,9 +102,14 @@ def test_the_toy_runs_under_flwr_run_and_releases_the_in_process_model(toy, tmp_
         "ping-rounds": 2,
         "out-dir": str(tmp_path),
     }
-    code, out = simulate(run, timeout=600, quiet=True)
+    # The key reaches the simulation (server and virtual nodes) only when shared.
+    code, out = simulate(run, timeout=600, quiet=True, share_secret_key=True)
     assert code == 0
-    ref = toy.ToyClassifier(rounds=2, epsilon=2.0, seed=3, secret_key=key_for(7)).fit(load_heart())
+    # The launcher's public bound for heart (its largest hospital), as the Flower run uses.
+    bound = declared_max_records("heart", 4, 0)
+    ref = toy.ToyClassifier(
+        rounds=2, epsilon=2.0, seed=3, secret_key=key_for(7), max_records=bound
+    ).fit(load_heart())
     saved = load_model(out / "model.fedpriv.npz")
     assert saved.method == NAME and saved.model.rate == ref.model_.rate
     privacy = json.loads((out / "privacy.json").read_text())

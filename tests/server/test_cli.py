@@ -293,3 +293,39 @@ def test_run_flower_on_a_csv_simulates_its_hospitals_through_the_run_config(monk
     assert f"schema={json.dumps(str(schema.resolve()))}" in got
     assert main(["run", "--flower", "--csv", str(csv)]) != 0  # no schema: a usage error
     assert main([*argv, "--client-column", "site"]) != 0  # in-process only
+
+
+def test_share_secret_key_is_forwarded_to_the_simulation_only_when_asked(monkeypatch):
+    """``fedpriv run --flower --share-secret-key``: the simulation's flag; without it the
+    nodes never see the key; in process it is refused (there are no node processes)."""
+    import server.cli
+    from server import simulate
+
+    seen = []
+    monkeypatch.setattr(
+        server.cli, "quiet_flower", lambda entry, argv, logdir, *, verbose: seen.append(argv) or 0
+    )
+    assert main(["run", "--flower", "--share-secret-key", "--set", "rounds=2"]) == 0
+    assert main(["run", "--flower", "--set", "rounds=2"]) == 0
+    assert ["--share-secret-key" in argv for argv in seen] == [True, False]
+    assert main(["run", "--share-secret-key"]) != 0  # a usage error: Flower runs only
+    # The launcher parses it (the option exists where the argv goes).
+    got = {}
+
+    def fake_simulate(overrides, *, timeout, node_env, share_secret_key):
+        got["share"] = share_secret_key
+        return 2, None
+
+    monkeypatch.setattr(simulate, "simulate", fake_simulate)
+    simulate.main(["--share-secret-key", "--set", "rounds=2"])
+    assert got == {"share": True}
+
+
+def test_deploy_takes_share_secret_key_and_defaults_to_keeping_the_key_from_nodes(monkeypatch):
+    from server import deploy
+
+    got = []
+    monkeypatch.setattr(deploy, "deploy", lambda overrides, **kw: got.append(kw) or (2, None))
+    deploy.main(["--set", "rounds=1"])
+    deploy.main(["--share-secret-key", "--set", "rounds=1"])
+    assert [kw["share_secret_key"] for kw in got] == [False, True]

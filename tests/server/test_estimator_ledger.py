@@ -14,6 +14,7 @@ from fedpriv.privacy import (
     PrivacyBudgetExceededError,
     PrivacyLedger,
 )
+from fedpriv.privacy.record_count import COUNT_LABEL
 from server.estimator_base import SCOPE_SHARED, SCOPE_THIS_FIT
 from server.estimators import DPRandomForestClassifier
 from tests.keys import key_for
@@ -65,7 +66,10 @@ def test_fits_chain_onto_a_shared_ledger_and_one_past_it_raises_before_any_noise
     assert again.get_params()["ledger"] is shared
     with pytest.raises(PrivacyBudgetExceededError, match="charged to the shared ledger"):
         again.fit(X, Y)
-    assert shared.entries == spent
+    # No learner noise drawn; only the fit's record count (max_records undeclared), which
+    # fitted the shared budget, was released, and it stays charged.
+    (count,) = shared.entries[len(spent) :]
+    assert shared.entries[: len(spent)] == spent and count.label == COUNT_LABEL
 
 
 def test_a_non_private_fit_is_charged_as_a_non_private_event():

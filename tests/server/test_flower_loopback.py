@@ -23,6 +23,7 @@ from fedpriv.artefact import load_model
 from fedpriv.data import load_heart
 from fedpriv.data.node import declared_max_records
 from fedpriv.methods import get_method
+from fedpriv.privacy.distributed import DERIVED_KEYS_CAVEAT
 from fedpriv.privacy.node_budget import read_ledger
 from fedpriv.privacy.randomness import KEY_ENV
 from server import app as server_app
@@ -256,8 +257,9 @@ def test_distributed_noise_app_releases_the_in_process_model(monkeypatch, tmp_pa
     job = {"dataset": "heart", "num-clients": 4, "method": method, "epsilon": 1.0, "seed": 5,
            "noise": "distributed", "tolerated-dropouts": 1, **settings}  # fmt: skip
     # Every node checks each share against its stage (DP-SGD: centring, steps,
-    # recalibration) and admits every honest one.
-    nodes = {p: {"max-epsilon": 1.0} for p in range(4)}
+    # recalibration) and admits every honest one. The run reproduces the in-process
+    # one bit for bit only on the injected key, which each node must allow.
+    nodes = {p: {"max-epsilon": 1.0, "allow-reproduction-key": True} for p in range(4)}
     out = run_app(monkeypatch, tmp_path, job, node_config=nodes)
     saved = load_model(out / "model.fedpriv.npz").model
     params = {k.replace("-", "_"): v for k, v in settings.items()}
@@ -278,6 +280,8 @@ def test_distributed_noise_app_releases_the_in_process_model(monkeypatch, tmp_pa
         np.testing.assert_array_equal(saved.to_arrays()[key], value, err_msg=key)
     privacy = _json(out, "privacy")
     assert privacy["noise"] == "distributed" and privacy["tolerated_dropouts"] == 1
+    # The server holds the key every node's derives from: it could recompute the shares.
+    assert privacy["certified"] is False and DERIVED_KEYS_CAVEAT in privacy["caveat"]
     assert privacy["epsilon"] == pytest.approx(ref.epsilon_spent_) and privacy["epsilon"] < 1.0
     noise = [_multiplier(e["event"]) for e in privacy["events"]]
     assert len(noise) == (1 if method == "random_forest" else 4)

@@ -140,10 +140,11 @@ def test_the_readme_walkthrough_runs_on_three_hospital_files(tmp_path, monkeypat
 
     # 4. The federation: one node per file, the declared bound, no row at the server;
     # TLS and node authentication, the third node late.
+    # The key reaches the SuperNodes only when shared (--share-secret-key).
     monkeypatch.setenv(KEY_ENV, key_hex(KEY))
     at_submission = []
     code = deploy_mod.main(
-        deploy[1:] + FAST["deploy"],
+        deploy[1:] + FAST["deploy"] + ["--share-secret-key"],
         late_nodes=1,
         quiet=True,
         on_submit=lambda fed: at_submission.append(sorted(fed.nodes)),

@@ -88,7 +88,8 @@ def test_no_message_carries_a_seed_a_key_or_a_timing(monkeypatch):
         # plan's reply, what the node's own policy has left (∞ without one: no data in it).
         # (Connected before the strategy began: its plan went alone, in ``query.plan``.)
         expected = {
-            "query.keys": {"partition-id", "public-key", "verify-key"},
+            # key-origin: a public flag, "fresh" or "injected" (server-derived key)
+            "query.keys": {"partition-id", "public-key", "verify-key", "key-origin"},
             "query.plan": {"remaining-epsilon", "remaining-delta"},
             "query.fedpriv": {"round"},
             "query.consistency": {"round", "signature"},  # its signature on the survivors

@@ -10,6 +10,7 @@ from scipy import stats
 from clients.bdpe import BDPEClient
 from experiments.audit.runs import run_fit
 from fedpriv.data import load_heart
+from fedpriv.data.node import declared_max_records
 from fedpriv.federation.protocol import ClientData
 from fedpriv.models.bdpe import score_sensitivity, split_scores
 from fedpriv.privacy import BoundedRangeDpEvent, PrivacyBudget, PrivacyLedger
@@ -17,6 +18,9 @@ from fedpriv.privacy.selection import ExponentialMechanism
 from server.estimators import BDPEClassifier
 from strategies.bdpe import BDPEConfig, BDPEStrategy
 from tests.keys import key_for, private_rng
+
+#: Heart's public per-hospital bound (a bundled corpus): no record count is released.
+HEART_BOUND = declared_max_records("heart", 4, 0)
 
 
 def _clients(X, y, k=2):
@@ -28,7 +32,8 @@ def _clients(X, y, k=2):
 
 def test_the_plan_is_basic_composition_of_its_levels_and_leaves():
     clf = BDPEClassifier(trees=3, depth=2, epsilon=1.0, beta_tree=0.4, calibrate_share=0.2,
-                         seed=0, secret_key=key_for(1)).fit(load_heart())  # fmt: skip
+                         seed=0, secret_key=key_for(1), max_records=HEART_BOUND,
+                         ).fit(load_heart())  # fmt: skip
     events = [e.event for e in clf.ledger_.entries]
     splits = [e for e in events if isinstance(e, BoundedRangeDpEvent)]
     laplace = [e for e in events if isinstance(e, dp_event.LaplaceDpEvent)]

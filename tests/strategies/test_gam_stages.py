@@ -53,9 +53,10 @@ def test_binary_fits_are_pinned_bit_for_bit():
     rng = np.random.default_rng(0)
     X = rng.random((600, 4))
     y = (rng.random(600) < 0.2 + 0.6 * X[:, 0]).astype(int)
-    est = DPGAMClassifier(rounds=9, bins=6, smooth=0.0, epsilon=1.0, secret_key=key_for(3)).fit(
-        X, y
-    )
+    # Declared 5 × 120 = the 600 rows: the public n and codec bound the pinned fit used.
+    est = DPGAMClassifier(
+        rounds=9, bins=6, smooth=0.0, epsilon=1.0, secret_key=key_for(3), max_records=120
+    ).fit(X, y)
     h = hashlib.sha256()
     for k, v in sorted(est.model_.to_arrays().items()):
         h.update(k.encode() + np.ascontiguousarray(v).tobytes())

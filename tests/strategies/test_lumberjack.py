@@ -7,6 +7,7 @@ import pytest
 
 from clients.lumberjack import LumberjackClient
 from fedpriv.data import load_heart
+from fedpriv.data.node import declared_max_records
 from fedpriv.federation.protocol import ClientData
 from fedpriv.models.lumberjack import FeatureSpace
 from fedpriv.privacy import ApproxDpEvent, BoundedRangeDpEvent
@@ -24,7 +25,9 @@ def heart():
 
 def _fit(data, **kw):
     # An injected key: repeated fits (secure vs plain sums) draw the same noise.
-    args = {"trees": 4, "depth": 12, "epsilon": 2.0, "seed": 1, "secret_key": KEY, **kw}
+    # Heart's public per-hospital bound (a bundled corpus): no record count is released.
+    args = {"trees": 4, "depth": 12, "epsilon": 2.0, "seed": 1, "secret_key": KEY,
+            "max_records": declared_max_records("heart", 4, 0), **kw}  # fmt: skip
     return LumberjackClassifier(**args).fit(data)
 
 

@@ -41,6 +41,7 @@ def _boosting(mode, participation=RHO):
         participation=participation,
         participation_accounting=mode,
         num_clients=4,
+        max_records=100,  # 400 rows over 4 clients: declared, nothing counted
         max_aborted_share=1.0,  # the accounting is under test, not the status
         seed=1,
         secret_key=key_for(1),  # fixed participation and Poisson coins
@@ -57,6 +58,7 @@ def _dpsgd(mode):
         participation=RHO,
         participation_accounting=mode,
         num_clients=4,
+        max_records=100,  # 400 rows over 4 clients: declared, nothing counted
         max_aborted_share=1.0,  # the accounting is under test, not the status
         seed=1,
         secret_key=key_for(1),  # fixed participation and Poisson coins

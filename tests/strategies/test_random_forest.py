@@ -10,6 +10,7 @@ from scipy import stats
 from clients.random_forest import RandomForestClient, tree_of_rows
 from experiments.audit.runs import RecordingLedger
 from fedpriv.data import feature_space_numeric, load_heart
+from fedpriv.data.node import declared_max_records
 from fedpriv.federation.protocol import ClientData
 from fedpriv.federation.runtime import client_key
 from fedpriv.models.lumberjack import FeatureSpace
@@ -42,7 +43,9 @@ def heart():
 def _fit(data, **kw):
     # An injected key: repeated fits (secure vs plain sums) draw the same noise.
     # ε = 1 stated (the estimator's default is now 2).
-    args = {"trees": 6, "depth": 5, "epsilon": 1.0, "seed": 2, "secret_key": key_for(2), **kw}
+    # Heart's public per-hospital bound (a bundled corpus): no record count is released.
+    args = {"trees": 6, "depth": 5, "epsilon": 1.0, "seed": 2, "secret_key": key_for(2),
+            "max_records": declared_max_records("heart", 4, 0), **kw}  # fmt: skip
     return DPRandomForestClassifier(**args).fit(data)
 
 
@@ -168,8 +171,8 @@ def test_the_default_depth_follows_the_public_count_and_the_calibrated_noise(hea
     sigma = clf.noise_multiplier_ * math.sqrt(6)  # Gaussian leaves; 6 trees see every row
     depth = auto_depth(clf.context_.n_records, sigma)
     assert {t.feature.size for t in clf.model_.trees} == {2**depth - 1}
-    # Heart's 391 training rows: 3 levels at either ε (σ = 19.7: 40 per leaf; σ ≈ 5: 32).
-    assert depth == 3
+    # Heart's public bound, 4 hospitals × 160 = 640 records: 4 levels at either ε.
+    assert depth == 4
     assert RandomForestConfig().depth == 0
 
 
