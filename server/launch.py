@@ -28,6 +28,7 @@ from pathlib import Path
 
 from fedpriv import logs
 from fedpriv.data.node import DataSource, declared_max_records
+from fedpriv.federation.limits import parse_overrides
 from fedpriv.federation.settings import RunSettings, SettingError
 from fedpriv.federation.status import RunStatus, read_status
 
@@ -420,16 +421,14 @@ def settings_help(launcher_defaults: dict | None = None) -> str:
 
 
 def parse_set(items: list[str]) -> dict:
-    overrides = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--set expects key=value; got {item!r}")
-        try:
-            overrides[key] = tomllib.loads(f"v = {raw}")["v"]
-        except tomllib.TOMLDecodeError:
-            overrides[key] = raw  # a bare string
-    return overrides
+    """``--set`` items as run-config overrides
+    (:func:`fedpriv.federation.limits.parse_overrides`); a malformed or empty one ends the
+    launcher with its one-line message (exit 2)."""
+    try:
+        return parse_overrides(items)
+    except SettingError as exc:
+        log.error("error: %s", exc)
+        raise SystemExit(2) from None
 
 
 def result_line(out: Path, detail: str) -> str:

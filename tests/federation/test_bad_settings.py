@@ -248,14 +248,9 @@ CLI = {
     "epsilon-1e6": (["--set", "epsilon=1e6"], r"epsilon must lie in \(0, 20\] or be inf"),
     "delta-1e-300": (["--set", "delta=1e-300"], r"delta must lie in \(1e-15, 0\.01\]"),
     "dataset-unknown": (["--set", "dataset=nope"], r"dataset must be one of \["),
-    "empty-epsilon": pytest.param(
+    "empty-epsilon": (
         ["--set", "epsilon=", "--set", "rounds=1"],
         r"--set epsilon= has an empty value",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="server.launch.parse_set still reads '' as the default: the CLI must call "
-            "fedpriv.federation.settings.parse_overrides (remove this mark once it does)",
-        ),
     ),
 }
 
