@@ -285,7 +285,7 @@ class GridTransport:
             }
         )
         content = {self.node_of[p]: RecordDict({"config": book}) for p in pids}
-        replies, errors, _ = _send(self.grid, "keybook", content, s.round_timeout)
+        replies, errors, _ = _send(self.grid, "keybook", content, s.setup_timeout)
         if errors or len(replies) != len(pids):
             raise RuntimeError(
                 f"key book: {len(replies)} of {len(pids)} nodes pinned it, {errors} client errors"
@@ -303,7 +303,7 @@ class GridTransport:
             return
         text = json.dumps(plan)
         content = {n: RecordDict({"config": ConfigRecord({"plan": text})}) for n in self.pid_of}
-        replies, errors, _ = _send(self.grid, "plan", content, self.settings.round_timeout)
+        replies, errors, _ = _send(self.grid, "plan", content, self.settings.setup_timeout)
         self.report.communication.round_trips += 1
         if errors or len(replies) != len(content):
             raise RuntimeError(
