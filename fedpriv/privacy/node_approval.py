@@ -102,14 +102,15 @@ def approve(
 
 
 def _logged_approval(state_dir: str | os.PathLike[str], plan_hash: str) -> str | None:
-    """Who approved ``plan_hash``: its approval file is there and the audit log's
-    ``approval`` entry says by whom (``None``: not approved)."""
+    """Who approved ``plan_hash``: its approval file is there and the audit log's last
+    ``approval`` entry for it says by whom (``None``: not approved)."""
     if not approved_path(state_dir, plan_hash).is_file():
         return None
+    by = None
     for e in AuditLog(state_dir).entries():
         if e.get("kind") == "approval" and e.get("plan_hash") == plan_hash:
-            return str(e.get("by"))
-    return None
+            by = str(e.get("by"))
+    return by
 
 
 def approval_source(
@@ -168,6 +169,15 @@ def await_approval(
         if left <= 0:
             raise NodeRefusal(NOT_APPROVED, code="not_approved")
         sleep(min(poll, left))
+
+
+def consume(state_dir: str | os.PathLike[str], plan_hash: str) -> None:
+    """An operator's approval is for one run: the plan it let through was admitted, so
+    its approval (and its pending record) are spent. The audit log keeps both the
+    approval and the admission; the same plan asked again waits for a new approval.
+    (A hash in the policy's ``approved`` list stays approved: that is a standing one.)"""
+    for path in (approved_path(state_dir, plan_hash), pending_path(state_dir, plan_hash)):
+        path.unlink(missing_ok=True)
 
 
 def list_pending(state_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:

@@ -47,7 +47,12 @@ from pathlib import Path
 from typing import Any
 
 from fedpriv.atomic import write_text_atomic
-from fedpriv.privacy.node_approval import await_approval, plan_summary, record_pending
+from fedpriv.privacy.node_approval import (
+    await_approval,
+    consume,
+    plan_summary,
+    record_pending,
+)
 from fedpriv.privacy.node_audit import AuditLog, plan_hash
 from fedpriv.privacy.node_plan import (
     AdmittedStage,
@@ -233,8 +238,11 @@ class NodeLedger:
             raise NodeRefusal(f"run {run_id}: approval needs node-config {STATE_DIR!r}; refused")
         state = self.path.parent
         record_pending(state, digest, plan_summary(run_id, plan, epsilon=eps))
-        if await_approval(state, p, digest) == "policy":
+        who = await_approval(state, p, digest)
+        if who == "policy":
             self.note("approval", plan_hash=digest, by="policy")
+        else:  # the operator approved this run: the same plan again needs a new approval
+            consume(state, digest)
 
     def _admit(
         self,

@@ -149,3 +149,48 @@ def test_a_malformed_or_underivable_plan_is_refused_not_crashed():
             admit_stages(plan, HANDLER_OF, run_id="m")
     with pytest.raises(NodeRefusal, match="cannot derive"):
         admit_stages(_plan(_stage(method="nope")), HANDLER_OF, run_id="m")
+
+
+# -- the gate in the ledger: scope, the operator's approval, the audit log -------------
+def test_an_operator_approval_lets_one_run_through_and_is_then_spent(tmp_path):
+    import threading
+
+    from fedpriv.privacy.node_approval import approve, list_pending
+    from fedpriv.privacy.node_audit import plan_hash, verify_audit_log
+
+    policy = NodePolicy(max_epsilon=10.0, require_approval=True, approval_timeout=0.5)
+    node = NodeLedger(policy, tmp_path)
+    plan = _plan(_stage(rounds=2))
+    with pytest.raises(NodeRefusal, match="not approved") as refused:
+        node.admit_plan("r1", plan, HANDLER_OF)
+    assert refused.value.code == "not_approved" and node.runs == {}
+    (pending,) = list_pending(tmp_path)
+    assert pending["plan_hash"] == plan_hash(plan) and pending["epsilon"] > 0
+
+    slow = NodeLedger(
+        NodePolicy(max_epsilon=10.0, require_approval=True, approval_timeout=30.0), tmp_path
+    )
+    approver = threading.Timer(0.3, approve, args=(tmp_path, plan_hash(plan)))
+    approver.start()
+    slow.admit_plan("r2", plan, HANDLER_OF)  # waits for the operator, then admitted
+    approver.join()
+    assert list(slow.runs) == ["r2"]
+    # The approval was for that run: the same plan again waits, and expires.
+    with pytest.raises(NodeRefusal, match="not approved"):
+        NodeLedger(policy, tmp_path).admit_plan("r3", plan, HANDLER_OF)
+    kinds = [e["kind"] for e in slow.audit.entries()]
+    assert kinds == ["plan-refused", "approval", "plan-admitted", "plan-refused"]
+    assert verify_audit_log(tmp_path).ok
+
+
+def test_the_policy_scope_is_checked_before_the_plan_is_charged(tmp_path):
+    node = NodeLedger(NodePolicy(max_epsilon=10.0, methods=("boosting",)), tmp_path)
+    with pytest.raises(NodeRefusal, match="method 'toy' is not allowed") as refused:
+        node.admit_plan("r", _plan(_stage()), HANDLER_OF, columns=("a",))
+    assert refused.value.code == "out_of_scope" and node.runs == {}
+    cols = NodeLedger(NodePolicy(max_epsilon=10.0, columns=("a", "y")), tmp_path / "c")
+    with pytest.raises(NodeRefusal, match=r"columns \['b'\] are not allowed"):
+        cols.admit_plan("r", _plan(_stage()), HANDLER_OF, columns=("a", "b", "y"))
+    with pytest.raises(NodeRefusal, match="columns this plan reads are unknown"):
+        cols.admit_plan("r", _plan(_stage()), HANDLER_OF)
+    assert cols.admit_plan("r", _plan(_stage()), HANDLER_OF, columns=("a", "y")) > 0

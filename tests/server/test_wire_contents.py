@@ -16,6 +16,7 @@ from flwr.app import ConfigRecord
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedpriv.data import load_heart
+from fedpriv.data.node import declared_max_records
 from fedpriv.federation.settings import RunSettings
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
 from server.app import build_strategy
@@ -33,6 +34,10 @@ def _walk(record):
         if isinstance(rec, ConfigRecord):
             for key, value in rec.items():
                 yield f"{name}.{key}", value
+
+
+#: The launcher's public bound for heart's largest hospital (the runtime's codec bound).
+BOUND = declared_max_records("heart", 4, 0)
 
 
 def _run(monkeypatch, rounds: int = 3):
@@ -54,13 +59,12 @@ def _run(monkeypatch, rounds: int = 3):
     ds = load_heart()
     X, _ = ds.xy("train")
     grid = LoopbackGrid(settings.to_run_config(), settings.num_clients)
-    runtime = GridRuntime(grid, settings, max_records=int(X.shape[0]))
+    # The public bound on each hospital's records (the launcher's, as the estimator declares).
+    runtime = GridRuntime(grid, settings, max_records=BOUND)
     runtime.connect()
     runtime.ping(1)  # the empty round trip is inspected too
     ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=2.0, delta=settings.delta))
-    strategy = build_strategy(
-        settings, ds.schema, n_records=int(X.shape[0]), n_features=int(X.shape[1])
-    )
+    strategy = build_strategy(settings, ds.schema, n_records=4 * BOUND, n_features=int(X.shape[1]))
     runtime.begin(strategy, n_features=X.shape[1], ledger=ledger, secret_key=key_for(7))
     while (query := strategy.next_query()) is not None:
         planned, msgs = runtime.plan_round(query)
@@ -111,7 +115,13 @@ def test_no_message_carries_a_seed_a_key_or_a_timing(monkeypatch):
 def test_the_flower_path_releases_the_in_process_model_under_one_key(monkeypatch):
     _, strategy, ledger = _run(monkeypatch)
     ref = DPBoostingClassifier(
-        rounds=3, depth=2, epsilon=2.0, seed=SEED, num_clients=4, secret_key=key_for(7)
+        rounds=3,
+        depth=2,
+        epsilon=2.0,
+        seed=SEED,
+        num_clients=4,
+        secret_key=key_for(7),
+        max_records=BOUND,
     ).fit(load_heart())
     model = strategy.model()
     for got, want in zip(model.trees, ref.model_.trees, strict=True):
