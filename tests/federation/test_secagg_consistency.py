@@ -229,7 +229,7 @@ def test_signatures_count_only_under_the_pinned_verify_keys(twin):
             c.unmask(round_id=0, survivors=live, dropped=gone, n=8, inbox=inbox, signatures=sigs)
 
 
-# --- lying dropouts under distributed noise (the attacks: tests/privacy/test_lying_coordinator.py)
+# --- lying dropouts under distributed noise (the attacks: tests/privacy/lying_coordinator/)
 N_NOISE = 20_000  # coordinates: the std estimate's relative error is ~1/√(2N) = 0.5 %
 
 

@@ -2,7 +2,7 @@
 
 The handler here is a stand-in whose reply sensitivity is its query's clip norm
 (DP-SGD's shape); the real methods' are tested with their handlers
-(``tests/privacy/test_node_stages_*.py``, ``test_lying_coordinator.py``).
+(``tests/privacy/test_node_stages_*.py``, ``tests/privacy/lying_coordinator/``).
 """
 
 from __future__ import annotations
