@@ -47,7 +47,7 @@ from fedpriv.data.encode import (
 from fedpriv.data.errors import DataError
 from fedpriv.data.schema import Schema
 from fedpriv.data.split import Split
-from fedpriv.data.table import read_table
+from fedpriv.data.table import check_file, read_table
 from fedpriv.records import check_labels
 
 #: Corpora shipped with fedpriv (public benchmark datasets) whose schema is bundled.
@@ -134,14 +134,7 @@ def read_encoded(path: str | Path, schema: Schema) -> Encoded:
     path = Path(path)
     source = str(path)
     if path.suffix == ".parquet":
-        if path.is_dir():
-            raise DataError(
-                "is a directory, not a file: give the path of the Parquet file inside it",
-                code="is_a_directory",
-                source=source,
-            )
-        if not path.is_file():
-            raise DataError("file not found", code="file_not_found", source=source)
+        check_file(path, kind="Parquet")
         try:
             frame = pd.read_parquet(path)
         except ImportError as exc:

@@ -120,6 +120,19 @@ _INFERRED = (b"BZh", b"\xfd7zXZ\x00", b"\x28\xb5\x2f\xfd")
 _WIDE_TEXT = ("utf-16", "utf-32")  # encodings whose text holds NUL bytes
 
 
+def check_file(path: Path, *, kind: str) -> None:
+    """Refuse a ``path`` that is a folder (``is_a_directory``) or not there
+    (``file_not_found``); ``kind`` names the file the folder should hold."""
+    if path.is_dir():
+        raise DataError(
+            f"is a directory, not a file: give the path of the {kind} file inside it",
+            code="is_a_directory",
+            source=str(path),
+        )
+    if not path.is_file():
+        raise DataError("file not found", code="file_not_found", source=str(path))
+
+
 def check_text_file(path: Path, *, encoding: str = "utf-8") -> str | None:
     """Refuse what cannot be a delimited text file; return the compression to read it with.
 
@@ -134,14 +147,7 @@ def check_text_file(path: Path, *, encoding: str = "utf-8") -> str | None:
         workbook, Parquet, PDF, or other binary content), naming what it looks like.
     """
     source = str(path)
-    if path.is_dir():
-        raise DataError(
-            "is a directory, not a file: give the path of the CSV file inside it",
-            code="is_a_directory",
-            source=source,
-        )
-    if not path.is_file():
-        raise DataError("file not found", code="file_not_found", source=source)
+    check_file(path, kind="CSV")
     with open(path, "rb") as fh:
         head = fh.read(4096)
     if head.startswith(b"\x1f\x8b"):

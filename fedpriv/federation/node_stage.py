@@ -113,12 +113,8 @@ class StageRelease:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> StageRelease:
-        if not isinstance(raw, Mapping):
-            raise ValueError(f"a release must be a mapping; got {type(raw).__name__}")
-        allowed = set(cls.__dataclass_fields__)
-        if extra := sorted(set(raw) - allowed):
-            raise ValueError(f"unknown release keys {extra}; allowed: {sorted(allowed)}")
-        return cls(**raw)
+        """A release from its wire form; unknown keys are refused."""
+        return _from_wire(cls, raw, "release")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -208,12 +204,17 @@ class NodeStage:
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> NodeStage:
         """A stage from its wire form; unknown or missing keys are refused."""
-        if not isinstance(raw, Mapping):
-            raise ValueError(f"a stage must be a mapping; got {type(raw).__name__}")
-        allowed = set(cls.__dataclass_fields__)
-        if extra := sorted(set(raw) - allowed):
-            raise ValueError(f"unknown stage keys {extra}; allowed: {sorted(allowed)}")
-        return cls(**raw)
+        return _from_wire(cls, raw, "stage")
+
+
+def _from_wire(cls: type, raw: Any, what: str) -> Any:
+    """``cls(**raw)``, refusing what is not a mapping of ``cls``'s fields."""
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"a {what} must be a mapping; got {type(raw).__name__}")
+    allowed = set(cls.__dataclass_fields__)
+    if extra := sorted(set(raw) - allowed):
+        raise ValueError(f"unknown {what} keys {extra}; allowed: {sorted(allowed)}")
+    return cls(**raw)
 
 
 def _int_in(name: str, value: object, low: int) -> None:

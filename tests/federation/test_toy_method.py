@@ -75,6 +75,7 @@ def test_the_toy_fits_in_process_with_its_ledger(toy):
     assert exact.privacy_report_ is None
 
 
+@pytest.mark.processes
 def test_the_toy_runs_under_flwr_run_and_releases_the_in_process_model(toy, tmp_path, monkeypatch):
     """The suite's one real ``flwr run`` simulation (≈ 30 s, mostly Ray start-up).
 

@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from fedpriv.data import data_dir
 from fedpriv.privacy.node_approval import list_pending
 from fedpriv.privacy.node_audit import AuditLog, verify_audit_log
@@ -269,6 +271,7 @@ def _an_unapproved_plan_is_refused_and_nothing_is_read(
     approver.on.set()
 
 
+@pytest.mark.processes
 def test_one_federation_through_four_faults(tmp_path):
     # One SuperLink and its three authenticated SuperNodes serve the faults in turn
     # (each once paid its own start-up: SuperLink, registration, nodes): strangers

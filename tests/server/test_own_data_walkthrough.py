@@ -102,6 +102,7 @@ def _write_files(folder: Path) -> None:
         csv.writer(fh).writerows([["age", "admission"], *(r[1:3] for r in pooled[:NEW_ROWS])])
 
 
+@pytest.mark.processes
 def test_the_readme_walkthrough_runs_on_three_hospital_files(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     _write_files(tmp_path)
