@@ -35,7 +35,6 @@ raised to Flower.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 from functools import lru_cache
@@ -45,13 +44,13 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordD
 from flwr.clientapp import ClientApp
 
 from clients.evaluation import EvaluationClient
+from clients.node_rules import admit_plan, admit_query, handler, node_ledger
 from fedpriv.data.node import (
     DATA_PATH,
     EVAL_DATA_PATH,
     DataSource,
     node_eval_rows,
     node_rows,
-    run_schema,
 )
 from fedpriv.errors import public_error
 from fedpriv.federation.protocol import ClientData, poisson_sample
@@ -70,17 +69,10 @@ from fedpriv.privacy.distributed import (
     draw_share,
     share_streams,
 )
-from fedpriv.privacy.node_budget import STATE_DIR, NodeLedger, NodePolicy, node_policy_config
 from fedpriv.privacy.randomness import KEY_ENV, SecretKey, key_from_environment
 
 log = logging.getLogger(__name__)
 app = ClientApp()
-
-
-@lru_cache(maxsize=8)
-def _handler(method: str):
-    """The method's client half, from the registry (one per process)."""
-    return get_method(method).client_handler()
 
 
 @lru_cache(maxsize=16)
@@ -206,7 +198,7 @@ def keys(msg: Message, context: Context) -> Message:
     allowed = allows_reproduction_key(context.node_config, os.environ)
     check_key_origin(origin, distributed=s.distributed_noise is not None, allowed=allowed)
     # The run's plan first: this node's own budget admits it before any row is read.
-    left = _admit_plan(msg, context)
+    left = admit_plan(msg, context)
     # Load and check the rows (schema, bound) and compile the kernels now, not in round 1.
     _node_data(context, s, pid)
     if s.eval_epsilon:
@@ -239,68 +231,15 @@ def keybook(msg: Message, context: Context) -> Message:
     return _reply(msg)
 
 
-def _node_ledger(context: Context) -> NodeLedger:
-    """This node's own ledger under its node-config policy (none set: no limit, but every
-    query is still held to the plan it admitted)."""
-    config = node_policy_config(context.node_config, os.environ)
-    policy = NodePolicy.from_node_config(config) or NodePolicy()
-    state_dir = str(config.get(STATE_DIR, "") or "")
-    saved = context.state.get("node-ledger")
-    return NodeLedger(policy, state_dir or None, data=str(saved["json"]) if saved else "")
-
-
-def _keep(context: Context, ledger: NodeLedger) -> None:
-    # With a state directory the file is the ledger; the run's copy serves the rest.
-    context.state["node-ledger"] = ConfigRecord({"json": ledger.export()})
-
-
-def _admit_plan(msg: Message, context: Context) -> tuple[float, float] | None:
-    """Admit the message's declared plan under this node's own policy, or raise (the run
-    stops: :mod:`fedpriv.privacy.node_budget`); what the node has left (``None``: no
-    plan in the message)."""
-    config = msg.content["config"]
-    if "plan" not in config:
-        return None
-    declared = json.loads(str(config["plan"]))
-    context.state["node-stage"] = ConfigRecord({"stage": str(declared["stage"])})
-    ledger = _node_ledger(context)
-    s = RunSettings.from_run_config(context.run_config)
-    schema = run_schema(s.schema, s.dataset)  # public: the columns the run would read
-    columns = (*schema.column_names, schema.target.column)
-    eps = ledger.admit_plan(str(context.run_id), declared, _node_handler, columns=columns)
-    _keep(context, ledger)
-    left = ledger.remaining()
-    log.info("plan %r admitted: ε %.6g; lifetime left ε %.6g, δ %.3g",
-             declared["stage"], eps, *left)  # fmt: skip
-    return left
-
-
 @app.query("plan")
 @sanitised
 def plan(msg: Message, context: Context) -> Message:
     """A later strategy's plan (the DP evaluation): admitted or refused, as in ``keys``."""
-    left = _admit_plan(msg, context)
+    left = admit_plan(msg, context)
     if left is None:
         raise ValueError("a plan message without a plan; refused")
     meta = ConfigRecord({"remaining-epsilon": left[0], "remaining-delta": left[1]})
     return _reply(msg, meta=meta)
-
-
-def _node_handler(method: str):
-    """The client half this node answers ``method`` with, from which it derives the
-    sensitivity of every stage and query itself (:mod:`fedpriv.privacy.node_plan`)."""
-    return EvaluationClient() if method == EvaluationClient.method else _handler(method)
-
-
-def _admit_query(context: Context, s: RunSettings, cfg, query) -> None:
-    """This node's ledger admits the query before any row is read (or refuses)."""
-    ledger = _node_ledger(context)
-    share = None
-    if s.distributed_noise is not None and "noise-share-std" in cfg:
-        share = (float(cfg["noise-share-std"]), int(cfg["noise-min-survivors"]))
-    stage = str(context.state["node-stage"]["stage"]) if "node-stage" in context.state else ""
-    ledger.admit_query(str(context.run_id), stage, query, _node_handler, share=share)
-    _keep(context, ledger)
 
 
 @app.query("ping")
@@ -322,7 +261,7 @@ def answer(msg: Message, context: Context) -> Message:
     arrays = {k: msg.content["query"][k].numpy() for k in msg.content["query"].keys()}
     query = query_from_wire(arrays, dict(cfg))
     key = _secret_key(context)
-    _admit_query(context, s, cfg, query)
+    admit_query(context, s, cfg, query)
     share = _noise_share(s, cfg, query, participants, key)  # refused before any row is read
     if query.method == EvaluationClient.method:
         vec = _evaluation_answer(query, context, s, pid, key)
@@ -388,9 +327,9 @@ def _training_answer(query, context: Context, s: RunSettings, pid: int, key: Sec
         state = state_from_wire(
             {k: saved_arrays[k].numpy() for k in saved_arrays.keys()}, dict(saved_scalars)
         )
-    handler = _handler(query.method)
-    vec = handler.answer(query, data, sample, state, key)
-    for name in getattr(handler, "cache_keys", ()):
+    half = handler(query.method)
+    vec = half.answer(query, data, sample, state, key)
+    for name in getattr(half, "cache_keys", ()):
         state.pop(name, None)
     st_arrays, st_scalars = state_to_wire(state)
     context.state["handler-arrays"] = ArrayRecord({k: Array(v) for k, v in st_arrays.items()})
@@ -447,7 +386,7 @@ def unmask(msg: Message, context: Context) -> Message:
         [int(u) for u in cfg["survivors"]],
         [int(v) for v in cfg["dropped"]],
     )
-    ledger = _node_ledger(context)
+    ledger = node_ledger(context)
     try:
         answer = client.unmask(
             round_id=r,

@@ -1,0 +1,85 @@
+"""A hospital node's own rules in the ClientApp: its ledger, the plan it admits, each query.
+
+The node's ledger (:class:`~fedpriv.privacy.node_budget.NodeLedger`) under its
+node-config policy (none set: no limit, but every query still held to the plan it
+admitted) lives in its state directory, else in the run's node state. A declared
+plan is admitted, or refused before any row is read, with the node's own
+accountant (:mod:`fedpriv.privacy.node_plan`); the client halves it derives every
+sensitivity from are this node's own (:func:`node_handler`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from functools import lru_cache
+
+from flwr.app import ConfigRecord, Context, Message
+
+from clients.evaluation import EvaluationClient
+from fedpriv.data.node import run_schema
+from fedpriv.federation.settings import RunSettings
+from fedpriv.methods import get_method
+from fedpriv.privacy.node_budget import STATE_DIR, NodeLedger, NodePolicy, node_policy_config
+
+log = logging.getLogger(__name__)
+
+
+@lru_cache(maxsize=8)
+def handler(method: str):
+    """The method's client half, from the registry (one per process)."""
+    return get_method(method).client_handler()
+
+
+def node_ledger(context: Context) -> NodeLedger:
+    """This node's own ledger under its node-config policy (none set: no limit, but every
+    query is still held to the plan it admitted)."""
+    config = node_policy_config(context.node_config, os.environ)
+    policy = NodePolicy.from_node_config(config) or NodePolicy()
+    state_dir = str(config.get(STATE_DIR, "") or "")
+    saved = context.state.get("node-ledger")
+    return NodeLedger(policy, state_dir or None, data=str(saved["json"]) if saved else "")
+
+
+def keep(context: Context, ledger: NodeLedger) -> None:
+    # With a state directory the file is the ledger; the run's copy serves the rest.
+    context.state["node-ledger"] = ConfigRecord({"json": ledger.export()})
+
+
+def admit_plan(msg: Message, context: Context) -> tuple[float, float] | None:
+    """Admit the message's declared plan under this node's own policy, or raise (the run
+    stops: :mod:`fedpriv.privacy.node_budget`); what the node has left (``None``: no
+    plan in the message)."""
+    config = msg.content["config"]
+    if "plan" not in config:
+        return None
+    declared = json.loads(str(config["plan"]))
+    context.state["node-stage"] = ConfigRecord({"stage": str(declared["stage"])})
+    ledger = node_ledger(context)
+    s = RunSettings.from_run_config(context.run_config)
+    schema = run_schema(s.schema, s.dataset)  # public: the columns the run would read
+    columns = (*schema.column_names, schema.target.column)
+    eps = ledger.admit_plan(str(context.run_id), declared, node_handler, columns=columns)
+    keep(context, ledger)
+    left = ledger.remaining()
+    log.info("plan %r admitted: ε %.6g; lifetime left ε %.6g, δ %.3g",
+             declared["stage"], eps, *left)  # fmt: skip
+    return left
+
+
+def node_handler(method: str):
+    """The client half this node answers ``method`` with, from which it derives the
+    sensitivity of every stage and query itself (:mod:`fedpriv.privacy.node_plan`)."""
+    return EvaluationClient() if method == EvaluationClient.method else handler(method)
+
+
+def admit_query(context: Context, s: RunSettings, cfg, query) -> None:
+    """This node's ledger admits the query before any row is read (or refuses)."""
+    ledger = node_ledger(context)
+    share = None
+    if s.distributed_noise is not None and "noise-share-std" in cfg:
+        share = (float(cfg["noise-share-std"]), int(cfg["noise-min-survivors"]))
+    stage = str(context.state["node-stage"]["stage"]) if "node-stage" in context.state else ""
+    ledger.admit_query(str(context.run_id), stage, query, node_handler, share=share)
+    keep(context, ledger)
