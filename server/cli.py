@@ -118,6 +118,8 @@ def run(ctx: click.Context, method, dataset, csv, schema, client_column, sets, f
     sets = tuple(s for s in sets if not s.replace(" ", "").startswith("method="))
     if share_secret_key and not flower:
         raise click.UsageError("--share-secret-key applies to Flower runs only (add --flower)")
+    if csv is not None and (dataset is not None or "dataset" in overrides):
+        raise click.UsageError("--csv and --dataset name two different data sources: give one")
     if flower:
         from server import simulate
 
@@ -283,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     """The console script ``fedpriv``; returns the exit code."""
     from fedpriv.data import DataError, SchemaError
     from fedpriv.federation.settings import SettingError
+    from fedpriv.privacy.calibration_range import CalibrationRangeError
 
     try:
         code = cli.main(args=argv, prog_name="fedpriv", standalone_mode=False)
@@ -293,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except click.exceptions.Abort:
         return 1
-    except (SettingError, SchemaError, DataError) as exc:
+    except (SettingError, SchemaError, DataError, CalibrationRangeError) as exc:
         log.error("error: %s", exc)
         return 2
     except SystemExit as exc:  # parse_set's "--set expects key=value"

@@ -266,3 +266,29 @@ def test_the_cli_exits_2_before_loading_or_writing(sets, message, caplog, tmp_pa
     assert code == 2, caplog.text
     assert re.search(message, caplog.text), caplog.text
     assert not out.exists()  # nothing fitted, nothing written
+
+
+@pytest.mark.parametrize(
+    "source", [["--dataset", "heart"], ["--set", "dataset=heart"]], ids=["flag", "set"]
+)
+def test_a_csv_and_a_dataset_together_are_refused_not_one_dropped(source, capsys, tmp_path):
+    from server.cli import main
+
+    csv = tmp_path / "rows.csv"
+    csv.write_text("a,y\n1,0\n")
+    code = main(["run", "--csv", str(csv), "--schema", str(tmp_path / "s.toml"), *source])
+    assert code == 2
+    assert "--csv and --dataset name two different data sources" in capsys.readouterr().err
+
+
+def test_a_budget_outside_the_calibrators_range_is_one_line_exit_2(caplog, monkeypatch):
+    """An estimator-path calibration that cannot reach its target ends as exit 2."""
+    from fedpriv.privacy.calibration_range import CalibrationRangeError
+    from server import cli
+
+    def refuse(**kwargs):
+        raise CalibrationRangeError("epsilon 1e6 lies outside the calibrated range")
+
+    monkeypatch.setattr(cli, "run_in_process", refuse)
+    assert cli.main(["run", "--dataset", "heart"]) == 2
+    assert "outside the calibrated range" in caplog.text
