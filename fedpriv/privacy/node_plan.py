@@ -323,6 +323,13 @@ def match_query(
                 f"over the admitted (L1 {a.l1:g}, L2 {a.l2:g})"
             )
         if share is not None:
+            if st.participation < 1 and st.accounting != "valid":
+                # The server draws the participation coins: under distributed noise the
+                # node claims no amplification from them (it could be asked every round).
+                raise NodeRefusal(
+                    f"{where}: the stage claims amplification by the server's participation "
+                    f"coins (ρ {st.participation:g}, {st.accounting}); not under distributed noise"
+                )
             sigma_c, m = share
             have = math.sqrt(max(int(m), 0)) * float(sigma_c) * GRID
             need = a.required_std(query.reply_length)

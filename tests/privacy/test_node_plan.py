@@ -194,3 +194,16 @@ def test_the_policy_scope_is_checked_before_the_plan_is_charged(tmp_path):
     with pytest.raises(NodeRefusal, match="columns this plan reads are unknown"):
         cols.admit_plan("r", _plan(_stage()), HANDLER_OF)
     assert cols.admit_plan("r", _plan(_stage()), HANDLER_OF, columns=("a", "y")) > 0
+
+
+def test_distributed_shares_claim_no_amplification_from_the_servers_coins():
+    """A stage declaring ρ 0.1 under tight accounting: the node's ε would count on coins
+    the server draws (and could ignore); a distributed query of it is refused."""
+    stage = _stage(rounds=2, participation=0.1, accounting="tight")
+    node = NodeLedger(NodePolicy(max_epsilon=10.0))
+    node.admit_plan("r", _plan(stage), HANDLER_OF)
+    (admitted,), _ = admit_stages(_plan(stage), HANDLER_OF, run_id="x")
+    need = admitted.required_std(D)
+    with pytest.raises(NodeRefusal, match="participation"):
+        node.admit_query("r", "noise", _query(r=0), HANDLER_OF, share=(need / GRID / 2, 4))
+    node.admit_query("r", "noise", _query(r=0), HANDLER_OF)  # central: the server's coins
