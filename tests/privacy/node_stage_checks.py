@@ -154,23 +154,19 @@ def picks(queries: Sequence[Query], k: int = 3) -> list[Query]:
 
 
 def admitted(handler, stages: Sequence[NodeStage], query: Query) -> bool:
-    """The node's per-query check as specified (:mod:`fedpriv.federation.node_stage`):
-    a declared stage of the method, the same q, a reply no longer than declared and a
-    sensitivity (derived by the handler from the query) within the stage's."""
+    """Whether the node's own per-query check (:func:`fedpriv.privacy.node_plan.match_query`,
+    the code a node runs) admits ``query`` under ``stages``, none of their rounds used."""
+    from fedpriv.privacy.node_plan import NodeRefusal, derive_stage, match_query
+
+    def handler_of(_method):
+        return handler
+
+    held = [derive_stage(s, handler_of) for s in stages]
     try:
-        got = handler.reply_sensitivity(query)
-    except ValueError:
+        match_query(held, [0] * len(held), query, handler_of)
+    except NodeRefusal:
         return False
-    stage = {s.name: s for s in stages}.get(got.stage)
-    if stage is None or stage.method != query.method:
-        return False
-    ref = handler.reply_sensitivity(stage.template())
-    return (
-        query.sampling_rate == stage.sampling_rate
-        and query.reply_length <= stage.reply_length
-        and got.l1 <= ref.l1
-        and got.l2 <= ref.l2
-    )
+    return True
 
 
 def with_config(query: Query, **changes) -> Query:

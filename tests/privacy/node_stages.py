@@ -9,7 +9,6 @@ noise multiplier; (c) one record's actual effect on real replies.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,8 +18,8 @@ from fedpriv.federation.node_stage import NodeStage, StageMechanism
 from fedpriv.federation.protocol import ClientData, Query
 from fedpriv.federation.runtime import InProcessRuntime
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
-from fedpriv.privacy.randomness import rounding_margin
 from tests.keys import key_for
+from tests.privacy.node_stage_checks import check_queries
 
 #: Slack on a float comparison of sensitivities (sums of a few hundred floats).
 TOL = 1e-9
@@ -77,24 +76,11 @@ def fit(
 
 
 def check_membership(handler, stages: Sequence[NodeStage], queries: Sequence[Query]) -> dict:
-    """(a): every query in a declared stage, counts = rounds, q equal, length and Δ within
-    the stage's; non-scaled stages' units cover their Δ₁. Returns each stage's template Δ."""
-    by_name = {s.name: s for s in stages}
-    assert len(by_name) == len(stages), "stage names must be unique"
+    """(a): :func:`tests.privacy.node_stage_checks.check_queries` (every query in a declared
+    stage, counts = rounds, q equal, length and Δ within the stage's), and non-scaled
+    stages' units cover their Δ₁. Returns each stage's template Δ."""
+    check_queries(handler, stages, queries)
     template = {s.name: handler.reply_sensitivity(s.template()) for s in stages}
-    for name, t in template.items():
-        assert t.stage == name, (name, t)
-    counts: Counter[str] = Counter()
-    for q in queries:
-        rs = handler.reply_sensitivity(q)
-        assert rs.stage in by_name, (q.round, rs.stage, sorted(by_name))
-        stage, t = by_name[rs.stage], template[rs.stage]
-        counts[rs.stage] += 1
-        assert q.method == stage.method
-        assert q.sampling_rate == stage.sampling_rate
-        assert q.reply_length <= stage.reply_length, (q.round, q.reply_length, stage)
-        assert rs.l1 <= t.l1 * (1 + TOL) and rs.l2 <= t.l2 * (1 + TOL), (q.round, rs, t)
-    assert dict(counts) == {s.name: s.rounds for s in stages if s.rounds}, counts
     for s in stages:
         if s.unit is not None:
             assert template[s.name].l1 <= s.unit * (1 + TOL), (s.name, template[s.name])
@@ -102,13 +88,12 @@ def check_membership(handler, stages: Sequence[NodeStage], queries: Sequence[Que
 
 
 def node_multiplier(handler, stage: NodeStage) -> float:
-    """(b): the noise multiplier a node derives for a scaled stage: z = σ/(Δ₂ + γ√d), or
-    1/ε = b/(Δ₁ + γd)."""
-    t = handler.reply_sensitivity(stage.template())
-    if stage.mechanism is StageMechanism.GAUSSIAN:
-        return stage.noise / (t.l2 + rounding_margin(stage.reply_length, "l2"))
-    assert stage.mechanism is StageMechanism.LAPLACE
-    return stage.noise / (t.l1 + rounding_margin(stage.reply_length, "l1"))
+    """(b): the noise multiplier a node derives for a scaled stage (z = σ/(Δ₂ + γ√d), or
+    1/ε = b/(Δ₁ + γd)): the node's own code, :func:`fedpriv.privacy.node_plan.derive_stage`."""
+    from fedpriv.privacy.node_plan import derive_stage
+
+    assert stage.mechanism in (StageMechanism.GAUSSIAN, StageMechanism.LAPLACE)
+    return derive_stage(stage, lambda _method: handler).multiplier
 
 
 def node_epsilon(handler, stages: Sequence[NodeStage], delta: float) -> float:
