@@ -170,6 +170,16 @@ class NodeStage:
                     f"got {k!r}: {v!r}"
                 )
 
+    @property
+    def own_release(self) -> StageRelease | None:
+        """The stage's own release as a :class:`StageRelease` (``None``: no mechanism)."""
+        if self.mechanism is StageMechanism.NONE:
+            return None
+        return StageRelease(
+            mechanism=self.mechanism, noise=self.noise, unit=self.unit, uses=self.uses,
+            delta=self.delta,
+        )  # fmt: skip
+
     def template(self) -> Query:
         """A query carrying exactly the stage's declared settings (no arrays): what the
         node derives the stage's sensitivity from."""

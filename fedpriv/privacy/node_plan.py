@@ -120,14 +120,8 @@ def derive_stage(stage: NodeStage, handler_of: HandlerOf) -> AdmittedStage:
             f"stage {stage.name!r}: its declared settings make a {sens.stage!r} query; refused"
         )
     l1, l2 = _finite(stage.name, sens.l1, sens.l2)
-    multiplier = None
-    if stage.mechanism is not StageMechanism.NONE:
-        primary = StageRelease(
-            mechanism=stage.mechanism, noise=stage.noise, unit=stage.unit, uses=stage.uses,
-            delta=stage.delta,
-        ) if stage.mechanism in SCALED or stage.unit is not None else None  # fmt: skip
-        if primary is not None:
-            multiplier = _multiplier(stage, primary, (l1, l2))
+    primary = stage.own_release
+    multiplier = None if primary is None else _multiplier(stage, primary, (l1, l2))
     extras = []
     for release in stage.extra:
         if release.part is None:
@@ -175,9 +169,7 @@ def stage_events(admitted: AdmittedStage) -> list[tuple[dp_event.DpEvent, int]]:
     st = admitted.stage
     if st.mechanism is StageMechanism.NONE or st.rounds == 0:
         return []
-    primary = StageRelease(
-        mechanism=st.mechanism, noise=st.noise, unit=st.unit, uses=st.uses, delta=st.delta
-    ) if st.mechanism in SCALED or st.unit is not None else None  # fmt: skip
+    primary = st.own_release
     pairs = [(primary, admitted.multiplier)] if primary is not None else []
     pairs += list(zip(st.extra, admitted.extra_multipliers, strict=True))
     # Every release of a round reads the same Poisson sample (and the same client coin):
