@@ -173,8 +173,9 @@ def write_report(cache: Path, out: Path, grid) -> Path:
         "the secure-aggregation shim, a fresh secret key per fit.",
         f"* bdpe_α: T ∈ {list(grid.trees)}, depth ∈ {list(grid.depths)}, α ∈ "
         f"{list(grid.alphas)} (oc: objective calibration), β_tree ∈ {list(grid.beta_tree)}, "
-        f"v_q = 10; ε ∈ {list(grid.epsilons)} (pure ε-DP, δ = 0), the whole budget on the "
-        "trees (no calibration round: error and AUC read the margin H).",
+        f"v_q = 10; ε ∈ {list(grid.epsilons)} (pure-ε releases calibrated to the run's "
+        "(ε, δ)), the whole budget on the trees (no calibration round: error and AUC read "
+        "the margin H).",
         f"* Forests: {grid.forest_trees} complete random trees of automatic depth on disjoint "
         "record shares; RF-L: Laplace leaf counts, RF-E: exponential-mechanism leaf labels.",
         f"* ε spent above the target: {len(over)} fits.",

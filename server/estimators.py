@@ -114,7 +114,8 @@ class BDPEClassifier(MethodEstimator):
     """bdpe_α: boosted DP ensembles of greedy decision trees, federated (Nock & Henecka).
 
     Settings: :class:`strategies.bdpe.BDPEConfig`; run parameters: module
-    docstring. Two classes; pure ε-DP (the run's δ is not spent).
+    docstring. Two classes; pure-ε releases whose plan is calibrated to the run's
+    (ε, δ) (:mod:`strategies.bdpe_plan`).
     ``decision_function`` is the ensemble's margin H = Σ β_t h_t, or its calibrated
     logit aH + b after the calibration round (``calibrate_share`` > 0, the default);
     ``predict_proba`` is σ of that logit, or ψ_Mat⁻¹(H) without calibration.

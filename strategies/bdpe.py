@@ -29,13 +29,15 @@ is one count) with s·ε, and the server fits Platt's σ(aH + b), a > 0, to them
 near ½ whatever the base rate: on the benchmark's corpora their Brier score is
 above the constant base-rate predictor's.
 
-Privacy (pure ε-DP, basic composition; δ = 0). The trees get (1 − s)·ε, each
-tree an equal share: a share ``beta_tree`` for the structure, spread evenly
-over the D levels, the rest for the leaves.
+Privacy ((ε, δ)-DP at the run's δ; :mod:`strategies.bdpe_plan`). The shares
+are the paper's split: the trees get (1 − s)·ε, each tree an equal share: a
+share ``beta_tree`` for the structure, spread evenly over the D levels, the
+rest for the leaves. All of them are then multiplied by one scale x ≥ 1, so
+that the whole plan spends ε at δ (below).
 
 * A level: each node's split by the exponential mechanism with ε_level =
-  β_tree·ε/(T·D) and the score sensitivity Δ_α(m) = 2α√m + 2(1 − α) of the
-  level's α (:func:`~fedpriv.models.bdpe.score_sensitivity`, m the public
+  x·β_tree·(1 − s)·ε/(T·D) and the score sensitivity Δ_α(m) = 2α√m + 2(1 − α)
+  of the level's α (:func:`~fedpriv.models.bdpe.score_sensitivity`, m the public
   record bound). The nodes of a level partition the records, so the level is
   one ε_level-DP (and ε_level-bounded-range) release by parallel composition:
   one ``BoundedRangeDpEvent(ε_level)``. The scores are monotone in the data
@@ -44,13 +46,13 @@ over the D levels, the rest for the leaves.
   2007; McKenna & Sheldon 2020, §3), else the paper's exp(ε s/(2Δ)).
 * The leaves: one record adds a weight ≤ 1 to one of the 2^D × 2 sums, so L1
   sensitivity 1 and Laplace noise of scale 1/ε_pred, ε_pred =
-  (1 − β_tree)·ε/T: one ``LaplaceDpEvent``.
+  x·(1 − β_tree)·(1 − s)·ε/T: one ``LaplaceDpEvent``.
 
-The plan (T·D BR events, T Laplace events and the calibration's, Σ = ε) is
-reserved before any
-noise is drawn. The ledger's PLD and RDP accountants give a second, tighter
-figure at the run's δ (the BR events as ε²/8-zCDP); the figure certified at
-δ = 0 is the basic-composition sum, ε.
+The plan (T·D BR events, T Laplace events and the calibration's) is reserved
+before any noise is drawn. At x = 1 its pure ε's sum to ε (basic
+composition); the ledger's PLD and RDP accountants (the BR events as
+ε²/8-zCDP) compose them far tighter at the run's δ, so x is the largest scale
+they certify at or below ε (within 1 %).
 """
 
 from __future__ import annotations
@@ -77,17 +79,15 @@ from fedpriv.models.bdpe import (
     split_scores,
 )
 from fedpriv.models.bdpe_model import BDPEModel
-from fedpriv.models.forest_sensitivity import leaf_mass_sensitivity, record_count_sensitivity
 from fedpriv.options import Objective, SplitFeatures
-from fedpriv.privacy.events import BoundedRangeDpEvent
 from fedpriv.privacy.ledger import PrivacyLedger
-from fedpriv.privacy.mechanisms import LaplaceMechanism
 from fedpriv.privacy.noise_stage import budget_of
 from fedpriv.privacy.randomness import check_private
 from fedpriv.privacy.range_guard import check_release, noise_margin, sum_bound
 from fedpriv.privacy.selection import ExponentialMechanism
 from fedpriv.validation import check_count
 from strategies.bdpe_nodes import BDPENodeStages
+from strategies.bdpe_plan import plan_for
 
 METHOD = "bdpe"
 
@@ -194,26 +194,16 @@ class BDPEStrategy(BDPENodeStages):
         self._mass: list[np.ndarray] = []  # released leaf masses w¹ + w⁰, per tree
         self._budget = budget = budget_of(ledger)
         self.epsilon_level_ = self.epsilon_pred_ = self.epsilon_calibration_ = None
+        self.plan_ = None
         if budget is not None:
-            # Shares of ε shrunk by one part in 10⁹, so that their float sum (and the
-            # report's, from the events' parameters) never exceeds ε: no overshoot.
-            eps = budget.epsilon * (1.0 - 1e-9)
-            trees = (1.0 - cfg.calibrate_share) * eps
-            self.epsilon_level_ = cfg.beta_tree * trees / (cfg.trees * cfg.depth)
-            self.epsilon_pred_ = (1.0 - cfg.beta_tree) * trees / cfg.trees
-            self._split_event = BoundedRangeDpEvent(self.epsilon_level_)
-            self._leaves = LaplaceMechanism(
-                l1_sensitivity=leaf_mass_sensitivity()[0], epsilon=self.epsilon_pred_
-            )
-            ledger.reserve(self._split_event, cfg.trees * cfg.depth)
-            ledger.reserve(self._leaves.dp_event, cfg.trees)
-            if cfg.calibrate_share > 0:
-                self.epsilon_calibration_ = cfg.calibrate_share * eps
-                self._counts = LaplaceMechanism(
-                    l1_sensitivity=record_count_sensitivity()[0],
-                    epsilon=self.epsilon_calibration_,
-                )
-                ledger.reserve(self._counts.dp_event, 1)
+            self.plan_ = plan = plan_for(cfg, ledger)  # shares of ε at one calibrated scale
+            self._split_event, self._leaves = plan.split_event, plan.leaves
+            self._counts = plan.counts
+            self.epsilon_level_ = plan.epsilon_level
+            self.epsilon_pred_ = plan.leaves.epsilon
+            if plan.counts is not None:
+                self.epsilon_calibration_ = plan.counts.epsilon
+            plan.reserve(ledger)
         self.alphas_: list[np.ndarray] = []  # the split criterion's α, per tree and depth
         self._start_tree()
 

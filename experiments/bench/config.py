@@ -22,8 +22,8 @@ MULTICLASS_DATASETS = ("brfss3",)
 #: The tuned learners (every round one Gaussian release: subsampled, or of every
 #: record for the histogram learner) and the forests, from the method registry.
 LEARNERS = tuple(m.name for m in methods() if m.family in ("gaussian-rounds", "histogram"))
-#: Learners benchmarked at fixed settings (no tuning): the forests, and bdpe_α (pure ε-DP,
-#: spending no δ of the study's (ε, δ)).
+#: Learners benchmarked at fixed settings (no tuning): the forests, and bdpe_α (pure-ε
+#: releases calibrated to the study's (ε, δ)).
 FORESTS = tuple(m.name for m in methods() if m.family in ("forest", "pure"))
 MULTICLASS_LEARNERS = tuple(m.name for m in methods() if m.multiclass)
 TUNING_MODES = ("validation", "paper", "private")
