@@ -1,7 +1,9 @@
 """The ``fedpriv`` command: one entry point over the estimators, launchers and studies.
 
-``fedpriv run``      train one method in process (a bundled corpus or your CSV + schema),
-                     or as a Flower simulation (``--flower``, :mod:`server.simulate`);
+``fedpriv run``      train one method in process (a bundled corpus, your CSV + schema, or
+                     ``--train`` FILE scored on ``--test`` FILE), or as a Flower
+                     simulation (``--flower``, :mod:`server.simulate`);
+``fedpriv cv``       k-fold cross-validation, all fits in one ledger (:mod:`server.cli_cv`);
 ``fedpriv deploy``   a real local federation (:mod:`server.deploy`; arguments forwarded);
 ``fedpriv schema draft``  a schema skeleton from a CSV's header, placeholders for the rest;
 ``fedpriv bench``, ``fedpriv ablate``  the studies (``experiments.benchmark``,
@@ -31,6 +33,7 @@ from typing import Any
 import click
 
 from fedpriv import logs
+from server.cli_cv import cv
 from server.cli_logs import quiet_flower
 from server.cli_node import inspect_path, node
 from server.cli_run import run_in_process
@@ -90,6 +93,8 @@ def cli(ctx: click.Context, verbose: bool) -> None:
 @click.option("--csv", type=click.Path(path_type=Path), help="Your CSV (needs --schema).")
 @click.option("--schema", type=click.Path(path_type=Path), help="The CSV's public schema TOML.")
 @click.option("--client-column", default=None, help="The CSV's client column (else the schema's).")
+@click.option("--train", type=click.Path(path_type=Path), help="Fit on this whole CSV (+ --test).")
+@click.option("--test", type=click.Path(path_type=Path), help="Score this CSV (held-out rows).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Run-config override.")
 @click.option("--flower", is_flag=True, help="A Flower simulation (server.simulate) instead.")
 @click.option(
@@ -100,11 +105,12 @@ def cli(ctx: click.Context, verbose: bool) -> None:
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Results directory.")
 @click.option("--verbose", "-v", "run_verbose", is_flag=True, help="Show Flower's output.")
 @click.pass_context
-def run(ctx: click.Context, method, dataset, csv, schema, client_column, sets, flower,
-        share_secret_key, out, run_verbose) -> int:  # fmt: skip
+def run(ctx: click.Context, method, dataset, csv, schema, client_column, train, test, sets,
+        flower, share_secret_key, out, run_verbose) -> int:  # fmt: skip
     """Train one method: in process (default) or as a Flower simulation (--flower).
 
-    Prints the test AUC, ε spent (PLD and RDP) and the run's status; --out DIR
+    --train FILE --test FILE: fit on the whole train file, score the test file.
+    Prints the test AUC, ε spent (PLD and RDP), the run's status and Brier score; --out DIR
     writes the model's arrays and the privacy report.
     """
     from server.launch import parse_set
@@ -120,6 +126,12 @@ def run(ctx: click.Context, method, dataset, csv, schema, client_column, sets, f
         raise click.UsageError("--share-secret-key applies to Flower runs only (add --flower)")
     if csv is not None and (dataset is not None or "dataset" in overrides):
         raise click.UsageError("--csv and --dataset name two different data sources: give one")
+    if train is not None and (csv is not None or dataset is not None or "dataset" in overrides):
+        raise click.UsageError("--train and --csv/--dataset name two data sources: give one")
+    if (test is None) != (train is None):
+        raise click.UsageError("--train FILE and --test FILE go together: fit one, score one")
+    if train is not None and flower:
+        raise click.UsageError("--train/--test run in process only (drop --flower)")
     if flower:
         from server import simulate
 
@@ -143,7 +155,7 @@ def run(ctx: click.Context, method, dataset, csv, schema, client_column, sets, f
                             verbose=verbose)  # fmt: skip
     return run_in_process(
         method=method, dataset=dataset, csv=csv, schema=schema, client_column=client_column,
-        overrides=overrides, out=out,
+        overrides=overrides, out=out, train=train, test=test,
     )  # fmt: skip
 
 
@@ -279,6 +291,7 @@ def draft(file: Path, out: Path | None, target, client_column, sep) -> int:
 
 
 cli.add_command(node)
+cli.add_command(cv)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,9 +2,10 @@
 
 :func:`run_in_process` resolves the run keys as the launchers do (a Flower-only
 key is refused naming the keys that apply), fits the method's estimator on a
-bundled corpus or a CSV with its public schema, prints the test AUC, ε spent and
-the run's status, and with ``--out`` writes the model file and the privacy
-report (:func:`_write_results`).
+bundled corpus, a CSV with its public schema, or a whole train file scored on a
+test file (:func:`choose_data`), prints the test AUC, ε spent, the run's status and
+the Brier score (:func:`server.cli_split.held_out_scores`), and with ``--out``
+writes the model file and the privacy report (:func:`_write_results`).
 
 On a terminal a progress bar follows the rounds (:class:`server.progress.RoundProgress`,
 as the Flower launchers' bar does): about every tenth round, and at the end, it
@@ -13,6 +14,7 @@ shows an upper bound on ε spent so far.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -125,36 +127,45 @@ class _Ticker:
         return call
 
 
-def run_in_process(
+def choose_data(
     *,
-    method: str,
     dataset: str | None,
     csv: Path | None,
     schema: Path | None,
     client_column: str | None,
     overrides: dict[str, Any],
-    out: Path | None,
-) -> int:
-    """Fit ``method``'s estimator in process; print AUC, ε and the status; returns the exit code."""
-    from sklearn.metrics import roc_auc_score
+    split_seed: int,
+    train: Path | None = None,
+    test: Path | None = None,
+    whole: bool = False,
+) -> tuple[Any, str, int]:
+    """The fit's data, its name for the log and its client count K.
 
-    from fedpriv.data import client_counts, load_csv, load_for_run
+    ``train``: that file trained on whole, ``test`` scored (both checked against the
+    schema first, :func:`fedpriv.data.load_train_test`); ``csv``: its training split,
+    or with ``whole`` every row in training (``fedpriv cv`` cuts the folds); else a
+    bundled corpus (``whole``: every row in training).
+    """
+    import numpy as np
+
+    from fedpriv.data import client_counts, load_csv, load_csv_whole, load_for_run, load_train_test
     from fedpriv.data.corpora import check_client_count
+    from fedpriv.data.split import Split
     from fedpriv.federation.settings import RunSettings, SettingError, check_run_values
-    from fedpriv.federation.status import RunFailedError
-    from fedpriv.methods import get_method
-    from server.progress import RoundProgress
 
-    settings = _resolve(method, overrides)
-    split_seed = settings.split_seed
     k = overrides.get("num-clients")
-    if csv is not None:
+    if train is not None or csv is not None:
         if schema is None:
-            raise click.UsageError("--csv needs --schema FILE (fedpriv schema draft writes one)")
+            flag = "--train" if train is not None else "--csv"
+            raise click.UsageError(f"{flag} needs --schema FILE (fedpriv schema draft writes one)")
         if k is not None:
             check_run_values({"num_clients": k})
-        data = load_csv(csv, schema, client_column=client_column, split_seed=split_seed)
-        source = str(csv)
+        opts = {"client_column": client_column, "split_seed": split_seed}
+        if train is not None:
+            data, source = load_train_test(train, test, schema, **opts), f"{train} (test {test})"
+        else:
+            data = (load_csv_whole if whole else load_csv)(csv, schema, **opts)
+            source = str(csv)
     else:
         name = dataset or overrides.get("dataset") or RunSettings.dataset
         lo, hi = client_counts(name)
@@ -166,19 +177,61 @@ def run_in_process(
         except ValueError as exc:
             raise SettingError(str(exc)) from None
         data = load_for_run(name, num_clients=k, split_seed=split_seed)
+        if whole:
+            none = np.zeros(0, dtype=np.int64)
+            every = np.arange(data.y.size)
+            split = Split(train=every, val=none, test=none, seed=split_seed, rule="every row")
+            data = dataclasses.replace(data, split=split)
         source = name
     if k is None:
         k = len(data.client_names) or RunSettings.num_clients
+    return data, source, int(k)
+
+
+def build_estimator(settings: Any, k: int) -> Any:
+    """``settings.method``'s estimator with the run's keys and ``k`` clients."""
+    from fedpriv.methods import get_method
+
     resolved = settings.to_run_config()
-    m = get_method(settings.method)
-    est = m.estimator_class()
+    est = get_method(settings.method).estimator_class()
     # "" in a run config means "the default": the estimator's own then.
     params = {
         p: resolved[p.replace("_", "-")]
         for p in est.get_params()
         if resolved.get(p.replace("_", "-"), "") != ""
     }
-    est.set_params(**{**params, "num_clients": int(k)})
+    return est.set_params(**{**params, "num_clients": int(k)})
+
+
+def run_in_process(
+    *,
+    method: str,
+    dataset: str | None,
+    csv: Path | None,
+    schema: Path | None,
+    client_column: str | None,
+    overrides: dict[str, Any],
+    out: Path | None,
+    train: Path | None = None,
+    test: Path | None = None,
+) -> int:
+    """Fit ``method``'s estimator in process; print AUC, ε and the status; returns the exit code.
+
+    ``train`` and ``test``: fit on the whole train file, score the test file
+    (:func:`choose_data`)."""
+    from fedpriv.federation.status import RunFailedError
+    from fedpriv.methods import get_method
+    from server.cli_split import brier_text, fmt_score, held_out_scores
+    from server.progress import RoundProgress
+
+    settings = _resolve(method, overrides)
+    data, source, k = choose_data(
+        dataset=dataset, csv=csv, schema=schema, client_column=client_column,
+        overrides=overrides, split_seed=settings.split_seed, train=train, test=test,
+    )  # fmt: skip
+    resolved = settings.to_run_config()
+    m = get_method(settings.method)
+    est = build_estimator(settings, k)
     bar = RoundProgress(write=lambda _line: None)
     rounds = _Rounds(bar, settings.rounds)
     # The clients' queries tick the bar; the fit's own ledger (Estimator._fit_ledger,
@@ -198,21 +251,20 @@ def run_in_process(
     except RunFailedError as exc:
         log.error("run failed: %s", exc)
         return 1
-    X, y = data.xy("test")
-    try:
-        proba = est.predict_proba(X)
-        score = proba[:, 1] if proba.shape[1] == 2 else proba  # macro one-vs-rest beyond two
-        auc = f"{roc_auc_score(y, score, multi_class='ovr'):.4f}"
-    except ValueError:  # a test split of one class
-        auc = "n/a"
+    scores = held_out_scores(est, *data.xy("test"))  # the owner's held-out rows
+    auc = fmt_score(scores["auc"])
     eps = (None, None) if report is None else (report.to_dict()["epsilon_pld"],
                                                 report.to_dict()["epsilon_rdp"])  # fmt: skip
     line = (
         f"AUC {auc} | ε spent {eps[0] if eps[0] is not None else 'inf'} (PLD), "
-        f"{eps[1] if eps[1] is not None else 'inf'} (RDP) | {est.run_outcome_.line()}"
+        f"{eps[1] if eps[1] is not None else 'inf'} (RDP) | {est.run_outcome_.line()} | "
+        f"{brier_text(scores)}"
     )
     if out is not None:
-        summary = {"auc": auc, "source": source, "config": resolved, "status": str(est.run_status_)}
+        summary = {
+            "auc": auc, "brier": scores["brier"], "brier_base": scores["brier_base"],
+            "source": source, "config": resolved, "status": str(est.run_status_),
+        }  # fmt: skip
         written = _write_results(out, est, summary)
         line += f" | {', '.join(str(p) for p in written)}"
     click.echo(line)

@@ -17,7 +17,7 @@ from fedpriv.data.corpora import (
     load_synthetic,
     schema,
 )
-from fedpriv.data.csv import load_csv
+from fedpriv.data.csv import load_csv, load_csv_whole, load_train_test
 from fedpriv.data.dataset import TabularDataset, check_training_classes
 from fedpriv.data.encode import (
     Encoded,
@@ -73,11 +73,13 @@ __all__ = [
     "load_adult",
     "load_brfss",
     "load_csv",
+    "load_csv_whole",
     "load_dataset",
     "load_diabetes130",
     "load_for_run",
     "load_heart",
     "load_synthetic",
+    "load_train_test",
     "make_split",
     "make_synthetic",
     "natural",
