@@ -66,10 +66,15 @@ def codec_for(
             Fraction(record_bound) * Fraction(scale)
         )
         most = math.ceil(top) - 1
+        sum_range = "the secure sum (2^32 fixed point, signed 64 bits) cannot hold more"
+        if most < 1:  # not even one record: the per-record bound itself is too large
+            raise SecAggOverflowError(
+                f"a record adds up to {record_bound:g} to a sum (the method's clipping bound, "
+                f"e.g. clip-norm) with {n_clients} clients: {sum_range}; lower the bound"
+            ) from None
         raise SecAggOverflowError(
             f"max-records must be at most {most:,} for {n_clients} clients whose records "
-            f"each add up to {record_bound:g} to a sum; got {max_records:,}: the secure sum "
-            "(2^32 fixed point, signed 64 bits) cannot hold more"
+            f"each add up to {record_bound:g} to a sum; got {max_records:,}: {sum_range}"
         ) from None
 
 

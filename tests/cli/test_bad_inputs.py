@@ -427,6 +427,11 @@ ROWS: dict[str, Row] = {
         r"max-records must be at most 429,496,729 for 5 clients whose records each add up to "
         r"1 to a sum; got 1,000,000,000",
     ),
+    "logistic-clip-norm-1e300": Row(
+        lambda t: _method(t, "logistic", "rounds=4", "clip-norm=1e300"), 2,
+        r"a record adds up to 1e\+300 to a sum \(the method's clipping bound, e\.g\. clip-norm\) "
+        r"with \d+ clients: the secure sum .* cannot hold more; lower the bound",
+    ),
     # -- a run that cannot go on: failed, one line, exit 1; what it spent is kept
     "forest-round-aborted": Row(
         lambda t: [*_method(t, "random_forest", "trees=2", "participation=0.01"),
