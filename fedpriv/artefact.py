@@ -44,6 +44,7 @@ import numpy as np
 from fedpriv import __version__
 from fedpriv.artefact_schema import jsonable as _jsonable
 from fedpriv.artefact_schema import public_values, schema_to_dict
+from fedpriv.atomic import write_bytes_atomic
 from fedpriv.data.schema import Schema, SchemaError
 from fedpriv.methods import resolve
 from fedpriv.privacy.card import CardError, PrivacyCard, build_card
@@ -178,13 +179,7 @@ def save_model(
     text = json.dumps(meta, sort_keys=True, allow_nan=False)
     buf = io.BytesIO()
     np.savez(buf, **arrays, **{_META: np.array(text), _CHECKSUM: np.array(_sha(text))})
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(buf.getvalue())
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    return path
+    return write_bytes_atomic(path, buf.getvalue())  # a failed write leaves no partial file
 
 
 def _sha(text: str) -> str:

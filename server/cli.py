@@ -17,7 +17,9 @@ The in-process run lives in :mod:`server.cli_run`, the filter of Flower's output
 :mod:`server.cli_logs`.
 
 Exit codes follow the launchers': 0 a completed or degraded run, 1 a failed run, 2 a
-setting, schema or data error (one line naming the key, the value and the range).
+setting, schema, data or file error (one line naming the key, the value and the range).
+Every command's errors meet one boundary, :class:`FedprivGroup` (the mapping is
+:mod:`server.cli_errors`): no traceback but for a defect.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 import click
 
 from fedpriv import logs
+from server import cli_errors
 from server.cli_cv import cv
 from server.cli_logs import quiet_flower
 from server.cli_node import inspect_path, node
@@ -75,8 +78,27 @@ class _RunCommand(click.Command):
         formatter.write(run_keys_help() + "\n")
 
 
+class FedprivGroup(click.Group):
+    """The ``fedpriv`` group: its :meth:`main` is the command's one error boundary."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        """Run the command; every error ends as one line and an exit code
+        (:func:`server.cli_errors.report`). Returns the exit code, or with
+        ``standalone_mode`` (a console script, click's ``CliRunner``) exits with it."""
+        logs.configure(logging.INFO, tag="fedpriv")  # before parsing: its errors are logged too
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            code = cli_errors.exit_code(rv)
+        except BaseException as exc:  # the boundary: a defect is re-raised
+            code = cli_errors.report(exc)
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
 # -- the commands --------------------------------------------------------------------
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(name="fedpriv", cls=FedprivGroup,
+             context_settings={"help_option_names": ["-h", "--help"]})  # fmt: skip
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging; Flower's own output shown.")
 @click.pass_context
 def cli(ctx: click.Context, verbose: bool) -> None:
@@ -102,16 +124,19 @@ def cli(ctx: click.Context, verbose: bool) -> None:
     help="With --flower: pass $FEDPRIV_SECRET_KEY to the simulated nodes too (a bit-for-bit "
     "reproduction; a distributed-noise run is then not certified).",
 )  # fmt: skip
-@click.option("--out", type=click.Path(path_type=Path), default=None, help="Results directory.")
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Results directory (new, or without an earlier run's files).")  # fmt: skip
+@click.option("--force", is_flag=True, help="Let --out replace an earlier run's files there.")
 @click.option("--verbose", "-v", "run_verbose", is_flag=True, help="Show Flower's output.")
 @click.pass_context
 def run(ctx: click.Context, method, dataset, csv, schema, client_column, train, test, sets,
-        flower, share_secret_key, out, run_verbose) -> int:  # fmt: skip
+        flower, share_secret_key, out, force, run_verbose) -> int:  # fmt: skip
     """Train one method: in process (default) or as a Flower simulation (--flower).
 
     --train FILE --test FILE: fit on the whole train file, score the test file.
     Prints the test AUC, ε spent (PLD and RDP), the run's status and Brier score; --out DIR
-    writes the model's arrays and the privacy report.
+    writes the model file and the privacy report, and refuses a folder holding
+    an earlier run's (its privacy record would be lost) unless --force.
     """
     from server.launch import parse_set
 
@@ -124,6 +149,8 @@ def run(ctx: click.Context, method, dataset, csv, schema, client_column, train, 
     sets = tuple(s for s in sets if not s.replace(" ", "").startswith("method="))
     if share_secret_key and not flower:
         raise click.UsageError("--share-secret-key applies to Flower runs only (add --flower)")
+    if force and flower:
+        raise click.UsageError("--force applies in process only (a Flower run has its own folder)")
     if csv is not None and (dataset is not None or "dataset" in overrides):
         raise click.UsageError("--csv and --dataset name two different data sources: give one")
     if train is not None and (csv is not None or dataset is not None or "dataset" in overrides):
@@ -155,7 +182,7 @@ def run(ctx: click.Context, method, dataset, csv, schema, client_column, train, 
                             verbose=verbose)  # fmt: skip
     return run_in_process(
         method=method, dataset=dataset, csv=csv, schema=schema, client_column=client_column,
-        overrides=overrides, out=out, train=train, test=test,
+        overrides=overrides, out=out, force=force, train=train, test=test,
     )  # fmt: skip
 
 
@@ -223,8 +250,12 @@ def predict(model: Path, file: Path, out: Path | None) -> int:
     import numpy as np
 
     from fedpriv.artefact import load_model
+    from fedpriv.atomic import write_text_atomic
     from fedpriv.data.table import read_table
+    from server.cli_run import check_out_file
 
+    if out is not None:
+        check_out_file(out)
     art = load_model(model)
     if art.schema is None:
         raise click.UsageError(f"{model} was trained on bare arrays: it has no schema to read rows")
@@ -235,7 +266,7 @@ def predict(model: Path, file: Path, out: Path | None) -> int:
     if out is None:
         click.echo(text, nl=False)
     else:
-        out.write_text(text)
+        write_text_atomic(out, text)
         log.info("%d scores written to %s", scores.shape[0], out)
     return 0
 
@@ -274,13 +305,16 @@ def draft(file: Path, out: Path | None, target, client_column, sep) -> int:
     Every bound, category, label and binary value is a "FILL ME" placeholder the
     loader refuses until you fill it from public documentation.
     """
+    from fedpriv.atomic import write_text_atomic
     from fedpriv.data.draft import PLACEHOLDER, WHY, draft_schema
+    from server.cli_run import check_out_file
 
-    text = draft_schema(file, target=target, client_column=client_column, sep=sep)
     out = out or file.with_suffix(".schema.toml")
     if out.exists():
         raise click.UsageError(f"--out {out} exists; not overwritten")
-    out.write_text(text, encoding="utf-8")
+    check_out_file(out)
+    text = draft_schema(file, target=target, client_column=client_column, sep=sep)
+    write_text_atomic(out, text)
     n = text.count(f'"{PLACEHOLDER}"')
     click.echo(
         f"wrote {out}: column names and types only, {n} {PLACEHOLDER!r} placeholders.\n"
@@ -295,29 +329,8 @@ cli.add_command(cv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The console script ``fedpriv``; returns the exit code."""
-    from fedpriv.data import DataError, SchemaError
-    from fedpriv.federation.settings import SettingError
-    from fedpriv.privacy.calibration_range import CalibrationRangeError
-
-    try:
-        code = cli.main(args=argv, prog_name="fedpriv", standalone_mode=False)
-    except click.exceptions.Exit as exc:  # --help
-        return exc.exit_code
-    except click.ClickException as exc:
-        exc.show()
-        return 2
-    except click.exceptions.Abort:
-        return 1
-    except (SettingError, SchemaError, DataError, CalibrationRangeError) as exc:
-        log.error("error: %s", exc)
-        return 2
-    except SystemExit as exc:  # parse_set's "--set expects key=value"
-        if isinstance(exc.code, str):
-            log.error("error: %s", exc.code)
-            return 2
-        return int(exc.code or 0)
-    return int(code or 0)
+    """The console script ``fedpriv``; returns the exit code (:meth:`FedprivGroup.main`)."""
+    return cli.main(args=argv, prog_name="fedpriv", standalone_mode=False)
 
 
 if __name__ == "__main__":

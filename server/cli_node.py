@@ -7,10 +7,11 @@
                                         a hash that is not pending is refused unless
                                         ``--force`` (approval in advance).
 
-:func:`inspect_path` tells a model file, a run directory (its ``model.fedpriv.npz``)
-and a node state directory (its ledger and audit log) apart; anything else, and a
-node state that fails its checks (:mod:`fedpriv.privacy.node_inspect`), is one line
-and exit code 2.
+:func:`inspect_path` tells a model file, a run directory (its ``model.fedpriv.npz``,
+or for a failed run its ``privacy.json``) and a node state directory (its ledger and
+audit log) apart; anything else (an empty or mistyped folder, the parent of runs or
+of node states, a file that is not a model), and a node state that fails its checks
+(:mod:`fedpriv.privacy.node_inspect`), is one line and exit code 2.
 """
 
 from __future__ import annotations
@@ -30,44 +31,79 @@ class Refused(click.ClickException):
 
 
 # -- fedpriv inspect -------------------------------------------------------------
-def _card(path: Path, as_json: bool) -> str:
-    from fedpriv.artefact import ArtefactError, load_model
+#: A run's privacy report (in process: ``fedpriv run --out``; Flower: the ledger's journal).
+PRIVACY_FILE = "privacy.json"
 
+
+def _is_run_dir(path: Path) -> bool:
+    from fedpriv.artefact import ARTEFACT_NAME
+
+    return (path / ARTEFACT_NAME).is_file() or (path / PRIVACY_FILE).is_file()
+
+
+def _privacy_report(path: Path, as_json: bool) -> str:
+    """A run folder without a model file (a failed run): what its privacy report says."""
+    from fedpriv.federation.status import read_status
+
+    file = path / PRIVACY_FILE
     try:
-        card = load_model(path).card
-    except ArtefactError as exc:
-        raise Refused(str(exc)) from None
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise Refused(f"{file} is not a run's privacy report: not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or "epsilon" not in data:
+        raise Refused(f"{file} is not a run's privacy report: it has no 'epsilon'")
+    if as_json:
+        return json.dumps(data, indent=1)
+    outcome = read_status(path)
+    run = data.get("run") if isinstance(data.get("run"), dict) else {}
+    status = outcome.line() if outcome is not None else f"run {run.get('status', 'status unknown')}"
+    if outcome is None and run.get("reason"):
+        status += f": {run['reason']}"
+    delta = data.get("delta", "?")
+    complete = "" if data.get("complete", True) else " (journal of an unfinished run)"
+    return (
+        f"{path}: a run's results without a model file; {status}\n"
+        f"spent: ε {_num(data['epsilon'])}, δ {_num(delta)}{complete}"
+    )
+
+
+def _card(path: Path, as_json: bool) -> str:
+    from fedpriv.artefact import load_model  # its ArtefactError: one line (server.cli_errors)
+
+    card = load_model(path).card
     return json.dumps(card.to_dict(), indent=1) if as_json else card.to_markdown()
 
 
 def inspect_path(path: Path, as_json: bool) -> str:
-    """What ``fedpriv inspect PATH`` prints; raises :class:`Refused` (exit 2)."""
+    """What ``fedpriv inspect PATH`` prints; raises :class:`Refused`, an ``ArtefactError``
+    or an ``InspectError`` (each one line and exit code 2, :mod:`server.cli_errors`)."""
     from fedpriv.artefact import ARTEFACT_NAME
     from fedpriv.privacy.node_audit import AUDIT_FILE
     from fedpriv.privacy.node_budget import LEDGER_FILE
-    from fedpriv.privacy.node_inspect import InspectError, is_state_dir, node_report, report_text
+    from fedpriv.privacy.node_inspect import is_state_dir, node_report, report_text
 
     if not path.exists():
         raise Refused(f"{path} does not exist")
-    if path.is_file() and path.name in (LEDGER_FILE, AUDIT_FILE):
-        path = path.parent  # a node's file: its state directory
+    if path.is_file() and path.name in (LEDGER_FILE, AUDIT_FILE, PRIVACY_FILE):
+        path = path.parent  # a node's or a run's file: its folder
     if path.is_file():
         return _card(path, as_json)
     if is_state_dir(path):
-        try:
-            report = node_report(path)
-        except InspectError as exc:
-            raise Refused(str(exc)) from None
+        report = node_report(path)
         return json.dumps(report, indent=1) if as_json else report_text(report)
     if (path / ARTEFACT_NAME).is_file():  # a run's results directory
         return _card(path / ARTEFACT_NAME, as_json)
-    nodes = sorted(p.name for p in path.iterdir() if p.is_dir() and is_state_dir(p))
-    if nodes:
-        shown = ", ".join(nodes[:4]) + (", …" if len(nodes) > 4 else "")
-        raise Refused(f"{path} holds node state directories ({shown}): inspect one of them")
+    if (path / PRIVACY_FILE).is_file():  # a failed run's: no model file
+        return _privacy_report(path, as_json)
+    children = sorted(p for p in path.iterdir() if p.is_dir() and not p.is_symlink())
+    for what, test in (("node state", is_state_dir), ("run results", _is_run_dir)):
+        found = [p.name for p in children if test(p)]
+        if found:
+            shown = ", ".join(found[:4]) + (", …" if len(found) > 4 else "")
+            raise Refused(f"{path} holds {what} directories ({shown}): inspect one of them")
     raise Refused(
-        f"{path} holds no node ledger ({LEDGER_FILE}), node audit log ({AUDIT_FILE}) "
-        f"nor model file ({ARTEFACT_NAME})"
+        f"{path} holds no node ledger ({LEDGER_FILE}), node audit log ({AUDIT_FILE}), "
+        f"model file ({ARTEFACT_NAME}) nor run privacy report ({PRIVACY_FILE})"
     )
 
 
@@ -92,7 +128,7 @@ def approve(plan_hash: str, state: Path, force: bool) -> int:
     """Approve the plan PLAN_HASH on this node (logged in its audit log)."""
     from fedpriv.privacy.node_approval import approve as approve_plan
     from fedpriv.privacy.node_approval import pending_path
-    from fedpriv.privacy.node_audit import AuditLogError, is_hash
+    from fedpriv.privacy.node_audit import is_hash
 
     state = _state(state)
     h = plan_hash.strip().lower()
@@ -103,10 +139,7 @@ def approve(plan_hash: str, state: Path, force: bool) -> int:
             f"plan {h} is not pending in {state} (see `fedpriv node pending --state "
             f"{state}`); --force approves it in advance"
         )
-    try:
-        entry = approve_plan(state, h, by="operator")
-    except AuditLogError as exc:
-        raise Refused(str(exc)) from None
+    entry = approve_plan(state, h, by="operator")  # an AuditLogError: one line, exit 2
     if entry is None:
         click.echo(f"plan {h} was already approved on this node")
     else:

@@ -7,6 +7,14 @@ test file (:func:`choose_data`), prints the test AUC, ε spent, the run's status
 the Brier score (:func:`server.cli_split.held_out_scores`), and with ``--out``
 writes the model file and the privacy report (:func:`_write_results`).
 
+``--out`` is checked before any row is read (:func:`check_out_dir`): a file, a
+folder under a file or one that cannot be written is refused, and so is a
+folder holding an earlier run's files unless ``--force`` (its privacy record
+would be lost). The files are written together or not at all
+(:func:`fedpriv.atomic.staged`): a full disk leaves no partial or temporary
+file and an earlier run's files as they were. Errors are not caught here:
+:mod:`server.cli_errors` turns each into one line and an exit code.
+
 On a terminal a progress bar follows the rounds (:class:`server.progress.RoundProgress`,
 as the Flower launchers' bar does): about every tenth round, and at the end, it
 shows an upper bound on ε spent so far.
@@ -16,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -30,18 +39,100 @@ log = logs.get_logger(__name__)
 _IN_PROCESS_KEYS = {"method", "dataset", "num-clients", "split-seed", "out-dir", "max-records"}
 
 
-def _write_results(out: Path, estimator: Any, summary: dict[str, Any]) -> list[Path]:
+#: The files :func:`_write_results` writes: an earlier run's are not replaced without --force.
+RESULT_FILES = ("model.fedpriv.npz", "privacy.json")
+
+
+def _existing_ancestor(path: Path) -> Path:
+    """The nearest of ``path`` and its parents that exists."""
+    for p in (path, *path.parents):
+        if p.exists():
+            return p
+    return Path(path.anchor or ".")
+
+
+def _writable(key: str, path: Path, folder: Path) -> None:
+    from fedpriv.federation.limits import SettingError
+
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise SettingError(
+            f"{key} {path}: the folder {folder} is not writable; give a folder you can write to"
+        )
+
+
+def check_out_file(path: Path, *, key: str = "--out") -> None:
+    """Refuse an output file whose folder does not exist or cannot be written, or that
+    is a folder (before any work is done)."""
+    from fedpriv.federation.limits import SettingError
+
+    if path.is_dir():
+        raise SettingError(f"{key} {path} is a directory; give a file name")
+    folder = path.parent
+    if not folder.is_dir():
+        what = "is not a directory" if folder.exists() else "does not exist"
+        raise SettingError(f"{key} {path}: the folder {folder} {what}; create it first")
+    _writable(key, path, folder)
+
+
+def check_out_dir(out: Path, *, force: bool) -> None:
+    """Refuse ``--out`` before any row is read: a file, a folder under a file, a folder
+    that cannot be written, or one holding an earlier run's files (without ``force``)."""
+    from fedpriv.federation.limits import SettingError
+
+    found = _existing_ancestor(out)
+    if not found.is_dir():
+        where = "is a file" if found == out else f"is under {found}, a file"
+        raise SettingError(f"--out {out} {where}; give a directory (new, or of no earlier run)")
+    _writable("--out", out, found)
+    earlier = [name for name in RESULT_FILES if (out / name).exists()]
+    if earlier and not force:
+        raise SettingError(
+            f"--out {out} holds an earlier run's {', '.join(earlier)}; not overwritten (its "
+            "privacy record would be lost): give a new directory, or --force to replace them"
+        )
+
+
+def _write_results(
+    out: Path, estimator: Any, summary: dict[str, Any], *, report: Any = None
+) -> list[Path]:
     """Write a fit's results under ``out``: the portable model file (released
     parameters, public schema, privacy card: ``fedpriv predict`` / ``inspect`` read
-    it) and the privacy report with the run's summary; returns the files written."""
-    from fedpriv.atomic import write_json_atomic
+    it) and the privacy report with the run's summary; returns the files written.
 
-    out.mkdir(parents=True, exist_ok=True)
-    model = estimator.save(out / "model.fedpriv.npz")
-    report = estimator.privacy_report_
-    privacy = {"epsilon": "inf", "non_private": True} if report is None else report.to_dict()
-    write_json_atomic(out / "privacy.json", {**privacy, "run": summary})
-    return [Path(model), out / "privacy.json"]
+    ``estimator`` ``None``: a failed fit, its privacy ``report`` (what it spent) only.
+    Both files are written, or neither (:func:`fedpriv.atomic.staged`); an
+    ``OSError`` (a full disk, no permission) carries a note naming ``--out``.
+    """
+    from fedpriv.atomic import staged, write_json_atomic
+
+    made = [p for p in (out, *out.parents) if not p.exists()]
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with staged(out) as stage:
+            names = []
+            if estimator is not None:
+                report = estimator.privacy_report_
+                names.append(Path(estimator.save(stage / RESULT_FILES[0])).name)
+            privacy = {"epsilon": "inf", "non_private": True}
+            if report is not None:
+                privacy = report.to_dict()
+            write_json_atomic(stage / RESULT_FILES[1], {**privacy, "run": summary})
+            names.append(RESULT_FILES[1])
+        for name in set(RESULT_FILES) - set(names):  # (--force) no earlier model beside them
+            (out / name).unlink(missing_ok=True)
+    except OSError as exc:
+        for p in made:  # the folders made here, if still empty
+            try:
+                p.rmdir()
+            except OSError:
+                break
+        exc.filename = exc.filename2 = None  # a temporary path; the note names --out
+        exc.add_note(
+            f"--out {out}: needs a writable folder with room for the results; nothing was "
+            "written, an earlier run's files are unchanged"
+        )
+        raise
+    return [out / name for name in names]
 
 
 def _fmt(x: Any) -> str:
@@ -212,19 +303,24 @@ def run_in_process(
     client_column: str | None,
     overrides: dict[str, Any],
     out: Path | None,
+    force: bool = False,
     train: Path | None = None,
     test: Path | None = None,
 ) -> int:
     """Fit ``method``'s estimator in process; print AUC, ε and the status; returns the exit code.
 
     ``train`` and ``test``: fit on the whole train file, score the test file
-    (:func:`choose_data`)."""
+    (:func:`choose_data`). Raises what the settings, the data or the fit raise
+    (:mod:`server.cli_errors` maps each to one line); a failed fit's privacy report is
+    written to ``out`` first."""
     from fedpriv.federation.status import RunFailedError
     from fedpriv.methods import get_method
     from server.cli_split import brier_text, fmt_score, held_out_scores
     from server.progress import RoundProgress
 
     settings = _resolve(method, overrides)
+    if out is not None:
+        check_out_dir(out, force=force)
     data, source, k = choose_data(
         dataset=dataset, csv=csv, schema=schema, client_column=client_column,
         overrides=overrides, split_seed=settings.split_seed, train=train, test=test,
@@ -243,14 +339,20 @@ def run_in_process(
         "%s in process on %s: %d rounds, ε=%s, δ=%g",
         m.name, source, settings.rounds, _fmt(settings.epsilon), settings.delta,
     )  # fmt: skip
+    # What loading did to the rows (values clipped to the schema's bounds, values outside
+    # a domain): already logged at the load; repeated with the result and kept in its files.
+    warnings = data.report.warnings()
+    summary = {"source": source, "config": resolved, "warnings": warnings}
     try:
         with bar:
             est.fit(data)
             report = est.privacy_report_
             rounds.finish(None if report is None else float(report.epsilon))
     except RunFailedError as exc:
-        log.error("run failed: %s", exc)
-        return 1
+        if out is not None:  # what the failed fit spent stays recorded
+            failed = {**summary, "status": str(exc.outcome.status), "reason": exc.outcome.reason}
+            _write_results(out, None, failed, report=exc.privacy_report)
+        raise
     scores = held_out_scores(est, *data.xy("test"))  # the owner's held-out rows
     auc = fmt_score(scores["auc"])
     eps = (None, None) if report is None else (report.to_dict()["epsilon_pld"],
@@ -260,10 +362,12 @@ def run_in_process(
         f"{eps[1] if eps[1] is not None else 'inf'} (RDP) | {est.run_outcome_.line()} | "
         f"{brier_text(scores)}"
     )
+    if warnings:
+        line += f" | {len(warnings)} load warning(s) above" + (", in privacy.json" if out else "")
     if out is not None:
         summary = {
             "auc": auc, "brier": scores["brier"], "brier_base": scores["brier_base"],
-            "source": source, "config": resolved, "status": str(est.run_status_),
+            **summary, "status": str(est.run_status_),
         }  # fmt: skip
         written = _write_results(out, est, summary)
         line += f" | {', '.join(str(p) for p in written)}"

@@ -43,7 +43,7 @@ from fedpriv import logs
 from fedpriv.atomic import point_latest
 from fedpriv.data import DataError, SchemaError
 from fedpriv.data.node import run_schema
-from fedpriv.federation.settings import SettingError
+from fedpriv.federation.settings import SettingError, run_size_range
 from server import node_budgets, node_keys
 from server.launch import parse_set, resolve_run, result_line, settings_help
 from server.local_federation import Federation, superlink_command, supernode_command
@@ -80,8 +80,9 @@ def node_files(data: list[str | Path], overrides: Mapping) -> list[Path]:
         )
     if overrides.get("max-records") in (None, ""):
         raise SettingError(
-            "max-records must be declared (--set max-records=N, an integer in [1, inf): "
-            "the public bound on records per node) for a run on --data files; got unset"
+            "max-records must be declared (--set max-records=N, an integer in "
+            f"{run_size_range('max_records')}: the public bound on records per node) for a run "
+            "on --data files; got unset"
         )
     if overrides.get("schema") in (None, "") and overrides.get("dataset") in (None, ""):
         raise SettingError(

@@ -77,12 +77,14 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
-from fedpriv.data import TabularDataset, iid
+from fedpriv.data import TabularDataset, check_training_classes, iid
 from fedpriv.data.node import check_bound
+from fedpriv.federation.limits import check_run_sizes, run_size_range
 from fedpriv.federation.runtime import InProcessRuntime
 from fedpriv.federation.settings import SettingError
 from fedpriv.federation.status import (
     DEFAULT_MAX_ABORTED_SHARE,
+    RoundAbortedError,
     RunFailedError,
     RunStatus,
     outcome_of,
@@ -370,6 +372,9 @@ class Estimator(ClassifierMixin, BaseEstimator):
             y = encode_labels(column_or_1d(y, warn=True), classes, note=note)
             label_set = range(classes.size)
             check_consistent_length(data, y)
+            # As for a loaded dataset: a local check on the caller's own rows (its
+            # error stays with them), naming the label of the one class.
+            check_training_classes(y, column="y", source="fit", labels=classes)
             if partition is None and data.shape[0] < self.num_clients:
                 raise ValueError(
                     f"n_samples={data.shape[0]} rows cannot be split IID over "
@@ -388,8 +393,12 @@ class Estimator(ClassifierMixin, BaseEstimator):
         bound = getattr(self, "max_records", None)
         if bound is None:
             return None
-        if isinstance(bound, bool) or not isinstance(bound, numbers.Integral) or bound < 1:
-            raise SettingError(f"max_records must be an integer in [1, inf) or None; got {bound!r}")
+        if isinstance(bound, bool) or not isinstance(bound, numbers.Integral):
+            raise SettingError(
+                f"max_records must be an integer in {run_size_range('max_records')} or None; "
+                f"got {bound!r}"
+            )
+        check_run_sizes({"max_records": bound})
         for rows in partition:
             check_bound(len(rows), int(bound), source="fit")
         return int(bound)
@@ -456,12 +465,17 @@ class Estimator(ClassifierMixin, BaseEstimator):
             secure_aggregation=self.secure_aggregation,
         )
         ledger = size.ledger
-        strategy = runtime.run(strategy, ledger=size.learner)
+        error = None
+        try:
+            strategy = runtime.run(strategy, ledger=size.learner)
+        except RoundAbortedError as exc:  # the method cannot go on: failed, with the reason
+            error = exc
         comm = runtime.communication
         outcome = outcome_of(
             comm,
             rounds_planned=comm.rounds if rounds_planned is None else rounds_planned,
             max_aborted_share=getattr(self, "max_aborted_share", DEFAULT_MAX_ABORTED_SHARE),
+            error=error,
         )
         report = None
         if ledger is not None:
@@ -469,7 +483,9 @@ class Estimator(ClassifierMixin, BaseEstimator):
             report = dataclasses.replace(ledger.report(), scope=scope)
         if outcome.failed:
             # No model_: the fit failed. What was spent stays reachable through the error.
-            raise RunFailedError(outcome, ledger=ledger, privacy_report=report, communication=comm)
+            raise RunFailedError(
+                outcome, ledger=ledger, privacy_report=report, communication=comm
+            ) from error
         if outcome.status is RunStatus.DEGRADED:
             log.warning("%s: %s", type(self).__name__, outcome.line())
         self.model_ = strategy.model()

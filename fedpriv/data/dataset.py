@@ -142,12 +142,18 @@ class TabularDataset:
 
 
 def check_training_classes(
-    y: np.ndarray, schema: Schema | None = None, *, source: str = "", column: str = "y"
+    y: np.ndarray,
+    schema: Schema | None = None,
+    *,
+    source: str = "",
+    column: str = "y",
+    labels: Sequence[Any] | None = None,
 ) -> None:
     """Refuse training labels of one class only: a classifier needs at least two.
 
     ``schema`` names the target column and its labels in the message (without one,
-    as for an estimator fitted on arrays, the class code and ``column``).
+    as for an estimator fitted on arrays, ``column`` and the label: ``labels[code]``,
+    the public label set ``y`` indexes, else the class code).
 
     Without this a fit "completes" on one class and its AUC is NaN. Which classes
     the rows hold is a fact about private rows, so this is a local check where the
@@ -166,8 +172,9 @@ def check_training_classes(
         return
     code = int(present[0])
     if schema is None:
+        label = code if labels is None else np.asarray(labels)[code].item()
         raise DataError(
-            f"the training rows hold one class only (label {code}): a classifier needs at "
+            f"the training rows hold one class only (label {label!r}): a classifier needs at "
             "least two",
             code="one_class",
             source=source,

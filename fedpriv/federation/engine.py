@@ -51,6 +51,7 @@ from fedpriv.federation.secagg import (
     sum_plain,
 )
 from fedpriv.federation.secagg_consistency import VERIFY_KEY_BYTES
+from fedpriv.federation.status import RoundAbortedError
 from fedpriv.privacy.distributed import DistributedNoise, DistributedSum, round_shares
 from fedpriv.privacy.node_budget import strategy_plan
 from fedpriv.privacy.randomness import PrivateStreams, SecretKey
@@ -80,6 +81,15 @@ __all__ = [
     "participation_streams",
     "round_plan",
 ]
+
+
+def _update_aborted(strategy: Strategy, query: Query) -> None:
+    """``strategy.update(query, None)``: a round that released nothing. A strategy that
+    cannot go on without it (its own error) ends the run as :class:`RoundAbortedError`."""
+    try:
+        strategy.update(query, None)
+    except Exception as err:  # whatever it raised, the aborted round is the cause
+        raise RoundAbortedError(query.round, err) from err
 
 
 class RoundEngine:
@@ -301,7 +311,7 @@ class RoundEngine:
         ledger, and the strategy gets the round as aborted (``None``).
         """
         if aggregate is None:
-            strategy.update(query, None)
+            _update_aborted(strategy, query)
             return False
         try:
             strategy.update(query, aggregate)
@@ -310,7 +320,7 @@ class RoundEngine:
             comm.rounds_aborted += 1
             comm.rounds_discarded += 1
             log.warning("round %d: %s", query.round, err)
-            strategy.update(query, None)
+            _update_aborted(strategy, query)
             return False
         self.communication.rounds_released += 1
         return True

@@ -4,8 +4,9 @@ The bounds a run's settings are held to beyond their types, declared here with
 the reasoning behind each number and checked by
 :mod:`fedpriv.federation.settings` before anything is allocated or started:
 :data:`SIZE_LIMITS` (each size setting of a built-in method),
-:data:`MAX_MODEL_ENTRIES` (a product of them, e.g. rounds × 2^depth), and the
-supported (ε, δ) of a run (:data:`EPSILON_MAX`, :data:`DELTA_MIN`,
+:data:`MAX_MODEL_ENTRIES` (a product of them, e.g. rounds × 2^depth), the run's
+own sizes (:data:`RUN_SIZE_LIMITS`: clients, declared records per client, ping
+rounds), and the supported (ε, δ) of a run (:data:`EPSILON_MAX`, :data:`DELTA_MIN`,
 :data:`DELTA_MAX`). :mod:`fedpriv.federation.ranges` states them for ``--help``.
 And a user's ``--set key=`` with an empty value (:func:`parse_overrides`): the
 pyproject's ``""`` means "the default", a user's is an unset shell variable.
@@ -88,6 +89,57 @@ SIZE_LIMITS: dict[str, dict[str, tuple[int, str]]] = {
         "interaction_candidates": (64, "each pair of candidates holds a grid of cells"),
     },
 }
+
+
+#: Fewest clients of a run: secure aggregation needs two parties (a "sum" of one
+#: client's vector is that vector): the engine's ``MIN_PARTIES`` (a test checks they agree).
+MIN_CLIENTS = 2
+#: Most clients of a run. Secure aggregation keeps, per round, a mask seed for every
+#: pair of clients and every client's Shamir shares of every other's seeds: K² of each
+#: (K = 1,000: a million shares, ~0.1 GB, and K² key agreements a round); a bundled
+#: corpus split IID among a billion clients asked for 30 GiB before round 1.
+MAX_CLIENTS = 1_000
+#: Largest declared bound on records per client (``max-records``). The secure sum adds
+#: K vectors of at most max-records × a query's per-record bound each, at the fixed-point
+#: scale 2^32, in a signed 64-bit integer: max-records × K × bound < 2^31 (the codec,
+#: :func:`fedpriv.federation.planning.codec_for`, checks the product). With K ≥ 2 and a
+#: record adding 1 to a count, no run holds 2^30 (≈ 1.07e9): a billion is the most.
+MAX_RECORDS = 10**9
+#: Most timed empty rounds before training (``ping-rounds``, a benchmark's baseline):
+#: each is a round trip through every node, kept in the timings.
+MAX_PING_ROUNDS = 1_000
+
+#: The run's own size settings (snake_case): (smallest, largest, why the largest).
+RUN_SIZE_LIMITS: dict[str, tuple[int, int, str]] = {
+    "num_clients": (
+        MIN_CLIENTS, MAX_CLIENTS, "secure aggregation needs two parties and keeps K² key "
+        "shares a round",
+    ),
+    "max_records": (
+        1, MAX_RECORDS, "the secure sum of K × max-records × a record's bound must fit "
+        "64 bits at scale 2^32",
+    ),
+    "ping_rounds": (0, MAX_PING_ROUNDS, "each is a round trip through every node"),
+}  # fmt: skip
+
+
+def run_size_range(key: str) -> str:
+    """A run size setting's declared range, e.g. ``[2, 1000]`` (``key`` snake_case)."""
+    lo, hi, _ = RUN_SIZE_LIMITS[key]
+    return f"[{lo}, {hi}]"
+
+
+def check_run_sizes(values: Mapping[str, Any]) -> None:
+    """Refuse a run size setting (snake_case keys, as the message names them) outside
+    :data:`RUN_SIZE_LIMITS`."""
+    for key, (lo, hi, why) in RUN_SIZE_LIMITS.items():
+        value = values.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, Integral) or isinstance(value, bool) or not lo <= value <= hi:
+            raise SettingError(
+                f"{key} must be an integer in {run_size_range(key)}; got {value!r} ({why})"
+            )
 
 
 def check_sizes(method: str, values: Mapping[str, Any], *, spell=kebab) -> None:

@@ -8,8 +8,11 @@ the round engine (:mod:`fedpriv.federation.engine`) and the runtimes.
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
 from typing import TYPE_CHECKING
 
+from fedpriv.federation.fixedpoint import SecAggOverflowError
 from fedpriv.federation.protocol import Strategy
 from fedpriv.federation.secagg import FixedPointCodec
 from fedpriv.privacy.randomness import GRID, PrivateStreams, SecretKey
@@ -52,7 +55,27 @@ def codec_for(
             f"scale must be 2**32 = {DEFAULT_SCALE!r} (the noise grid's 1/γ, which the "
             f"mechanisms' rounding margin assumes); got {scale!r}"
         )
-    return FixedPointCodec(scale=scale, max_abs=record_bound * max_records, max_summands=n_clients)
+    try:
+        return FixedPointCodec(
+            scale=scale, max_abs=record_bound * max_records, max_summands=n_clients
+        )
+    except SecAggOverflowError:
+        # The scale is fixed (above): the run's declared sizes are what must change.
+        # The largest m with n · (m · bound · scale + 1/2) < 2^63 − 1, exactly.
+        top = (Fraction(2**63 - 1, n_clients) - Fraction(1, 2)) / (
+            Fraction(record_bound) * Fraction(scale)
+        )
+        most = math.ceil(top) - 1
+        sum_range = "the secure sum (2^32 fixed point, signed 64 bits) cannot hold more"
+        if most < 1:  # not even one record: the per-record bound itself is too large
+            raise SecAggOverflowError(
+                f"a record adds up to {record_bound:g} to a sum (the method's clipping bound, "
+                f"e.g. clip-norm) with {n_clients} clients: {sum_range}; lower the bound"
+            ) from None
+        raise SecAggOverflowError(
+            f"max-records must be at most {most:,} for {n_clients} clients whose records "
+            f"each add up to {record_bound:g} to a sum; got {max_records:,}: {sum_range}"
+        ) from None
 
 
 def round_plan(

@@ -16,7 +16,13 @@ from dataclasses import fields
 from enum import Enum
 from typing import Any
 
-from fedpriv.federation.limits import DELTA_MAX, DELTA_MIN, EPSILON_MAX, SIZE_LIMITS
+from fedpriv.federation.limits import (
+    DELTA_MAX,
+    DELTA_MIN,
+    EPSILON_MAX,
+    SIZE_LIMITS,
+    run_size_range,
+)
 
 
 def _most(method: str, key: str) -> str:
@@ -38,7 +44,9 @@ RUN_RANGES: dict[str, str] = {
     "setup-timeout": "(0, 86400] s",
     "node-wait-timeout": "(0, 86400] s",
     "max-aborted-share": "[0, 1]",
-    "ping-rounds": "[0, inf)",
+    "ping-rounds": run_size_range("ping_rounds"),
+    "max-records": f"{run_size_range('max_records')} (and max-records × num-clients × a "
+    "record's bound < 2^31)",
     "poll-interval": "(0, 10] s",
 }
 
@@ -130,7 +138,7 @@ def _typed(cls: type, name: str) -> str | None:
 def run_range(key: str) -> str:
     """Allowed values of the run's own key ``key`` (kebab-case)."""
     from fedpriv.data.corpora import LOADERS, client_counts
-    from fedpriv.federation.settings import MIN_CLIENTS, RunSettings
+    from fedpriv.federation.settings import RunSettings
     from fedpriv.methods import method_names
 
     if key == "method":
@@ -143,7 +151,7 @@ def run_range(key: str) -> str:
             lo, hi = client_counts(name)
             if hi is not None:
                 per.append(f"{name} {lo}" if lo == hi else f"{name} [{lo}, {hi}]")
-        return f"[{MIN_CLIENTS}, inf); " + ", ".join(per)
+        return f"{run_size_range('num_clients')}; " + ", ".join(per)
     typed = _typed(RunSettings, key.replace("-", "_"))
     return typed or RUN_RANGES.get(key, UNKNOWN)
 

@@ -31,15 +31,17 @@ from typing import Any
 
 import numpy as np
 
-from fedpriv.federation.engine import MIN_PARTIES
 from fedpriv.federation.limits import (  # noqa: F401 (parse_override(s): re-exported)
+    MIN_CLIENTS,
     SettingError,
     check_model_size,
+    check_run_sizes,
     check_sizes,
     check_supported_budget,
     kebab,
     parse_override,
     parse_overrides,
+    run_size_range,
 )
 from fedpriv.federation.status import DEFAULT_MAX_ABORTED_SHARE
 from fedpriv.methods import Method, get_method, methods
@@ -51,9 +53,6 @@ from fedpriv.validation import check_count, check_delta, check_probability
 PARTICIPATION_ACCOUNTINGS = ("valid", "tight", "paper")
 #: The run-config spelling of "use the default".
 UNSET = ""
-#: Fewest clients of a run: secure aggregation needs two parties (a "sum" of one
-#: client's vector is that vector), the engine's ``MIN_PARTIES``.
-MIN_CLIENTS = MIN_PARTIES
 
 
 def typed_value(key: str, annotation: Any, value: Any, *, allowed: str = "") -> Any:
@@ -155,13 +154,8 @@ def check_run_values(values: Mapping[str, Any]) -> None:
             typed_value(key, hints[key], value)
     if "epsilon" in values:
         check_budget(values["epsilon"], values.get("delta"))
-    if "num_clients" in values:
-        if not isinstance(k := values["num_clients"], Integral) or k < MIN_CLIENTS:
-            raise SettingError(
-                f"num_clients must be an integer in [{MIN_CLIENTS}, inf) (secure aggregation "
-                f"needs two parties); got {k!r}"
-            )
-    for key in ("ping_rounds", "seed", "split_seed"):
+    check_run_sizes(values)  # num-clients, max-records, ping-rounds: what fits in memory
+    for key in ("seed", "split_seed"):
         if key in values:
             check_count(key, values[key], minimum=0)
     dropouts = values.get("tolerated_dropouts")
@@ -172,9 +166,6 @@ def check_run_values(values: Mapping[str, Any]) -> None:
             "tolerated-dropouts must be an integer in [0, num-clients − 2] (read by "
             f"distributed noise; unused under central noise); got {dropouts!r}"
         )
-    if values.get("max_records") is not None and values["max_records"] < 1:
-        bound = values["max_records"]
-        raise SettingError(f"max-records must be an integer in [1, inf); got {bound!r}")
     if "participation" in values:
         check_probability("participation", values["participation"])
     if not 0.0 < (poll := values.get("poll_interval", 0.1)) <= 10.0:
@@ -311,7 +302,8 @@ class RunSettings:
                                    f"{self.method!r}, epsilon {self.epsilon:g}")  # fmt: skip
         if self.csv and self.max_records is None:
             raise SettingError(
-                "max-records must be declared (an integer in [1, inf): the public bound on "
+                f"max-records must be declared (an integer in {run_size_range('max_records')}: "
+                "the public bound on "
                 f"records per client) for a run on csv {self.csv!r}; got unset"
             )
         if not self.csv and self.schema in (UNSET, self.dataset):

@@ -100,6 +100,20 @@ class RunOutcome:
         return cls(**{**data, "status": RunStatus(data["status"])})
 
 
+class RoundAbortedError(RuntimeError):
+    """A strategy could not go on after a round that released nothing (the random
+    forest's one leaf-count round: no leaves without it). The runtime raises it in
+    place of the strategy's own error (chained); an in-process fit turns it into
+    :class:`RunFailedError` naming the round."""
+
+    def __init__(self, round_id: int, cause: BaseException) -> None:
+        super().__init__(
+            f"round {round_id} released nothing (too few clients asked or surviving, or "
+            f"their replies refused) and the method cannot go on without it: {cause}"
+        )
+        self.round_id = round_id
+
+
 class RunFailedError(RuntimeError):
     """A run ended ``failed``: too many rounds released nothing.
 

@@ -277,7 +277,10 @@ def calibrated_alpha(
         budget = epsilon_level * edge * (total_weight / 2.0**k) / (c * log_g)
         # 2α√m + 2(1 − α) ≤ budget  ⇔  α ≤ (budget − 2)/(2√m − 2)
         star = 1.0 if root_m <= 1.0 else (budget - 2.0) / (2.0 * root_m - 2.0)
-        cap = prev if k == 0 else prev * math.exp(k_monotonic * 2.0**-k * (1.0 - prev))
+        # exp's argument capped where the cap already passes any α ≤ 1 (K → inf: no
+        # monotonicity constraint), instead of overflowing for a large K.
+        grow = min(k_monotonic * 2.0**-k * (1.0 - prev), 700.0)
+        cap = prev if k == 0 else prev * math.exp(grow)
         prev = float(np.clip(star, 0.0, min(cap, alpha_root)))
         out[k] = prev
     return out

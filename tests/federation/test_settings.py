@@ -91,10 +91,13 @@ def test_participation_accounting_values_are_the_library_enum():
         # Secure aggregation needs two parties: K = 1 is refused for every corpus.
         (
             {"dataset": "adult", "num-clients": 1},
-            r"^num_clients must be an integer in \[2, inf\) \(secure aggregation needs two "
-            r"parties\); got 1$",
+            r"^num_clients must be an integer in \[2, 1000\]; got 1 \(secure aggregation needs "
+            r"two parties",
         ),
-        ({"num-clients": 0}, r"^num_clients must be an integer in \[2, inf\)"),
+        ({"num-clients": 0}, r"^num_clients must be an integer in \[2, 1000\]"),
+        ({"num-clients": 1001}, r"^num_clients must be an integer in \[2, 1000\]; got 1001"),
+        ({"max-records": 10**9 + 1}, r"^max_records must be an integer in \[1, 1000000000\]"),
+        ({"ping-rounds": 1001}, r"^ping_rounds must be an integer in \[0, 1000\]; got 1001"),
         ({"max-aborted-share": 1.5}, r"^max_aborted_share must lie in \[0, 1\]; got 1.5$"),
         ({"max-aborted-share": -0.1}, r"^max_aborted_share must lie in \[0, 1\]"),
     ],

@@ -104,9 +104,12 @@ def test_range_table_agrees_with_the_parser():
             if (iv := _interval(text)) is None or key == "num-clients":
                 continue
             closed_lo, lo, hi, closed_hi = iv
-            integer = isinstance(RunSettings().to_run_config().get(key), int) or (
-                owner != "run"
-                and isinstance(RunSettings(method=method).to_run_config().get(key), int)
+            integer = key == "max-records" or (  # max-records: an integer, unset by default
+                isinstance(RunSettings().to_run_config().get(key), int)
+                or (
+                    owner != "run"
+                    and isinstance(RunSettings(method=method).to_run_config().get(key), int)
+                )
             )
             step = 1 if integer else 1e-9
             cast = int if integer else float
