@@ -37,6 +37,8 @@ from fedpriv import logs
 
 log = logs.get_logger(__name__)
 
+#: The file ``--out`` gets.
+CV_FILE = "cv.json"
 #: Folds ``--folds`` accepts.
 FOLDS = click.IntRange(2, 20)
 
@@ -50,7 +52,8 @@ FOLDS = click.IntRange(2, 20)
 @click.option("--folds", type=FOLDS, default=5, show_default=True, help="k: folds (and fits).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Run-config override.")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Writes cv.json here.")
-def cv(method, dataset, csv, schema, client_column, folds, sets, out) -> int:  # fmt: skip
+@click.option("--force", is_flag=True, help="Let --out replace an earlier cv.json there.")
+def cv(method, dataset, csv, schema, client_column, folds, sets, out, force) -> int:  # fmt: skip
     """k-fold cross-validation in process; epsilon is the budget of all k fits together.
 
     Each fold's fit trains on the other k − 1 folds and is scored on its own;
@@ -67,7 +70,7 @@ def cv(method, dataset, csv, schema, client_column, folds, sets, out) -> int:  #
         raise click.UsageError("--csv and --dataset name two different data sources: give one")
     return run_cv(
         method=method or given or "boosting", dataset=dataset, csv=csv, schema=schema,
-        client_column=client_column, folds=folds, overrides=overrides, out=out,
+        client_column=client_column, folds=folds, overrides=overrides, out=out, force=force,
     )  # fmt: skip
 
 
@@ -105,6 +108,7 @@ def run_cv(
     folds: int,
     overrides: dict[str, Any],
     out: Path | None,
+    force: bool = False,
 ) -> int:
     """Cross-validate ``method`` over ``folds`` folds; print and write the results; exit code."""
     from sklearn.base import clone
@@ -114,9 +118,11 @@ def run_cv(
     from fedpriv.privacy import PrivacyBudget, PrivacyBudgetExceededError, PrivacyLedger
     from fedpriv.privacy.randomness import key_from_environment
     from server import cli_split as split
-    from server.cli_run import _fmt, _resolve, build_estimator, choose_data
+    from server.cli_run import _fmt, _resolve, build_estimator, check_out_dir, choose_data
 
     settings = _resolve(method, overrides)
+    if out is not None:  # before any row is read: an earlier cv.json is not replaced
+        check_out_dir(out, force=force, files=(CV_FILE,))
     data, source, k = choose_data(
         dataset=dataset, csv=csv, schema=schema, client_column=client_column,
         overrides=overrides, split_seed=settings.split_seed, whole=True,
@@ -182,8 +188,8 @@ def run_cv(
             "privacy": {"epsilon": "inf", "non_private": True} if not private
             else report.to_dict(),
         }  # fmt: skip
-        write_json_atomic(out / "cv.json", doc)
-        line += f" | {out / 'cv.json'}"
+        write_json_atomic(out / CV_FILE, doc)
+        line += f" | {out / CV_FILE}"
     click.echo(line)
     return 0
 

@@ -74,9 +74,9 @@ def check_out_file(path: Path, *, key: str = "--out") -> None:
     _writable(key, path, folder)
 
 
-def check_out_dir(out: Path, *, force: bool) -> None:
+def check_out_dir(out: Path, *, force: bool, files: tuple[str, ...] = RESULT_FILES) -> None:
     """Refuse ``--out`` before any row is read: a file, a folder under a file, a folder
-    that cannot be written, or one holding an earlier run's files (without ``force``)."""
+    that cannot be written, or one holding an earlier run's ``files`` (without ``force``)."""
     from fedpriv.federation.limits import SettingError
 
     found = _existing_ancestor(out)
@@ -84,7 +84,7 @@ def check_out_dir(out: Path, *, force: bool) -> None:
         where = "is a file" if found == out else f"is under {found}, a file"
         raise SettingError(f"--out {out} {where}; give a directory (new, or of no earlier run)")
     _writable("--out", out, found)
-    earlier = [name for name in RESULT_FILES if (out / name).exists()]
+    earlier = [name for name in files if (out / name).exists()]
     if earlier and not force:
         raise SettingError(
             f"--out {out} holds an earlier run's {', '.join(earlier)}; not overwritten (its "

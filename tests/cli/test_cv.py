@@ -70,6 +70,11 @@ def test_cv_charges_all_folds_to_one_ledger_within_epsilon(hospitals, tmp_path, 
     assert composed(EPS) > 1.2 * EPS  # ε per fold: far over the total
     assert composed(fold_eps) == pytest.approx(privacy["epsilon"], rel=1e-9)
     assert EPS / FOLDS < fold_eps < EPS  # PLD composition beats ε/k per fold
+    # A second cv into the same folder: refused before any row is read, the first kept.
+    before = (out / "cv.json").read_bytes()
+    assert main([*argv, *FAST, "--out", str(out)]) == 2
+    assert "holds an earlier run's cv.json; not overwritten" in capsys.readouterr().err
+    assert (out / "cv.json").read_bytes() == before
 
 
 def test_cv_with_a_budget_of_epsilon_per_fold_is_refused_by_the_one_ledger(
