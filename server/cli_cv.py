@@ -195,6 +195,8 @@ def run_cv(
 
 
 def _spent(ledger: Any, report: Any = None) -> str:
-    """``ε spent <PLD> (PLD), <RDP> (RDP)`` of the one ledger so far."""
-    d = (report or ledger.report()).to_dict()
-    return f"ε spent {d['epsilon_pld']} (PLD), {d['epsilon_rdp']} (RDP)"
+    """``ε spent <a> (<accountant>), <b> (<other>)`` of the one ledger so far, the
+    certified figure first (:func:`fedpriv.privacy.card.spent_text`)."""
+    from fedpriv.privacy.card import spent_text
+
+    return spent_text((report or ledger.report()).to_dict())

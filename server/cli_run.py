@@ -315,6 +315,7 @@ def run_in_process(
     written to ``out`` first."""
     from fedpriv.federation.status import RunFailedError
     from fedpriv.methods import get_method
+    from fedpriv.privacy.card import spent_text
     from server.cli_split import brier_text, fmt_score, held_out_scores
     from server.progress import RoundProgress
 
@@ -355,13 +356,8 @@ def run_in_process(
         raise
     scores = held_out_scores(est, *data.xy("test"))  # the owner's held-out rows
     auc = fmt_score(scores["auc"])
-    eps = (None, None) if report is None else (report.to_dict()["epsilon_pld"],
-                                                report.to_dict()["epsilon_rdp"])  # fmt: skip
-    line = (
-        f"AUC {auc} | ε spent {eps[0] if eps[0] is not None else 'inf'} (PLD), "
-        f"{eps[1] if eps[1] is not None else 'inf'} (RDP) | {est.run_outcome_.line()} | "
-        f"{brier_text(scores)}"
-    )
+    spent = spent_text({} if report is None else report.to_dict())  # certified first
+    line = f"AUC {auc} | {spent} | {est.run_outcome_.line()} | {brier_text(scores)}"
     if warnings:
         line += f" | {len(warnings)} load warning(s) above" + (", in privacy.json" if out else "")
     if out is not None:

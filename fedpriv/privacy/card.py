@@ -162,6 +162,18 @@ class PrivacyCard:
         return render_markdown(self)
 
 
+def spent_text(privacy: dict[str, Any]) -> str:
+    """``ε spent <a> (<accountant>), <b> (<other>)`` of a privacy report's dict, the
+    certified figure (the smaller sound bound, ``binding_accountant``) first."""
+    figures = [
+        (privacy.get("epsilon_pld", "inf"), "PLD"),
+        (privacy.get("epsilon_rdp", "inf"), "RDP"),
+    ]
+    if privacy.get("binding_accountant") == "rdp":
+        figures.reverse()
+    return f"ε spent {figures[0][0]} ({figures[0][1]}), {figures[1][0]} ({figures[1][1]})"
+
+
 def _float(key: str, value: Any) -> float:
     if value == "inf":
         return math.inf
