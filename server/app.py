@@ -38,7 +38,14 @@ from fedpriv.data.node import DataSource, public_test_split, read_file, record_b
 from fedpriv.evaluation import binary_metrics, multiclass_metrics
 from fedpriv.federation.protocol import Strategy
 from fedpriv.federation.settings import RunSettings, SettingError
-from fedpriv.federation.status import RunFailedError, RunStatus, outcome_of, write_status
+from fedpriv.federation.status import (
+    RunFailedError,
+    RunStatus,
+    outcome_of,
+    strategy_notes,
+    with_notes,
+    write_status,
+)
 from fedpriv.methods import StrategyContext
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
 from server.dp_evaluation import not_run, run_dp_evaluation, scoped_ledgers
@@ -230,11 +237,12 @@ def train(
     )
     model = progress.model = strategy.core.model()
     progress.schema, progress.max_records = schema, max_records
-    progress.outcome = outcome_of(
+    outcome = outcome_of(
         runtime.report.communication,
         rounds_planned=s.rounds,
         max_aborted_share=s.max_aborted_share,
     )
+    progress.outcome = with_notes(outcome, strategy_notes(strategy.core))
     metrics = evaluate(model, s)
     if eval_ledger is None:
         metrics["dp_federated"] = not_run("eval-epsilon is 0 (no share of ε for it)")

@@ -43,11 +43,11 @@ The remedy, on by default (``centre_share`` s = 0.05):
 
 1. Round 0 releases the mean of the mapped rows: each client returns
    Σ_i clip_R(x̃_i) over all its rows (R = max ‖x̃‖ over the public box,
-   the sensitivity), the server adds N(0, (z₀R)²) calibrated for (s·ε, s·δ)
-   and divides by the public ρ·n. The input map then subtracts that mean
-   (the paper's standardisation, made private); the T − 1 steps are
-   calibrated for ((1 − s)·ε, (1 − s)·δ). The run's ledger composes both
-   (basic composition is the loosest it can give) and checks the total.
+   the sensitivity), the server adds N(0, (z₀R)²) and divides by the public
+   ρ·n. The input map then subtracts that mean (the paper's standardisation,
+   made private). The shares set the stages' relative noise (each calibrated
+   alone for its share of (ε, δ)) and one scale on all of them spends the
+   whole ε under the PLD accountant (:mod:`strategies.dpsgd_plan`).
 2. The last two rounds recalibrate the output bias from released sums
    (``recalibrate_share``, :mod:`fedpriv.models.sgd_recalibration`); the
    steps clip jointly to C. Only without them (``recalibrate_share=0``):
@@ -88,6 +88,7 @@ noise; ``tight`` accounts the mixture PLD (1 − ρ)·(loss 0) + ρ·PLD_q;
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -103,16 +104,16 @@ from fedpriv.models.networks import InputMap, ModelKind, NetworkSpec
 from fedpriv.models.sgd_sums import CENTRE, STEP, clipped_sum_sensitivity
 from fedpriv.options import Backend, Recalibration
 from fedpriv.privacy.ledger import PrivacyLedger
-from fedpriv.privacy.noise_stage import GaussianRounds
 from fedpriv.privacy.participation import ParticipationAccounting, parse_accounting
 from fedpriv.privacy.randomness import check_private
-from fedpriv.privacy.range_guard import sum_bound
 from fedpriv.validation import (
     check_count,
     check_positive,
     check_probability,
 )
-from strategies.dpsgd_recalibration import RecalibrationRounds, noise_walk, resolve
+from strategies.dpsgd_plan import SGDShape, plan_noise
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,11 +129,12 @@ class LogisticConfig:
     numeric features by the public schema's box (never by data statistics).
     ``participation_accounting`` is ``valid`` (default), ``tight`` or
     ``paper`` (not a valid guarantee; module docstring). ``centre_share`` s:
-    round 0 releases the features' mean with s·ε and s·δ, the T − 1 steps
-    have the rest, and the output bias is clipped on its own (module
+    round 0 releases the features' mean, the T − 1 steps have the rest (the
+    shares set the stages' relative noise, one scale spends the whole ε:
+    :mod:`strategies.dpsgd_plan`), and the output bias is clipped on its own (module
     docstring, "Calibration"); 0: no centring round, one joint clip to C.
-    ``recalibrate_share`` r: the last two rounds recalibrate the model with r·ε
-    and r·δ, as ``recalibration`` says (:mod:`strategies.dpsgd_recalibration`):
+    ``recalibrate_share`` r: the last two rounds recalibrate the model with the
+    share r, as ``recalibration`` says (:mod:`strategies.dpsgd_recalibration`):
     ``bias`` (logistic regression's default) releases the mean prediction and
     the class rates and shifts the output bias to match
     (:mod:`fedpriv.models.sgd_recalibration`); ``linear`` fits the Brier-optimal
@@ -308,53 +310,24 @@ class DPSGDStrategy:
             clip_norm=cfg.clip_norm, bias_bound=self.bias_bound, dims=self.spec.n_params
         )[1]
         self.row_bound = _row_bound(self._map)
-        steps = cfg.rounds - int(self._centring) - recal.ROUNDS * int(self._recal)
-        plan = {
-            "participation": self.participation,
-            "accounting": cfg.participation_accounting,
-            "rng": secret_rng,
-        }
-        # (ε, δ) are the ledger's; no ledger: the non-private reference.
-        self._centre_noise = None
-        if self._centring:
-            self._centre_noise = GaussianRounds.plan(
-                ledger,
-                share=cfg.centre_share,
-                l2_sensitivity=self.row_bound,
-                sampling_rate=1.0,
-                rounds=1,
-                sum_bound=sum_bound(self.row_bound, self.n_records, sampling_rate=1.0),
-                dims=self._map.n_features,
-                **plan,
-            )
-        self._noise = GaussianRounds.plan(
-            ledger,
-            share=1.0 - cfg.centre_share - cfg.recalibrate_share * self._recal,
-            l2_sensitivity=self.sensitivity,
-            sampling_rate=cfg.sampling_rate,
-            rounds=steps,
-            sum_bound=sum_bound(self.sensitivity, self.n_records, sampling_rate=cfg.sampling_rate),
-            dims=self.spec.n_params,
-            **plan,
+        shape = SGDShape(
+            spec=self.spec,
+            n_records=self.n_records,
+            participation=self.participation,
+            steps=cfg.rounds - int(self._centring) - recal.ROUNDS * int(self._recal),
+            sensitivity=self.sensitivity,
+            row_bound=self.row_bound,
+            n_features=n_features,
+            centring=self._centring,
+            recalibrating=self._recal,
         )
-        self.walk_ = 0.0
+        # (ε, δ) are the ledger's, for the whole plan at once; no ledger: the
+        # non-private reference (strategies.dpsgd_plan).
+        noise = plan_noise(cfg, shape, ledger, rng=secret_rng)
+        self._centre_noise, self._noise = noise.centre, noise.steps
+        self._recal_rounds, self.walk_ = noise.recalibration, noise.walk
         if self._noise is not None:
             self.noise_multiplier_ = self._noise.noise_multiplier
-            std = self._noise.noise_multiplier * self.sensitivity
-            self.walk_ = noise_walk(
-                steps=steps,
-                learning_rate=cfg.learning_rate,
-                noise_std=std,
-                batch=self.expected_batch,
-            )
-        self._recal_rounds = None
-        if self._recal:
-            mode = resolve(cfg.recalibration, self.walk_)
-            n = self.participation * self.n_records
-            self._recal_rounds = RecalibrationRounds(mode, self.spec, n)
-            self._recal_rounds.plan(
-                ledger, share=cfg.recalibrate_share, n_bound=self.n_records, **plan
-            )
 
     @property
     def rounds(self) -> int:
@@ -480,6 +453,8 @@ class DPSGDStrategy:
             self._map = InputMap(self._map.shift + mean / self._map.scale, self._map.scale)
         elif aggregate is not None and query.config.get("stage") in recal.STAGES:
             self._params = self._recal_rounds.update(t, aggregate, self._params)
+            if t == cfg.rounds - 1 and (notes := self.status_notes()):
+                log.warning("%s: %s", self.method, "; ".join(notes))
         elif aggregate is not None:  # an aborted step releases nothing and does not move θ
             total = aggregate
             if self._noise is not None:
@@ -494,6 +469,13 @@ class DPSGDStrategy:
         self._t += 1
 
     # -- result ---------------------------------------------------------------
+    def status_notes(self) -> list[str]:
+        """Why the released model falls short of its plan although its rounds released
+        (the run's status is then degraded): a degenerate ``linear`` recalibration,
+        read from released values only."""
+        note = None if self._recal_rounds is None else self._recal_rounds.note
+        return [] if note is None else [note]
+
     def model(self) -> Any:
         """The released model so far."""
         fitted = None if self._recal_rounds is None else self._recal_rounds.map

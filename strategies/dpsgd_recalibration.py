@@ -1,8 +1,8 @@
 """The recalibration rounds at the end of a DP-SGD run (the server's side).
 
 Two rounds, each releasing one Gaussian sum over every record under the
-final model, with ``recalibrate_share`` of the budget
-(:class:`~fedpriv.privacy.noise_stage.GaussianRounds`):
+final model, one stage of the run's joint plan whose noise is set by
+``recalibrate_share`` (:mod:`fedpriv.privacy.noise_plan`):
 
 * ``bias``: each round shifts the output bias to the released class rates
   (:mod:`fedpriv.models.sgd_recalibration`);
@@ -37,7 +37,7 @@ from fedpriv.models import recalibration as linear_recal
 from fedpriv.models import sgd_recalibration as recal
 from fedpriv.models.networks import NetworkSpec
 from fedpriv.options import Recalibration
-from fedpriv.privacy.ledger import PrivacyLedger
+from fedpriv.privacy.noise_plan import StagePlan
 from fedpriv.privacy.noise_stage import GaussianRounds
 from fedpriv.privacy.range_guard import sum_bound
 from strategies.recalibration import LinearRecalibrationRound
@@ -62,16 +62,20 @@ def resolve(mode: Recalibration, walk: float) -> Recalibration:
 class RecalibrationRounds:
     """The last :data:`~fedpriv.models.sgd_recalibration.ROUNDS` rounds of a run."""
 
-    def __init__(self, mode: Recalibration, spec: NetworkSpec, n_records: float) -> None:
+    def __init__(
+        self, mode: Recalibration, spec: NetworkSpec, n_records: float, *, n_bound: float = 0.0
+    ) -> None:
         self.mode = Recalibration.parse(mode)
         if self.mode is Recalibration.AUTO:
             raise ValueError("resolve 'auto' before the rounds are planned")
         self.spec = spec
         self.n_records = n_records  # ρ·n: public, the steps' denominator
+        # ``linear`` estimates the count behind its sums from the release itself and
+        # clips it to the public bound on all records (n ≥ ρ·n; a round may see more).
         self.noise: GaussianRounds | None = None
         # ``linear``: the shared release and fit of the affine map.
         self._map = (
-            LinearRecalibrationRound(n_classes=spec.n_classes, n_records=n_records)
+            LinearRecalibrationRound(n_classes=spec.n_classes, n_records=max(n_bound, n_records))
             if self.mode is Recalibration.LINEAR
             else None
         )
@@ -80,6 +84,11 @@ class RecalibrationRounds:
     def map(self) -> linear_recal.LinearRecalibration | None:
         """The fitted affine map (``linear``, once a round is in), else ``None``."""
         return None if self._map is None else self._map.map_
+
+    @property
+    def note(self) -> str | None:
+        """Why the fitted map says nothing (``linear``, a degenerate fit), else ``None``."""
+        return None if self._map is None else self._map.note
 
     @property
     def stage(self) -> str:
@@ -98,20 +107,22 @@ class RecalibrationRounds:
             return recal.reply_length(self.spec.n_outputs)
         return self._map.reply_length
 
-    def plan(self, ledger: PrivacyLedger | None, *, share: float, n_bound: int, **plan) -> None:
-        """Calibrate and reserve the rounds' noise (``None`` ledger: exact sums)."""
-        self.noise = GaussianRounds.plan(
-            ledger,
+    def stage_plan(self, *, share: float, n_bound: int) -> StagePlan:
+        """The rounds as one stage of the run's joint plan (:mod:`fedpriv.privacy.noise_plan`)."""
+        return StagePlan(
             share=share,
             l2_sensitivity=self.sensitivity,
             sampling_rate=1.0,
             rounds=recal.ROUNDS,
             sum_bound=sum_bound(self.sensitivity, n_bound, sampling_rate=1.0),
             dims=self.reply_length,
-            **plan,
         )
+
+    def use(self, noise: GaussianRounds | None) -> None:
+        """The rounds' planned noise (``None``: the non-private reference's exact sums)."""
+        self.noise = noise
         if self._map is not None:
-            self._map.noise = self.noise
+            self._map.noise = noise
 
     def update(self, t: int, aggregate: np.ndarray, params: np.ndarray) -> np.ndarray:
         """Release round ``t``'s sum; the parameters after it (``bias``: shifted)."""

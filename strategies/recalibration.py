@@ -30,13 +30,13 @@ from fedpriv.privacy.range_guard import sum_bound
 class LinearRecalibrationRound:
     """The release and fit of :mod:`fedpriv.models.recalibration` at the end of a run.
 
-    ``n_records``: the public record count N behind the sums (also the honest
-    sums' range bound); ``n_classes``: the public label set's size. One round
-    by default (:meth:`plan`); a learner that plans its own noise for several
-    rounds under one model (DP-SGD's ``linear`` recalibration) sets
-    :attr:`noise` instead, and the map is fitted on the mean of the releases,
-    whose noise std is σ/√k (k Gaussian releases of one statistic compose to
-    exactly one at z/√k).
+    ``n_records``: a public upper bound on the record count behind the sums (the
+    honest sums' range bound; the fit reads the count itself from the release);
+    ``n_classes``: the public label set's size. One round by default
+    (:meth:`plan`); a learner that plans its own noise for several rounds under
+    one model (DP-SGD's ``linear`` recalibration) sets :attr:`noise` instead, and
+    the map is fitted on the mean of the releases, whose noise std is σ/√k (k
+    Gaussian releases of one statistic compose to exactly one at z/√k).
     """
 
     sensitivity = maths.SENSITIVITY
@@ -97,12 +97,30 @@ class LinearRecalibrationRound:
         """Release the summed reply and fit the map on every release so far (``dof``:
         the model's effective degrees of freedom, :func:`fedpriv.models.recalibration.fit`;
         public)."""
-        total, std = np.asarray(aggregate, dtype=np.float64), 0.0
+        total, std = aggregate, 0.0
         if self.noise is not None:
-            total = self.noise.release(total, label=label)
+            # The aggregate itself: under distributed noise it is a DistributedSum, which
+            # np.asarray would strip to a plain (exact-looking) array that release refuses.
+            total = self.noise.release(aggregate, label=label)
             std = self.noise.noise_multiplier * self.sensitivity
-        self._totals.append(total)
+        self._totals.append(np.asarray(total, dtype=np.float64))
         k = len(self._totals)
         mean = np.mean(self._totals, axis=0)
         self.map_ = maths.fit(mean, self.n_records, std / math.sqrt(k), dof)
         return self.map_
+
+    @property
+    def note(self) -> str | None:
+        """Why the fitted map says nothing (a degenerate fit, from released values only),
+        for the run's status; ``None`` when the map is informative or not fitted yet."""
+        m = self.map_
+        if m is None or not m.degenerate:
+            return None
+        return (
+            f"the recalibration sums showed no positive association between the model's "
+            f"probabilities and the labels above their noise (or a class predicted far "
+            f"more often than it occurs): the map's slope is at its "
+            f"floor {maths.MIN_SLOPE:g}, so the predictions are nearly the released class "
+            f"rates {np.round(m.rates, 3).tolist()} (ranking kept); a larger recalibrate_share "
+            f"or ε, or more records, would let the release show the spread"
+        )

@@ -7,7 +7,9 @@ A run whose rounds mostly aborted still "finishes", with an untrained or
 barely trained model; its status says so:
 
 * **completed**: no round aborted;
-* **degraded**: some rounds aborted, at most ``max_aborted_share`` of them;
+* **degraded**: some rounds aborted, at most ``max_aborted_share`` of them, or
+  the strategy says why its released model falls short although every round
+  released (:func:`with_notes`: e.g. a recalibration whose release showed nothing);
 * **failed**: more than ``max_aborted_share`` of the rounds aborted, or the
   run raised.
 
@@ -187,6 +189,24 @@ def run_outcome(
         max_aborted_share=share,
         reason=reason,
     )
+
+
+def strategy_notes(strategy: Any) -> list[str]:
+    """What a finished strategy says about its released model (its ``status_notes()``,
+    from released values only; none if it has no such method)."""
+    notes = getattr(strategy, "status_notes", None)
+    return list(notes()) if callable(notes) else []
+
+
+def with_notes(outcome: RunOutcome, notes: list[str]) -> RunOutcome:
+    """``outcome`` with the strategy's ``notes`` (why its released model falls short of the
+    plan although the rounds released, e.g. a degenerate recalibration): a completed run
+    becomes degraded, and the notes join its reason. No notes: ``outcome`` itself."""
+    if not notes:
+        return outcome
+    status = RunStatus.DEGRADED if outcome.status is RunStatus.COMPLETED else outcome.status
+    reason = "; ".join([outcome.reason, *notes])
+    return RunOutcome(**{**asdict(outcome), "status": status, "reason": reason})
 
 
 def outcome_of(

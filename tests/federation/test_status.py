@@ -11,6 +11,8 @@ from fedpriv.federation.status import (
     read_status,
     run_outcome,
     run_status,
+    strategy_notes,
+    with_notes,
     write_status,
 )
 from server.launch import exit_code
@@ -76,6 +78,22 @@ def _run_dir(tmp_path, outcome: RunOutcome | None):
     if outcome is not None:
         write_status(out, outcome)
     return out
+
+
+def test_a_strategys_notes_degrade_a_completed_run_and_join_its_reason():
+    done = run_outcome(rounds_planned=10, rounds=10, aborted=0, max_aborted_share=0.25)
+    noted = with_notes(done, ["the map says nothing"])
+    assert noted.status is D and noted.rounds_released == 10
+    assert noted.line() == "run degraded: all 10 of 10 rounds released; the map says nothing"
+    assert with_notes(done, []) is done
+    failed = run_outcome(rounds_planned=10, rounds=10, aborted=9, max_aborted_share=0.25)
+    assert with_notes(failed, ["x"]).status is F  # never better than its counts
+
+    class Noted:
+        def status_notes(self):
+            return ["x"]
+
+    assert strategy_notes(Noted()) == ["x"] and strategy_notes(object()) == []
 
 
 def test_status_json_round_trips_atomically(tmp_path):

@@ -150,3 +150,77 @@ def test_the_covariance_penalty_takes_the_models_own_labels_out_of_the_slope():
     assert (a.slope - b.slope) * var == pytest.approx(float(rates @ (1 - rates)) * 50.0 / n)
     with pytest.raises(ValueError, match="dof ≥ 0"):
         R.fit(sums, n, dof=-1.0)
+
+
+def _overconfident(n, base, seed):
+    """A model that ranks well (AUC 0.79) but whose logits are spread 4 times too wide,
+    as DP-SGD's noisy MLP (mean prediction 0.27, sd 0.37), on labels at ``base``;
+    returns (p, codes)."""
+    rng = np.random.default_rng(seed)
+    prior = np.log(base / (1 - base))
+    logit = prior - 0.6 + 1.3 * rng.normal(size=n)
+    codes = (rng.random(n) < 1.0 / (1.0 + np.exp(-logit))).astype(int)
+    return 1.0 / (1.0 + np.exp(-(4.0 * (logit - prior) - 1.0))), codes
+
+
+def _bound_divided_fit(s, bound):
+    """The estimator before the count was read from the release: every moment divided
+    by the public bound, the rates renormalised on the simplex (the twin below)."""
+    rates = R._on_simplex(s[:2] / bound)
+    mean = R._on_simplex(s[2:4] / bound)
+    cov = s[4] / bound - float(rates @ mean)
+    var = max(s[5] / bound - float(mean @ mean), 0.0)
+    return float(np.clip(cov / var if var > 0 else 0.0, R.MIN_SLOPE, np.min(rates / mean)))
+
+
+def test_the_count_is_read_from_the_release_so_a_loose_bound_cannot_collapse_the_map():
+    # A DP-SGD MLP on 2,893 rows was fitted with N = 6,585, the upper bound of a released
+    # count: S_pe/N − ⟨ȳ, p̄⟩ < 0 for any model, so the slope sat at its floor and every
+    # prediction was the base rate. Each half of [Σe | Σp] sums to the count itself.
+    n, bound = 2893, 6585
+    P, codes = _overconfident(n, 0.113, 0)
+    sums = R.record_sums(P, codes)
+    assert R.released_count(sums) == (pytest.approx(n), 0.0)
+    exact = R.fit(sums, n)
+    loose = R.fit(sums, bound)
+    assert loose.slope == pytest.approx(exact.slope, rel=1e-12)
+    assert 0.15 < exact.slope < 0.5 and not exact.degenerate  # measured 0.252
+    # The twin: the bound as the count collapses the same release to a constant.
+    assert _bound_divided_fit(sums, bound) == R.MIN_SLOPE
+    assert _bound_divided_fit(sums, n) == pytest.approx(exact.slope, rel=1e-12)
+    # A count above the public bound (noise) is read as the bound.
+    inflated = sums.copy()
+    inflated[:4] *= 1.5
+    assert R.released_count(inflated)[0] == pytest.approx(1.5 * n)
+    assert R.fit(inflated, n).slope != R.fit(inflated, 2 * n).slope
+
+
+def test_with_noisy_sums_of_a_model_that_ranks_well_the_map_is_not_a_constant():
+    # At the noise of DP-SGD's default share (σ ≈ 40 per released sum, ε = 2) on 2,893
+    # rows: the slope is above its floor in nearly every draw, and the recalibrated
+    # model beats the base rate on fresh rows (Brier summed over both classes).
+    n, sigma = 2893, 40.0
+    P, codes = _overconfident(n, 0.113, 1)
+    fresh_P, fresh = _overconfident(20_000, 0.113, 2)
+    exact = R.record_sums(P, codes)
+    base = _brier(np.full(fresh.size, codes.mean()), fresh)
+    rng = np.random.default_rng(3)
+    fits = [R.fit(exact + rng.normal(0.0, sigma, exact.size), 2.3 * n, sigma) for _ in range(200)]
+    briers = np.array([_brier(m.apply(fresh_P), fresh) for m in fits])
+    assert np.mean([m.degenerate for m in fits]) < 0.02  # measured: none of 200
+    assert np.median([m.slope for m in fits]) > 0.15  # measured 0.245 (exact sums: 0.271)
+    # Measured: mean 0.1720 against the base rate's 0.1930 (the raw model's 0.3617),
+    # at or below the base rate in every draw.
+    assert np.mean(briers) < base - 0.01 and np.mean(briers <= base) > 0.95
+    assert _brier(fresh_P, fresh) > base + 0.1
+    # The twin: dividing by the bound, as before, floors every one of these fits.
+    noisy = [exact + rng.normal(0.0, sigma, exact.size) for _ in range(50)]
+    assert all(_bound_divided_fit(s, 2.3 * n) == R.MIN_SLOPE for s in noisy)
+
+
+def test_a_release_that_shows_nothing_is_flagged_degenerate():
+    n = 1000
+    flat = np.array([800.0, 200.0, 700.0, 300.0, 0.8 * 700 + 0.2 * 300 - 50.0, 600.0])
+    m = R.fit(flat, n)  # a negative covariance: the slope sits at its floor
+    assert m.slope == R.MIN_SLOPE and m.degenerate
+    assert not R.LinearRecalibration(0.01, m.rates, m.mean).degenerate

@@ -108,6 +108,27 @@ def test_dpsgd_app_releases_the_in_process_parameters(monkeypatch, tmp_path, mod
     assert sorted(rounds, key=int) == [str(r) for r in range(1, 7)]
 
 
+def test_a_recalibration_that_shows_nothing_degrades_the_flower_run(monkeypatch, tmp_path):
+    # 592 rows at ε 1: the linear map's sums show nothing above their noise, so its
+    # slope sits at its floor. The Flower run says so in status.json, as the in-process
+    # fit does (its twin at ε 4, informative and completed: tests/strategies).
+    settings = {"hidden": 4, "rounds": 12, "sampling_rate": 0.2, "recalibration": "linear"}
+    job = {"dataset": "heart", "num-clients": 4, "method": "mlp", "epsilon": 1.0, "seed": 5,
+           **{k.replace("_", "-"): v for k, v in settings.items()}}  # fmt: skip
+    out = run_app(monkeypatch, tmp_path, job)
+    ref = (
+        get_method("mlp")
+        .estimator_class(
+            **settings, epsilon=1.0, seed=5, secret_key=key_for(KEY), max_records=BOUND
+        )
+        .fit(load_heart())
+    )
+    saved = _json(out, "status")
+    assert saved["status"] == str(ref.run_status_) == "degraded"
+    assert saved["reason"] == ref.run_outcome_.reason
+    assert saved["rounds_aborted"] == 0 and "slope is at its floor" in saved["reason"]
+
+
 def test_lumberjack_app_releases_the_in_process_forest(monkeypatch, tmp_path):
     job = {
         "dataset": "heart",

@@ -83,24 +83,28 @@ def test_ledger_holds_one_subsampled_gaussian_per_step_within_budget():
 
 @pytest.mark.parametrize("config", [LogisticConfig, MLPConfig])
 def test_centring_round_and_steps_share_the_budget(config):
-    # Round 0: one Gaussian on every record with s·(ε, δ); then T − 1 steps with the rest.
+    # Round 0: one Gaussian on every record, then T − 1 steps; the shares s and 1 − s
+    # set their noise's ratio (each calibrated alone for its share of (ε, δ)), and one
+    # scale on both spends the whole ε (fedpriv.privacy.noise_plan).
     cfg = config(rounds=20, sampling_rate=0.1, centre_share=0.1, recalibrate_share=0.0)
     data = _data()
     strategy, ledger = _start(cfg, data, eps=1.0)
     client = DPSGDClient()
     while (q := strategy.next_query()) is not None:
         strategy.update(q, client.answer(q, data, np.arange(0, data.n, 3), {}))
-    z0 = calibrate_gaussian_noise_multiplier(
+    z0_alone = calibrate_gaussian_noise_multiplier(
         target_epsilon=0.1, target_delta=0.1 * DELTA, sampling_probability=1.0, steps=1
     ).noise_multiplier
-    z = calibrate_gaussian_noise_multiplier(
+    z_alone = calibrate_gaussian_noise_multiplier(
         target_epsilon=0.9, target_delta=0.9 * DELTA, sampling_probability=0.1, steps=19
     ).noise_multiplier
-    assert strategy.noise_multiplier_ == z
+    z0, z = strategy._centre_noise.noise_multiplier, strategy.noise_multiplier_
+    assert z0 / z == pytest.approx(z0_alone / z_alone, rel=1e-12)
+    assert z < z_alone  # composed by the PLD, the two stages cost less than 0.1 + 0.9
     step = dp_event.PoissonSampledDpEvent(0.1, dp_event.GaussianDpEvent(z))
     assert [e.event for e in ledger.entries] == [dp_event.GaussianDpEvent(z0)] + [step] * 19
     report = ledger.report()
-    assert report.epsilon <= 1.0 and not report.reserved
+    assert 0.99 <= report.epsilon <= 1.0 and not report.reserved
     # Logistic regression clips its bias on its own (B = 1): sensitivity √(C² + 1).
     bound = np.hypot(cfg.clip_norm, 1.0) if config is LogisticConfig else cfg.clip_norm
     assert strategy.sensitivity == pytest.approx(bound)
@@ -224,3 +228,22 @@ def test_audit_one_step_does_not_leak_more_than_claimed(broken):
         assert res.epsilon_lower_bound > 2.0
     else:
         assert 0.5 < res.epsilon_lower_bound <= 2.0
+
+
+@pytest.mark.parametrize("config", [LogisticConfig, MLPConfig])
+def test_the_three_stage_plan_spends_the_whole_budget(config):
+    # Centring, 57 steps and two recalibration rounds: calibrated each alone for its
+    # share, they composed to 0.42–0.45 of ε = 0.5; jointly the plan spends ε.
+    cfg = config(rounds=60, sampling_rate=0.1)
+    strategy, ledger = _start(cfg, _data(), eps=0.5)
+    stages = strategy.node_stages()
+    assert [s.rounds for s in stages] == [1, 57, 2]
+    assert 0.99 * 0.5 <= ledger.planned_epsilon() <= 0.5
+    # Every stage's noise scaled by one factor below 1 from its separate calibration.
+    alone = calibrate_gaussian_noise_multiplier(
+        target_epsilon=0.5 * (1 - cfg.centre_share - cfg.recalibrate_share),
+        target_delta=DELTA * (1 - cfg.centre_share - cfg.recalibrate_share),
+        sampling_probability=0.1,
+        steps=57,
+    ).noise_multiplier
+    assert 0.8 * alone < strategy.noise_multiplier_ < alone
