@@ -106,12 +106,59 @@ def releases(params: dict[str, Any]) -> tuple[int, float]:
     return int(params["rounds"]) + int(params.get("quantile_bins", True)), 1.0
 
 
-def plan_event(
-    params: dict[str, Any], epsilon: float, delta: float, val_noise: float
+def _sgd_train_event(
+    learner: str, params: dict[str, Any], epsilon: float, delta: float
 ) -> dp_event.DpEvent:
-    """A whole base run's event: T (subsampled) Gaussians at (ε_b, δ) and the validation release.
+    """A DP-SGD base run's stages (centring, steps, recalibration), calibrated jointly to
+    (ε_b, δ) exactly as the learner plans them (:mod:`strategies.dpsgd_plan`)."""
+    import dataclasses
 
-    The learners calibrate z with
+    from fedpriv.models import sgd_recalibration as recal
+    from fedpriv.privacy.noise_plan import StagePlan, joint_multipliers
+    from fedpriv.privacy.participation import plan_event as rounds_event
+    from strategies.dpsgd import LogisticConfig, MLPConfig
+
+    kind = MLPConfig if learner == "mlp" else LogisticConfig
+    names = {f.name for f in dataclasses.fields(kind)}
+    cfg = kind(**{k: v for k, v in params.items() if k in names})
+    cs, rs = cfg.centre_share, cfg.recalibrate_share
+    steps = cfg.rounds - int(cs > 0) - recal.ROUNDS * int(rs > 0)
+    stages = [StagePlan(share=1.0 - cs - rs, l2_sensitivity=1.0, sampling_rate=cfg.sampling_rate,
+                        rounds=steps)]  # fmt: skip
+    if cs > 0:
+        stages.insert(0, StagePlan(share=cs, l2_sensitivity=1.0, sampling_rate=1.0, rounds=1))
+    if rs > 0:
+        stages.append(
+            StagePlan(share=rs, l2_sensitivity=1.0, sampling_rate=1.0, rounds=recal.ROUNDS)
+        )
+    zs = joint_multipliers(stages, epsilon=epsilon, delta=delta, participation=1.0,
+                           accounting=cfg.participation_accounting)  # fmt: skip
+    return dp_event.ComposedDpEvent(
+        [
+            rounds_event(
+                z,
+                sampling_probability=st.sampling_rate,
+                participation=1.0,
+                steps=st.rounds,
+                accounting=cfg.participation_accounting,
+            )
+            for z, st in zip(zs, stages, strict=True)
+        ]
+    )
+
+
+def plan_event(
+    params: dict[str, Any],
+    epsilon: float,
+    delta: float,
+    val_noise: float,
+    learner: str | None = None,
+) -> dp_event.DpEvent:
+    """A whole base run's event: its releases at (ε_b, δ) and the validation release.
+
+    DP-SGD (``learner`` ``logistic``/``mlp``): its stages, jointly calibrated as the
+    learner does (:func:`_sgd_train_event`). Else T (subsampled) Gaussians: the
+    learners calibrate z with
     :func:`~fedpriv.privacy.participation.calibrate_participation_noise_multiplier`
     (full participation here); the same call, cached, gives the same z.
     """
@@ -122,6 +169,9 @@ def plan_event(
         plan_event as rounds_event,
     )
 
+    if learner in ("logistic", "mlp"):
+        train = _sgd_train_event(learner, params, epsilon, delta)
+        return dp_event.ComposedDpEvent((train, dp_event.GaussianDpEvent(val_noise)))
     steps, q = releases(params)
     z = calibrate_participation_noise_multiplier(
         target_epsilon=epsilon,
@@ -136,18 +186,25 @@ def plan_event(
 
 @functools.cache
 def calibrate(
-    configs: tuple, epsilon: float, delta: float, dist: RunsDistribution, val_noise: float
+    configs: tuple,
+    epsilon: float,
+    delta: float,
+    dist: RunsDistribution,
+    val_noise: float,
+    learner: str | None = None,
 ):
     """Per-run budget of one (ε, learner) grid (the dataset does not enter the plan)."""
     from fedpriv.privacy.tuning_calibration import calibrate_base_epsilon
 
-    plans = list(dict.fromkeys(releases(p) for p in map(dict, configs)))
+    if learner in ("logistic", "mlp"):  # the stages depend on more than (T, q)
+        plans = [dict(c) for c in dict.fromkeys(configs)]
+    else:
+        plans = [{"rounds": t, "sampling_rate": q}
+                 for t, q in dict.fromkeys(releases(p) for p in map(dict, configs))]  # fmt: skip
     return calibrate_base_epsilon(
         target_epsilon=epsilon,
         target_delta=delta,
-        candidates=lambda eb: [
-            plan_event({"rounds": t, "sampling_rate": q}, eb, delta, val_noise) for t, q in plans
-        ],
+        candidates=lambda eb: [plan_event(p, eb, delta, val_noise, learner) for p in plans],
         distribution=dist,
     )
 
@@ -163,7 +220,7 @@ def run_base(cell: RunCell) -> dict[str, Any]:
 
     key = secret_key_for("private_run", cell.key)
     clf, ds, seconds = learners.fitted(cell, "train", key.derive("fit"))
-    planned = plan_event(cell.param_dict, cell.epsilon, cell.delta, cell.val_noise)
+    planned = plan_event(cell.param_dict, cell.epsilon, cell.delta, cell.val_noise, cell.learner)
     spent = accounting.rdp_curve(dp_event.ComposedDpEvent([e.event for e in clf.ledger_.entries]))
     val_release = accounting.rdp_curve(dp_event.GaussianDpEvent(cell.val_noise))
     if np.any(spent + val_release > accounting.rdp_curve(planned) * (1 + 1e-9) + 1e-12):
@@ -216,7 +273,7 @@ def run_private(
         grid = cfg.grid(m).configs()
         configs = tuple(tuple(sorted(c.items())) for c in grid)
         for e in epsilons:
-            cal = calibrate(configs, float(e), cfg.delta, dist, pt.val_noise)
+            cal = calibrate(configs, float(e), cfg.delta, dist, pt.val_noise, m)
             for d in datasets:
                 for s in range(seeds):
                     ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=e, delta=cfg.delta))
