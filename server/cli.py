@@ -98,10 +98,15 @@ def cli(ctx: click.Context, verbose: bool) -> None:
     "reproduction; a distributed-noise run is then not certified).",
 )  # fmt: skip
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Results directory.")
+@click.option(
+    "--timeout", type=click.FloatRange(min=1), default=None,
+    help="With --flower: the run's time limit in s [default: 3600]; each launcher step may "
+    "take max(120, TIMEOUT/30) s + 15 s per node.",
+)  # fmt: skip
 @click.option("--verbose", "-v", "run_verbose", is_flag=True, help="Show Flower's output.")
 @click.pass_context
 def run(ctx: click.Context, method, dataset, csv, schema, client_column, sets, flower,
-        share_secret_key, out, run_verbose) -> int:  # fmt: skip
+        share_secret_key, out, timeout, run_verbose) -> int:  # fmt: skip
     """Train one method: in process (default) or as a Flower simulation (--flower).
 
     Prints the test AUC, ε spent (PLD and RDP) and the run's status; --out DIR
@@ -118,12 +123,15 @@ def run(ctx: click.Context, method, dataset, csv, schema, client_column, sets, f
     sets = tuple(s for s in sets if not s.replace(" ", "").startswith("method="))
     if share_secret_key and not flower:
         raise click.UsageError("--share-secret-key applies to Flower runs only (add --flower)")
+    if timeout is not None and not flower:
+        raise click.UsageError("--timeout applies to Flower runs only (add --flower)")
     if csv is not None and (dataset is not None or "dataset" in overrides):
         raise click.UsageError("--csv and --dataset name two different data sources: give one")
     if flower:
         from server import simulate
 
         argv = ["--set", f"method={method}"] + (["--share-secret-key"] if share_secret_key else [])
+        argv += [] if timeout is None else ["--timeout", str(timeout)]
         if dataset:
             argv += ["--set", f"dataset={dataset}"]
         if csv is not None:  # simulated hospitals: run-config csv, split as in process
