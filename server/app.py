@@ -4,7 +4,9 @@ Reads the run config (``[tool.flwr.app.config]``) and uses public facts only:
 the schema (feature width, label set), the declared bound on records per
 client (``max-records``; :func:`fedpriv.data.node.record_bound`) and, for
 metrics, a public evaluation file (``eval-path``, or a bundled corpus's
-published test split). It never opens a node's rows. It then
+published test split; simulating hospitals from one CSV, run-config ``csv``, that
+file's test split, as the in-process fit scores it). It never opens a node's rows
+(a node's ``data-path`` file). It then
 runs the strategy as a Flower strategy (:class:`server.flower_strategy.FlowerStrategy`,
 ``strategy.start(grid=...)``), and writes
 the resolved config, the privacy report, the metrics, the communication
@@ -34,7 +36,14 @@ from flwr.serverapp import Grid, ServerApp
 from fedpriv import logs
 from fedpriv.artefact import write_artefact
 from fedpriv.atomic import write_json_atomic
-from fedpriv.data.node import DataSource, public_test_split, read_file, record_bound, run_schema
+from fedpriv.data.node import (
+    DataSource,
+    csv_test_split,
+    public_test_split,
+    read_file,
+    record_bound,
+    run_schema,
+)
 from fedpriv.evaluation import binary_metrics, multiclass_metrics
 from fedpriv.federation.protocol import Strategy
 from fedpriv.federation.settings import RunSettings, SettingError
@@ -273,8 +282,10 @@ def _finite(x: float) -> float | str:
 
 
 def evaluation_data(s: RunSettings) -> tuple[np.ndarray, np.ndarray, str] | None:
-    """The public rows the server may score on: ``eval-path``, else a bundled corpus's
-    published test split, else ``None`` (no public evaluation data)."""
+    """The rows the server may score on: ``eval-path``, else a bundled corpus's
+    published test split, else the test split of the one CSV a simulation cuts its
+    hospitals from (``csv``: the curator's file, scored as in process), else ``None``
+    (no evaluation data: the nodes' own files stay theirs)."""
     if s.eval_path:
         X, y = read_file(s.eval_path, run_schema(s.schema, s.dataset))
         return X, y, s.eval_path
@@ -282,6 +293,9 @@ def evaluation_data(s: RunSettings) -> tuple[np.ndarray, np.ndarray, str] | None
     if source.bundled:
         X, y = public_test_split(source)
         return X, y, f"{s.dataset} public test split (split-seed {s.split_seed})"
+    if source.csv:
+        X, y = csv_test_split(source)
+        return X, y, f"{s.csv} test split (split-seed {s.split_seed}), as in process"
     return None
 
 

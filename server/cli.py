@@ -127,10 +127,15 @@ def cli(ctx: click.Context, verbose: bool) -> None:
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Results directory (new, or without an earlier run's files).")  # fmt: skip
 @click.option("--force", is_flag=True, help="Let --out replace an earlier run's files there.")
+@click.option(
+    "--timeout", type=click.FloatRange(min=1), default=None,
+    help="With --flower: the run's time limit in s [default: 3600]; each launcher step may "
+    "take max(120, TIMEOUT/30) s + 15 s per node.",
+)  # fmt: skip
 @click.option("--verbose", "-v", "run_verbose", is_flag=True, help="Show Flower's output.")
 @click.pass_context
 def run(ctx: click.Context, method, dataset, csv, schema, client_column, train, test, sets,
-        flower, share_secret_key, out, force, run_verbose) -> int:  # fmt: skip
+        flower, share_secret_key, out, force, timeout, run_verbose) -> int:  # fmt: skip
     """Train one method: in process (default) or as a Flower simulation (--flower).
 
     --train FILE --test FILE: fit on the whole train file, score the test file.
@@ -151,6 +156,8 @@ def run(ctx: click.Context, method, dataset, csv, schema, client_column, train, 
         raise click.UsageError("--share-secret-key applies to Flower runs only (add --flower)")
     if force and flower:
         raise click.UsageError("--force applies in process only (a Flower run has its own folder)")
+    if timeout is not None and not flower:
+        raise click.UsageError("--timeout applies to Flower runs only (add --flower)")
     if csv is not None and (dataset is not None or "dataset" in overrides):
         raise click.UsageError("--csv and --dataset name two different data sources: give one")
     if train is not None and (csv is not None or dataset is not None or "dataset" in overrides):
@@ -163,6 +170,7 @@ def run(ctx: click.Context, method, dataset, csv, schema, client_column, train, 
         from server import simulate
 
         argv = ["--set", f"method={method}"] + (["--share-secret-key"] if share_secret_key else [])
+        argv += [] if timeout is None else ["--timeout", str(timeout)]
         if dataset:
             argv += ["--set", f"dataset={dataset}"]
         if csv is not None:  # simulated hospitals: run-config csv, split as in process

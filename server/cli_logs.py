@@ -3,7 +3,9 @@
 ``fedpriv run --flower`` and ``fedpriv deploy`` call a launcher's ``main(argv)``
 (:mod:`server.simulate`, :mod:`server.deploy`) under :func:`quiet_flower`: every
 line the launcher follows goes to ``flower.log`` in the run's directory, and
-only fedpriv's own lines (and errors) reach the terminal; ``--verbose`` shows all.
+only fedpriv's own lines (and errors) reach the terminal, its round lines about every
+tenth round (:func:`server.progress.milestone`: each with ε spent so far; every round
+stays in the log); ``--verbose`` shows all.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fedpriv import logs
+from server.progress import shown_without_terminal
 
 log = logs.get_logger(__name__)
 
@@ -23,16 +26,25 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def _fedprivs_line(line: str) -> bool:
-    """Whether a followed line is fedpriv's (or an error) rather than Flower's INFO flood."""
+    """Whether a followed line is fedpriv's (or an error) rather than Flower's INFO flood,
+    and not a round line between two progress milestones."""
     s = _ANSI.sub("", line).lstrip()
-    return s.startswith(("[fedpriv", "[simulate", "[deploy", "AUC ", "ERROR", "Traceback"))
+    mine = s.startswith(("[fedpriv", "[simulate", "[deploy", "AUC ", "ERROR", "Traceback"))
+    return mine and shown_without_terminal(s)
 
 
 class _LogFilter(io.TextIOBase):
-    """A stdout that writes every line to a log file and shows fedpriv's lines only."""
+    """A stdout that writes every line to a log file and shows fedpriv's lines only.
 
-    def __init__(self, logfile: Any, shown: Any) -> None:
-        self._log, self._shown, self._buf = logfile, shown, ""
+    The file is opened (its folder made) at the first line, and the line saying
+    where Flower's output goes is logged at the first line kept from view: a
+    launcher that refuses its settings prints its one line and nothing else.
+    """
+
+    def __init__(self, path: Path, shown: Any) -> None:
+        self.path, self._shown, self._buf = path, shown, ""
+        self._log: Any = None
+        self._told = False
 
     def writable(self) -> bool:
         return True
@@ -41,31 +53,42 @@ class _LogFilter(io.TextIOBase):
         self._buf += s
         *lines, self._buf = self._buf.split("\n")
         for line in lines:
+            if self._log is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._log = open(self.path, "a", encoding="utf-8")  # closed by close()
             self._log.write(line + "\n")
             if _fedprivs_line(line):
                 self._shown.write(line + "\n")
-        self._log.flush()
+            elif not self._told:
+                self._told = True
+                log.info("Flower's output goes to %s (--verbose shows it)", self.path)
+        if self._log is not None:
+            self._log.flush()
         return len(s)
 
     def flush(self) -> None:
         if self._buf:
             self.write("\n")
-        self._log.flush()
+        if self._log is not None:
+            self._log.flush()
         self._shown.flush()
+
+    def close(self) -> None:
+        super().close()  # flushes first
+        if self._log is not None:
+            self._log.close()
 
 
 def quiet_flower(entry: Any, argv: list[str], logdir: Path, *, verbose: bool) -> int:
     """Call a launcher's ``main(argv)`` with its followed output in ``logdir/flower.log``."""
     if verbose:
         return int(entry(argv) or 0)
-    logdir.mkdir(parents=True, exist_ok=True)
-    path = logdir / "flower.log"
-    with open(path, "a", encoding="utf-8") as fh:
-        filt = _LogFilter(fh, sys.stdout)
-        log.info("Flower's output goes to %s (--verbose shows it)", path)
+    filt = _LogFilter(logdir / "flower.log", sys.stdout)
+    try:
         with contextlib.redirect_stdout(filt):
             try:
-                code = int(entry(argv) or 0)
+                return int(entry(argv) or 0)
             finally:
                 filt.flush()
-    return code
+    finally:
+        filt.close()

@@ -17,7 +17,8 @@ file and an earlier run's files as they were. Errors are not caught here:
 
 On a terminal a progress bar follows the rounds (:class:`server.progress.RoundProgress`,
 as the Flower launchers' bar does): about every tenth round, and at the end, it
-shows an upper bound on ε spent so far.
+shows an upper bound on ε spent so far. Without one (CI, a pipe) the same rounds
+print a plain line each, ``[fedpriv] round r/T, ε spent ≤ x``.
 """
 
 from __future__ import annotations
@@ -168,8 +169,8 @@ class _Rounds:
     are done. About every tenth round (as the ServerApp's round lines,
     :meth:`server.grid_runtime.GridRuntime.log_round`) the line carries
     ``PrivacyLedger.epsilon_upper_bound()`` of the fit's ledger: one coarse
-    PLD, built only when the bar is drawn. :meth:`finish` shows the fit's
-    accounted ε.
+    PLD each (shown by the bar, or as a plain line without a terminal).
+    :meth:`finish` shows the fit's accounted ε.
     """
 
     def __init__(self, progress: Any, total: int) -> None:
@@ -189,9 +190,8 @@ class _Rounds:
         if r <= self.seen:
             return
         self.seen = r
-        drawn = self.ledger is not None and getattr(self._progress, "bar", False)
         eps = None
-        if drawn and r > 0 and r % self._every == 0:
+        if self.ledger is not None and r > 0 and r % self._every == 0:
             eps = float(self.ledger.epsilon_upper_bound())
         self._line(r, eps)
 
@@ -329,7 +329,7 @@ def run_in_process(
     resolved = settings.to_run_config()
     m = get_method(settings.method)
     est = build_estimator(settings, k)
-    bar = RoundProgress(write=lambda _line: None)
+    bar = RoundProgress(thin=True)  # no terminal: a plain line about every tenth round
     rounds = _Rounds(bar, settings.rounds)
     # The clients' queries tick the bar; the fit's own ledger (Estimator._fit_ledger,
     # fresh per fit) gives its ε bound: the report's scope and figures are unchanged.

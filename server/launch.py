@@ -1,12 +1,17 @@
 """Process and CLI plumbing shared by the simulation and deployment launchers.
 
 Flower 1.42's CLI talks to a SuperLink through a *connection* written to
-``$FLWR_HOME/config.toml`` (never ``pyproject.toml``). Helpers here start
-processes in their own sessions and remember their trees so they can be
-stopped by PID, wait for health endpoints instead of sleeping, submit a run,
+``$FLWR_HOME/config.toml`` (never ``pyproject.toml``). Helpers here (with
+:mod:`server.processes`, which starts and stops process trees by PID, and
+:mod:`server.preflight`, the checks before anything starts) wait for health
+endpoints instead of sleeping, submit a run,
 follow its log and read its real status with ``flwr ls`` (``flwr run
 --stream`` exits 0 even when a run failed), and the run's own status
 (``status.json``: a run whose rounds released nothing still "finishes").
+
+Every wait of a launcher (a process coming up, a ``flwr`` CLI call, the run's
+final status) is :func:`step_timeout` of its ``--timeout`` and K: none is a
+fixed number of seconds a loaded machine or a large federation may outlast.
 """
 
 from __future__ import annotations
@@ -14,8 +19,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -31,129 +34,48 @@ from fedpriv.data.node import DataSource, declared_max_records
 from fedpriv.federation.limits import parse_overrides
 from fedpriv.federation.settings import RunSettings, SettingError
 from fedpriv.federation.status import RunStatus, read_status
+from server.preflight import check_plan, check_run_files, corpus_clients, file_clients
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 log = logs.get_logger(__name__)
 
 
-def _descendants(pid: int) -> list[int]:
-    out, stack = [], [pid]
-    while stack:
-        p = stack.pop()
-        try:
-            for task in os.listdir(f"/proc/{p}/task"):
-                kids = Path(f"/proc/{p}/task/{task}/children").read_text().split()
-                for k in map(int, kids):
-                    if k not in out:
-                        out.append(k)
-                        stack.append(k)
-        except OSError:
-            pass
-    return out
+#: :func:`step_timeout`'s terms: at least this long (s), or this share of ``--timeout``,
+#: plus this long per node (each node adds processes, CLI calls and load).
+STEP_BASE, STEP_SHARE, STEP_PER_NODE = 120.0, 1 / 30, 15.0
 
 
-def _start_time(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
+def step_timeout(timeout: float, num_clients: int) -> float:
+    """How long a launcher waits for one step (s): ``max(120, timeout / 30) + 15 K``,
+    at most ``timeout``.
 
-
-class ProcessTracker:
-    """Remembers (pid, start time) of a process tree so it can be stopped by PID later."""
-
-    def __init__(self, root: int) -> None:
-        self.root, self.known = root, {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-
-    def snapshot(self) -> None:
-        for p in [self.root, *_descendants(self.root)]:
-            st = _start_time(p)
-            if st is not None:
-                self.known.setdefault(p, st)
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self.snapshot()
-            self._stop.wait(0.5)
-
-    def alive(self) -> list[int]:
-        out = []
-        for p, st in self.known.items():
-            try:
-                fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[19] == st and fields[0] != "Z":
-                out.append(p)
-        return out
-
-    def stop_all(self, proc: subprocess.Popen) -> list[int]:
-        """Stop ``proc`` and its tree; returns PIDs still alive (none)."""
-        return stop_trees([(self, proc)])
-
-
-def stop_trees(
-    trees: list[tuple[ProcessTracker, subprocess.Popen]],
-    *,
-    grace: float = 15.0,
-    follow: float = 10.0,
-) -> list[int]:
-    """Stop several process trees at once, by PID; returns PIDs still alive (none).
-
-    Every root gets SIGTERM together and all share one ``grace`` deadline (then
-    SIGKILL); then their descendants still alive (SuperExecs, ClientApps) get
-    SIGTERM and share one ``follow`` deadline, then SIGKILL. Stopping the
-    trees together costs the slowest one's shutdown, not the sum.
+    A step is the SuperLink answering ``/health``, registering K node keys (K
+    ``flwr supernode register`` at once), K SuperNodes online, one ``flwr`` CLI
+    call (``ls``, ``stop``, ``supernode ls``), the submission, or the run's final
+    status once its log ended. A larger ``--timeout`` (a loaded machine) lengthens
+    them all; each node adds 15 s (K = 8 under a 1800 s limit: 240 s).
     """
-    for tracker, _ in trees:
-        tracker.snapshot()
-        tracker._stop.set()
-    for tracker, _ in trees:
-        tracker._thread.join(timeout=2)
-        tracker.snapshot()  # children started meanwhile
-    for _, proc in trees:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    for _, proc in trees:
-        try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-
-    def alive() -> list[int]:
-        return [p for tracker, _ in trees for p in tracker.alive()]
-
-    # The roots are gone; their SuperExecs would notice within seconds (after
-    # retrying their parent's API): ask them by PID now, with the same signal.
-    for p in alive():
-        try:
-            os.kill(p, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + follow
-    while alive() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    for p in alive():  # Ray agents can outlive a stopped run
-        try:
-            os.kill(p, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + 2.0  # SIGKILL is asynchronous: wait until they are gone
-    while (left := alive()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return left
+    return min(float(timeout), max(STEP_BASE, timeout * STEP_SHARE) + STEP_PER_NODE * num_clients)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class StepTimeout(RuntimeError):
+    """A launcher step outlived :func:`step_timeout` (a process not up, a CLI call)."""
+
+
+def step_error(exc: BaseException, timeout: float) -> str:
+    """A launcher's one line for the step that failed: a step that timed out says
+    so, how long it had, and that ``--timeout`` lengthens every step."""
+    if isinstance(exc, subprocess.TimeoutExpired):
+        cmd = [Path(str(exc.cmd[0])).name, *map(str, exc.cmd[1:3])]
+        exc = StepTimeout(f"`{' '.join(cmd)}` did not finish within {exc.timeout:.0f} s")
+    if isinstance(exc, StepTimeout):
+        return (
+            f"{exc} (each launcher step may take max({STEP_BASE:.0f} s, timeout/30) + "
+            f"{STEP_PER_NODE:.0f} s per node, here with --timeout {timeout:g}): on a loaded "
+            "machine, or for many nodes, raise --timeout"
+        )
+    return str(exc)
 
 
 def wait_healthy(
@@ -174,7 +96,7 @@ def wait_healthy(
                     return
         except OSError:
             time.sleep(0.2)
-    raise RuntimeError(f"flower-superlink not healthy after {timeout:.0f} s")
+    raise StepTimeout(f"flower-superlink not healthy after {timeout:.0f} s")
 
 
 def default_config() -> dict:
@@ -195,13 +117,14 @@ def flwr(args: list[str], env: dict, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN / "flwr"), *args], env=env, text=True, **kw)
 
 
-def run_status(run_id: str, connection: str, env: dict) -> tuple[str, str]:
-    """(status, details) of a run, e.g. ``("finished:completed", "")``, from ``flwr ls``."""
+def run_status(run_id: str, connection: str, env: dict, *, wait: float) -> tuple[str, str]:
+    """(status, details) of a run, e.g. ``("finished:completed", "")``, from ``flwr ls``
+    (given ``wait`` s, :func:`step_timeout`)."""
     cp = flwr(
         ["ls", connection, "--run-id", run_id, "--format", "json"],
         env,
         capture_output=True,
-        timeout=60,
+        timeout=wait,
     )
     data = json.loads(cp.stdout)
     if not data.get("success"):
@@ -259,14 +182,17 @@ def write_connection(home: Path, name: str, address: str, *, ca_cert: Path | Non
     )
 
 
-def submit(connection: str, env: dict, run_config: dict, *, extra: list[str] = ()) -> str:
-    """``flwr run . <connection>``; returns the run id or raises with Flower's output."""
+def submit(
+    connection: str, env: dict, run_config: dict, *, wait: float, extra: list[str] = ()
+) -> str:
+    """``flwr run . <connection>`` (given ``wait`` s); returns the run id or raises with
+    Flower's output."""
     rc = " ".join(f"{k}={_toml_value(v)}" for k, v in run_config.items())
     cp = flwr(
         ["run", str(ROOT), connection, "--format", "json", *extra, "--run-config", rc],
         env,
         capture_output=True,
-        timeout=300,
+        timeout=wait,
     )
     try:
         submitted = json.loads(cp.stdout)
@@ -283,6 +209,7 @@ def follow(
     env: dict,
     *,
     timeout: float,
+    wait: float,
     on_line: Callable[[str], None],
     healthy: Callable[[], bool] = lambda: True,
 ) -> tuple[str, str]:
@@ -290,7 +217,8 @@ def follow(
 
     The run is stopped if it outlives ``timeout``; if ``healthy()`` turns false
     (e.g. the SuperLink died) following stops within about a second and
-    ``("lost", ...)`` is returned.
+    ``("lost", ...)`` is returned. ``wait``: each CLI call's, and the final
+    status's, time (:func:`step_timeout`).
     """
     stop = threading.Event()
 
@@ -301,7 +229,7 @@ def follow(
                 streamer.kill()
                 return
             if time.monotonic() > deadline:
-                flwr(["stop", run_id, connection], env, capture_output=True, timeout=60)
+                flwr(["stop", run_id, connection], env, capture_output=True, timeout=wait)
                 return
 
     streamer = subprocess.Popen(
@@ -316,21 +244,25 @@ def follow(
     try:
         for line in streamer.stdout:
             on_line(line)
-        streamer.wait(timeout=30)
+        streamer.wait(timeout=wait)
     finally:
         stop.set()
         if streamer.poll() is None:
             streamer.kill()
     if not healthy():
         return "lost", "the SuperLink stopped"
-    status, details = run_status(run_id, connection, env)
-    deadline = time.monotonic() + 60
+    status, details = run_status(run_id, connection, env, wait=wait)
+    deadline = time.monotonic() + wait
     while not status.startswith("finished") and time.monotonic() < deadline:
         time.sleep(1)
         if not healthy():
             return "lost", "the SuperLink stopped"
-        status, details = run_status(run_id, connection, env)
+        status, details = run_status(run_id, connection, env, wait=wait)
     return status, details
+
+
+#: The run-config keys that name a run's rows (enough to count a csv's clients).
+_SOURCE_KEYS = ("method", "dataset", "schema", "csv", "split-seed", "max-records")
 
 
 def resolve_run(defaults: dict, overrides: dict) -> tuple[RunSettings, dict]:
@@ -350,7 +282,18 @@ def resolve_run(defaults: dict, overrides: dict) -> tuple[RunSettings, dict]:
         raise SettingError(str(exc)) from None
     run_keys = set(RunSettings.run_keys())
     own = {k: v for k, v in defaults.items() if k.replace("-", "_") in run_keys | mine}
-    settings = RunSettings.from_run_config({**default_config(), **own, **overrides})
+    merged = {**default_config(), **own, **overrides}
+    if merged.get("csv") not in (None, ""):
+        # One node per client of the file, whatever a default says: K before the rest
+        # of the settings (some, e.g. tolerated-dropouts, are checked against it).
+        source = {k: merged.get(k, "") for k in _SOURCE_KEYS}
+        k = file_clients(RunSettings.from_run_config(source), given=overrides.get("num-clients"))
+        merged = merged if k is None else {**merged, "num-clients": k}
+    elif "num-clients" not in overrides and "num-clients" not in own:
+        # A bundled corpus: the default K moved into its own range (4 for Heart), as in process.
+        merged = {**merged, "num-clients": corpus_clients(merged)}
+    settings = RunSettings.from_run_config(merged)
+    check_run_files(settings)  # every file it names, now
     check_plan(settings)
     source = DataSource.of(settings)
     if settings.max_records is None and source.bundled:
@@ -358,42 +301,6 @@ def resolve_run(defaults: dict, overrides: dict) -> tuple[RunSettings, dict]:
         bound = declared_max_records(settings.dataset, settings.num_clients, settings.split_seed)
         settings = dataclasses.replace(settings, max_records=bound)
     return settings, settings.to_run_config()
-
-
-#: The calibration's names of a run's keys, for its errors in run-config terms.
-_CALIBRATION_KEYS = {
-    "target_epsilon": "epsilon",
-    "target_delta": "delta",
-    "sampling_probability": "sampling-rate",
-}
-
-
-def check_plan(settings: RunSettings) -> None:
-    """Calibrate a Gaussian-rounds method's noise now, so that a plan no noise can
-    certify (ε too large for the PLD's bounded size, q or δ too small) is refused
-    before any process starts, not after the federation came up. Calibrations are
-    cached: the ServerApp's own is then free. Other methods calibrate at start."""
-    if not settings.private or settings.method_record.family != "gaussian-rounds":
-        return
-    from fedpriv.privacy.participation import calibrate_participation_noise_multiplier
-
-    cfg = settings.config
-    # A plugin's config may leave the accounting mode out: the calibration's default.
-    mode = getattr(cfg, "participation_accounting", None)
-    try:
-        calibrate_participation_noise_multiplier(
-            target_epsilon=settings.epsilon,
-            target_delta=settings.delta,
-            sampling_probability=cfg.sampling_rate,
-            participation=settings.participation,
-            steps=cfg.rounds,
-            **({} if mode is None else {"accounting": mode}),
-        )
-    except ValueError as exc:
-        text = str(exc)
-        for theirs, ours in _CALIBRATION_KEYS.items():
-            text = text.replace(theirs, ours)
-        raise SettingError(text) from None
 
 
 def settings_help(launcher_defaults: dict | None = None) -> str:

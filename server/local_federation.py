@@ -20,18 +20,17 @@ from fedpriv.federation.settings import RunSettings
 from server import node_keys
 from server.launch import (
     BIN,
-    ProcessTracker,
-    _descendants,
+    StepTimeout,
     exit_code,
     flwr,
     flwr_env,
     follow,
-    free_port,
-    stop_trees,
+    step_timeout,
     submit,
     wait_healthy,
     write_connection,
 )
+from server.processes import ProcessTracker, _descendants, free_port, stop_trees
 from server.progress import RoundProgress
 from server.tls import NodeKey, TlsFiles, write_node_key, write_tls
 
@@ -131,7 +130,9 @@ class Federation:
 
     Use as a context manager: leaving it stops every process it started, by
     PID, SuperNodes first. Tests drive faults through :meth:`start_node`,
-    :meth:`stop_node` and :attr:`superlink`.
+    :meth:`stop_node` and :attr:`superlink`. ``wait``: how long each step may take
+    (the SuperLink's health, registration, nodes online, each CLI call); default
+    :func:`server.launch.step_timeout` of a 1800 s run and K.
     """
 
     def __init__(
@@ -144,8 +145,11 @@ class Federation:
         eval_data: list[Path] | None = None,
         node_config: Mapping[int, Mapping[str, object]] | None = None,
         share_secret_key: bool = False,
+        wait: float | None = None,
     ) -> None:
         self.workdir, self.num_clients, self.insecure = workdir, num_clients, insecure
+        #: Each step's time (s): processes coming up, one CLI call, the final status.
+        self.wait = step_timeout(1800.0, num_clients) if wait is None else wait
         #: Extra node-config per node index (its budget policy, its state-dir).
         self.node_config = dict(node_config or {})
         #: Whether the nodes get ``$FEDPRIV_SECRET_KEY`` (and ``allow-reproduction-key``):
@@ -199,8 +203,9 @@ class Federation:
                 args, env=env, stdout=logfile, stderr=subprocess.STDOUT, start_new_session=True
             )
 
-    def start_superlink(self, *, timeout: float = 60.0) -> None:
-        """Start the SuperLink and wait until its API answers ``/health``."""
+    def start_superlink(self, *, timeout: float | None = None) -> None:
+        """Start the SuperLink and wait (``timeout``, default :attr:`wait`) until its
+        API answers ``/health``."""
         args = superlink_command(host="127.0.0.1", port=self.port, tls=self.tls)
         args[0] = str(BIN / args[0])
         self.superlink = self._popen(args, self.workdir / "superlink", "superlink")
@@ -208,16 +213,18 @@ class Federation:
         wait_healthy(
             self.port,
             self.superlink,
-            timeout,
+            self.wait if timeout is None else timeout,
             ca_cert=None if self.tls is None else self.tls.ca_cert,
         )
         log.info(f"SuperLink pid {self.superlink.pid} on 127.0.0.1:{self.port}")
 
-    def register(self, *indices: int, timeout: float = 60.0) -> None:
+    def register(self, *indices: int, timeout: float | None = None) -> None:
         """Add the public keys of nodes ``indices`` to the SuperLink's allow-list.
 
         One ``flwr supernode register`` per node, all started together (each
-        CLI call spends seconds starting Python): K nodes cost about one call.
+        CLI call spends seconds starting Python): K nodes cost about one call,
+        on a loaded machine more, so the deadline (``timeout``, default
+        :attr:`wait`) grows with K.
         """
         calls = {
             i: subprocess.Popen(
@@ -237,11 +244,18 @@ class Federation:
             )
             for i in indices
         }
+        timeout = self.wait if timeout is None else timeout
         deadline = time.monotonic() + timeout
         failed = []
         try:
             for i, call in calls.items():
-                out, err = call.communicate(timeout=max(0.0, deadline - time.monotonic()))
+                try:
+                    out, err = call.communicate(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    raise StepTimeout(
+                        f"registering {len(calls)} node keys (`flwr supernode register`) took "
+                        f"over {timeout:.0f} s"
+                    ) from None
                 try:
                     ok = call.returncode == 0 and json.loads(out or "{}").get("success")
                 except json.JSONDecodeError:
@@ -298,7 +312,7 @@ class Federation:
             ["supernode", "ls", CONNECTION, "--format", "json"],
             self.env,
             capture_output=True,
-            timeout=60,
+            timeout=self.wait,
         )
         try:
             data = json.loads(cp.stdout)
@@ -317,13 +331,15 @@ class Federation:
                 pass
         return n
 
-    def wait_online(self, n: int, *, timeout: float = 120.0, every: float = 3.0) -> None:
-        """Return once the SuperLink reports ``n`` SuperNodes online (``flwr supernode ls``).
+    def wait_online(self, n: int, *, timeout: float | None = None, every: float = 3.0) -> None:
+        """Return once the SuperLink reports ``n`` SuperNodes online (``flwr supernode ls``),
+        within ``timeout`` (default :attr:`wait`).
 
         ``ls`` is asked as soon as ``n`` nodes logged their node id, and at the
         latest every ``every`` s (a CLI call takes seconds, so it is not asked
         in a tight loop); every wait has a deadline.
         """
+        timeout = self.wait if timeout is None else timeout
         deadline = time.monotonic() + timeout
         asked = -float("inf")
         while True:
@@ -334,7 +350,7 @@ class Federation:
                 if (k := self.online()) >= n:
                     break
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{k} of {n} SuperNodes online after {timeout:.0f} s")
+                raise StepTimeout(f"{k} of {n} SuperNodes online after {timeout:.0f} s")
             time.sleep(0.1)
         log.info(f"{n} SuperNodes online")
 
@@ -365,7 +381,7 @@ class Federation:
         end; returns the launcher's exit code (module docstring). ``run_id`` is set once
         it is submitted; ``hook`` and ``on_submit`` as in :func:`deploy`. The federation
         keeps running: several runs may follow one another on it."""
-        self.run_id = submit(CONNECTION, self.env, config)
+        self.run_id = submit(CONNECTION, self.env, config, wait=self.wait)
         where = settings.dataset if self.data is None else "the nodes' own files"
         log.info(
             f"run {self.run_id} submitted: {settings.method} on {where}, "
@@ -388,6 +404,7 @@ class Federation:
                 CONNECTION,
                 self.env,
                 timeout=timeout,
+                wait=self.wait,
                 on_line=on_line,
                 healthy=lambda: self.superlink is not None and self.superlink.poll() is None,
             )

@@ -5,7 +5,10 @@ ServerApp logs ``[fedpriv] round r/T: ...`` once per round
 (:meth:`server.grid_runtime.GridRuntime.log_round`). :class:`RoundProgress`
 turns those lines into a ``rich`` progress bar on stderr when stderr is a
 terminal, and forwards every other line unchanged. Without a terminal (CI,
-pipes, a log file) it forwards every line, round lines included, as before.
+pipes, a log file) it forwards every line, round lines included; with
+``thin=True`` only the round lines at a :func:`milestone` (about every tenth
+round and the last: the ones carrying ε spent so far), so a run of several
+minutes still prints a plain progress line about every 10 %.
 """
 
 from __future__ import annotations
@@ -25,6 +28,20 @@ def parse_round(line: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+def milestone(r: int, total: int) -> bool:
+    """Whether round ``r`` of ``total`` is one the plain progress shows: every
+    ``max(1, total // 10)``-th and the last, the rounds whose ServerApp line carries an
+    upper bound on ε spent (:meth:`server.grid_runtime.GridRuntime.log_round`)."""
+    return r == total or r % max(1, total // 10) == 0
+
+
+def shown_without_terminal(line: str) -> bool:
+    """Whether a followed line is shown as plain progress: any line but a round line
+    between two milestones (those stay in the run's log)."""
+    rt = parse_round(line)
+    return rt is None or milestone(*rt)
+
+
 class RoundProgress:
     """Context manager; :meth:`on_line` takes each followed line.
 
@@ -35,11 +52,21 @@ class RoundProgress:
         looked up per line so a redirected stdout is honoured).
     bar : bool, optional
         Draw the bar; default: only when ``sys.stderr`` is a terminal.
+    thin : bool
+        Without the bar, forward only the round lines at a :func:`milestone`
+        (every other line unchanged).
     """
 
-    def __init__(self, write: Callable[[str], object] | None = None, *, bar: bool | None = None):
+    def __init__(
+        self,
+        write: Callable[[str], object] | None = None,
+        *,
+        bar: bool | None = None,
+        thin: bool = False,
+    ):
         self._write = write
         self.bar = sys.stderr.isatty() if bar is None else bar
+        self.thin = thin
         self._progress = None
         self._task = None
 
@@ -73,8 +100,13 @@ class RoundProgress:
         stream.flush()
 
     def on_line(self, line: str) -> None:
-        """Advance the bar on a round line (when drawing one); forward any other line."""
-        rt = parse_round(line) if self._progress is not None else None
+        """Advance the bar on a round line (when drawing one); forward any other line
+        (without the bar and ``thin``: a round line only at a milestone)."""
+        if self._progress is None:
+            if not self.thin or shown_without_terminal(line):
+                self._out(line)
+            return
+        rt = parse_round(line)
         if rt is None:
             self._out(line)
             return

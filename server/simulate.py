@@ -13,7 +13,10 @@
   released nothing still finishes): exit code 0 only for a run Flower
   finished ``completed`` whose own status is completed or degraded;
 * shutdown of every process it started, by PID (SuperLink, SuperExec, the
-  simulation and Ray), also on Ctrl-C.
+  simulation and Ray), also on Ctrl-C;
+* a Ray that failed to start (Flower says only "An error was encountered.
+  Ending simulation.") named in one line with its likely causes
+  (:func:`ray_start_failure`), exit 1.
 
 Connections are written to ``$FLWR_HOME/config.toml``; ``pyproject.toml`` is
 never touched.
@@ -22,11 +25,13 @@ never touched.
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from fedpriv import logs
@@ -36,21 +41,22 @@ from server import node_budgets, node_keys
 from server.launch import (
     BIN,
     ROOT,
-    ProcessTracker,
     default_config,
     exit_code,
     flwr,
     flwr_env,
     follow,
-    free_port,
     parse_set,
     resolve_run,
     result_line,
     settings_help,
+    step_error,
+    step_timeout,
     submit,
     wait_healthy,
     write_connection,
 )
+from server.processes import ProcessTracker, free_port
 from server.progress import RoundProgress
 
 CONNECTION = "fedpriv-sim"
@@ -78,8 +84,50 @@ def simulation_defaults(overrides: dict) -> dict:
     return {**SIMULATION_DEFAULTS, **(MAIN_JOB_GAM if method == "dp_gam" else {})}
 
 
-__all__ = ["ROOT", "default_config", "main", "simulate"]
+__all__ = ["ROOT", "default_config", "main", "ray_start_failure", "simulate"]
 log = logs.get_logger(__name__)
+
+#: A traceback frame of Flower's Ray backend starting (``ray.init``, the actor pool):
+#: where a Ray that cannot start fails. A ClientApp's error passes through its
+#: ``process_message`` instead.
+_RAY_START = re.compile(r"raybackend\.py\", line \d+, in (init_ray|build|__init__)\b")
+#: Flower's Simulation Runtime logs the exception it crashed on ("occured": its spelling).
+_CRASH = re.compile(r"An exception occurr?ed!! (.+)")
+RAY_ADVICE = (
+    "likely too little shared memory (/dev/shm, Ray's object store; in a container add "
+    "--shm-size=2g) or free memory, a stale Ray session (`ray stop`), or $RAY_ADDRESS "
+    "naming a cluster that is not there; free memory and retry, and see Flower's own log "
+    "(fedpriv run --verbose, or python -m server.simulate)"
+)
+
+
+def ray_start_failure(lines: Iterable[str]) -> str | None:
+    """Ray's own reason when a simulation's followed log shows Ray failing to start
+    (a traceback through the Ray backend's start-up), ``""`` when it gives none;
+    ``None`` when Ray did not fail to start."""
+    failed, cause = False, ""
+    for line in lines:
+        failed = failed or bool(_RAY_START.search(line))
+        if not cause and (m := _CRASH.search(line)) and "Simulation Runtime crashed" not in line:
+            cause = m.group(1).strip()
+    return cause if failed else None
+
+
+def ray_failure_line(cause: str) -> str:
+    """The launcher's one line for a Ray that failed to start."""
+    said = f" ({cause})" if cause else ""
+    return f"error: Ray, the simulation's engine, failed to start{said}: {RAY_ADVICE}"
+
+
+class _RayWatch:
+    """Keeps the followed lines :func:`ray_start_failure` reads (the others are not kept)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def on_line(self, line: str) -> None:
+        if _RAY_START.search(line) or _CRASH.search(line):
+            self.lines.append(line)
 
 
 def simulate(
@@ -128,32 +176,44 @@ def simulate(
         start_new_session=True,
     )
     tracker = ProcessTracker(proc.pid)
+    wait = step_timeout(timeout, settings.num_clients)
     code, run_id = 2, None
     previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
-        wait_healthy(port, proc, timeout=60)
+        wait_healthy(port, proc, timeout=wait)
         log.info(f"SuperLink pid {proc.pid} on 127.0.0.1:{port}; {settings.num_clients} SuperNodes")
         fed = f"num-supernodes={settings.num_clients} client-resources-num-cpus=1"
-        run_id = submit(CONNECTION, env, config, extra=["--federation-config", fed])
+        run_id = submit(CONNECTION, env, config, wait=wait, extra=["--federation-config", fed])
         log.info("run %s submitted", run_id)
+        ray = _RayWatch()
         with RoundProgress(bar=False if quiet else None) as progress:
+
+            def on_line(line: str) -> None:
+                ray.on_line(line)
+                if not quiet:
+                    progress.on_line(line)
+
             status, details = follow(
                 run_id,
                 CONNECTION,
                 env,
                 timeout=timeout,
-                on_line=(lambda _: None) if quiet else progress.on_line,
+                wait=wait,
+                on_line=on_line,
                 healthy=lambda: proc.poll() is None,
             )
         log.info(f"run {run_id}: {status} {details}".rstrip())
         code = exit_code(status, Path(settings.out_dir) / run_id)
+        if code and (cause := ray_start_failure(ray.lines)) is not None:
+            log.error("%s", ray_failure_line(cause))  # the last line: the run's real cause
+            code = 1
     except KeyboardInterrupt:
         log.warning("interrupted; stopping")
         if run_id:
-            flwr(["stop", run_id, CONNECTION], env, capture_output=True, timeout=60)
+            flwr(["stop", run_id, CONNECTION], env, capture_output=True, timeout=wait)
         code = 1
     except Exception as exc:  # infrastructure failure: report and clean up
-        log.error("error: %s", exc)
+        log.error("error: %s", step_error(exc, timeout))
         code = 2
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -185,7 +245,13 @@ def main(argv: list[str] | None = None) -> int:
         help="run-config override, e.g. --set epsilon=1 --set dataset=brfss",
     )
     ap.add_argument("--out-dir", default=None, help="results directory (default ./results/flower)")
-    ap.add_argument("--timeout", type=float, default=3600.0)
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        default=3600.0,
+        help="the run's time limit in s (default %(default)g); each launcher step (start-up, "
+        "a flwr CLI call) may take max(120, TIMEOUT/30) s + 15 s per node",
+    )
     node_budgets.add_arguments(ap)
     node_keys.add_argument(ap)
     args = ap.parse_args(argv)

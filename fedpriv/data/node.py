@@ -16,6 +16,9 @@ that published corpus: public, because the corpus and its split are. For a
 user file it must be declared; a node whose file holds more rows fails at the
 key exchange with ``too_many_records`` (a fact about the bound, not a count).
 
+A simulation on one CSV is scored on that file's test split
+(:func:`csv_test_split`), as an in-process fit on it is.
+
 Held-out rows (:func:`node_eval_rows`), for the DP federated evaluation: a
 node's own ``eval-data-path`` file; in simulation, its slice of the test
 split of the run's ``csv`` or bundled corpus; none for a node given only a
@@ -304,3 +307,15 @@ def public_test_split(source: DataSource) -> tuple[np.ndarray, np.ndarray]:
     """The bundled corpus's test split (X, y): the published benchmark's evaluation rows."""
     ds = load_for_run(source.dataset, num_clients=source.num_clients, split_seed=source.split_seed)
     return ds.xy("test")
+
+
+def csv_test_split(source: DataSource) -> tuple[np.ndarray, np.ndarray]:
+    """The test split (X, y) of a simulation's one CSV (run-config ``csv``), the rows an
+    in-process fit on that file scores (same schema, same ``split-seed``).
+
+    A simulation on one file has one curator, who holds the whole file (the nodes'
+    slices are cut from it); its held-out 20 % is never any node's training rows.
+    """
+    sch = run_schema(source.schema, source.dataset)
+    X, y = load_csv(source.csv, sch, split_seed=source.split_seed).xy("test")
+    return X, check_labels(y, sch.target.classes, column=sch.target.column)

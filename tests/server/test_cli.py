@@ -156,8 +156,8 @@ def test_run_in_process_bar_shows_epsilon_spent(monkeypatch, capsys, tmp_path):
     shown = []
 
     class Recording(RoundProgress):
-        def __init__(self, write=None, *, bar=None):
-            super().__init__(write, bar=True)  # as on a terminal
+        def __init__(self, write=None, *, bar=None, thin=False):
+            super().__init__(write, bar=True, thin=thin)  # as on a terminal
 
         def on_line(self, line):
             super().on_line(line)

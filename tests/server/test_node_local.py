@@ -21,7 +21,7 @@ import pytest
 import fedpriv.data.dataset as dataset_module
 import fedpriv.data.node as node_module
 from fedpriv.artefact import load_model
-from fedpriv.data import load_for_run
+from fedpriv.data import load_csv, load_for_run
 from fedpriv.data.draft import draft_schema
 from fedpriv.data.export import export
 from fedpriv.data.node import (
@@ -32,6 +32,7 @@ from fedpriv.data.node import (
     record_bound,
     run_schema,
 )
+from fedpriv.data.schema import Schema
 from fedpriv.evaluation import binary_metrics
 from fedpriv.federation.settings import RunSettings, SettingError
 from server.deploy import node_files, supernode_command
@@ -243,3 +244,11 @@ def test_a_simulation_on_one_csv_splits_it_by_its_client_column(monkeypatch, tmp
     out = run_app(monkeypatch, tmp_path, job)
     assert json.loads((out / "status.json").read_text())["status"] == "completed"
     assert json.loads((out / "metrics.json").read_text())["evaluated"]
+    # Without eval-path the run is scored on the file's held-out 20 %, the rows an
+    # in-process fit on it scores (not "AUC n/a").
+    out = run_app(monkeypatch, tmp_path / "own", {**job, "eval-path": ""})
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["evaluated"] and metrics["eval_source"].startswith(f"{csv} test split")
+    X, y = load_csv(csv, Schema.from_toml(schema)).xy("test")
+    model = load_model(out / "model.fedpriv.npz").model
+    assert metrics["auc"] == pytest.approx(binary_metrics(y, model.predict_proba(X))["auc"])

@@ -30,6 +30,7 @@ from fedpriv.privacy.randomness import KEY_ENV
 from server import deploy as deploy_mod
 from server.cli import main
 from server.estimators import DPBoostingClassifier
+from strategies.boosting import BoostingConfig
 from tests.keys import key_for, key_hex
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -163,10 +164,13 @@ def test_the_readme_walkthrough_runs_on_three_hospital_files(tmp_path, monkeypat
     assert deploy[2:7:2] == [str(f.relative_to(tmp_path)) for f in files]
     # The released model is the in-process fit on the same three files, bit for bit.
     saved = load_model(latest / "model.fedpriv.npz").model.to_arrays()
+    # The job is the in-process run's (step 3): the method's defaults, not a demo's.
     settings = {k: config[k] for k in ("method", "rounds", "depth", "epsilon", "seed")}
-    assert settings == {"method": "boosting", "rounds": 1, "depth": 4, "epsilon": 2.0, "seed": 0}
+    depth = BoostingConfig().depth
+    assert settings == {"method": "boosting", "rounds": 1, "depth": depth, "epsilon": 2.0,
+                        "seed": 0}  # fmt: skip
     ref = DPBoostingClassifier(
-        rounds=1, depth=4, epsilon=2.0, seed=0, secret_key=key_for(KEY), max_records=200
+        rounds=1, depth=depth, epsilon=2.0, seed=0, secret_key=key_for(KEY), max_records=200
     ).fit(files_dataset(files, run_schema(str(schema), "")))
     for key, value in ref.model_.to_arrays().items():
         np.testing.assert_array_equal(saved[key], value, err_msg=key)
