@@ -167,8 +167,9 @@ def render(cells: list[Cell], tables: dict[str, str | None]) -> str:
         "",
         "Each cell: the method at its defaults, in process (as `fedpriv run`), δ = 1e-5, "
         "a fresh private key, scored on the held-out 20 %. Checks: sd of the predicted "
-        f"probabilities ≥ {MIN_SD} (where the non-private reference has that spread), Brier ≤ "
-        f"the base-rate predictor's, ε spent (PLD) ≥ {MIN_SPEND} ε.",
+        f"probabilities ≥ {MIN_SD} (where the method's non-private fit has that spread), Brier ≤ "
+        f"the base-rate predictor's, ε spent (certified: the smaller of PLD and RDP) ≥ "
+        f"{MIN_SPEND} ε.",
         "",
         "Tables outside the repository:",
         "",
