@@ -29,26 +29,8 @@ from click.testing import CliRunner
 
 from server import cli_run
 from server.cli import cli
+from tests.data.test_bad_inputs_data import HEADER, SCHEMA  # one ward table for both
 
-SCHEMA = """name = "ward"
-missing_tokens = ["?", ""]
-
-[target]
-column = "y"
-positive = ["1"]
-labels = ["0", "1"]
-
-[[columns]]
-name = "age"
-type = "numeric"
-bounds = [18, 100]
-
-[[columns]]
-name = "unit"
-type = "categorical"
-categories = ["a", "b"]
-"""
-HEADER = "age,unit,y\n"
 MODEL = "model.fedpriv.npz"
 
 
