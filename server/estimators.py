@@ -151,17 +151,6 @@ class DPLogisticClassifier(MethodEstimator):
 
         return DPSGDClient(module=self.module)
 
-    def _after_fit(self, strategy: Any) -> None:
-        """A degenerate recalibration degrades the run's status, with a warning
-        (:meth:`strategies.dpsgd.DPSGDStrategy.status_notes`)."""
-        from fedpriv.federation.status import strategy_notes, with_notes
-
-        notes = strategy_notes(strategy)
-        if notes:
-            self.run_outcome_ = with_notes(self.run_outcome_, notes)
-            self.run_status_ = self.run_outcome_.status
-            log.warning("%s: %s", type(self).__name__, self.run_outcome_.line())
-
     def _class_scores(self, X: np.ndarray) -> np.ndarray:
         """Two classes: (1 − p, p); K classes: the model's softmax, columns as ``classes_``."""
         p = self.model_.predict_proba(X)

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from fedpriv import logs
 from fedpriv.data import TabularDataset
 from fedpriv.federation.settings import (
     RunSettings,
@@ -28,6 +29,8 @@ from fedpriv.federation.settings import (
 )
 from fedpriv.methods import Method, StrategyContext, get_method
 from server.estimator_base import Estimator
+
+log = logs.get_logger(__name__)
 
 #: The run settings an estimator takes, under their run-config names.
 RUN_PARAMS = (
@@ -126,6 +129,18 @@ class MethodEstimator(Estimator):
     def _after_fit(self, strategy: Any) -> None:
         """Keep method-specific fitted attributes (none by default)."""
 
+    def _note_status(self, strategy: Any) -> None:
+        """What the strategy says of its released model (``status_notes()``: a degenerate
+        recalibration, a forest of single leaves) degrades the run's status, with a
+        warning (:func:`fedpriv.federation.status.with_notes`)."""
+        from fedpriv.federation.status import strategy_notes, with_notes
+
+        notes = strategy_notes(strategy)
+        if notes:
+            self.run_outcome_ = with_notes(self.run_outcome_, notes)
+            self.run_status_ = self.run_outcome_.status
+            log.warning("%s: %s", type(self).__name__, self.run_outcome_.line())
+
     def fit(
         self,
         data: TabularDataset | np.ndarray,
@@ -164,6 +179,7 @@ class MethodEstimator(Estimator):
         )
         self.context_ = context  # public facts of the fit (schema, record count) for save()
         self._after_fit(strategy)
+        self._note_status(strategy)
         return self
 
     def save(self, path: str | os.PathLike[str]) -> Path:

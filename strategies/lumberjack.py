@@ -419,6 +419,15 @@ class LumberjackStrategy(LumberjackNodeStages):
         """The released forest; ``None`` until the leaf round is in."""
         return self._model
 
+    def status_notes(self) -> list[str]:
+        """A forest whose every tree is one leaf (no node passed the sparse threshold:
+        too few records for the structure's ε) predicts the released class rates only;
+        the run then says so (degraded). Read from the released structure only."""
+        if self._trees is None or any((~t.is_leaf).any() for t in self._trees):
+            return []
+        return ["no node passed the sparse threshold: every tree is one leaf and the forest "
+                "predicts the class rates only (too few records for this ε)"]  # fmt: skip
+
 
 def build(config: LumberjackConfig, context: StrategyContext) -> LumberjackStrategy:
     """The registry's factory: the feature space of the public schema (or the unit box)."""

@@ -213,3 +213,27 @@ def test_column_first_choice_is_uniform_over_columns_then_unused_levels():
     layer.used[:] = True  # no level left: only the numeric columns remain
     propose_splits(layer, space, 5)
     assert set(np.unique(layer.feature)) == {0, 1}
+
+
+def test_a_forest_of_single_leaves_says_so_in_the_run_status():
+    """Every tree one leaf (nothing passed the sparse threshold): a note that degrades
+    the run; one split anywhere: no note (the twin)."""
+    from fedpriv.federation.status import RunOutcome, RunStatus, with_notes
+    from fedpriv.models.heavy_hitters import PrunedTree
+    from strategies.lumberjack import LumberjackStrategy
+
+    leaf = PrunedTree(*(np.array([v]) for v in (-1, 0.0, -1, -1, 0)))
+    split = PrunedTree(
+        np.array([0, -1, -1]), np.array([0.5, 0, 0]), np.array([1, -1, -1]),
+        np.array([2, -1, -1]), np.array([0, 1, 2]),
+    )  # fmt: skip
+    strategy = LumberjackStrategy.__new__(LumberjackStrategy)
+    strategy._trees = [leaf, leaf]
+    notes = strategy.status_notes()
+    assert len(notes) == 1 and "every tree is one leaf" in notes[0]
+    done = RunOutcome(status=RunStatus.COMPLETED, rounds_planned=8, rounds_run=8,
+                      rounds_released=8, rounds_aborted=0, client_errors=0,
+                      max_aborted_share=0.5, reason="all 8 of 8 rounds released")  # fmt: skip
+    assert with_notes(done, notes).status is RunStatus.DEGRADED
+    strategy._trees = [leaf, split]
+    assert strategy.status_notes() == []
