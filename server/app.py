@@ -57,6 +57,7 @@ from fedpriv.federation.status import (
 )
 from fedpriv.methods import StrategyContext
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
+from fedpriv.privacy.card import spent_text
 from server.dp_evaluation import not_run, run_dp_evaluation, scoped_ledgers
 from server.flower_strategy import FlowerStrategy
 from server.grid_runtime import GridRuntime, PollingGrid
@@ -160,8 +161,6 @@ def main(grid: Grid, context: Context) -> None:
         run_status=outcome.status,
         record_bound=progress.max_records,
     )
-    eps_pld = report.get("epsilon_pld", "inf")
-    eps_rdp = report.get("epsilon_rdp", "inf")
     log.info(
         "done: %s, schema %s, K=%d, T=%d", s.method, s.schema or s.dataset, s.num_clients, s.rounds
     )
@@ -183,7 +182,7 @@ def main(grid: Grid, context: Context) -> None:
             dp["epsilon"], dp["auc"], dp["auc_error"], dp["brier"], dp["brier_error"],
             dp["accuracy"], dp["accuracy_error"],
         )  # fmt: skip
-    log.info("ε spent %s (PLD), %s (RDP) at δ=%s", eps_pld, eps_rdp, f"{s.delta:g}")
+    log.info("%s at δ=%s", spent_text(report), f"{s.delta:g}")  # the certified figure first
     log.info(
         "floats uploaded per client %.0f, round trips %s%s",
         comm_out["mean_floats_uploaded_per_client"],

@@ -339,8 +339,8 @@ def parse_set(items: list[str]) -> dict:
 
 
 def result_line(out: Path, detail: str) -> str:
-    """The launchers' last line: AUC, ε by PLD and by RDP, the status and rounds released,
-    ``detail``, the results folder.
+    """The launchers' last line: AUC, ε by both accountants (the certified figure
+    first), the status and rounds released, ``detail``, the results folder.
 
     ``detail`` is formatted with the run's ``communication.json`` fields, e.g.
     ``"mean round {mean_round_seconds:.2f} s"``.
@@ -361,7 +361,7 @@ def result_line(out: Path, detail: str) -> str:
     dp = metrics.get("dp_federated") or {}
     if dp.get("evaluated"):  # the nodes' held-out rows, through the ledger
         auc += f" | DP AUC {dp['auc']:.4f} ± {dp['auc_error']:.4f} (ε {dp['epsilon']:g})"
-    return (
-        f"{auc} | ε spent {privacy.get('epsilon_pld', 'inf')} (PLD), "
-        f"{privacy.get('epsilon_rdp', 'inf')} (RDP){rounds} | {detail.format(**comm)} | {out}"
-    )
+    from fedpriv.privacy.card import spent_text
+
+    # The certified figure first (the smaller sound bound), as in process.
+    return f"{auc} | {spent_text(privacy)}{rounds} | {detail.format(**comm)} | {out}"
