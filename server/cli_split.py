@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from fedpriv.federation.settings import SettingError
+from fedpriv.privacy.scale_search import OutOfReach, largest_within
 
 #: The composed ε lands in [(1 − RTOL)·ε, ε].
 RTOL = 0.01
@@ -219,58 +220,28 @@ def fold_epsilon(
     composed: Callable[[float], float], *, epsilon: float, folds: int, rtol: float = RTOL
 ) -> tuple[float, float, int]:
     """The largest per-fold ε_f (to ``rtol``) whose ``composed(ε_f)`` ≤ ``epsilon``:
-    (ε_f, its composed ε, evaluations). Brackets ε_f between a feasible and an
-    infeasible value (from ε/k, down by quarters or up to ε, then by doublings: at
-    (ε_f, δ/k) a fit's ε_f may exceed ε while k of them compose within (ε, δ), when
-    the per-fold δ is what binds), then narrows by safeguarded regula falsi on
-    (log ε_f, log ε) (as :func:`fedpriv.privacy.tuning_calibration.calibrate_base_epsilon`)
-    until the composed ε reaches (1 − rtol)·``epsilon``. Never returns an overshoot.
+    (ε_f, its composed ε, evaluations), by the package's one "largest x within ε"
+    search (:func:`fedpriv.privacy.scale_search.largest_within`): from ε/k, down by
+    quarters, or up past ε if need be (at (ε_f, δ/k) a fit's ε_f may exceed ε while k
+    of them compose within (ε, δ), when the per-fold δ is what binds) up to
+    MAX_SHARE·ε, where the plan's ε is taken as saturated. Never returns an overshoot.
 
     Raises
     ------
     SettingError
         Even ε_f = MIN_SHARE·ε overshoots (the fixed part alone, e.g. δ spent).
     """
-    steps = 0
-
-    def at(x: float) -> float:
-        nonlocal steps
-        steps += 1
-        return composed(x)
-
-    lo = epsilon / folds
-    lo_eps = at(lo)
-    hi, hi_eps = lo, lo_eps
-    while hi_eps <= epsilon:  # widen upwards: ε_f may pass ε when the folds' δ/k binds
-        lo, lo_eps = hi, hi_eps
-        if lo_eps >= (1.0 - rtol) * epsilon:
-            return lo, lo_eps, steps
-        if lo >= MAX_SHARE * epsilon:
-            return lo, lo_eps, steps  # the plan's ε saturates (e.g. δ alone binds it)
-        hi = min(2.0 * lo if lo >= epsilon else epsilon, MAX_SHARE * epsilon)
-        hi_eps = at(hi)
-    while lo_eps > epsilon:
-        hi, hi_eps = lo, lo_eps
-        lo /= 4.0
-        if lo < MIN_SHARE * epsilon:
-            raise SettingError(
-                f"epsilon={epsilon:g}: no per-fold epsilon in [{MIN_SHARE * epsilon:g}, "
-                f"{epsilon:g}] fits {folds} folds in it; raise epsilon or use fewer folds"
-            )
-        lo_eps = at(lo)
-    aim = math.log(epsilon * (1.0 - rtol / 2.0))
-    while lo_eps < (1.0 - rtol) * epsilon and hi / lo > 1.0 + rtol / 100.0:
-        t = 0.5
-        if math.isfinite(hi_eps) and lo_eps > 0.0:
-            t = (aim - math.log(lo_eps)) / (math.log(hi_eps) - math.log(lo_eps))
-        t = min(max(t, 0.1), 0.9)  # the bracket shrinks every step
-        mid = math.exp(math.log(lo) + t * (math.log(hi) - math.log(lo)))
-        mid_eps = at(mid)
-        if mid_eps <= epsilon:
-            lo, lo_eps = mid, mid_eps
-        else:
-            hi, hi_eps = mid, mid_eps
-    return lo, lo_eps, steps
+    try:
+        found = largest_within(
+            lambda x: (composed(x), None), target=epsilon, start=epsilon / folds, rtol=rtol,
+            min_x=MIN_SHARE * epsilon, max_x=MAX_SHARE * epsilon, down=0.25, closed=rtol / 100,
+        )  # fmt: skip
+    except OutOfReach:
+        raise SettingError(
+            f"epsilon={epsilon:g}: no per-fold epsilon in [{MIN_SHARE * epsilon:g}, "
+            f"{epsilon:g}] fits {folds} folds in it; raise epsilon or use fewer folds"
+        ) from None
+    return found.x, found.value, found.evaluations
 
 
 def fold_budget(

@@ -19,15 +19,15 @@ minimum of the PLD figure on the ledger's discretisation and the RDP figure
 The search stops once that figure lies in [(1 − ``rtol``)·target, target];
 it never returns an x above the target (never an overshoot).
 
-ε(x) grows with x. The search starts from ``start`` (the caller's basic-
-composition split, x = 1), walks down by halves if that overshoots (the
-pessimistic PLD rounds each loss up to its grid, and at tiny ε RDP can be
-looser than the sum), doubles up until it overshoots, then narrows the
-bracket by safeguarded regula falsi on (log x, log ε), as
-:mod:`fedpriv.privacy.tuning_calibration` does. Where the figure cannot
-reach (1 − ``rtol``)·target, :class:`PlanScale` says why (``shortfall``):
-the figure jumps inside the bracket (e.g. the PLD passes its point budget
-and the looser RDP figure takes over) or x reached ``max_scale``.
+ε(x) grows with x. The search is :func:`fedpriv.privacy.scale_search.largest_within`
+(the one "largest x within ε" search of the package), started from ``start``
+(the caller's basic-composition split, x = 1): it walks down by halves if that
+overshoots (the pessimistic PLD rounds each loss up to its grid, and at tiny ε
+RDP can be looser than the sum), up until it overshoots, then narrows the
+bracket. Where the figure cannot reach (1 − ``rtol``)·target, :class:`PlanScale`
+says why (``shortfall``): the figure jumps inside the bracket (e.g. the PLD
+passes its point budget and the looser RDP figure takes over) or x reached
+``max_scale``.
 
 Results are cached (memory and disk, :mod:`fedpriv.privacy.cache`) by the
 exact plan, target, δ, discretisation and tolerance.
@@ -43,6 +43,7 @@ from fedpriv.privacy import accounting
 from fedpriv.privacy.cache import JsonCache
 from fedpriv.privacy.calibration_range import CalibrationRangeError
 from fedpriv.privacy.pld_size import MAX_PLD_POINTS, PLDSizeError
+from fedpriv.privacy.scale_search import OutOfReach, largest_within
 from fedpriv.validation import check_open_unit, check_positive
 
 Group = accounting.Group
@@ -50,7 +51,7 @@ Group = accounting.Group
 MIN_SCALE_RATIO = 1e-6
 #: Evaluations of the plan's ε the search may spend (it needs about 4 to 8).
 MAX_EVALUATIONS = 60
-_CACHE = JsonCache("plan_scale", version="plan-scale-1")
+_CACHE = JsonCache("plan_scale", version="plan-scale-2")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,56 +155,23 @@ def calibrate_pure_plan(
     hit = _CACHE.get(key)
     if hit is not None:
         return PlanScale(**hit, target_epsilon=eps_t, delta=dlt, rtol=rtol, evaluations=0)
-    evaluations = 0
 
-    def at(x: float) -> accounting.Accounting:
-        nonlocal evaluations
-        evaluations += 1
-        return _account(list(groups_at(x)), dlt, vdi)
+    def at(x: float) -> tuple[float, accounting.Accounting]:
+        acc = _account(list(groups_at(x)), dlt, vdi)
+        return acc.epsilon, acc
 
-    def fits(acc: accounting.Accounting) -> bool:
-        return acc.epsilon <= eps_t
-
-    lo, lo_acc = min(x0, top), at(min(x0, top))
-    hi = hi_acc = None
-    while not fits(lo_acc):  # the split itself overshoots: walk down
-        hi, hi_acc = lo, lo_acc
-        lo /= 2.0
-        if lo < x0 * MIN_SCALE_RATIO:
-            raise CalibrationRangeError(
-                f"target_epsilon={eps_t!r} at delta={dlt!r}: even the plan scaled by "
-                f"{lo:.3g} is accounted above it; allowed: a larger target_epsilon"
-            )
-        lo_acc = at(lo)
-    while hi is None:  # walk up until the plan overshoots (or the cap)
-        if lo >= top:
-            break
-        # ε grows about linearly in x (faster with many releases): aim just past the target.
-        x = min(top, lo * max(2.0, 1.05 * eps_t / max(lo_acc.epsilon, 1e-300)))
-        acc = at(x)
-        if fits(acc):
-            lo, lo_acc = x, acc
-        else:
-            hi, hi_acc = x, acc
-    aim = math.log(eps_t * (1.0 - rtol / 4.0))
-    while (
-        hi is not None
-        and lo_acc.epsilon < (1.0 - rtol) * eps_t
-        and hi / lo > 1.0 + 1e-9
-        and evaluations < MAX_EVALUATIONS
-    ):
-        t = 0.5
-        if math.isfinite(hi_acc.epsilon) and lo_acc.epsilon > 0.0:
-            t = (aim - math.log(lo_acc.epsilon)) / (
-                math.log(hi_acc.epsilon) - math.log(lo_acc.epsilon)
-            )
-        t = min(max(t, 0.1), 0.9)  # the bracket shrinks every step
-        mid = math.exp(math.log(lo) + t * (math.log(hi) - math.log(lo)))
-        acc = at(mid)
-        if fits(acc):
-            lo, lo_acc = mid, acc
-        else:
-            hi, hi_acc = mid, acc
+    try:
+        found = largest_within(
+            at, target=eps_t, start=x0, rtol=rtol, min_x=x0 * MIN_SCALE_RATIO, max_x=top,
+            max_evaluations=MAX_EVALUATIONS,
+        )  # fmt: skip
+    except OutOfReach as err:
+        raise CalibrationRangeError(
+            f"target_epsilon={eps_t!r} at delta={dlt!r}: even the plan scaled by "
+            f"{err.x:.3g} is accounted above it; allowed: a larger target_epsilon"
+        ) from None
+    lo, lo_acc, hi, hi_acc = found.x, found.payload, found.above, found.above_payload
+    evaluations = found.evaluations
     result = PlanScale(
         scale=lo,
         epsilon=lo_acc.epsilon,

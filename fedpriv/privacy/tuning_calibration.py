@@ -20,11 +20,13 @@ break their premise, and the selected configuration would leak the
 validation rows without bound, which is what ``tuning = "validation"`` in
 the benchmark does (and says it does not account).
 
-The search brackets ε_b between a feasible and an infeasible per-run budget
-and narrows the bracket by safeguarded regula falsi on (log ε_b, log ε)
-(each step costs one noise calibration per distinct plan, so few steps
-matter). Every answer is *checked*: the returned event's ε is at most the
-target (never an overshoot) and at least (1 − ``rtol``) times it.
+The search (:func:`fedpriv.privacy.scale_search.largest_within`, the
+package's one "largest x within ε" search) brackets ε_b between a feasible
+and an infeasible per-run budget and narrows the bracket by safeguarded
+regula falsi on (log ε_b, log ε) (each step costs one noise calibration
+per distinct plan, so few steps matter). Every answer is *checked*: the
+returned event's ε is at most the target (never an overshoot) and at least
+(1 − ``rtol``) times it.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from dp_accounting import dp_event
 
 from fedpriv.privacy import accounting
 from fedpriv.privacy.events import TunedSelectionDpEvent, freeze_event
+from fedpriv.privacy.scale_search import OutOfReach, largest_within
 from fedpriv.privacy.tuning import RunsDistribution
 from fedpriv.validation import check_open_unit, check_positive
 
@@ -157,37 +160,15 @@ def calibrate_base_epsilon(
             steps=steps,
         )
 
-    # Bracket: a feasible lo and an infeasible hi (the tuned ε exceeds a run's).
-    lo = eps / 2.0
-    lo_eps, lo_event = at(lo)
-    if lo_eps <= eps:
-        hi = eps
-        hi_eps, hi_event = at(hi)
-        if hi_eps <= eps:  # e.g. K ≡ 1 in effect: the whole budget per run
-            return done(hi, hi_eps, hi_event)
-    else:
-        while lo_eps > eps:
-            hi, hi_eps = lo, lo_eps
-            lo = lo / 4.0
-            if lo < MIN_BASE_EPSILON:
-                raise TuningBudgetError(
-                    f"no per-run epsilon in [{MIN_BASE_EPSILON:g}, {eps:g}] makes the tuned "
-                    f"procedure ({distribution.describe()}) fit target_epsilon={eps:g} at "
-                    f"delta={dlt:g}; raise the target, lower E[K], or shrink fixed per-run costs"
-                )
-            lo_eps, lo_event = at(lo)
-    # Safeguarded regula falsi on (log ε_b, log ε): stop at a feasible ε_b whose tuned ε
-    # is within rtol of the target (or when the bracket is narrower than rtol / 100).
-    aim = math.log(eps * (1.0 - rtol / 2.0))
-    while lo_eps < (1.0 - rtol) * eps and hi / lo > 1.0 + rtol / 100.0:
-        t = 0.5
-        if math.isfinite(hi_eps) and lo_eps > 0.0:
-            t = (aim - math.log(lo_eps)) / (math.log(hi_eps) - math.log(lo_eps))
-        t = min(max(t, 0.1), 0.9)  # guarantees the bracket shrinks every step
-        mid = math.exp(math.log(lo) + t * (math.log(hi) - math.log(lo)))
-        mid_eps, mid_event = at(mid)
-        if mid_eps <= eps:
-            lo, lo_eps, lo_event = mid, mid_eps, mid_event
-        else:
-            hi, hi_eps = mid, mid_eps
-    return done(lo, lo_eps, lo_event)
+    try:  # from ε/2: down by quarters, or up to a whole ε per run (e.g. K ≡ 1 in effect)
+        found = largest_within(
+            at, target=eps, start=eps / 2.0, rtol=rtol, min_x=MIN_BASE_EPSILON, max_x=eps,
+            down=0.25, closed=rtol / 100.0,
+        )  # fmt: skip
+    except OutOfReach:
+        raise TuningBudgetError(
+            f"no per-run epsilon in [{MIN_BASE_EPSILON:g}, {eps:g}] makes the tuned "
+            f"procedure ({distribution.describe()}) fit target_epsilon={eps:g} at "
+            f"delta={dlt:g}; raise the target, lower E[K], or shrink fixed per-run costs"
+        ) from None
+    return done(found.x, found.value, found.payload)
