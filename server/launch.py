@@ -2,8 +2,8 @@
 
 Flower 1.42's CLI talks to a SuperLink through a *connection* written to
 ``$FLWR_HOME/config.toml`` (never ``pyproject.toml``). Helpers here (with
-:mod:`server.processes`, which starts and stops process trees by PID, and
-:mod:`server.preflight`, the checks before anything starts) wait for health
+:mod:`fedpriv.server.processes`, which starts and stops process trees by PID, and
+:mod:`fedpriv.server.preflight`, the checks before anything starts) wait for health
 endpoints instead of sleeping, submit a run,
 follow its log and read its real status with ``flwr ls`` (``flwr run
 --stream`` exits 0 even when a run failed), and the run's own status
@@ -24,17 +24,17 @@ import subprocess
 import sys
 import threading
 import time
-import tomllib
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+
+from fedpriv.server.preflight import check_plan, check_run_files, corpus_clients, file_clients
 
 from fedpriv import logs
 from fedpriv.data.node import DataSource, declared_max_records
 from fedpriv.federation.limits import parse_overrides
 from fedpriv.federation.settings import RunSettings, SettingError
 from fedpriv.federation.status import RunStatus, read_status
-from server.preflight import check_plan, check_run_files, corpus_clients, file_clients
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -100,9 +100,11 @@ def wait_healthy(
 
 
 def default_config() -> dict:
-    """``[tool.flwr.app.config]``: every run-config key, ``""`` for its default."""
-    with open(ROOT / "pyproject.toml", "rb") as fh:
-        return dict(tomllib.load(fh)["tool"]["flwr"]["app"]["config"])
+    """Every run-config key, ``""`` for its default (the generated Flower App's keys,
+    :mod:`fedpriv.server.flower_project`)."""
+    from fedpriv.server.flower_project import default_config as app_config
+
+    return app_config()
 
 
 def _toml_value(v) -> str:
@@ -185,11 +187,14 @@ def write_connection(home: Path, name: str, address: str, *, ca_cert: Path | Non
 def submit(
     connection: str, env: dict, run_config: dict, *, wait: float, extra: list[str] = ()
 ) -> str:
-    """``flwr run . <connection>`` (given ``wait`` s); returns the run id or raises with
+    """``flwr run APP <connection>`` (given ``wait`` s), APP the generated Flower App
+    (:func:`fedpriv.server.flower_project.app_dir`); returns the run id or raises with
     Flower's output."""
+    from fedpriv.server.flower_project import app_dir
+
     rc = " ".join(f"{k}={_toml_value(v)}" for k, v in run_config.items())
     cp = flwr(
-        ["run", str(ROOT), connection, "--format", "json", *extra, "--run-config", rc],
+        ["run", str(app_dir()), connection, "--format", "json", *extra, "--run-config", rc],
         env,
         capture_output=True,
         timeout=wait,

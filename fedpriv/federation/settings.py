@@ -1,12 +1,13 @@
 """Run settings: one federated run, as the launchers, the ServerApp and the ClientApp read it.
 
-A run config is flat (``[tool.flwr.app.config]`` in ``pyproject.toml``, and
-``--set key=value`` / ``--run-config``): the run's own keys
+A run config is flat (``[tool.flwr.app.config]`` of the Flower App the
+launchers generate, and ``--set key=value`` / ``--run-config``): the run's own keys
 (:class:`RunSettings`) plus the chosen method's, which are the fields of its
 configuration dataclass in the registry (:mod:`fedpriv.methods`). Keys are
 kebab-case there, snake_case here. The value ``""`` means "the default": the
-defaults live once, in these dataclasses, and ``pyproject.toml`` lists every
-key with ``""`` so that Flower accepts it as an override. A user's own empty
+defaults live once, in these dataclasses, and the generated App lists every
+key with ``""`` (:meth:`RunSettings.all_keys`) so that Flower accepts it as an
+override. A user's own empty
 ``--set key=`` is not that default but an error (:func:`parse_overrides`).
 
 Parsing is strict, before any process starts: an integer key refuses 2.7 and
@@ -204,7 +205,7 @@ class RunSettings:
     eval_path: str = ""
     #: The DP federated evaluation's share of ε (0: none). After training, the nodes
     #: score their held-out rows and the run releases their score histograms once,
-    #: through the same ledger (:mod:`server.dp_evaluation`); training then
+    #: through the same ledger (:mod:`fedpriv.server.dp_evaluation`); training then
     #: calibrates to the rest, (ε − eval-epsilon, δ − δ·eval-epsilon/ε).
     eval_epsilon: float = 0.0
     num_clients: int = 5

@@ -7,6 +7,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from fedpriv.strategies.dpsgd import MLPConfig
 
 from fedpriv.federation.settings import (
     PARTICIPATION_ACCOUNTINGS,
@@ -15,7 +16,6 @@ from fedpriv.federation.settings import (
     method_defaults,
 )
 from fedpriv.methods import get_method, methods
-from strategies.dpsgd import MLPConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -135,11 +135,19 @@ def test_timeouts_and_abort_tolerance_defaults():
     assert RunSettings.from_run_config({"max-aborted-share": 0}).max_aborted_share == 0.0
 
 
-def test_pyproject_lists_every_key_once_with_the_empty_default():
-    with open(ROOT / "pyproject.toml", "rb") as fh:
-        app = tomllib.load(fh)["tool"]["flwr"]["app"]["config"]
+def test_the_flower_app_lists_every_key_once_with_the_empty_default(tmp_path):
+    from fedpriv.server.flower_project import write_project
+
+    with open(write_project(tmp_path) / "pyproject.toml", "rb") as fh:
+        project = tomllib.load(fh)
+    app = project["tool"]["flwr"]["app"]["config"]
     assert sorted(app) == sorted(k.replace("_", "-") for k in RunSettings.all_keys())
+    assert len(app) == len(RunSettings.all_keys())  # once each
     assert set(app.values()) == {""}  # defaults live in the code, stated once
+    assert project["tool"]["flwr"]["app"]["components"] == {
+        "serverapp": "fedpriv.server.app:app",
+        "clientapp": "fedpriv.clients.app:app",
+    }
 
 
 def test_registry_records_resolve_and_their_configs_are_frozen_and_keyword_only():
@@ -158,9 +166,17 @@ def test_registry_records_resolve_and_their_configs_are_frozen_and_keyword_only(
 @pytest.mark.parametrize(
     ("launcher", "args", "key"),
     [
-        ("server.simulate", ["--set", "rounds=2.7"], "rounds"),
-        ("server.deploy", ["--set", "method=lumberjack", "--set", "epsilon=nan"], "epsilon"),
-        ("server.simulate", ["--set", "dataset=heart", "--set", "num-clients=3"], "num_clients"),
+        ("fedpriv.server.simulate", ["--set", "rounds=2.7"], "rounds"),
+        (
+            "fedpriv.server.deploy",
+            ["--set", "method=lumberjack", "--set", "epsilon=nan"],
+            "epsilon",
+        ),
+        (
+            "fedpriv.server.simulate",
+            ["--set", "dataset=heart", "--set", "num-clients=3"],
+            "num_clients",
+        ),
     ],
 )
 def test_launchers_exit_2_with_one_line_before_any_process_starts(launcher, args, key, tmp_path):
@@ -187,7 +203,7 @@ def test_launchers_exit_2_with_one_line_before_any_process_starts(launcher, args
     ],
 )
 def test_a_plan_no_noise_can_certify_is_refused_before_anything_starts(overrides, key):
-    from server.launch import resolve_run
+    from fedpriv.server.launch import resolve_run
 
     with pytest.raises(SettingError) as err:
         resolve_run({}, overrides)
