@@ -104,7 +104,14 @@ def classify(exc: BaseException) -> tuple[int, str | None] | None:
         text = one_line(str(exc))
         return 1, text if text.startswith("run failed") else f"run failed: {text}"
     if isinstance(exc, input_errors()):
-        return 2, f"error: {one_line(str(exc))}"
+        from fedpriv.federation.limits import SettingError
+
+        text = one_line(str(exc))
+        if isinstance(exc, SettingError):  # the CLI's keys are kebab-case, on every path
+            from fedpriv.federation.settings import RunSettings, respell
+
+            text = respell(text, RunSettings.all_keys())
+        return 2, f"error: {text}"
     if isinstance(exc, OSError):
         return 2, f"error: {one_line(_os_line(exc))}"
     return None

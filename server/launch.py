@@ -119,7 +119,7 @@ def flwr(args: list[str], env: dict, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN / "flwr"), *args], env=env, text=True, **kw)
 
 
-def run_status(run_id: str, connection: str, env: dict, *, wait: float) -> tuple[str, str]:
+def flower_run_state(run_id: str, connection: str, env: dict, *, wait: float) -> tuple[str, str]:
     """(status, details) of a run, e.g. ``("finished:completed", "")``, from ``flwr ls``
     (given ``wait`` s, :func:`step_timeout`)."""
     cp = flwr(
@@ -256,13 +256,13 @@ def follow(
             streamer.kill()
     if not healthy():
         return "lost", "the SuperLink stopped"
-    status, details = run_status(run_id, connection, env, wait=wait)
+    status, details = flower_run_state(run_id, connection, env, wait=wait)
     deadline = time.monotonic() + wait
     while not status.startswith("finished") and time.monotonic() < deadline:
         time.sleep(1)
         if not healthy():
             return "lost", "the SuperLink stopped"
-        status, details = run_status(run_id, connection, env, wait=wait)
+        status, details = flower_run_state(run_id, connection, env, wait=wait)
     return status, details
 
 

@@ -21,10 +21,12 @@ Each error is one line naming the key, the value and the allowed range.
 
 from __future__ import annotations
 
+import difflib
 import math
+import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from enum import Enum
 from numbers import Integral, Real
@@ -47,7 +49,7 @@ from fedpriv.federation.limits import (  # noqa: F401 (parse_override(s): re-exp
 from fedpriv.federation.status import DEFAULT_MAX_ABORTED_SHARE
 from fedpriv.methods import Method, get_method, methods
 from fedpriv.options import NoiseMode
-from fedpriv.validation import check_count, check_delta, check_probability
+from fedpriv.validation import check_count, check_probability
 
 #: Values of ``participation-accounting`` (:mod:`fedpriv.privacy.participation`;
 #: "paper" is not a valid guarantee, comparison only).
@@ -85,8 +87,8 @@ def typed_value(key: str, annotation: Any, value: Any, *, allowed: str = "") -> 
         if boolean or not isinstance(value, Real):
             raise SettingError(f"{key} must be a number{in_}; got {value!r}")
         x = float(value)
-        if key == "epsilon" and not x > 0:
-            raise SettingError(f"epsilon must lie in (0, inf] (inf = non-private); got {value!r}")
+        if key == "epsilon" and not x > 0:  # the run's one range (check_supported_budget)
+            raise SettingError(f"epsilon must lie{in_ or ' in (0, inf]'}; got {value!r}")
         if math.isnan(x) or (math.isinf(x) and key != "epsilon"):
             raise SettingError(f"{key} must be a finite number{in_}; got {value!r}")
         return x
@@ -124,9 +126,18 @@ def config_from_values(method: Method, values: Mapping[str, Any], *, spell=kebab
     try:
         config = method.make_config(**kwargs)
     except (TypeError, ValueError) as exc:
-        raise SettingError(str(exc)) from None
+        # A configuration checks its fields by their Python names: name them as the
+        # user wrote them (kebab-case in a run config), as every other error does.
+        raise SettingError(respell(str(exc), method.config_fields, spell)) from None
     check_model_size(method.name, config, spell=spell)
     return config
+
+
+def respell(message: str, names: Iterable[str], spell=kebab) -> str:
+    """``message`` with each snake_case field name in ``names`` written by ``spell``."""
+    for name in sorted((n for n in names if "_" in n), key=len, reverse=True):
+        message = re.sub(rf"(?<![\w-]){re.escape(name)}(?![\w-])", spell(name), message)
+    return message
 
 
 def method_defaults(method: Method) -> dict[str, Any]:
@@ -139,12 +150,14 @@ def method_defaults(method: Method) -> dict[str, Any]:
 
 
 def check_budget(epsilon: Any, delta: Any) -> None:
-    """ε in (0, ∞] (∞: the non-private reference) and, for a private run, δ in (0, 1)."""
+    """ε in (0, EPSILON_MAX] or ∞ (the non-private reference) and, for a private run,
+    δ in (DELTA_MIN, DELTA_MAX] (:func:`fedpriv.federation.limits.check_supported_budget`)."""
+    from fedpriv.federation.limits import check_supported_budget
+
     eps = typed_value("epsilon", float, epsilon)
-    if math.isfinite(eps):
-        check_delta("delta", typed_value("delta", float, delta))
-        if delta == 0:
-            raise SettingError(f"delta must lie in (0, 1); got {delta!r}")
+    dlt = None if delta is None else typed_value("delta", float, delta)
+    # One range for δ at a run's boundary, the one its calibration certifies.
+    check_supported_budget(eps, dlt)
 
 
 def check_run_values(values: Mapping[str, Any]) -> None:
@@ -351,13 +364,25 @@ class RunSettings:
 
     @classmethod
     def from_run_config(cls, config: Mapping[str, Any]) -> RunSettings:
-        """Parse a run config (kebab-case keys; ``""`` = default) strictly."""
+        """Parse a run config (kebab-case keys; ``""`` = default) strictly; every error
+        names its keys in kebab-case, as the run config writes them."""
+        try:
+            return cls._from_run_config(config)
+        except SettingError as exc:
+            raise SettingError(respell(str(exc), cls.all_keys())) from None
+
+    @classmethod
+    def _from_run_config(cls, config: Mapping[str, Any]) -> RunSettings:
         values = {k.replace("-", "_"): v for k, v in config.items()}
         known = set(cls.all_keys())
         for key in values:
             if key not in known:
+                close = difflib.get_close_matches(kebab(key), sorted(map(kebab, known)), n=3)
+                hint = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
                 raise SettingError(
-                    f"unknown run-config key {kebab(key)!r}; known: {sorted(map(kebab, known))}"
+                    f"unknown run-config key {kebab(key)!r}{hint}; allowed: the run's keys "
+                    f"{sorted(map(kebab, cls.run_keys()))} and the method's own (fedpriv run "
+                    "--help lists each method's)"
                 )
         from fedpriv.federation.ranges import run_range
 

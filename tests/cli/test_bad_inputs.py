@@ -398,11 +398,11 @@ ROWS: dict[str, Row] = {
     ),
     "num-clients-1e9": Row(
         lambda t: ["run", "--dataset", "synthetic", "--set", "num-clients=1000000000"], 2,
-        r"num_clients must be an integer in \[2, 1000\]; got 1000000000",
+        r"num-clients must be an integer in \[2, 1000\]; got 1000000000",
     ),
     "max-records-past-its-range": Row(
         lambda t: _run(t, "--set", "max-records=1000000001"), 2,
-        r"max_records must be an integer in \[1, 1000000000\]; got 1000000001",
+        r"max-records must be an integer in \[1, 1000000000\]; got 1000000001",
     ),
     "max-records-past-the-secure-sum": Row(
         lambda t: _run(t, "--set", "max-records=1000000000"), 2,

@@ -53,9 +53,11 @@ def test_participation_accounting_values_are_the_library_enum():
         ({"rounds": 2.7}, r"^rounds must be an integer in \[1, 10000\] .*; got 2.7$"),
         ({"rounds": True}, r"^rounds must be an integer in \[1, 10000\] .*; got True$"),
         ({"secure-aggregation": "false"}, r"^secure-aggregation must be true or false"),
-        ({"epsilon": math.nan}, r"^epsilon must lie in \(0, inf\] \(inf = non-private\); got nan"),
-        ({"epsilon": 0.0}, r"^epsilon must lie in \(0, inf\]"),
-        ({"delta": 1.0}, r"^delta must lie in \[0, 1\); got 1.0"),
+        # One range per setting at the run's boundary: what its calibration certifies.
+        ({"epsilon": math.nan}, r"^epsilon must lie in \(0, 20\] or inf \(inf: .*\); got nan"),
+        ({"epsilon": 0.0}, r"^epsilon must lie in \(0, 20\] or inf"),
+        ({"delta": 1.0}, r"^delta must lie in \(1e-15, 0.01\]; got 1.0"),
+        ({"delta": 0.0}, r"^delta must lie in \(1e-15, 0.01\]; got 0.0"),
         (
             {"learning-rate": math.inf},
             r"^learning-rate must be a finite number in \(0, inf\); got inf",
@@ -63,7 +65,7 @@ def test_participation_accounting_values_are_the_library_enum():
         ({"method": "lumberjack", "trees": 0}, r"trees must be an integer in \[1, inf\); got 0"),
         (
             {"method": "lumberjack", "structure-fraction": 1.0},
-            r"structure_fraction must lie in \(0, 1\); got 1.0",
+            r"structure-fraction must lie in \(0, 1\); got 1.0",
         ),
         ({"method": "mlp", "hidden": 0}, r"hidden must be an integer in \[1, inf\); got 0"),
         (
@@ -79,27 +81,27 @@ def test_participation_accounting_values_are_the_library_enum():
         # A dataset's public client counts: Heart is 4 hospitals.
         (
             {"dataset": "heart", "num-clients": 3},
-            r"num_clients must lie in \[4, 4\] for dataset 'heart'; got 3",
+            r"num-clients must lie in \[4, 4\] for dataset 'heart'; got 3",
         ),
         (
             {"dataset": "diabetes130", "num-clients": 22},
-            r"num_clients must lie in \[2, 21\] for dataset 'diabetes130'; got 22",
+            r"num-clients must lie in \[2, 21\] for dataset 'diabetes130'; got 22",
         ),
         ({"dataset": "no-such-corpus"}, r"dataset must be one of \["),
-        ({"round-timeout": 0.0}, r"round_timeout must lie in \(0, 86400\] seconds"),
-        ({"setup-timeout": -1.0}, r"setup_timeout must lie in \(0, 86400\] seconds"),
+        ({"round-timeout": 0.0}, r"round-timeout must lie in \(0, 86400\] seconds"),
+        ({"setup-timeout": -1.0}, r"setup-timeout must lie in \(0, 86400\] seconds"),
         # Secure aggregation needs two parties: K = 1 is refused for every corpus.
         (
             {"dataset": "adult", "num-clients": 1},
-            r"^num_clients must be an integer in \[2, 1000\]; got 1 \(secure aggregation needs "
+            r"^num-clients must be an integer in \[2, 1000\]; got 1 \(secure aggregation needs "
             r"two parties",
         ),
-        ({"num-clients": 0}, r"^num_clients must be an integer in \[2, 1000\]"),
-        ({"num-clients": 1001}, r"^num_clients must be an integer in \[2, 1000\]; got 1001"),
-        ({"max-records": 10**9 + 1}, r"^max_records must be an integer in \[1, 1000000000\]"),
-        ({"ping-rounds": 1001}, r"^ping_rounds must be an integer in \[0, 1000\]; got 1001"),
-        ({"max-aborted-share": 1.5}, r"^max_aborted_share must lie in \[0, 1\]; got 1.5$"),
-        ({"max-aborted-share": -0.1}, r"^max_aborted_share must lie in \[0, 1\]"),
+        ({"num-clients": 0}, r"^num-clients must be an integer in \[2, 1000\]"),
+        ({"num-clients": 1001}, r"^num-clients must be an integer in \[2, 1000\]; got 1001"),
+        ({"max-records": 10**9 + 1}, r"^max-records must be an integer in \[1, 1000000000\]"),
+        ({"ping-rounds": 1001}, r"^ping-rounds must be an integer in \[0, 1000\]; got 1001"),
+        ({"max-aborted-share": 1.5}, r"^max-aborted-share must lie in \[0, 1\]; got 1.5$"),
+        ({"max-aborted-share": -0.1}, r"^max-aborted-share must lie in \[0, 1\]"),
     ],
 )
 def test_bad_values_are_refused_in_one_line_naming_key_value_and_range(run_config, message):
@@ -175,7 +177,7 @@ def test_registry_records_resolve_and_their_configs_are_frozen_and_keyword_only(
         (
             "fedpriv.server.simulate",
             ["--set", "dataset=heart", "--set", "num-clients=3"],
-            "num_clients",
+            "num-clients",
         ),
     ],
 )

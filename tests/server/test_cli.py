@@ -233,7 +233,7 @@ def test_run_in_process_enforces_a_declared_record_bound(tmp_path, caplog):
         (["round-timeout=3"], "'round-timeout' applies to Flower runs only"),
         (["depth=13"], r"depth must lie in \[1, 12\]; got 13"),
         (["clip-norm=1"], "'clip-norm' does not apply to method 'boosting'"),
-        (["num-clients=5"], r"num_clients must lie in \[4, 4\] for dataset 'heart'; got 5"),
+        (["num-clients=5"], r"num-clients must lie in \[4, 4\] for dataset 'heart'; got 5"),
     ],
 )
 def test_run_refuses_bad_settings_before_loading(sets, message, caplog):

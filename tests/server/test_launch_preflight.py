@@ -90,7 +90,7 @@ def test_the_flower_command_refuses_a_contradicting_k_before_starting(tmp_path, 
 
 def test_a_bundled_corpus_defaults_to_its_own_client_count():
     assert resolve_run({}, {"dataset": "heart"})[0].num_clients == 4  # as in process
-    with pytest.raises(SettingError, match=r"num_clients must lie in \[4, 4\]"):
+    with pytest.raises(SettingError, match=r"num-clients must lie in \[4, 4\]"):
         resolve_run({}, {"dataset": "heart", "num-clients": 3})  # an explicit K is checked
 
 
