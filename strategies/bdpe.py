@@ -85,7 +85,8 @@ from fedpriv.options import Objective, SplitFeatures
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.noise_stage import budget_of
 from fedpriv.privacy.randomness import check_private
-from fedpriv.privacy.range_guard import check_release, noise_margin, sum_bound
+from fedpriv.privacy.range_guard import sum_bound
+from fedpriv.privacy.release_stage import ReleaseStage
 from fedpriv.privacy.selection import ExponentialMechanism
 from fedpriv.validation import check_count
 
@@ -339,16 +340,13 @@ class BDPEStrategy(BDPENodeStages):
         prior = 0.0
         if self._budget is not None:
             label = f"tree {self._t // cfg.depth}: leaf (w¹, w⁰)"
-            sums = self._ledger.release(
-                self._leaves, sums.ravel(), rng=self._secret_rng, label=label
-            ).reshape(2 * nodes, 2)
-            margin = noise_margin(self._leaves, sums.size)
-            check_release(
-                sums,
+            stage = ReleaseStage(
+                ledger=self._ledger,
+                mechanism=self._leaves,
+                rng=self._secret_rng,
                 bound=sum_bound(1.0, self.n_records, sampling_rate=1.0),
-                margin=margin,
-                label=label,
             )
+            sums = stage.release(sums.ravel(), label=label).reshape(2 * nodes, 2)
             prior = self._leaves.scale
         rates = leaf_rates(sums[:, 0], sums[:, 1], prior)
         values = link(rates, cfg.alpha)
@@ -364,9 +362,13 @@ class BDPEStrategy(BDPENodeStages):
         counts = np.clip(counts, 0.0, self.n_records)  # honest counts lie in [0, m]
         if self._budget is not None:
             label = "calibration: (n¹, n⁰) per margin bin"
-            counts = self._ledger.release(self._counts, counts, rng=self._secret_rng, label=label)
-            margin = noise_margin(self._counts, counts.size)
-            check_release(counts, bound=float(self.n_records), margin=margin, label=label)
+            stage = ReleaseStage(
+                ledger=self._ledger,
+                mechanism=self._counts,
+                rng=self._secret_rng,
+                bound=float(self.n_records),
+            )
+            counts = stage.release(counts, label=label)
         counts = counts.reshape(B, 2)
         platt = platt_fit(
             counts[:, 0],

@@ -43,7 +43,8 @@ from fedpriv.privacy import GaussianMechanism
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.noise_stage import budget_of
 from fedpriv.privacy.randomness import check_private, rounding_margin
-from fedpriv.privacy.range_guard import check_release, noise_margin, sum_bound
+from fedpriv.privacy.range_guard import sum_bound
+from fedpriv.privacy.release_stage import ReleaseStage
 from fedpriv.validation import check_count, check_int, check_open_unit, check_positive
 
 METHOD = "evaluation"
@@ -188,18 +189,15 @@ class EvaluationStrategy:
         if self.mechanism is None:
             released, std = counts, 0.0
         else:
-            released = self._ledger.release(
-                self.mechanism, counts, rng=self._secret_rng, label=LABEL
-            )
-            std = self.mechanism.std
-            # Each honest count is at most the number of held-out records.
-            margin = noise_margin(self.mechanism, released.size)
-            check_release(
-                released,
+            stage = ReleaseStage(
+                ledger=self._ledger,
+                mechanism=self.mechanism,
+                rng=self._secret_rng,
+                # Each honest count is at most the number of held-out records.
                 bound=sum_bound(1.0, self.n_records, sampling_rate=1.0),
-                margin=margin,
-                label=LABEL,
             )
+            released = stage.release(counts, label=LABEL)
+            std = self.mechanism.std
         self._result = estimate_metrics(released, std=std, alpha=cfg.alpha, replicas=cfg.replicas)
         self._done = True
         r = self._result

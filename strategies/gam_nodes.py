@@ -18,7 +18,8 @@ from fedpriv.models.gam_sensitivity import (
 )
 from fedpriv.privacy.mechanisms import GaussianMechanism
 from fedpriv.privacy.randomness import rounding_margin
-from fedpriv.privacy.range_guard import check_release, noise_margin, sum_bound
+from fedpriv.privacy.range_guard import sum_bound
+from fedpriv.privacy.release_stage import ReleaseStage
 
 METHOD = "dp_gam"
 
@@ -55,12 +56,14 @@ class NodeStages:
                 )
                 unit = max(1.0, std / z - rounding_margin(part.size, "l2"))
                 mech = GaussianMechanism(l2_sensitivity=unit, noise_multiplier=z)
-                part = noise.ledger.release(
-                    mech, part, rng=noise.rng, sampling_probability=1.0, event=noise.event,
-                    label=label,
-                )  # fmt: skip
-                limit = sum_bound(bound / sens, self.n_records, sampling_rate=1.0)
-                check_release(part, bound=limit, margin=noise_margin(mech, part.size), label=label)
+                stage = ReleaseStage(
+                    ledger=noise.ledger,
+                    mechanism=mech,
+                    rng=noise.rng,
+                    bound=sum_bound(bound / sens, self.n_records, sampling_rate=1.0),
+                    event=noise.event,
+                )
+                part = stage.release(part, label=label)
             out.append(part * sens)
         return out
 

@@ -59,7 +59,8 @@ from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.mechanisms import LaplaceMechanism
 from fedpriv.privacy.noise_stage import GaussianRounds, budget_of, certified_gaussian
 from fedpriv.privacy.randomness import check_private, rounding_margin
-from fedpriv.privacy.range_guard import check_release, noise_margin, sum_bound
+from fedpriv.privacy.range_guard import sum_bound
+from fedpriv.privacy.release_stage import ReleaseStage
 from fedpriv.validation import check_count
 
 METHOD = "random_forest"
@@ -363,24 +364,24 @@ class RandomForestStrategy:
             lab = np.argmax(counts, axis=2)
             np.put_along_axis(scores, lab[..., None], 1.0, axis=2)
         elif cfg.leaf_mechanism == "exponential":
-            for event, count in self._events:
-                for _ in range(count):
-                    self._ledger.spend(event, label="leaf labels")
-            lab = exponential_labels(
-                counts.reshape(-1, self.n_classes), self.eta_, self._secret_rng
+            ((event, count),) = self._events  # one bounded-range event per selection
+            lab = ReleaseStage(ledger=self._ledger, rng=self._secret_rng, event=event).select(
+                lambda rng: exponential_labels(counts.reshape(-1, self.n_classes), self.eta_, rng),
+                label="leaf labels",
+                events=count,
             )
             np.put_along_axis(scores, lab.reshape(cfg.trees, -1)[..., None], 1.0, axis=2)
         else:  # Gaussian or Laplace noise: one release of every leaf's counts
             if self._stage is not None:  # distributed: the clients' shares are in the sum
                 noisy = self._stage.release(aggregate, label="leaf class counts")
             else:
-                noisy = self._ledger.release(
-                    self._mechanism, counts.ravel(), rng=self._secret_rng, label="leaf class counts"
-                )
-                # One record adds 1 to one count per tree: every honest count is ≤ n.
-                margin = noise_margin(self._mechanism, noisy.size)
-                bound = sum_bound(1.0, self.n_records, sampling_rate=1.0)
-                check_release(noisy, bound=bound, margin=margin, label="leaf class counts")
+                noisy = ReleaseStage(
+                    ledger=self._ledger,
+                    mechanism=self._mechanism,
+                    rng=self._secret_rng,
+                    # One record adds 1 to one count per tree: every honest count is ≤ n.
+                    bound=sum_bound(1.0, self.n_records, sampling_rate=1.0),
+                ).release(counts.ravel(), label="leaf class counts")
             noisy = noisy.reshape(counts.shape)
             noisy = np.maximum(noisy, 0.0)
             tot = noisy.sum(axis=2, keepdims=True)

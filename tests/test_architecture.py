@@ -97,12 +97,42 @@ def _imported_modules(path):
             yield node.module
 
 
-def test_library_never_imports_upward():
-    offenders = [
+def _layer(module: str) -> str:
+    """The layer an import names: ``fedpriv.server.x`` → server, ``fedpriv.data`` → fedpriv
+    (the application folders install as ``fedpriv.<folder>``)."""
+    parts = module.split(".")
+    if parts[0] == "fedpriv" and len(parts) > 1 and parts[1] in APP_LAYERS:
+        return parts[1]
+    return parts[0]
+
+
+def _upward(path, allowed):
+    return [
         f"{path.relative_to(ROOT)} imports {mod}"
-        for path in _python_files(LIBRARY)
         for mod in _imported_modules(path)
-        if mod.split(".")[0] in APP_LAYERS
+        if _layer(mod) in APP_LAYERS and _layer(mod) not in allowed
+    ]
+
+
+def test_the_import_scanner_sees_an_upward_import(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("from fedpriv.server.estimators import X\nimport fedpriv.clients.app\n")
+    found = [m for m in _imported_modules(bad) if _layer(m) in APP_LAYERS]
+    assert found == ["fedpriv.server.estimators", "fedpriv.clients.app"]
+
+
+def test_library_never_imports_upward():
+    offenders = [o for path in _python_files(LIBRARY) for o in _upward(path, set())]
+    assert offenders == []
+
+
+def test_application_layers_import_one_way():
+    """experiments → server, strategies, clients → the library; never back up to experiments."""
+    offenders = [
+        o
+        for layer in ("strategies", "clients", "server")
+        for path in _python_files(ROOT / layer)
+        for o in _upward(path, {"strategies", "clients", "server"})
     ]
     assert offenders == []
 

@@ -49,6 +49,7 @@ from fedpriv.privacy.participation import (
 )
 from fedpriv.privacy.randomness import check_private, rounding_margin
 from fedpriv.privacy.range_guard import check_release, noise_margin
+from fedpriv.privacy.release_stage import ReleaseStage
 
 
 def certified_gaussian(*, epsilon: float, delta: float, l2_sensitivity: float) -> GaussianMechanism:
@@ -288,18 +289,17 @@ class GaussianRounds:
             mechanism = GaussianMechanism(
                 l2_sensitivity=mechanism.l2_sensitivity, noise_multiplier=z
             )
-        else:
-            noisy = self.ledger.release(
-                self.mechanism,
-                aggregate,
-                rng=self.rng,
-                sampling_probability=self.sampling_rate,
-                event=self.event,
-                label=label,
-            )
-        margin = noise_margin(mechanism, noisy.size)
-        check_release(noisy, bound=self.sum_bound, margin=margin, label=label)
-        return noisy
+            margin = noise_margin(mechanism, noisy.size)
+            check_release(noisy, bound=self.sum_bound, margin=margin, label=label)
+            return noisy
+        return ReleaseStage(
+            ledger=self.ledger,
+            mechanism=self.mechanism,
+            rng=self.rng,
+            bound=self.sum_bound,
+            sampling_probability=self.sampling_rate,
+            event=self.event,
+        ).release(aggregate, label=label)
 
 
 #: Shares of a stage's δ tried, in turn, for the distributed-noise slack (module docstring).
