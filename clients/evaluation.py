@@ -4,7 +4,7 @@ The query carries the released model as its training method's arrays
 (``query.config["model_method"]``, ``query.arrays``); the client rebuilds it
 with :data:`MODEL_CLASSES`, scores every one of its held-out rows (the
 runtime gives this handler the client's test split) and returns the 2·B
-counts of :func:`fedpriv.evaluation_dp.score_histogram`: one record adds 1 to
+counts of :func:`fedpriv.evaluation.dp.score_histogram`: one record adds 1 to
 at most one count (L1 = L2 sensitivity 1, whatever the model or scorer; the node
 stage ``"histogram"``). A handler built with ``scorer=``
 uses that instead (e.g. a model that is not a registered method's).
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from fedpriv.clients.query_settings import count_setting
 
-from fedpriv.evaluation_dp import SENSITIVITY, STAGE, check_bins, score_histogram
+from fedpriv.evaluation.dp import SENSITIVITY, STAGE, check_bins, score_histogram
 from fedpriv.federation.protocol import ClientData, Query, ReplySensitivity, require_every_record
 from fedpriv.methods import resolve
 from fedpriv.privacy.randomness import SecretKey

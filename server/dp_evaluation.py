@@ -8,7 +8,7 @@ as one more round after training (:mod:`fedpriv.strategies.evaluation`,
 released model and uploads a per-class histogram over public bins through
 the secure-aggregation shim; the server adds Gaussian noise to the sum
 through the run's ledger and reports AUC, Brier score and accuracy with
-their stated errors (:mod:`fedpriv.evaluation_dp`).
+their stated errors (:mod:`fedpriv.evaluation.dp`).
 
 **Budget.** The run's (ε, δ) is split before anything is calibrated: the
 evaluation gets (ε_e, δ_e) with ε_e = ``eval-epsilon`` and δ_e = δ·ε_e/ε,

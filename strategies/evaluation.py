@@ -5,7 +5,7 @@ client scores its held-out rows and returns their per-class histogram over B
 public bins (:mod:`fedpriv.clients.evaluation`). The secure-aggregation shim reveals
 only the sum, which this strategy releases once with the Gaussian mechanism
 through the run's ledger (label :data:`LABEL`), range-checks, and turns into
-AUC, Brier score and accuracy with stated errors (:mod:`fedpriv.evaluation_dp`).
+AUC, Brier score and accuracy with stated errors (:mod:`fedpriv.evaluation.dp`).
 
 Noise: σ = z·1 (one record moves one count by 1), with z
 
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedpriv.evaluation_dp import (
+from fedpriv.evaluation.dp import (
     DEFAULT_BINS,
     SENSITIVITY,
     STAGE,

@@ -15,7 +15,7 @@ evaluation seed s:
 3. draw K and K grid points uniformly from a private generator keyed by the
    cell (:func:`fedpriv.experiments.keys.secret_key_for`), never by a public seed;
 4. run each: fit on ``train`` at (ε_b, δ), release the validation AUC from
-   a noisy score histogram (:mod:`fedpriv.evaluation_dp`, Gaussian with
+   a noisy score histogram (:mod:`fedpriv.evaluation.dp`, Gaussian with
    multiplier ``val_noise``, Δ₂ = 1: one record moves one count by one), and
    check that the fit's own ledger spent no more than its planned curve;
 5. release the run with the best noisy validation AUC; the row holds its
@@ -216,8 +216,8 @@ def run_base(cell: RunCell) -> dict[str, Any]:
     from fedpriv.experiments.bench import learners
     from fedpriv.experiments.keys import secret_key_for
 
+    from fedpriv.evaluation.dp import binned_auc, score_histogram
     from fedpriv.evaluation.metrics import base_rate_brier, binary_metrics
-    from fedpriv.evaluation_dp import binned_auc, score_histogram
     from fedpriv.privacy import GaussianMechanism, accounting
 
     key = secret_key_for("private_run", cell.key)

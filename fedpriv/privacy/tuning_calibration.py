@@ -13,7 +13,7 @@ run draws its configuration at random, so its RDP curve is the pointwise
 maximum over the candidates (:func:`fedpriv.privacy.accounting.rdp_curve`).
 
 **Trust.** The validation score each run releases must itself be a DP
-release (e.g. :mod:`fedpriv.evaluation_dp`'s noisy score histogram) whose
+release (e.g. :mod:`fedpriv.evaluation.dp`'s noisy score histogram) whose
 event is part of its candidate: the theorems of Papernot & Steinke (2022)
 bound runs that are DP *as a whole*. A score computed without noise would
 break their premise, and the selected configuration would leak the

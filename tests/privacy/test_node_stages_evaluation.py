@@ -12,7 +12,7 @@ from fedpriv.clients.evaluation import EvaluationClient
 from fedpriv.strategies.evaluation import EvaluationConfig, EvaluationStrategy
 
 from fedpriv.data import iid
-from fedpriv.evaluation_dp import STAGE
+from fedpriv.evaluation.dp import STAGE
 from fedpriv.federation.protocol import make_clients
 from fedpriv.models.networks import InputMap, NetworkModel, NetworkSpec
 from tests.keys import private_rng

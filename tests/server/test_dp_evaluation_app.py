@@ -19,7 +19,7 @@ from fedpriv.data import DataError, load_heart
 from fedpriv.data.export import export
 from fedpriv.data.node import EVAL_DATA_PATH, DataSource, node_eval_rows
 from fedpriv.evaluation import binary_metrics
-from fedpriv.evaluation_dp import estimate_metrics, score_histogram
+from fedpriv.evaluation.dp import estimate_metrics, score_histogram
 from fedpriv.federation.settings import RunSettings, SettingError
 from fedpriv.methods import get_method
 from fedpriv.privacy import GaussianMechanism, PrivacyBudget

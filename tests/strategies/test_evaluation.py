@@ -9,7 +9,7 @@ from sklearn.linear_model import LogisticRegression
 
 from fedpriv.data import load_adult
 from fedpriv.evaluation import binary_metrics
-from fedpriv.evaluation_dp import estimate_metrics, score_histogram
+from fedpriv.evaluation.dp import estimate_metrics, score_histogram
 from fedpriv.federation.protocol import make_clients
 from fedpriv.federation.runtime import InProcessRuntime
 from fedpriv.models.heavy_hitters import ForestModel, PrunedTree

@@ -8,7 +8,7 @@ from sklearn.linear_model import LogisticRegression
 
 from fedpriv.data import load_adult
 from fedpriv.evaluation import binary_metrics
-from fedpriv.evaluation_dp import (
+from fedpriv.evaluation.dp import (
     METRICS,
     bin_index,
     binned_accuracy,

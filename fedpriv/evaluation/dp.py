@@ -72,7 +72,7 @@ take, for each metric f,
 
 The stated error is E = W_up + e_noise: with probability ≈ 1 − α (union bound
 over the two α/2 events) the exact metric lies within E of the estimate. The
-bootstrap is approximate (f is non-linear; sparse bins); tests/test_evaluation_dp.py
+bootstrap is approximate (f is non-linear; sparse bins); tests/evaluation/test_dp.py
 measures the coverage on Adult. A metric whose
 denominator is 0 (no positives, say) is reported as ½ ± ½: vacuous, never wrong.
 
