@@ -58,9 +58,3 @@ class DPRandomForestClassifier(_Forest):
     """
 
     method = "random_forest"
-
-
-def _fit_forest(est: MethodEstimator, data, y, partition, part: str, strategy, handler):
-    """Run a ready ``strategy`` against ``handler`` clients on ``part`` of ``data`` (tests)."""
-    X, yy, partition = est._training_data(data, y, partition, part)
-    return est._fit_on(X, yy, partition, handler=handler, strategy=strategy)

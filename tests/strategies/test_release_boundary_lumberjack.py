@@ -18,7 +18,7 @@ import pickle
 import numpy as np
 import pytest
 from fedpriv.clients.lumberjack import LumberjackClient
-from fedpriv.server.forest_estimators import LumberjackClassifier, _fit_forest
+from fedpriv.server.forest_estimators import LumberjackClassifier
 from fedpriv.strategies.lumberjack import LumberjackConfig, LumberjackStrategy
 
 from fedpriv.data import load_heart
@@ -133,6 +133,12 @@ def _saved(est, path):
     z.pop("__checksum__")
     meta["arrays"]["model.leaf_scores"].pop("sha256")
     return {**{k.removeprefix("model."): v for k, v in z.items()}, "meta": meta}
+
+
+def _fit_forest(est, data, y, partition, part: str, strategy, handler):
+    """Run a ready ``strategy`` against ``handler`` clients on ``part`` of ``data``."""
+    X, yy, partition = est._training_data(data, y, partition, part)
+    return est._fit_on(X, yy, partition, handler=handler, strategy=strategy)
 
 
 def _estimator_pair(data, cls, tmp_path):
