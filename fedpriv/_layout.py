@@ -61,4 +61,7 @@ def install(package_dir: Path) -> None:
         return
     if any(isinstance(f, _LayerFinder) and f.root == root for f in sys.meta_path):
         return
-    sys.meta_path.append(_LayerFinder(root))
+    # First, before any installed distribution's finder: the layers are this tree's,
+    # the one whose fedpriv was imported (another checkout installed editable in the
+    # same environment would otherwise serve its own server/, clients/, ...).
+    sys.meta_path.insert(0, _LayerFinder(root))

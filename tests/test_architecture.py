@@ -107,6 +107,23 @@ def test_library_never_imports_upward():
     assert offenders == []
 
 
+def test_layers_come_from_the_imported_tree():
+    """fedpriv.server, .clients, .strategies, .experiments are the folders beside (or,
+    installed, inside) the fedpriv that was imported, even when another checkout is
+    installed editable in the same environment."""
+    import fedpriv.clients
+    import fedpriv.experiments
+    import fedpriv.server
+    import fedpriv.strategies
+
+    import fedpriv
+
+    package = Path(fedpriv.__file__).resolve().parent
+    root = package if (package / "server").is_dir() else package.parent
+    for layer in (fedpriv.server, fedpriv.clients, fedpriv.strategies, fedpriv.experiments):
+        assert Path(layer.__file__).resolve().parent.parent == root, layer.__file__
+
+
 def test_privacy_package_is_pure():
     offenders = [
         f"{path.relative_to(ROOT)} imports {mod}"
