@@ -1,4 +1,4 @@
-"""Participation and heterogeneity ablations (issue 9): one command per study, one report.
+"""Participation and heterogeneity ablations: one command per study, one report.
 
 Reproduces §5.6 of the benchmark paper (``../shared/papers/
 dp_federated_boosting_vs_dpsgd_benchmark.txt``) with fedpriv's in-process

@@ -7,8 +7,8 @@ it measures the Clopper–Pearson lower bound ε̂ of
 
 * the honest learner (fresh OS-entropy keys),
 * its broken twin (noise cut or exact leaf counts; the ledger still claims ε),
-* the attacker of ARCHITECTURE.md §1, who subtracts its seed replay, against
-  secret keys and against debug mode (``SecretKey.from_public_seed``),
+* the attacker of docs/explanation/architecture.md §1, who subtracts its seed
+  replay, against secret keys and against debug mode (``SecretKey.from_public_seed``),
 
 then bootstraps how reliably the CI-sized audits refute the twins, traces the
 audit's power on DP-SGD (noise / 2, 3, 4), reads the exact counts still held

@@ -1,4 +1,4 @@
-"""The matched-accounting benchmark (issue 8): one command, one report.
+"""The matched-accounting benchmark: one command, one report.
 
 Reproduces and extends the benchmark paper (``../shared/papers/
 dp_federated_boosting_vs_dpsgd_benchmark.txt``) with fedpriv's in-process

@@ -82,7 +82,7 @@ SMALL_JOB = {
 #: The job on the nodes' own files (``--data``): the method's defaults, as ``fedpriv
 #: run`` fits them in process (boosting: T = 75, depth 5, ε = 2), only the deployed
 #: round timeout added. The demo's T = 5, depth 4 released a model far below the
-#: in-process fit of the same files (the README's three hospital files, scored on
+#: in-process fit of the same files (the tutorial's three hospital files, scored on
 #: fresh rows: AUC 0.70 ± 0.05 against 0.767 ± 0.010 over 10 fits; deployed at these
 #: defaults, 0.772).
 FILES_JOB = {"method": "boosting", "round-timeout": DEPLOYED_ROUND_TIMEOUT}

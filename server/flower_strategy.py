@@ -1,9 +1,10 @@
 """A fedpriv strategy as a Flower ``flwr.serverapp.strategy.Strategy``.
 
-Flower users expect strategies to be Flower strategies (ARCHITECTURE.md):
-someone with their own ServerApp calls ``strategy.start(grid=..., ...)`` and
-gets a Flower ``Result``. :class:`FlowerStrategy` is a thin adapter over the
-transport-agnostic core (``strategies/``) and the shared round engine
+Flower users expect strategies to be Flower strategies
+(docs/explanation/architecture.md §4): someone with their own ServerApp calls
+``strategy.start(grid=..., ...)`` and gets a Flower ``Result``.
+:class:`FlowerStrategy` is a thin adapter over the transport-agnostic core
+(``strategies/``) and the shared round engine
 (:class:`fedpriv.federation.engine.RoundEngine`, over Flower messages by
 :class:`fedpriv.server.grid_runtime.GridRuntime`), so a run started this way sends the
 same messages and releases the same model as ``python -m fedpriv.server.simulate``:

@@ -66,7 +66,7 @@ CONNECTION = "fedpriv-sim"
 #: 0.1 s fetch loop, and a second 0.1 s loop on our side quantised rounds into
 #: 0.1 s or 0.2 s depending on how the two phases drifted. The main job's method is
 #: DP histogram boosting (``dp_gam``), the strongest learner on the bundled corpora
-#: (README, "DP histogram boosting"), at the settings of :data:`MAIN_JOB_GAM`.
+#: (docs/explanation/methods/dp-gam.md), at the settings of :data:`MAIN_JOB_GAM`.
 SIMULATION_DEFAULTS = {"method": "dp_gam", "poll-interval": 0.01}
 #: The main job's ``dp_gam`` settings, applied only when the run's method is ``dp_gam``
 #: (``learning-rate`` and ``lam`` are other methods' keys too): half Newton steps,

@@ -49,10 +49,11 @@ in the aggregate (its other records move the sums far more than the noise), so
 a record's inclusion is not an independent Poisson(ρ·q) event. The per-round
 privacy profile is ρ·δ_q(ε). ``participation_accounting`` chooses
 (:mod:`fedpriv.privacy.participation`): ``valid`` (default) calibrates at q,
-which covers ρ·δ_q(ε) ≤ δ_q(ε), so ρ never lowers the noise (ARCHITECTURE.md
-§1); ``tight`` accounts the mixture PLD whose profile is exactly ρ·δ_q(ε);
-``paper`` calibrates at ρ·q as the benchmark paper does (§5.6), which is *not
-a valid guarantee (comparison only)*: the ledger reports ε as not certified.
+which covers ρ·δ_q(ε) ≤ δ_q(ε), so ρ never lowers the noise
+(docs/explanation/architecture.md §1); ``tight`` accounts the mixture PLD whose
+profile is exactly ρ·δ_q(ε); ``paper`` calibrates at ρ·q as the benchmark paper
+does (§5.6), which is *not a valid guarantee (comparison only)*: the ledger
+reports ε as not certified.
 """
 
 from __future__ import annotations

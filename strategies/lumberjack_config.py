@@ -7,7 +7,7 @@ for the structure, δ = 1e-6; depth d = 49 here (the paper's 100 costs more
 once growth is staged: see Accuracy below). How stages, m and the caps
 follow from these settings: the strategy's module docstring.
 
-Accuracy (Adult, ε = 1, 30 trees, 5 injected keys, README): exact growth
+Accuracy (Adult, ε = 1, 30 trees, 5 injected keys; the docs, forests page): exact growth
 at d = 100 (leaky) .835 ± .002 accuracy, .884 AUC; staged, d = 100:
 .829 / .886; d = 49: .834 / .887; top-down (h = 1): .823 / .884. With τ
 about 1.8x the one-shot threshold, pruned trees stop shallower and depths

@@ -11,8 +11,8 @@ Every statistic is evaluated on the same fits, then each gets its own
 Clopper–Pearson lower bound (:func:`fedpriv.privacy.audit_epsilon`; the event
 is chosen on half of the trials and evaluated on the other half).
 
-The attacker of ARCHITECTURE.md §1 (:func:`section1_statistic`) knows the
-public seed of every fit. It replays the fit on D under the key the old code
+The attacker of docs/explanation/architecture.md §1 (:func:`section1_statistic`)
+knows the public seed of every fit. It replays the fit on D under the key the old code
 derived from that seed and subtracts the replay's statistic, i.e. the replayed
 noise: in debug mode the replay is the released run itself whenever the
 canary is absent, so the two datasets separate perfectly; with a secret key

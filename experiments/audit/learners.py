@@ -3,8 +3,8 @@
 Each :class:`LearnerAudit` fixes a learner's public configuration, a dataset
 D held by two clients, a canary record (appended to client 1 in D' = D +
 canary), the distinguishing statistic an auditor computes from what the
-attacker of ARCHITECTURE.md §1 sees (the released model, the transcript of
-queries, the public seed, D itself), and a *broken twin*: the same learner
+attacker of docs/explanation/architecture.md §1 sees (the released model, the
+transcript of queries, the public seed, D itself), and a *broken twin*: the same learner
 with a privacy bug the same audit must catch. Twins break the learner after
 its honest calibration and budget reservation, so their ledger still claims
 the honest ε (exactly what a real bug would look like from the outside).

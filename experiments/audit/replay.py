@@ -1,4 +1,5 @@
-"""The seed-replay attacks of ARCHITECTURE.md §1, as the old code invited them.
+"""The seed-replay attacks of docs/explanation/architecture.md §1, as the old code
+invited them.
 
 The attacker knows every output and log, every message any client receives
 and the public seed. Before commit 5a50443 every private draw came from that

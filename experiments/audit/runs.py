@@ -6,8 +6,8 @@ runs (a fresh :class:`~fedpriv.privacy.PrivacyLedger`, the
 aggregation, a public seed and a secret key) and keeps two records:
 
 * the *transcript*: every query, i.e. everything any client receives; the
-  attacker of ARCHITECTURE.md §1 knows it, together with the released model
-  and the public seed;
+  attacker of docs/explanation/architecture.md §1 knows it, together with the
+  released model and the public seed;
 * the *curator's view*: each client's exact reply and each ledger release's
   exact input and output. Only the tests' ground truth reads it (what an
   attack should not be able to recover); no attack does.

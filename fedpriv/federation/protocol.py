@@ -4,7 +4,7 @@ Each round a *strategy* (server half) emits a public :class:`Query`; each
 asked client's *handler* (client half) answers with a fixed-length float
 vector computed from a Poisson sample of its rows; the secure-aggregation
 shim reveals only the sum to the strategy, which adds noise through the run's
-ledger before anything is released (ARCHITECTURE.md §1).
+ledger before anything is released (docs/explanation/architecture.md §1).
 
 Runtimes (in-process here; Flower in ``server/`` and ``clients/``) move
 queries and replies and own sampling, keys and aggregation, so that the

@@ -10,7 +10,7 @@ and states:
   e.g. seeded private randomness or the paper's ρ·q participation
   accounting, voids it);
 * the neighbouring relation (add/remove one record) and the trust model
-  (README, "Trust model");
+  (docs/explanation/trust-model.md);
 * every recorded DpEvent, by label and by its ``repr`` (and its
   :func:`~fedpriv.privacy.events.event_to_dict` form);
 * the participation accounting mode and ρ;
@@ -187,7 +187,7 @@ def _num(value: Any) -> float:
 
 
 def trust_model(*, secure_aggregation: bool, secagg_threshold: float | None) -> dict[str, Any]:
-    """The parties and what each sees (README, "Trust model")."""
+    """The parties and what each sees (docs/explanation/trust-model.md)."""
     sums = (
         "the exact sum of the asked clients' statistics each round (never one client's vector)"
         if secure_aggregation

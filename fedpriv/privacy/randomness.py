@@ -1,6 +1,6 @@
 """Private randomness: secret keys, a CSPRNG, and noise on a fixed grid.
 
-fedpriv keeps two kinds of randomness apart (README, trust model):
+fedpriv keeps two kinds of randomness apart (docs/explanation/trust-model.md):
 
 * **Public randomness** (random tree structure, thresholds, split features,
   initial weights) comes from the public run seed (:mod:`fedpriv.seeding`).

@@ -1,4 +1,5 @@
-"""The threat model of ARCHITECTURE.md §1 against seed replay: regression tests.
+"""The threat model of docs/explanation/architecture.md §1 against seed replay:
+regression tests.
 
 The attacker knows every output and log, every message any client receives
 and the public seed. Before commit 5a50443 all private randomness came from

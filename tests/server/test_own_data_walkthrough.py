@@ -1,11 +1,12 @@
-"""The README's "Your own data" walk-through, run as written on three small hospital files.
+"""The "Your own CSV" tutorial (docs/tutorials/your-own-data.md), run as written on
+three small hospital files.
 
-The commands are the README's own (the bash block of that section), run in order
-through ``fedpriv.server.cli.main`` in a folder holding the files it names; the draft's
-placeholders are filled with the README's own filled tables (its toml block), so
+The commands are the page's own (its bash block), run in order through
+``fedpriv.server.cli.main`` in a folder holding the files it names; the draft's
+placeholders are filled with the page's own filled tables (its toml block), so
 neither can drift from the product. The test only adds fast settings (few rounds).
 
-The deployment is the README's command as written: TLS with node authentication,
+The deployment is the page's command as written: TLS with node authentication,
 each SuperNode given only its own file in its own folder, the ServerApp no data
 path. It runs through ``fedpriv.server.deploy.main`` (what ``fedpriv deploy`` calls, less
 the redirection of Flower's output) so that the third node can start late, after
@@ -33,11 +34,11 @@ from fedpriv.data.node import files_dataset, run_schema
 from fedpriv.privacy.randomness import KEY_ENV
 from tests.keys import key_for, key_hex
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "tutorials" / "your-own-data.md"
 HOSPITALS = ("north", "south", "east")
 ROWS = 150  # per hospital
 NEW_ROWS = 20
-#: Appended to the README's commands to keep the test fast.
+#: Appended to the page's commands to keep the test fast.
 FAST = {"run": ["--set", "rounds=5"], "deploy": ["--set", "rounds=1"]}
 KEY = 4  # injected into the deployment's processes and the in-process reference
 RUN_LINE = re.compile(r"AUC (\S+) \| ε spent (\S+) \(PLD\), (\S+) \(RDP\) \| run (\w+)")
@@ -47,9 +48,7 @@ DEPLOY_LINE = re.compile(
 
 
 def _section() -> str:
-    text = README.read_text(encoding="utf-8")
-    start = text.index("\n## Your own data\n")
-    return text[start : text.index("\n## ", start + 1)]
+    return PAGE.read_text(encoding="utf-8")
 
 
 def _commands(section: str) -> list[list[str]]:
@@ -62,7 +61,7 @@ def _commands(section: str) -> list[list[str]]:
 
 
 def _fill(draft: str, filled: dict) -> str:
-    """The draft with every placeholder line replaced by the README's value for that
+    """The draft with every placeholder line replaced by the page's value for that
     key of that table ([target], or the [[columns]] entry of the same name)."""
     by_table = {"[target]": filled["target"], **{c["name"]: c for c in filled["columns"]}}
     out = []
@@ -83,7 +82,7 @@ def _fill(draft: str, filled: dict) -> str:
 
 
 def _write_files(folder: Path) -> None:
-    """Three hospitals' files, the pooled file and rows to score (the README's names)."""
+    """Three hospitals' files, the pooled file and rows to score (the page's names)."""
     rng = np.random.default_rng(7)
     header = ["hospital", "age", "admission", "readmitted"]
     pooled = []
@@ -119,7 +118,7 @@ def test_the_readme_walkthrough_runs_on_three_hospital_files(tmp_path, monkeypat
     n = schema.read_text().count(f'"{PLACEHOLDER}"')
     assert f"{n} 'FILL ME' placeholders" in capsys.readouterr().out and n == 5
 
-    # 2. Refused, naming the first placeholder, until filled as the README shows.
+    # 2. Refused, naming the first placeholder, until filled as the page shows.
     assert main(run + FAST["run"]) == 2
     first = (
         rf"\[target\]: positive is still the draft placeholder 'FILL ME' \({n} placeholders left"
@@ -175,7 +174,7 @@ def test_the_readme_walkthrough_runs_on_three_hospital_files(tmp_path, monkeypat
     for key, value in ref.model_.to_arrays().items():
         np.testing.assert_array_equal(saved[key], value, err_msg=key)
     assert float(eps_pld) == pytest.approx(ref.epsilon_spent_)
-    assert Path(predict[1]).parent == latest.relative_to(tmp_path)  # the README scores it
+    assert Path(predict[1]).parent == latest.relative_to(tmp_path)  # the page scores it
 
     # 5. One score per row of the new file, in [0, 1]; the card states ε.
     assert main(predict) == 0
