@@ -61,4 +61,6 @@ def install(package_dir: Path) -> None:
         return
     if any(isinstance(f, _LayerFinder) and f.root == root for f in sys.meta_path):
         return
-    sys.meta_path.append(_LayerFinder(root))
+    # First on the path: an editable install of another checkout (its finder maps the
+    # same four names to its own folders) must not lend this tree its layers.
+    sys.meta_path.insert(0, _LayerFinder(root))

@@ -1,6 +1,7 @@
 """Repository-wide rules: no global RNG, a pure privacy core, one-way imports, lint."""
 
 import ast
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -105,6 +106,18 @@ def test_library_never_imports_upward():
         if mod.split(".")[0] in APP_LAYERS
     ]
     assert offenders == []
+
+
+def test_the_layers_come_from_the_tree_fedpriv_was_imported_from():
+    """A source tree maps its own ``server/``, ``clients/``, ... as ``fedpriv.<layer>``,
+    even beside an editable install of another checkout (whose finder maps the same
+    names): never one tree's library with another's layers."""
+    import fedpriv
+
+    tree = Path(fedpriv.__file__).resolve().parents[1]  # a checkout, or site-packages
+    for layer in APP_LAYERS:
+        origin = Path(importlib.import_module(f"fedpriv.{layer}").__file__).resolve()
+        assert origin.is_relative_to(tree), (layer, origin, tree)
 
 
 def test_privacy_package_is_pure():
