@@ -21,7 +21,13 @@ from typing import Any
 import numpy as np
 from fedpriv.clients.reply_settings import require_rate, setting_choice, setting_int
 
-from fedpriv.federation.protocol import ClientData, Query, ReplySensitivity, require_every_record
+from fedpriv.federation.protocol import (
+    ClientData,
+    ClientHandler,
+    Query,
+    ReplySensitivity,
+    require_every_record,
+)
 from fedpriv.models.bdpe import example_weights, feature_bins, level_sums
 from fedpriv.models.bdpe_model import BDPEModel, node_of_rows
 from fedpriv.models.forest_sensitivity import (
@@ -48,7 +54,7 @@ def thresholds_of(cand_feature: np.ndarray, cand_threshold: np.ndarray, d: int):
     return out
 
 
-class BDPEClient:
+class BDPEClient(ClientHandler):
     """Client handler for :class:`fedpriv.strategies.bdpe.BDPEStrategy`."""
 
     method = "bdpe"

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from fedpriv.clients.query_settings import choice_setting, count_setting
 
-from fedpriv.federation.protocol import ClientData, Query, ReplySensitivity
+from fedpriv.federation.protocol import ClientData, ClientHandler, Query, ReplySensitivity
 from fedpriv.models import _kernels
 from fedpriv.models.trees import (
     INTERCEPT,
@@ -41,7 +41,7 @@ from fedpriv.models.trees import (
 from fedpriv.privacy.randomness import SecretKey
 
 
-class BoostingClient:
+class BoostingClient(ClientHandler):
     """Client handler for :class:`fedpriv.strategies.boosting.DPBoostingStrategy`."""
 
     method = "boosting"

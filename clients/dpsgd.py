@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from fedpriv.clients.query_settings import bound_setting, choice_setting, count_setting
 
-from fedpriv.federation.protocol import ClientData, Query, ReplySensitivity
+from fedpriv.federation.protocol import ClientData, ClientHandler, Query, ReplySensitivity
 from fedpriv.models import recalibration as linear_recal
 from fedpriv.models import sgd_recalibration as recal
 from fedpriv.models.networks import InputMap, NetworkSpec
@@ -57,7 +57,7 @@ CUSTOM = "module"
 STAGES = (CENTRE, STEP, recal.RECALIBRATE, recal.LINEAR)
 
 
-class DPSGDClient:
+class DPSGDClient(ClientHandler):
     """Client handler for :class:`fedpriv.strategies.dpsgd.DPSGDStrategy`.
 
     Parameters

@@ -2,12 +2,13 @@
 
 The query carries the released model as its training method's arrays
 (``query.config["model_method"]``, ``query.arrays``); the client rebuilds it
-with :data:`MODEL_CLASSES`, scores every one of its held-out rows (the
-runtime gives this handler the client's test split) and returns the 2·B
-counts of :func:`fedpriv.evaluation.dp.score_histogram`: one record adds 1 to
-at most one count (L1 = L2 sensitivity 1, whatever the model or scorer; the node
-stage ``"histogram"``). A handler built with ``scorer=``
-uses that instead (e.g. a model that is not a registered method's).
+with that registered method's model class (:attr:`fedpriv.methods.Method.model`:
+a plugin's model is scored as a built-in's), scores every one of its held-out
+rows (the runtime gives this handler the client's test split) and returns the
+2·B counts of :func:`fedpriv.evaluation.dp.score_histogram`: one record adds 1
+to at most one count (L1 = L2 sensitivity 1, whatever the model or scorer; the
+node stage ``"histogram"``). A handler built with ``scorer=`` uses that instead
+(e.g. a model that is not a registered method's).
 
 Binary tasks only: a score is P(y = 1 | x); labels outside {0, 1} count nowhere.
 """
@@ -21,37 +22,28 @@ import numpy as np
 from fedpriv.clients.query_settings import count_setting
 
 from fedpriv.evaluation.dp import SENSITIVITY, STAGE, check_bins, score_histogram
-from fedpriv.federation.protocol import ClientData, Query, ReplySensitivity, require_every_record
-from fedpriv.methods import resolve
+from fedpriv.federation.protocol import (
+    ClientData,
+    ClientHandler,
+    Query,
+    ReplySensitivity,
+    require_every_record,
+)
+from fedpriv.methods import get_method, method_names
 from fedpriv.privacy.randomness import SecretKey
 
 Scorer = Callable[[np.ndarray], np.ndarray]
 
 
-#: Training method -> the class of its released model (``from_arrays`` rebuilds it), as
-#: an import path resolved on use (the random forest's model lives with its strategy).
-MODEL_CLASSES: dict[str, str] = {
-    "boosting": "fedpriv.models.trees:TreeEnsemble",
-    "dp_gam": "fedpriv.models.gam:GAMModel",
-    "logistic": "fedpriv.models.networks:NetworkModel",
-    "mlp": "fedpriv.models.networks:NetworkModel",
-    "random_forest": "fedpriv.strategies.random_forest:RandomForestModel",
-    "lumberjack": "fedpriv.models.heavy_hitters:ForestModel",
-}
-
-
 def load_scorer(method: str, arrays: Mapping[str, np.ndarray]) -> Scorer:
-    """The scorer of the model ``method`` released as ``arrays``."""
-    try:
-        path = MODEL_CLASSES[method]
-    except KeyError:
-        raise ValueError(
-            f"model_method must be one of {sorted(MODEL_CLASSES)}; got {method!r}"
-        ) from None
-    return resolve(path).from_arrays(dict(arrays)).predict_proba
+    """The scorer of the model ``method`` released as ``arrays`` (its registry record's
+    model class rebuilds it)."""
+    if method not in method_names():
+        raise ValueError(f"model_method must be one of {method_names()}; got {method!r}")
+    return get_method(method).model_class.from_arrays(dict(arrays)).predict_proba
 
 
-class EvaluationClient:
+class EvaluationClient(ClientHandler):
     """Client handler for :class:`fedpriv.strategies.evaluation.EvaluationStrategy`."""
 
     method = "evaluation"

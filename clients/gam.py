@@ -34,7 +34,13 @@ from typing import Any
 import numpy as np
 from fedpriv.clients.reply_settings import require_rate, setting_choice, setting_int
 
-from fedpriv.federation.protocol import ClientData, Query, ReplySensitivity, require_every_record
+from fedpriv.federation.protocol import (
+    ClientData,
+    ClientHandler,
+    Query,
+    ReplySensitivity,
+    require_every_record,
+)
 from fedpriv.models.gam import (
     GAMModel,
     Terms,
@@ -69,7 +75,7 @@ def _sums(model: GAMModel, f: np.ndarray, y: np.ndarray, bins: np.ndarray, n: in
     return softmax_bin_sums(f, y, bins, n, model.n_classes)
 
 
-class GAMClient:
+class GAMClient(ClientHandler):
     """Client handler for :class:`fedpriv.strategies.gam.DPGAMStrategy`."""
 
     method = "dp_gam"

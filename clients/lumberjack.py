@@ -29,7 +29,13 @@ from typing import Any, ClassVar
 import numpy as np
 from fedpriv.clients.reply_settings import require_rate, setting_choice, setting_int
 
-from fedpriv.federation.protocol import ClientData, Query, ReplySensitivity, require_every_record
+from fedpriv.federation.protocol import (
+    ClientData,
+    ClientHandler,
+    Query,
+    ReplySensitivity,
+    require_every_record,
+)
 from fedpriv.models import _forest_kernels, recalibration
 from fedpriv.models.forest_sensitivity import leaf_count_sensitivity, stage_count_sensitivity
 from fedpriv.models.heavy_hitters import ForestModel
@@ -45,7 +51,7 @@ def _check_features(feature: np.ndarray, width: int) -> np.ndarray:
     return feature
 
 
-class LumberjackClient:
+class LumberjackClient(ClientHandler):
     """Client handler for :class:`fedpriv.strategies.lumberjack.LumberjackStrategy`."""
 
     method = "lumberjack"

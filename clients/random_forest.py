@@ -22,7 +22,13 @@ from typing import Any
 import numpy as np
 from fedpriv.clients.reply_settings import require_rate, setting_choice, setting_int
 
-from fedpriv.federation.protocol import ClientData, Query, ReplySensitivity, require_every_record
+from fedpriv.federation.protocol import (
+    ClientData,
+    ClientHandler,
+    Query,
+    ReplySensitivity,
+    require_every_record,
+)
 from fedpriv.models.forest_sensitivity import leaf_count_sensitivity
 from fedpriv.models.trees import RandomTree, check_routable, route
 from fedpriv.privacy.randomness import SecretKey
@@ -46,7 +52,7 @@ def tree_of_rows(key: SecretKey, n: int, n_trees: int) -> np.ndarray:
     return key.generator("tree-assignment").integers(0, n_trees, size=n)
 
 
-class RandomForestClient:
+class RandomForestClient(ClientHandler):
     """Client handler for :class:`fedpriv.strategies.random_forest.RandomForestStrategy`."""
 
     method = "random_forest"

@@ -5,8 +5,9 @@ Format (``fedpriv-model``, version 1): one ``.npz`` file (a zip of numpy
 
 * ``model.<name>``: the model's ``to_arrays()`` (boolean and numeric dtypes only);
 * ``__meta__``: a 0-d unicode array, one JSON document: ``format``,
-  ``format_version``, ``method``, ``model_class`` (one of :data:`MODEL_CLASSES`),
-  ``fedpriv_version``, ``schema`` (the public schema as the tables
+  ``format_version``, ``method``, ``model_class`` (a registered method's
+  model class, :func:`fedpriv.methods.model_classes`), ``fedpriv_version``,
+  ``schema`` (the public schema as the tables
   :meth:`fedpriv.data.Schema.from_dict` reads, or ``null`` for bare arrays),
   ``schema_digest`` (:meth:`~fedpriv.data.Schema.digest`), ``settings`` (the
   public run settings), ``card`` (:class:`~fedpriv.privacy.card.PrivacyCard`),
@@ -17,8 +18,10 @@ Format (``fedpriv-model``, version 1): one ``.npz`` file (a zip of numpy
 The loader refuses, with an :class:`ArtefactError` naming the cause: a file
 that is not a zip (a pickle is never unpickled), an object array, a JSON
 document whose checksum or an array whose manifest entry does not match, an
-unknown format, version or model class, and a schema whose digest differs
-from the stored one or from the caller's. The checksums catch corruption and
+unknown format or version, a model class that is no registered method's (the
+loader imports nothing else; a class that moved is read under its new path,
+:data:`MOVED_MODEL_CLASSES`), and a schema whose digest differs from the
+stored one or from the caller's. The checksums catch corruption and
 careless edits, not a forger (who can recompute them): sign the file for that.
 
 Everything in the file is released or public: the parameters are the
@@ -46,7 +49,7 @@ from fedpriv.artefact_schema import jsonable as _jsonable
 from fedpriv.artefact_schema import public_values, schema_to_dict
 from fedpriv.atomic import write_bytes_atomic
 from fedpriv.data.schema import Schema, SchemaError
-from fedpriv.methods import resolve
+from fedpriv.methods import model_classes, resolve
 from fedpriv.privacy.card import CardError, PrivacyCard, build_card
 
 FORMAT = "fedpriv-model"
@@ -56,27 +59,18 @@ ARTEFACT_NAME = "model.fedpriv.npz"
 _META, _CHECKSUM, _PREFIX = "__meta__", "__checksum__", "model."
 _ARRAY_KINDS = "biuf"
 
-#: Model classes a file may name (``module:Class`` with ``to_arrays``/``from_arrays``);
-#: the loader imports nothing else. A plugin adds its own with :func:`register_model_class`.
-MODEL_CLASSES: set[str] = {
-    "fedpriv.models.trees:TreeEnsemble",
-    "fedpriv.models.gam:GAMModel",
-    "fedpriv.models.bdpe_model:BDPEModel",
-    "fedpriv.models.networks:NetworkModel",
-    "fedpriv.models.heavy_hitters:ForestModel",
-    "fedpriv.strategies.random_forest:RandomForestModel",
+#: Model classes files of earlier versions name, mapped to where the class lives now.
+MOVED_MODEL_CLASSES: dict[str, str] = {
+    old: "fedpriv.models.random_forest:RandomForestModel"
+    for old in (
+        "strategies.random_forest:RandomForestModel",  # strategies/ as a top-level package
+        "fedpriv.strategies.random_forest:RandomForestModel",
+    )
 }
 
 
 class ArtefactError(ValueError):
     """A model file that cannot be written or is refused on load (the message says why)."""
-
-
-def register_model_class(path: str) -> None:
-    """Allow model class ``"module:Class"`` (it must offer ``to_arrays``/``from_arrays``)."""
-    if ":" not in path:
-        raise ValueError(f"model class must be 'module:Class'; got {path!r}")
-    MODEL_CLASSES.add(path)
 
 
 @dataclass(frozen=True)
@@ -136,10 +130,11 @@ def _digest_array(a: np.ndarray) -> dict[str, Any]:
 def _class_path(model: Any) -> str:
     cls = type(model)
     path = f"{cls.__module__}:{cls.__qualname__}"
-    if path not in MODEL_CLASSES or not hasattr(cls, "from_arrays"):
+    allowed = model_classes()
+    if path not in allowed:
         raise ArtefactError(
-            f"model class {path} cannot be saved: allowed {sorted(MODEL_CLASSES)} "
-            "(register_model_class for a plugin's model with to_arrays/from_arrays)"
+            f"model class {path} cannot be saved: it is no registered method's model; "
+            f"allowed {sorted(allowed)}"
         )
     return path
 
@@ -270,9 +265,13 @@ def load_model(path: str | os.PathLike[str], *, schema: Schema | None = None) ->
     if card.schema_digest != stored or card.method != meta.get("method"):
         raise ArtefactError(f"{path}: the privacy card is not this model's (method/schema)")
     model_class = meta.get("model_class")
-    if model_class not in MODEL_CLASSES:
+    if isinstance(model_class, str):
+        model_class = MOVED_MODEL_CLASSES.get(model_class, model_class)
+    allowed = model_classes()
+    if model_class not in allowed:
         raise ArtefactError(
-            f"{path}: model_class {model_class!r} is not allowed; allowed {sorted(MODEL_CLASSES)}"
+            f"{path}: model_class {model_class!r} is not allowed (no registered method's "
+            f"model); allowed {sorted(allowed)}"
         )
     parts = {k[len(_PREFIX) :]: v for k, v in arrays.items()}
     try:

@@ -4,25 +4,37 @@ A :class:`Method` names the learner's parts, each as an import path resolved
 only when needed (the Flower ClientApp never imports the server half, the
 ServerApp never imports torch for boosting): its configuration dataclass,
 the strategy factory (server half), the client handler (client half), the
-kernels to compile before round 1, the scikit-learn estimator and the module
-holding its maths. Everything else derives from these records:
+class of its released model, the kernels to compile before round 1, the
+scikit-learn estimator and the module holding its maths. The record is the
+only place a method is described; everything else derives from it:
 
 * the ServerApp builds ``get_method(name).build_strategy(config, context)``;
 * the ClientApp answers a :class:`~fedpriv.federation.protocol.Query` with
   ``get_method(query.method).client()``;
+* the DP evaluation's nodes rebuild a released model with its method's
+  ``model`` class, and a model file may name exactly the registered
+  methods' model classes (:mod:`fedpriv.clients.evaluation`,
+  :mod:`fedpriv.artefact`);
 * the run-config keys of a method are its configuration's fields
   (:mod:`fedpriv.federation.settings`), their defaults and ranges are the
-  dataclass's, stated once there;
+  dataclass's, stated once there; the Flower App declares them all
+  (:mod:`fedpriv.server.flower_project`);
 * the estimators' parameters are the same fields plus the run's own
   (``fedpriv.server.estimator_base``);
 * the benchmark's learner lists, ``--help`` and the README's method table.
 
 Adding a learner is one :func:`register_method` call plus its three files
-(strategy, client, maths). The built-in learners are registered at the end of
-this module. A learner outside the package registers itself in a module named
-by ``$FEDPRIV_PLUGINS`` (comma-separated import names), which every process
-of a run (launcher, ServerApp, ClientApps) imports on first lookup, so a
-``flwr run`` federation finds it too.
+(strategy, client, maths). Registration checks the whole contract
+(:mod:`fedpriv.method_check`): every part imports and implements its
+abstract base class, so a missing part fails there, naming it, never
+mid-run. The built-in learners are registered at the end of this module
+(unchecked at import, which would import every layer; a test checks them
+with the same checker). A learner outside the package is a plugin: an
+installed distribution's entry point in the group :data:`ENTRY_POINT_GROUP`
+names a module whose import registers methods, or a callable that does.
+Every process of a run (launcher, ServerApp, ClientApps) loads the plugins
+once, on its first registry lookup, so a ``flwr run`` federation finds them
+too.
 
 This module imports nothing from the layers above it: the parts are import
 paths, in the manner of packaging entry points.
@@ -31,14 +43,20 @@ paths, in the manner of packaging entry points.
 from __future__ import annotations
 
 import importlib
-import os
+import importlib.metadata
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any
 
-#: Environment variable naming modules that register further methods.
-PLUGINS_ENV = "FEDPRIV_PLUGINS"
+#: The entry-point group of plugins: each names a module whose import registers
+#: methods, or a callable that registers them (``[project.entry-points."fedpriv.methods"]``).
+ENTRY_POINT_GROUP = "fedpriv.methods"
+#: The learner families (:attr:`Method.family`).
+FAMILIES = ("gaussian-rounds", "forest", "histogram", "pure")
+
+log = logging.getLogger(__name__)
 
 
 def resolve(path: str) -> Any:
@@ -93,7 +111,12 @@ class Method:
         ``"module:function"`` building the server half:
         ``build(config, context: StrategyContext) -> Strategy``.
     client : str
-        ``"module:Class"`` of the client handler (no-argument constructor).
+        ``"module:Class"`` of the client handler
+        (:class:`~fedpriv.federation.protocol.ClientHandler`, no-argument constructor).
+    model : str
+        ``"module:Class"`` of its released model
+        (:class:`~fedpriv.models.base.ReleasedModel`): the DP evaluation's nodes
+        rebuild it with ``from_arrays``, and model files may name it.
     kernels : str
         Import name of the module whose ``warm_up()`` compiles the client's
         kernels (the ClientApp calls it at the key exchange, not in round 1).
@@ -109,7 +132,8 @@ class Method:
         ``"gaussian-rounds"``: every round is one Poisson-subsampled Gaussian
         release (the matched-accounting benchmark's learners); ``"forest"``:
         a DP forest (the forest benchmark's); ``"histogram"``: every record in
-        every round, one Gaussian release per round (DP-EBM).
+        every round, one Gaussian release per round (DP-EBM); ``"pure"``:
+        pure ε-DP mechanisms (exponential, Laplace), no Gaussian rounds.
     """
 
     name: str
@@ -117,6 +141,7 @@ class Method:
     config: str
     strategy: str
     client: str
+    model: str
     kernels: str
     estimator: str
     maths: str
@@ -145,11 +170,32 @@ class Method:
         return self.config_class(**values)
 
     def build_strategy(self, config: Any, context: StrategyContext) -> Any:
+        """The server half for ``config``; refused (before anything is spent) unless it
+        is a :class:`~fedpriv.federation.protocol.Strategy` whose ``method`` is this
+        method's name and whose ``config`` equals ``config``."""
+        from fedpriv.federation.protocol import Strategy
+
         if not isinstance(config, self.config_class):
             raise TypeError(
                 f"{self.name} needs a {self.config_class.__name__}; got {type(config).__name__}"
             )
-        return resolve(self.strategy)(config, context)
+        strategy = resolve(self.strategy)(config, context)
+        if not isinstance(strategy, Strategy):
+            raise TypeError(
+                f"method {self.name!r}: strategy {self.strategy!r} built a "
+                f"{type(strategy).__name__}, not a fedpriv.federation.protocol.Strategy"
+            )
+        # Its queries' method names the client half every node dispatches to.
+        if (
+            getattr(strategy, "method", None) != self.name
+            or getattr(strategy, "config", None) != config
+        ):
+            raise TypeError(
+                f"method {self.name!r}: strategy {self.strategy!r} built a "
+                f"{type(strategy).__name__} whose method is {getattr(strategy, 'method', None)!r} "
+                "(its queries' method must be the registry name) or that does not keep its config"
+            )
+        return strategy
 
     def client_handler(self) -> Any:
         return resolve(self.client)()
@@ -161,21 +207,48 @@ class Method:
     def estimator_class(self) -> type:
         return resolve(self.estimator)
 
+    @cached_property
+    def model_class(self) -> type:
+        """Its released model's class (``from_arrays`` rebuilds a model from its arrays)."""
+        return resolve(self.model)
+
     def module_of(self, path: str) -> str:
         return path.partition(":")[0]
 
 
 _REGISTRY: dict[str, Method] = {}
-_plugins_loaded: set[str] = set()
+#: Plugin loading: ``"no"``, ``"loading"`` (a lookup from a plugin's own import or
+#: check sees the registry as it stands) or ``"done"``; once per process.
+_plugins = {"state": "no"}
 
 
-def register_method(method: Method, *, replace: bool = False) -> Method:
-    """Add ``method`` to the registry (``replace=True`` to redefine a name)."""
+def register_method(method: Method, *, replace: bool = False, check: bool = True) -> Method:
+    """Add ``method`` to the registry (``replace=True`` to redefine a name).
+
+    ``check`` (the default; the built-ins pass ``False``): then import every
+    part and verify its contract (:func:`fedpriv.method_check.check_method`),
+    raising :class:`~fedpriv.method_check.MethodContractError` naming the
+    part. The record is in the registry while its parts are checked (an
+    estimator class derives its parameters from it when defined) and is taken
+    out again if the check fails.
+    """
     if not method.name.isidentifier():
         raise ValueError(f"method name must be an identifier; got {method.name!r}")
-    if method.name in _REGISTRY and not replace and _REGISTRY[method.name] != method:
+    previous = _REGISTRY.get(method.name)
+    if previous is not None and not replace and previous != method:
         raise ValueError(f"method {method.name!r} is already registered")
     _REGISTRY[method.name] = method
+    if check:
+        from fedpriv.method_check import check_method
+
+        try:
+            check_method(method)
+        except BaseException:
+            if previous is None:
+                del _REGISTRY[method.name]
+            else:
+                _REGISTRY[method.name] = previous
+            raise
     return method
 
 
@@ -183,11 +256,33 @@ def unregister_method(name: str) -> None:
     _REGISTRY.pop(name, None)
 
 
+def plugin_entry_points() -> list[importlib.metadata.EntryPoint]:
+    """The installed entry points of :data:`ENTRY_POINT_GROUP`, by name."""
+    found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    return sorted(found, key=lambda ep: (ep.name, ep.value))
+
+
 def _load_plugins() -> None:
-    for name in filter(None, (s.strip() for s in os.environ.get(PLUGINS_ENV, "").split(","))):
-        if name not in _plugins_loaded:
-            _plugins_loaded.add(name)
-            importlib.import_module(name)
+    """Load every plugin once per process (module docstring). A plugin that fails to
+    load (or whose method fails its check) raises, with a note naming its entry
+    point, on every lookup until it loads: a run never goes on without it."""
+    if _plugins["state"] != "no":
+        return
+    _plugins["state"] = "loading"
+    try:
+        for ep in plugin_entry_points():
+            try:
+                loaded = ep.load()
+                if callable(loaded):
+                    loaded()
+            except Exception as exc:
+                exc.add_note(f"while loading fedpriv plugin {ep.name} = {ep.value!r}")
+                raise
+            log.debug("loaded fedpriv plugin %s = %s", ep.name, ep.value)
+    except BaseException:
+        _plugins["state"] = "no"
+        raise
+    _plugins["state"] = "done"
 
 
 def get_method(name: str) -> Method:
@@ -209,68 +304,70 @@ def methods() -> list[Method]:
     return list(_REGISTRY.values())
 
 
-# -- the built-in learners ----------------------------------------------------
-register_method(
+def model_classes() -> frozenset[str]:
+    """Every registered method's model class (``"module:Class"``)."""
+    return frozenset(m.model for m in methods())
+
+
+# -- the built-in learners (unchecked here: every part's import is deferred) ----
+BUILT_INS = (
     Method(
         name="boosting",
         summary="DP federated gradient boosting with random trees",
         config="fedpriv.strategies.boosting:BoostingConfig",
         strategy="fedpriv.strategies.boosting:build",
         client="fedpriv.clients.boosting:BoostingClient",
+        model="fedpriv.models.trees:TreeEnsemble",
         kernels="fedpriv.models._kernels",
         estimator="fedpriv.server.estimators:DPBoostingClassifier",
         maths="fedpriv.models.trees",
         multiclass=True,
-    )
-)
-register_method(
+    ),
     Method(
         name="logistic",
         summary="DP-SGD logistic regression",
         config="fedpriv.strategies.dpsgd:LogisticConfig",
         strategy="fedpriv.strategies.dpsgd:build",
         client="fedpriv.clients.dpsgd:DPSGDClient",
+        model="fedpriv.models.networks:NetworkModel",
         kernels="fedpriv.models._sgd_kernels",
         estimator="fedpriv.server.estimators:DPLogisticClassifier",
         maths="fedpriv.models.networks",
         multiclass=True,
-    )
-)
-register_method(
+    ),
     Method(
         name="mlp",
         summary="DP-SGD one-hidden-layer MLP",
         config="fedpriv.strategies.dpsgd:MLPConfig",
         strategy="fedpriv.strategies.dpsgd:build",
         client="fedpriv.clients.dpsgd:DPSGDClient",
+        model="fedpriv.models.networks:NetworkModel",
         kernels="fedpriv.models._sgd_kernels",
         estimator="fedpriv.server.estimators:DPMLPClassifier",
         maths="fedpriv.models.networks",
         multiclass=True,
-    )
-)
-register_method(
+    ),
     Method(
         name="lumberjack",
         summary="Lumberjack: DP random forests grown by sparse-threshold heavy hitters",
         config="fedpriv.strategies.lumberjack:LumberjackConfig",
         strategy="fedpriv.strategies.lumberjack:build",
         client="fedpriv.clients.lumberjack:LumberjackClient",
+        model="fedpriv.models.heavy_hitters:ForestModel",
         kernels="fedpriv.models._forest_kernels",
         estimator="fedpriv.server.forest_estimators:LumberjackClassifier",
         maths="fedpriv.models.lumberjack",
         delta=1e-6,
         multiclass=True,
         family="forest",
-    )
-)
-register_method(
+    ),
     Method(
         name="random_forest",
         summary="DP random forest of complete random trees (noisy leaf counts)",
         config="fedpriv.strategies.random_forest:RandomForestConfig",
         strategy="fedpriv.strategies.random_forest:build",
         client="fedpriv.clients.random_forest:RandomForestClient",
+        model="fedpriv.models.random_forest:RandomForestModel",
         kernels="fedpriv.models._kernels",
         estimator="fedpriv.server.forest_estimators:DPRandomForestClassifier",
         maths="fedpriv.models.heavy_hitters",
@@ -278,32 +375,32 @@ register_method(
         multiclass=True,
         distributed=True,  # its Gaussian leaf counts (leaf-mechanism = "gaussian")
         family="forest",
-    )
-)
-register_method(
+    ),
     Method(
         name="dp_gam",
         summary="DP histogram boosting of one-column trees (DP-EBM)",
         config="fedpriv.strategies.gam:GAMConfig",
         strategy="fedpriv.strategies.gam:build",
         client="fedpriv.clients.gam:GAMClient",
+        model="fedpriv.models.gam:GAMModel",
         kernels="fedpriv.models.gam",
         estimator="fedpriv.server.estimators:DPGAMClassifier",
         maths="fedpriv.models.gam",
         multiclass=True,
         family="histogram",
-    )
-)
-register_method(
+    ),
     Method(
         name="bdpe",
         summary="bdpe_α: boosted DP greedy trees, M_α loss, exponential-mechanism splits",
         config="fedpriv.strategies.bdpe:BDPEConfig",
         strategy="fedpriv.strategies.bdpe:build",
         client="fedpriv.clients.bdpe:BDPEClient",
+        model="fedpriv.models.bdpe_model:BDPEModel",
         kernels="fedpriv.models._kernels",
         estimator="fedpriv.server.estimators:BDPEClassifier",
         maths="fedpriv.models.bdpe",
         family="pure",
-    )
+    ),
 )
+for _method in BUILT_INS:
+    register_method(_method, check=False)

@@ -64,7 +64,7 @@ import numpy as np
 from fedpriv.strategies.bdpe_nodes import BDPENodeStages
 from fedpriv.strategies.bdpe_plan import plan_for
 
-from fedpriv.federation.protocol import Query
+from fedpriv.federation.protocol import Query, Strategy
 from fedpriv.methods import StrategyContext
 from fedpriv.models.bdpe import (
     CALIBRATION_BINS,
@@ -151,7 +151,7 @@ class BDPEConfig:
         return self.trees * self.depth + int(self.calibrate_share > 0)
 
 
-class BDPEStrategy(BDPENodeStages):
+class BDPEStrategy(BDPENodeStages, Strategy):
     """Server half of bdpe_α; speaks only :class:`Query` and aggregated sums."""
 
     method = METHOD

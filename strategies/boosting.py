@@ -65,7 +65,7 @@ import numpy as np
 from dp_accounting import dp_event
 
 from fedpriv.federation.node_stage import NodeStage
-from fedpriv.federation.protocol import Query
+from fedpriv.federation.protocol import Query, Strategy
 from fedpriv.methods import StrategyContext
 from fedpriv.models._kernels import GRAD_BOUND, HESS_BOUND
 from fedpriv.models.trees import (
@@ -175,7 +175,7 @@ class BoostingConfig:
         return self.rounds - int(self.intercept)
 
 
-class DPBoostingStrategy:
+class DPBoostingStrategy(Strategy):
     """Server half of DP boosting; speaks only :class:`Query` and aggregates."""
 
     method = METHOD

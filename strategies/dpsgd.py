@@ -98,7 +98,7 @@ from dp_accounting import dp_event
 from fedpriv.strategies.dpsgd_plan import SGDShape, plan_noise
 
 from fedpriv.federation.node_stage import NodeStage
-from fedpriv.federation.protocol import Query
+from fedpriv.federation.protocol import Query, Strategy
 from fedpriv.methods import StrategyContext
 from fedpriv.models import sgd_recalibration as recal
 from fedpriv.models.networks import InputMap, ModelKind, NetworkSpec
@@ -209,7 +209,7 @@ class MLPConfig(LogisticConfig):
     recalibration: Recalibration = Recalibration.AUTO
 
 
-class DPSGDStrategy:
+class DPSGDStrategy(Strategy):
     """Server half of DP-SGD; speaks only :class:`Query` and aggregates.
 
     Parameters

@@ -38,7 +38,7 @@ from fedpriv.evaluation.dp import (
     estimate_metrics,
 )
 from fedpriv.federation.node_stage import NodeStage, StageMechanism
-from fedpriv.federation.protocol import Query
+from fedpriv.federation.protocol import Query, Strategy
 from fedpriv.privacy import GaussianMechanism
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.noise_stage import budget_of
@@ -84,7 +84,7 @@ class EvaluationConfig:
         check_count("replicas", self.replicas, minimum=100)
 
 
-class EvaluationStrategy:
+class EvaluationStrategy(Strategy):
     """Server half: one query (the model), one release (the histogram), the estimates."""
 
     method = METHOD
@@ -101,7 +101,8 @@ class EvaluationStrategy:
         round_index: int = 0,
     ) -> None:
         """``model_method``/``model_arrays``: the released model (``to_arrays()``) and the
-        method that trained it (:data:`fedpriv.clients.evaluation.MODEL_CLASSES`); ``n_records``:
+        registered method that trained it (its :attr:`~fedpriv.methods.Method.model` class
+        rebuilds it on the nodes); ``n_records``:
         public bound on the held-out records, for the range check; ``round_index``: the
         query's round id (distinct from the training rounds' when sharing a session)."""
         if not isinstance(model_method, str) or not model_method:
@@ -213,6 +214,10 @@ class EvaluationStrategy:
             r.accuracy.error,
             cfg.alpha,
         )
+
+    def model(self) -> None:
+        """An evaluation releases metrics (:meth:`result`), never a model."""
+        return None
 
     def result(self) -> DPEvaluation | None:
         """The estimates (``None`` before the release, or if the round released nothing)."""

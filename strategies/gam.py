@@ -62,7 +62,7 @@ from fedpriv.strategies.gam_config import GAMConfig
 from fedpriv.strategies.gam_nodes import NodeStages
 from fedpriv.strategies.gam_pairs import PairStage
 
-from fedpriv.federation.protocol import Query
+from fedpriv.federation.protocol import Query, Strategy
 from fedpriv.methods import StrategyContext
 from fedpriv.models.gam import (
     FINE_GRID,
@@ -95,7 +95,7 @@ METHOD = "dp_gam"
 GROUP = -1
 
 
-class DPGAMStrategy(PairStage, NodeStages):
+class DPGAMStrategy(PairStage, NodeStages, Strategy):
     """Server half of DP-EBM; speaks only :class:`Query` and released sums."""
 
     method = METHOD

@@ -73,7 +73,7 @@ from fedpriv.strategies.lumberjack_config import LumberjackConfig
 from fedpriv.strategies.lumberjack_nodes import LumberjackNodeStages
 from fedpriv.strategies.recalibration import LinearRecalibrationRound
 
-from fedpriv.federation.protocol import Query
+from fedpriv.federation.protocol import Query, Strategy
 from fedpriv.methods import StrategyContext
 from fedpriv.models.heavy_hitters import ForestModel, PrunedTree, assemble, exponential_labels
 from fedpriv.models.lumberjack import FeatureSpace, Layer, Stage, children, expand, root_layer
@@ -96,7 +96,7 @@ METHOD = "lumberjack"
 LEAF_SCALE_MAX = 4.0
 
 
-class LumberjackStrategy(LumberjackNodeStages):
+class LumberjackStrategy(LumberjackNodeStages, Strategy):
     """Server half of Lumberjack; speaks only :class:`Query` and aggregates."""
 
     method = METHOD

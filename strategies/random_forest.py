@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedpriv.federation.node_stage import NodeStage, StageMechanism
-from fedpriv.federation.protocol import Query
+from fedpriv.federation.protocol import Query, Strategy
 from fedpriv.methods import StrategyContext
 from fedpriv.models.forest_sensitivity import leaf_count_sensitivity
 from fedpriv.models.heavy_hitters import (
@@ -51,7 +51,8 @@ from fedpriv.models.lumberjack import (
     propose_splits,
     root_layer,
 )
-from fedpriv.models.trees import RandomTree, route
+from fedpriv.models.random_forest import RandomForestModel
+from fedpriv.models.trees import RandomTree
 from fedpriv.options import ForestLeafMechanism, ForestMode, SplitFeatures
 from fedpriv.privacy.calibration import largest_certified
 from fedpriv.privacy.events import BoundedRangeDpEvent
@@ -126,42 +127,6 @@ class RandomForestConfig:
         return 1
 
 
-@dataclass(frozen=True)
-class RandomForestModel:
-    """Complete random trees and each leaf's released class scores."""
-
-    trees: tuple[RandomTree, ...]
-    leaf_scores: np.ndarray  # (k, 2^D, C)
-
-    def class_scores(self, X: np.ndarray) -> np.ndarray:
-        X = np.asarray(X, dtype=np.float64)
-        total = np.zeros((X.shape[0], self.leaf_scores.shape[2]))
-        for tree, scores in zip(self.trees, self.leaf_scores, strict=True):
-            total += scores[route(tree, X)]
-        return total / len(self.trees)
-
-    def predict_proba(self, X: np.ndarray) -> np.ndarray:
-        return self.class_scores(X)[:, 1]
-
-    def decision_function(self, X: np.ndarray) -> np.ndarray:
-        return self.predict_proba(X) - 0.5
-
-    def to_arrays(self) -> dict[str, np.ndarray]:
-        return {
-            "feature": np.stack([t.feature for t in self.trees]),
-            "threshold": np.stack([t.threshold for t in self.trees]),
-            "leaf_scores": self.leaf_scores,
-        }
-
-    @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> RandomForestModel:
-        """Inverse of :meth:`to_arrays`."""
-        trees = tuple(
-            RandomTree(f, t) for f, t in zip(arrays["feature"], arrays["threshold"], strict=True)
-        )
-        return cls(trees=trees, leaf_scores=np.asarray(arrays["leaf_scores"]))
-
-
 def random_complete_tree(depth: int, space: FeatureSpace, key: int, salt: int) -> RandomTree:
     """A complete tree (heap order) with Lumberjack's data-independent split rule."""
     n_classes = 1
@@ -176,7 +141,7 @@ def random_complete_tree(depth: int, space: FeatureSpace, key: int, salt: int) -
     return RandomTree(np.concatenate(features), np.concatenate(thresholds))
 
 
-class RandomForestStrategy:
+class RandomForestStrategy(Strategy):
     """Server half: one query (all trees), one release."""
 
     method = METHOD

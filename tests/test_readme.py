@@ -76,6 +76,7 @@ def test_readme_method_table_is_the_registry():
         for part in (m.strategy, m.client):
             assert _source(m.module_of(part)) in table[m.name]
         assert _source(m.maths) in table[m.name]
+        assert f"`{m.model.split(':')[1]}`" in table[m.name]
         assert m.estimator.split(":")[1] in table[m.name]
 
 

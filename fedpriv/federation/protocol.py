@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import functools
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +26,7 @@ from fedpriv.privacy.randomness import check_private
 from fedpriv.records import check_partition
 
 if TYPE_CHECKING:  # clients never touch the ledger: keep dp-accounting (and scipy) out
+    from fedpriv.federation.node_stage import NodeStage
     from fedpriv.privacy.ledger import PrivacyLedger
     from fedpriv.privacy.randomness import SecretKey
 
@@ -130,9 +132,15 @@ class ClientData:
         return np.ascontiguousarray(self.X)
 
 
-class ClientHandler(Protocol):
-    """Client half of a method: a pure function of (query, data, sample, state)."""
+class ClientHandler(ABC):
+    """Client half of a method: a pure function of (query, data, sample, state).
 
+    Every registered method's client class subclasses it and is built with no
+    arguments (:meth:`fedpriv.methods.Method.client_handler`); registration
+    checks both (:mod:`fedpriv.method_check`).
+    """
+
+    @abstractmethod
     def answer(
         self,
         query: Query,
@@ -149,18 +157,42 @@ class ClientHandler(Protocol):
         client's own secret key, for private draws beyond the Poisson sample
         (e.g. record-to-tree assignment); it never leaves the client.
         """
-        ...
 
+    @abstractmethod
     def reply_sensitivity(self, query: Query) -> ReplySensitivity:
         """The stage of ``query`` and how far one record can move this handler's reply to
         it, from the query's public settings only (:class:`ReplySensitivity`). Raises
         ``ValueError`` for a query it does not recognise: the node then refuses it."""
-        ...
 
 
-class Strategy(Protocol):
-    """Server half of a method; transport-agnostic and never sees one client's reply."""
+class Strategy(ABC):
+    """Server half of a method; transport-agnostic and never sees one client's reply.
 
+    What the round engine, the runtimes, the ServerApp and the estimators read
+    from a strategy is declared here: the abstract methods below, and the
+    attributes
+
+    * ``method``: the name its queries carry (:attr:`Query.method`), the
+      ServerApp's label of its rounds;
+    * ``config``: its configuration (the run's ``rounds`` is ``config.rounds``);
+    * ``noise_multiplier_``: the Gaussian rounds' noise multiplier z once
+      :meth:`begin` calibrated it, ``None`` when there is no single z (the
+      estimators report it).
+
+    Optional: ``noise_std(query)``, the std of the Gaussian noise the release of
+    ``query``'s sum adds (a strategy with it has a distributed-noise form:
+    :mod:`fedpriv.privacy.distributed`; the engine refuses ``noise =
+    "distributed"`` without it). Every built-in strategy subclasses this class,
+    and :meth:`fedpriv.methods.Method.build_strategy` refuses a factory whose
+    result does not.
+    """
+
+    method: str
+    config: Any
+    #: The Gaussian rounds' noise multiplier z (``None``: no single z, or not begun).
+    noise_multiplier_: float | None = None
+
+    @abstractmethod
     def begin(
         self,
         *,
@@ -175,15 +207,30 @@ class Strategy(Protocol):
         anyway); ``secret_rng`` is private (noise, mechanism draws), a ChaCha20
         generator under the run's secret key, never derivable from the seed.
         """
-        ...
 
+    @abstractmethod
     def next_query(self) -> Query | None:
         """The next round's query, or ``None`` when training is over."""
-        ...
 
+    @abstractmethod
     def update(self, query: Query, aggregate: np.ndarray | None) -> None:
         """Consume the summed replies of ``query`` (``None``: the round was aborted)."""
-        ...
+
+    @abstractmethod
+    def model(self) -> Any:
+        """The released model (:class:`fedpriv.models.base.ReleasedModel`, a function of
+        the releases only), ``None`` if nothing was released."""
+
+    @abstractmethod
+    def node_stages(self) -> list[NodeStage]:
+        """The plan the nodes enforce, after :meth:`begin` (``[]`` in a non-private run):
+        every release as a :class:`~fedpriv.federation.node_stage.NodeStage`
+        (:func:`fedpriv.privacy.node_budget.strategy_plan` declares it)."""
+
+    def status_notes(self) -> list[str]:
+        """Why the released model falls short of the plan although its rounds released
+        (from released values only; :func:`fedpriv.federation.status.with_notes`)."""
+        return []
 
 
 #: Where :func:`poisson_sample` switches to geometric gaps (measured crossover).

@@ -15,12 +15,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from fedpriv.models.base import ReleasedModel
 from fedpriv.models.bdpe import matsushita_inverse_link
 from fedpriv.models.trees import RandomTree, route
 
 
 @dataclass(frozen=True)
-class BDPEModel:
+class BDPEModel(ReleasedModel):
     """T trees of depth D: ``feature``/``threshold`` (T, 2^D − 1), ``leaf_values``
     (T, 2^D), ``beta`` (T,), the ensemble loss's ``alpha`` (weights, links) and the
     calibration ``platt`` = (a, b), or empty."""

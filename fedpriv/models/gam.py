@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedpriv.models.base import ReleasedModel
 from fedpriv.models.gam_pairs import PairTerm, pairs_from_arrays, pairs_to_arrays
 from fedpriv.models.gam_softmax import softmax
 from fedpriv.models.trees import newton_leaf_values, sigmoid
@@ -332,7 +333,7 @@ def residual_gains(
 
 
 @dataclass(frozen=True)
-class GAMModel:
+class GAMModel(ReleasedModel):
     """``f(x) = base + Σ_k shapes[k][bin_k(x)] + Σ_pairs v[cell(x)]``; released values only.
 
     Binary: ``base`` a float and each shape (n_bins,) on the logit scale.

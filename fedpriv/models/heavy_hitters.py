@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedpriv.models.base import ReleasedModel
 from fedpriv.models.recalibration import LinearRecalibration
 from fedpriv.privacy.randomness import check_private
 
@@ -106,7 +107,7 @@ class PrunedTree:
 
 
 @dataclass(frozen=True)
-class ForestModel:
+class ForestModel(ReleasedModel):
     """Pruned trees and each leaf's released class scores.
 
     ``pooled=False``: each tree votes its leaf's scores (one-hot EM labels)

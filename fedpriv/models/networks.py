@@ -27,6 +27,7 @@ from enum import StrEnum
 
 import numpy as np
 
+from fedpriv.models.base import ReleasedModel
 from fedpriv.models.recalibration import LinearRecalibration
 from fedpriv.validation import check_count, check_generator
 
@@ -270,7 +271,7 @@ def clipped_gradient_sum(
 
 
 @dataclass(frozen=True)
-class NetworkModel:
+class NetworkModel(ReleasedModel):
     """A released DP-SGD model: its spec, parameters, public input map and, with the
     ``linear`` recalibration, the released map of its probabilities."""
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedpriv.models import _kernels
+from fedpriv.models.base import ReleasedModel
 from fedpriv.validation import check_count, check_generator
 
 
@@ -123,7 +124,7 @@ def feature_major(X: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class TreeEnsemble:
+class TreeEnsemble(ReleasedModel):
     """Additive model ``F(x) = base + Σ_t leaf_value_t[route_t(x)]`` on the logit scale.
 
     Binary: ``base`` a float and each leaf-value array (2^D,), one logit.

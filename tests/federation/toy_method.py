@@ -4,9 +4,15 @@ The DP base rate: each round the clients return (Σ y, Σ 1) over their
 Poisson(q) sample; the server adds Gaussian noise to the securely summed pair
 (one record moves it by at most (1, 1): L2 sensitivity √2) and the model
 predicts the ratio of the released sums. Its three parts (strategy, client,
-maths) and its registry record are all here; nothing else in fedpriv names it.
-Importing this module registers it; a federation finds it through
-``$FEDPRIV_PLUGINS=tests.federation.toy_method``.
+maths), its model and its registry record are all here, its estimator in
+``toy_estimator.py``; nothing in fedpriv names it.
+
+It is a plugin: an installed distribution's entry point
+``toy_base_rate = tests.federation.toy_method:register`` in the group
+``fedpriv.methods`` (``test_toy_method.py`` installs one) makes every
+process of a run register it on its first registry lookup, checked part by
+part (:mod:`fedpriv.method_check`). The estimator lives in its own module
+because its class derives its parameters from the registered record.
 """
 
 from __future__ import annotations
@@ -16,10 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedpriv.artefact import register_model_class
 from fedpriv.federation.node_stage import NodeStage
-from fedpriv.federation.protocol import Query, ReplySensitivity
+from fedpriv.federation.protocol import ClientHandler, Query, ReplySensitivity, Strategy
 from fedpriv.methods import Method, StrategyContext, register_method
+from fedpriv.models.base import ReleasedModel
 from fedpriv.privacy.noise_stage import GaussianRounds
 from fedpriv.privacy.participation import ParticipationAccounting
 from fedpriv.validation import check_count, check_probability
@@ -28,13 +34,14 @@ NAME = "toy_base_rate"
 
 
 # -- maths ---------------------------------------------------------------------
-def base_rate(positives: float, records: float) -> float:
-    """The released rate, clipped to [0, 1] (post-processing of the noisy sums)."""
-    return float(np.clip(positives / records, 0.0, 1.0)) if records > 0 else 0.5
+def base_rate(positives: float, records: float, prior: float = 0.5) -> float:
+    """The released rate, clipped to [0, 1] (post-processing of the noisy sums);
+    ``prior`` when the released count is not positive."""
+    return float(np.clip(positives / records, 0.0, 1.0)) if records > 0 else prior
 
 
 @dataclass(frozen=True)
-class BaseRateModel:
+class BaseRateModel(ReleasedModel):
     rate: float
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
@@ -52,19 +59,22 @@ class BaseRateModel:
         return cls(rate=float(arrays["rate"][0]))
 
 
-# -- configuration (its fields are run-config keys already in pyproject) -------
+# -- configuration (its fields become run-config keys by registration alone) ----
 @dataclass(frozen=True, kw_only=True)
 class ToyConfig:
     rounds: int = 2
     sampling_rate: float = 0.5
+    #: The rate predicted when the released count is not positive (public).
+    prior_rate: float = 0.5
 
     def __post_init__(self) -> None:
         check_count("rounds", self.rounds)
         check_probability("sampling_rate", self.sampling_rate)
+        check_probability("prior_rate", self.prior_rate)
 
 
 # -- server half ---------------------------------------------------------------
-class ToyStrategy:
+class ToyStrategy(Strategy):
     method = NAME
 
     def __init__(self, config: ToyConfig, *, participation: float = 1.0) -> None:
@@ -84,6 +94,10 @@ class ToyStrategy:
         )
         if self._noise is not None:
             self.noise_multiplier_ = self._noise.noise_multiplier
+
+    def noise_std(self, query: Query) -> float | None:
+        """The std the release of ``query``'s sum needs (its distributed-noise form)."""
+        return None if self._noise is None else self._noise.std(query.reply_length)
 
     def next_query(self) -> Query | None:
         if self._t >= self.config.rounds:
@@ -106,7 +120,7 @@ class ToyStrategy:
         self._t += 1
 
     def model(self) -> BaseRateModel:
-        return BaseRateModel(base_rate(*self._sums))
+        return BaseRateModel(base_rate(*self._sums, prior=self.config.prior_rate))
 
     def node_stages(self) -> list[NodeStage]:
         """What the hospitals' nodes enforce: every round one Gaussian (Σy, n)."""
@@ -120,7 +134,7 @@ def build(config: ToyConfig, context: StrategyContext) -> ToyStrategy:
 
 
 # -- client half ---------------------------------------------------------------
-class ToyClient:
+class ToyClient(ClientHandler):
     def reply_sensitivity(self, query: Query) -> ReplySensitivity:
         """One record moves (Σy, n) by at most (1, 1), whatever the query."""
         if query.method != NAME:
@@ -142,17 +156,13 @@ METHOD = Method(
     config=f"{__name__}:ToyConfig",
     strategy=f"{__name__}:build",
     client=f"{__name__}:ToyClient",
+    model=f"{__name__}:BaseRateModel",
     kernels=__name__,
-    estimator=f"{__name__}:ToyClassifier",
+    estimator="tests.federation.toy_estimator:ToyClassifier",
     maths=__name__,
 )
-register_method(METHOD, replace=True)
-register_model_class(f"{__name__}:BaseRateModel")  # its model file (fedpriv.artefact)
-
-from fedpriv.server.estimators import MethodEstimator  # noqa: E402  (the registry record comes first)
 
 
-class ToyClassifier(MethodEstimator):
-    """The toy's scikit-learn estimator: every parameter derived from the registry."""
-
-    method = NAME
+def register() -> None:
+    """The plugin's entry point: register the toy (checked: every part is imported)."""
+    register_method(METHOD, replace=True)

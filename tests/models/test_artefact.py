@@ -12,8 +12,10 @@ from fedpriv.server.estimators import DPBoostingClassifier, DPLogisticClassifier
 from fedpriv.server.forest_estimators import DPRandomForestClassifier, LumberjackClassifier
 from fedpriv.server.method_estimator import MethodEstimator
 
-from fedpriv.artefact import ArtefactError, load_model, write_artefact
+from fedpriv.artefact import MOVED_MODEL_CLASSES, ArtefactError, load_model, write_artefact
 from fedpriv.data import BinaryColumn, CategoricalColumn, NumericColumn, Schema, Target, encode
+from fedpriv.methods import methods
+from fedpriv.models.random_forest import RandomForestModel
 from fedpriv.privacy.card import NON_PRIVATE_CAVEAT
 from tests.keys import key_for
 
@@ -180,6 +182,37 @@ def test_the_loader_refuses_tampering(tmp_path):
     _rewrite(path, moved)
     with pytest.raises(ArtefactError, match=r"array 'model\.base' does not match its manifest"):
         load_model(path)
+
+
+@pytest.mark.parametrize("old", sorted(MOVED_MODEL_CLASSES))
+def test_a_file_naming_a_moved_model_class_loads_it_from_its_new_place(old, tmp_path):
+    """Forests saved before RandomForestModel moved to fedpriv.models name its old path."""
+    X, y = _arrays()
+    est = DPRandomForestClassifier(
+        **TINY[DPRandomForestClassifier], epsilon=2.0, num_clients=2, secret_key=key_for(3)
+    ).fit(X, y)
+    path = est.save(tmp_path / "m.npz")
+    members = _members(path)
+    meta = json.loads(str(members["__meta__"][()]))
+    assert meta["model_class"] == "fedpriv.models.random_forest:RandomForestModel"
+    _rewrite(path, members, meta={**meta, "model_class": old}, fix_checksum=True)
+    back = MethodEstimator.load(path)
+    assert type(back.model_) is RandomForestModel
+    np.testing.assert_array_equal(back.predict_proba(X), est.predict_proba(X))
+
+
+def test_only_a_registered_methods_model_class_is_saved(tmp_path):
+    class Unregistered(RandomForestModel):
+        pass
+
+    assert {f"{RandomForestModel.__module__}:RandomForestModel"} <= {m.model for m in methods()}
+    X, y = _arrays()
+    est = DPRandomForestClassifier(**TINY[DPRandomForestClassifier], epsilon=math.inf).fit(X, y)
+    model = est.model_
+    est.model_ = Unregistered(model.trees, model.leaf_scores)
+    with pytest.raises(ArtefactError, match="Unregistered cannot be saved: it is no registered"):
+        est.save(tmp_path / "m.npz")
+    assert not (tmp_path / "m.npz").exists()
 
 
 def test_the_loader_refuses_a_schema_digest_mismatch(tmp_path):
