@@ -1,7 +1,6 @@
 """Repository-wide rules: no global RNG, a pure privacy core, one-way imports, lint."""
 
 import ast
-import importlib
 import subprocess
 import sys
 from pathlib import Path

@@ -10,7 +10,7 @@ the code the docs are built with, so that none of them can fall behind it:
   launcher;
 * ``reference/run-config.md``: the run's own keys (:class:`RunSettings`: default,
   range, the field's ``#:`` comment) and every registered method's keys (its
-  configuration dataclass: default and range; plugins in ``$FEDPRIV_PLUGINS``
+  configuration dataclass: default and range; installed plugins'
   included), as ``fedpriv run --help`` lists them;
 * ``reference/file-formats.md``: the model file, ``privacy.json`` (a report
   made by a real ledger), ``status.json``, the node ledger and audit log;

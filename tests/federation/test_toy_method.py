@@ -30,7 +30,7 @@ import fedpriv.methods as registry
 from fedpriv.artefact import load_model
 from fedpriv.data import load_heart
 from fedpriv.data.node import declared_max_records
-from fedpriv.evaluation_dp import score_histogram
+from fedpriv.evaluation.dp import score_histogram
 from fedpriv.federation.protocol import make_clients
 from fedpriv.federation.runtime import InProcessRuntime
 from fedpriv.federation.settings import RunSettings, SettingError
