@@ -190,6 +190,15 @@ def _load_plugins() -> None:
             importlib.import_module(name)
 
 
+def resolve_config(config: Any, n_records: int) -> Any:
+    """``config`` with its automatic settings resolved from the public record bound
+    ``n_records``, as the method's strategy resolves them: a configuration that has
+    ``for_records(n_records)`` (DP-SGD's rounds, sampling rate and learning rate,
+    :mod:`strategies.dpsgd_schedule`) returns its resolved copy; any other is its own."""
+    resolve = getattr(config, "for_records", None)
+    return config if resolve is None else resolve(n_records)
+
+
 def get_method(name: str) -> Method:
     """The registered method ``name``; the error lists the registered ones."""
     _load_plugins()
@@ -227,7 +236,7 @@ register_method(
     Method(
         name="logistic",
         summary="DP-SGD logistic regression",
-        config="strategies.dpsgd:LogisticConfig",
+        config="strategies.dpsgd_config:LogisticConfig",
         strategy="strategies.dpsgd:build",
         client="clients.dpsgd:DPSGDClient",
         kernels="fedpriv.models._sgd_kernels",
@@ -240,7 +249,7 @@ register_method(
     Method(
         name="mlp",
         summary="DP-SGD one-hidden-layer MLP",
-        config="strategies.dpsgd:MLPConfig",
+        config="strategies.dpsgd_config:MLPConfig",
         strategy="strategies.dpsgd:build",
         client="clients.dpsgd:DPSGDClient",
         kernels="fedpriv.models._sgd_kernels",
