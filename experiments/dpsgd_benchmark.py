@@ -18,8 +18,8 @@
 
 Usage::
 
-    python -m experiments.dpsgd_benchmark --speed
-    python -m experiments.dpsgd_benchmark --utility --seeds 5
+    python -m fedpriv.experiments.dpsgd_benchmark --speed
+    python -m fedpriv.experiments.dpsgd_benchmark --utility --seeds 5
 """
 
 from __future__ import annotations
@@ -33,8 +33,7 @@ import sys
 import time
 
 import numpy as np
-
-from experiments.bench.paper import SELECTED  # the paper's settings (Table 5), explicit
+from fedpriv.experiments.bench.paper import SELECTED  # the paper's settings (Table 5), explicit
 
 EPSILONS = (0.5, 2.0, 8.0)
 PAPER = {  # benchmark paper, Table 6 (TARGETS.md), ε = 0.5 / 2 / 8
@@ -57,8 +56,9 @@ def _auc(clf, X, y) -> float:
 def speed_once(repeats: int = 5) -> dict[str, float]:
     """One process's best-of-``repeats`` timings, in seconds."""
     import torch
+    from fedpriv.clients.dpsgd import DPSGDClient
+    from fedpriv.strategies.dpsgd import DPSGDStrategy
 
-    from clients.dpsgd import DPSGDClient
     from fedpriv.data import load_brfss, load_synthetic
     from fedpriv.data.partition import dirichlet
     from fedpriv.federation.protocol import make_clients
@@ -66,7 +66,6 @@ def speed_once(repeats: int = 5) -> dict[str, float]:
     from fedpriv.methods import get_method
     from fedpriv.privacy import PrivacyBudget, PrivacyLedger, calibrate_gaussian_noise_multiplier
     from fedpriv.seeding import derive_generator
-    from strategies.dpsgd import DPSGDStrategy
 
     torch.set_num_threads(1)
     ds = load_synthetic()
@@ -85,7 +84,7 @@ def speed_once(repeats: int = 5) -> dict[str, float]:
             clients=clients, handler=DPSGDClient(), seed=0, secure_aggregation=secure
         )
         # The paper's settings, explicit: on 4,800 rows the defaults' automatic schedule
-        # would take larger, fewer steps (strategies.dpsgd_schedule).
+        # would take larger, fewer steps (fedpriv.strategies.dpsgd_schedule).
         config = get_method(model).make_config(backend=backend, **SELECTED[model])
         strategy = DPSGDStrategy(config, n_records=y.size)
         t0 = time.perf_counter()
@@ -119,7 +118,7 @@ def speed(processes: int = 3) -> None:
     rows = []
     for _ in range(processes):
         out = subprocess.run(
-            [sys.executable, "-m", "experiments.dpsgd_benchmark", "--speed-once"],
+            [sys.executable, "-m", "fedpriv.experiments.dpsgd_benchmark", "--speed-once"],
             check=True,
             capture_output=True,
             text=True,

@@ -47,7 +47,7 @@ The remedy, on by default (``centre_share`` s = 0.05):
    ρ·n. The input map then subtracts that mean (the paper's standardisation,
    made private). The shares set the stages' relative noise (each calibrated
    alone for its share of (ε, δ)) and one scale on all of them spends the
-   whole ε under the PLD accountant (:mod:`strategies.dpsgd_plan`).
+   whole ε under the PLD accountant (:mod:`fedpriv.strategies.dpsgd_plan`).
 2. The last two rounds recalibrate the output bias from released sums
    (``recalibrate_share``, :mod:`fedpriv.models.sgd_recalibration`); the
    steps clip jointly to C. Only without them (``recalibrate_share=0``):
@@ -78,7 +78,7 @@ Dividing by the expected rather than the realised batch size keeps the
 realised size, which depends on the private data, out of the release
 (the "fixed denominator" estimator). Per-client counts are never sent. The
 default q, T and learning rate are functions of that public n alone
-(:mod:`strategies.dpsgd_schedule`), resolved once when the strategy is built.
+(:mod:`fedpriv.strategies.dpsgd_schedule`), resolved once when the strategy is built.
 
 Participation ρ < 1 scales the expected batch to ρ·q·n. As in boosting,
 ``participation_accounting`` chooses how ρ is accounted
@@ -96,6 +96,8 @@ from typing import Any
 
 import numpy as np
 from dp_accounting import dp_event
+from fedpriv.strategies.dpsgd_config import LogisticConfig, MLPConfig  # noqa: F401 (re-exported)
+from fedpriv.strategies.dpsgd_plan import SGDShape, plan_noise
 
 from fedpriv.federation.node_stage import NodeStage
 from fedpriv.federation.protocol import Query
@@ -109,8 +111,6 @@ from fedpriv.validation import (
     check_count,
     check_probability,
 )
-from strategies.dpsgd_config import LogisticConfig, MLPConfig  # noqa: F401 (re-exported)
-from strategies.dpsgd_plan import SGDShape, plan_noise
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +163,7 @@ class DPSGDStrategy:
         if config.automatic:
             log.info(
                 "%s: automatic schedule on n = %d public records: q = %.4g, T = %d, "
-                "learning rate %.4g (strategies.dpsgd_schedule)",
+                "learning rate %.4g (fedpriv.strategies.dpsgd_schedule)",
                 self.method, self.n_records, self.config.sampling_rate, self.config.rounds,
                 self.config.learning_rate,
             )  # fmt: skip
@@ -223,7 +223,7 @@ class DPSGDStrategy:
             and cfg.model is ModelKind.LOGISTIC
         ):
             self.bias_bound = 1.0 if self.spec.n_outputs == 1 else math.sqrt(2.0)
-        # The same function gives the clients' own bound (clients.dpsgd.reply_sensitivity).
+        # The same function gives the clients' own bound (fedpriv.clients.dpsgd.reply_sensitivity).
         self.sensitivity = clipped_sum_sensitivity(
             clip_norm=cfg.clip_norm, bias_bound=self.bias_bound, dims=self.spec.n_params
         )[1]
@@ -240,7 +240,7 @@ class DPSGDStrategy:
             recalibrating=self._recal,
         )
         # (ε, δ) are the ledger's, for the whole plan at once; no ledger: the
-        # non-private reference (strategies.dpsgd_plan).
+        # non-private reference (fedpriv.strategies.dpsgd_plan).
         noise = plan_noise(cfg, shape, ledger, rng=secret_rng)
         self._centre_noise, self._noise = noise.centre, noise.steps
         self._recal_rounds, self.walk_ = noise.recalibration, noise.walk
@@ -289,7 +289,7 @@ class DPSGDStrategy:
                 stages.append(stage)
         return stages
 
-    # The sensitivity-setting config of each stage's queries (clients.dpsgd reads it).
+    # The sensitivity-setting config of each stage's queries (fedpriv.clients.dpsgd reads it).
     def _centre_config(self) -> dict:
         return {"stage": CENTRE, "clip_norm": self.row_bound}
 

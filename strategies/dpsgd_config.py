@@ -2,9 +2,9 @@
 
 The defaults are the paper's selected settings (Table 5); ``rounds``,
 ``sampling_rate`` and ``learning_rate`` are automatic (0) and follow the
-public record bound n (:mod:`strategies.dpsgd_schedule`): the paper's q =
+public record bound n (:mod:`fedpriv.strategies.dpsgd_schedule`): the paper's q =
 0.02, T = 800 and learning rate on tables of 25,000 records and more. The
-strategy (:mod:`strategies.dpsgd`) resolves them once, at construction
+strategy (:mod:`fedpriv.strategies.dpsgd`) resolves them once, at construction
 (:meth:`LogisticConfig.for_records`), and every reader sees its config.
 """
 
@@ -14,15 +14,16 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
+from fedpriv.strategies.dpsgd_schedule import AUTO, schedule
+
 from fedpriv.models import sgd_recalibration as recal
 from fedpriv.models.networks import ModelKind
 from fedpriv.options import Backend, Recalibration
 from fedpriv.privacy.participation import ParticipationAccounting, parse_accounting
 from fedpriv.validation import check_count, check_positive, check_probability
-from strategies.dpsgd_schedule import AUTO, schedule
 
 #: ``rounds`` / ``sampling_rate`` / ``learning_rate`` of 0: automatic
-#: (:mod:`strategies.dpsgd_schedule`).
+#: (:mod:`fedpriv.strategies.dpsgd_schedule`).
 AUTO_ROUNDS, AUTO_RATE = AUTO, float(AUTO)
 
 
@@ -37,7 +38,7 @@ class LogisticConfig:
     :meth:`for_records` resolves it from the public record bound n, keeping an
     expected batch q·n of at least 500 records, the paper's 16 epochs and a
     step's parameter noise (q = max(0.02, 500/n), T = 16/q, learning rate
-    2.0·√(0.02/q); :mod:`strategies.dpsgd_schedule`): the paper's q 0.02, T 800
+    2.0·√(0.02/q); :mod:`fedpriv.strategies.dpsgd_schedule`): the paper's q 0.02, T 800
     and learning rate from n = 25,000 on. The privacy budget is the run
     ledger's, not a setting here; without a ledger
     (the non-private reference) gradients are still clipped to C, which
@@ -45,13 +46,13 @@ class LogisticConfig:
     gradients (:class:`~fedpriv.options.Backend`). ``standardise`` maps the
     numeric features by the public schema's box (never by data statistics).
     ``participation_accounting`` is ``valid`` (default), ``tight`` or
-    ``paper`` (not a valid guarantee; :mod:`strategies.dpsgd`). ``centre_share`` s:
+    ``paper`` (not a valid guarantee; :mod:`fedpriv.strategies.dpsgd`). ``centre_share`` s:
     round 0 releases the features' mean, the T − 1 steps have the rest (the
     shares set the stages' relative noise, one scale spends the whole ε:
-    :mod:`strategies.dpsgd_plan`), and the output bias is clipped on its own
-    (:mod:`strategies.dpsgd`, "Calibration"); 0: no centring round, one joint clip to C.
+    :mod:`fedpriv.strategies.dpsgd_plan`), and the output bias is clipped on its own
+    (:mod:`fedpriv.strategies.dpsgd`, "Calibration"); 0: no centring round, one joint clip to C.
     ``recalibrate_share`` r: the last two rounds recalibrate the model with the
-    share r, as ``recalibration`` says (:mod:`strategies.dpsgd_recalibration`):
+    share r, as ``recalibration`` says (:mod:`fedpriv.strategies.dpsgd_recalibration`):
     ``bias`` (logistic regression's default) releases the mean prediction and
     the class rates and shifts the output bias to match
     (:mod:`fedpriv.models.sgd_recalibration`); ``linear`` fits the Brier-optimal
@@ -59,7 +60,7 @@ class LogisticConfig:
     the weights adds (:mod:`fedpriv.models.recalibration`); ``auto`` (the
     MLP's) is ``linear`` when that noise is large. The steps clip jointly to C.
     With r = 0 (and centring) logistic regression clips its bias on its own
-    instead, at √(C² + B²) noise (:mod:`strategies.dpsgd`, "Calibration").
+    instead, at √(C² + B²) noise (:mod:`fedpriv.strategies.dpsgd`, "Calibration").
     """
 
     model: ClassVar[ModelKind] = ModelKind.LOGISTIC
@@ -118,7 +119,7 @@ class LogisticConfig:
     def for_records(self, n_records: int) -> LogisticConfig:
         """This configuration with its automatic ``rounds``, ``sampling_rate`` and
         ``learning_rate`` resolved from the public record bound ``n_records``
-        (:func:`strategies.dpsgd_schedule.schedule`); explicit values are kept. The
+        (:func:`fedpriv.strategies.dpsgd_schedule.schedule`); explicit values are kept. The
         caller's n is the strategy's public bound, never the exact private count."""
         if not self.automatic:
             return self
@@ -143,7 +144,7 @@ class MLPConfig(LogisticConfig):
     its hidden and output weights spreads its logits (standard deviation about
     7 on a 3,072-row task at ε = 0.5), which a bias shift cannot undo, and the
     affine map's slope needs the larger share (measured there: Brier 0.210 at
-    0.05, 0.204 at 0.1, base rate 0.210; :mod:`strategies.dpsgd_recalibration`).
+    0.05, 0.204 at 0.1, base rate 0.210; :mod:`fedpriv.strategies.dpsgd_recalibration`).
     """
 
     model: ClassVar[ModelKind] = ModelKind.MLP

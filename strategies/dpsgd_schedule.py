@@ -33,7 +33,7 @@ under the paper's settings:
 (T = 800, η = η₀ exactly where q = 0.02). In the GDP regime z ≈ q√T/μ = √(q·16)/μ,
 so zC/(q·n) grows as √q at a fixed batch and η ∝ 1/√q holds η·zC/(q·n) where
 the paper's settings put it, while T ∝ n shortens the run: the noise a weight
-gathers over the steps (√T·η·zC/(q·n), :func:`~strategies.dpsgd_recalibration.noise_walk`)
+gathers over the steps (√T·η·zC/(q·n), :func:`~fedpriv.strategies.dpsgd_recalibration.noise_walk`)
 falls as √n. Calibrated (one stage, δ = 1e-5), η·zC/(q·n) of the logistic
 model at n = 26,050 / 6,900 / 2,970 / 640:
 
@@ -42,7 +42,7 @@ model at n = 26,050 / 6,900 / 2,970 / 640:
 * ε = 8:   0.008 / 0.006 / 0.005 / 0.004 (z ≈ 1–2, where the GDP form no longer
   holds: the rule's steps are less noisy than the paper's).
 
-Measured (``experiments.heldout``: held-out 20 %, 3 fits each with fresh keys,
+Measured (``fedpriv.experiments.heldout``: held-out 20 %, 3 fits each with fresh keys,
 ε = 0.5 / 2 / 8), mean Brier score before → after, the base rate's in brackets:
 Heart (n = 640) logistic regression 0.258 / 0.230 / 0.199 → 0.184 / 0.210 /
 0.183 (0.250), the MLP 0.284 / 0.229 / 0.211 → 0.197 / 0.194 / 0.197;

@@ -50,8 +50,8 @@ RUN_RANGES: dict[str, str] = {
     "poll-interval": "(0, 10] s",
 }
 
-#: DP-SGD's automatic rounds and sampling rate (strategies.dpsgd_schedule).
-AUTO_SCHEDULE = "from the public record bound, strategies.dpsgd_schedule"
+#: DP-SGD's automatic rounds and sampling rate (fedpriv.strategies.dpsgd_schedule).
+AUTO_SCHEDULE = "from the public record bound, fedpriv.strategies.dpsgd_schedule"
 
 #: Numeric ranges of each built-in method's keys (a key's range may differ by method).
 METHOD_RANGES: dict[str, dict[str, str]] = {

@@ -205,7 +205,7 @@ class RunSettings:
     eval_path: str = ""
     #: The DP federated evaluation's share of ε (0: none). After training, the nodes
     #: score their held-out rows and the run releases their score histograms once,
-    #: through the same ledger (:mod:`server.dp_evaluation`); training then
+    #: through the same ledger (:mod:`fedpriv.server.dp_evaluation`); training then
     #: calibrates to the rest, (ε − eval-epsilon, δ − δ·eval-epsilon/ε).
     eval_epsilon: float = 0.0
     num_clients: int = 5
@@ -348,7 +348,7 @@ class RunSettings:
     def for_records(self, n_records: int) -> RunSettings:
         """These settings with the method's automatic settings resolved from the public
         record bound ``n_records`` (a configuration with ``for_records``: DP-SGD's
-        rounds, sampling rate and learning rate, :mod:`strategies.dpsgd_schedule`),
+        rounds, sampling rate and learning rate, :mod:`fedpriv.strategies.dpsgd_schedule`),
         as its strategy resolves them; explicit values and other methods unchanged."""
         config = resolve_config(self.config, n_records)
         return self if config is self.config else dataclasses.replace(self, config=config)

@@ -3,9 +3,10 @@
 import numpy as np
 import pytest
 from dp_accounting import dp_event
+from fedpriv.clients.dpsgd import DPSGDClient
+from fedpriv.strategies.dpsgd import DPSGDStrategy, LogisticConfig, MLPConfig
 from scipy import stats
 
-from clients.dpsgd import DPSGDClient
 from fedpriv.federation.protocol import ClientData
 from fedpriv.models.networks import InputMap
 from fedpriv.privacy import (
@@ -17,7 +18,6 @@ from fedpriv.privacy import (
     ks_noise_test,
 )
 from fedpriv.privacy.pld import flatten
-from strategies.dpsgd import DPSGDStrategy, LogisticConfig, MLPConfig
 from tests.keys import private_rng
 
 DELTA = 1e-5
@@ -46,7 +46,7 @@ def _start(config, data, *, eps=None, seed=0, **kw):
 
 def test_config_defaults_are_automatic_and_ranges_are_checked():
     # rounds, q and the learning rate are automatic (0): the paper's from n = 25,000
-    # (strategies.dpsgd_schedule; tests/strategies/test_dpsgd_schedule.py).
+    # (fedpriv.strategies.dpsgd_schedule; tests/strategies/test_dpsgd_schedule.py).
     for config, lr in ((LogisticConfig(), 2.0), (MLPConfig(), 3.0)):
         assert (config.rounds, config.sampling_rate, config.learning_rate) == (0, 0.0, 0.0)
         paper = config.for_records(26_050)

@@ -4,14 +4,14 @@ import math
 
 import numpy as np
 import pytest
+from fedpriv.clients.dpsgd import DPSGDClient
+from fedpriv.server.estimators import DPLogisticClassifier, DPMLPClassifier
+from fedpriv.strategies import dpsgd_schedule as sch
+from fedpriv.strategies.dpsgd import DPSGDStrategy, LogisticConfig, MLPConfig
 
-from clients.dpsgd import DPSGDClient
 from fedpriv.federation.protocol import ClientData
 from fedpriv.federation.settings import RunSettings, SettingError
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
-from server.estimators import DPLogisticClassifier, DPMLPClassifier
-from strategies import dpsgd_schedule as sch
-from strategies.dpsgd import DPSGDStrategy, LogisticConfig, MLPConfig
 from tests.keys import key_for, private_rng
 
 #: The public bounds n = K × max-records of the bundled corpora at their default K
@@ -133,7 +133,7 @@ def test_run_settings_resolve_from_num_clients_times_max_records():
 
 
 def test_the_launcher_writes_the_resolved_schedule_into_the_run_config():
-    from server.launch import resolve_run
+    from fedpriv.server.launch import resolve_run
 
     settings, config = resolve_run({}, {"dataset": "heart", "method": "logistic"})
     n = settings.num_clients * settings.max_records  # the ServerApp's own public n
