@@ -285,6 +285,15 @@ def _load_plugins() -> None:
     _plugins["state"] = "done"
 
 
+def resolve_config(config: Any, n_records: int) -> Any:
+    """``config`` with its automatic settings resolved from the public record bound
+    ``n_records``, as the method's strategy resolves them: a configuration that has
+    ``for_records(n_records)`` (DP-SGD's rounds, sampling rate and learning rate,
+    :mod:`fedpriv.strategies.dpsgd_schedule`) returns its resolved copy; any other is its own."""
+    resolve = getattr(config, "for_records", None)
+    return config if resolve is None else resolve(n_records)
+
+
 def get_method(name: str) -> Method:
     """The registered method ``name``; the error lists the registered ones."""
     _load_plugins()
@@ -326,7 +335,7 @@ BUILT_INS = (
     Method(
         name="logistic",
         summary="DP-SGD logistic regression",
-        config="fedpriv.strategies.dpsgd:LogisticConfig",
+        config="fedpriv.strategies.dpsgd_config:LogisticConfig",
         strategy="fedpriv.strategies.dpsgd:build",
         client="fedpriv.clients.dpsgd:DPSGDClient",
         model="fedpriv.models.networks:NetworkModel",
@@ -338,7 +347,7 @@ BUILT_INS = (
     Method(
         name="mlp",
         summary="DP-SGD one-hidden-layer MLP",
-        config="fedpriv.strategies.dpsgd:MLPConfig",
+        config="fedpriv.strategies.dpsgd_config:MLPConfig",
         strategy="fedpriv.strategies.dpsgd:build",
         client="fedpriv.clients.dpsgd:DPSGDClient",
         model="fedpriv.models.networks:NetworkModel",

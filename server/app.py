@@ -138,12 +138,16 @@ def main(grid: Grid, context: Context) -> None:
     except BaseException as exc:
         # Failed whatever the counts; the journal keeps the releases made ("complete": false).
         comm = progress.runtime.report.communication if progress.runtime else None
+        # The resolved rounds; a run that failed before its public n resolved DP-SGD's
+        # automatic rounds planned none yet (the config's 0).
+        planned = (progress.settings or s).config.rounds
         outcome = outcome_of(
-            comm, rounds_planned=s.rounds, max_aborted_share=s.max_aborted_share, error=exc
+            comm, rounds_planned=planned, max_aborted_share=s.max_aborted_share, error=exc
         )
         write_status(out, outcome)
         log.error("%s", outcome.line())
         raise
+    s = progress.settings  # resolved (DP-SGD's automatic schedule)
     outcome = progress.outcome  # training's rounds (the evaluation's is reported apart)
     report = {"epsilon": "inf", "complete": True}
     if ledger is not None:
@@ -212,6 +216,8 @@ class Progress:
     max_records: int | None = None
     #: How training ended (its rounds only), once it has.
     outcome: Any = None
+    #: The settings with the method's automatic schedule resolved, once they are.
+    settings: RunSettings | None = None
 
 
 def train(
@@ -231,6 +237,11 @@ def train(
     # n: the public bound on the total, K × max-records (DP-SGD's normaliser, the range
     # checks, Lumberjack's caps); the nodes' true counts never leave them.
     n_records = s.num_clients * max_records
+    # DP-SGD's automatic schedule resolved once, from this public n (the launchers have
+    # already written it into the run config; `flwr run` on the defaults has not): the
+    # rounds Flower runs, the status, the nodes' plans and config.json all read ``s``.
+    s = progress.settings = s.for_records(n_records)
+    write_json_atomic(out / "config.json", s.to_run_config())
     core = build_strategy(s, schema, n_records=n_records, n_features=n_features)
     train_ledger, eval_ledger = scoped_ledgers(ledger, s)
     strategy = FlowerStrategy(

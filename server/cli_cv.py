@@ -113,7 +113,14 @@ def run_cv(
 ) -> int:
     """Cross-validate ``method`` over ``folds`` folds; print and write the results; exit code."""
     from fedpriv.server import cli_split as split
-    from fedpriv.server.cli_run import _fmt, _resolve, build_estimator, check_out_dir, choose_data
+    from fedpriv.server.cli_run import (
+        _fmt,
+        _resolve,
+        build_estimator,
+        check_out_dir,
+        choose_data,
+        rounds_text,
+    )
     from sklearn.base import clone
 
     from fedpriv.atomic import write_json_atomic
@@ -145,8 +152,9 @@ def run_cv(
         )  # fmt: skip
         est.set_params(epsilon=per_fold.epsilon, delta=per_fold.delta)
     log.info(
-        "%s cross-validated in process on %s: %d folds, %d rounds, ε=%s, δ=%g in all%s",
-        settings.method, source, folds, settings.rounds, _fmt(settings.epsilon), settings.delta,
+        "%s cross-validated in process on %s: %d folds, %s, ε=%s, δ=%g in all%s",
+        settings.method, source, folds, rounds_text(settings), _fmt(settings.epsilon),
+        settings.delta,
         "" if per_fold is None else
         f"; each fold's fit ε={per_fold.epsilon:.6g}, δ={per_fold.delta:.3g}",
     )  # fmt: skip

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +164,24 @@ def _bound(eps: float) -> str:
     return "inf" if math.isinf(eps) else f"{math.ceil(eps * 1e3) / 1e3:.3f}"
 
 
+def _fit_config(resolved: dict[str, Any], est: Any) -> dict[str, Any]:
+    """The run config as the fit ran it: ``resolved`` with the method's settings from
+    ``est.config_`` (DP-SGD's automatic schedule resolved), where the fit got that far."""
+    config = getattr(est, "config_", None)
+    if config is None:
+        return resolved
+    ran = {f.name.replace("_", "-"): getattr(config, f.name) for f in dataclasses.fields(config)}
+    return {**resolved, **{k: getattr(v, "value", v) for k, v in ran.items()}}
+
+
+def rounds_text(settings: Any) -> str:
+    """``T rounds``, or that they follow the fit's public record bound (DP-SGD's automatic
+    schedule, resolved when the fit knows its n)."""
+    if getattr(settings.config, "automatic", False) and settings.config.rounds == 0:
+        return "automatic rounds (from the public record bound)"
+    return f"{settings.rounds} rounds"
+
+
 class _Rounds:
     """The bar's view of an in-process fit: rounds done and an upper bound on ε spent.
 
@@ -174,9 +193,19 @@ class _Rounds:
     :meth:`finish` shows the fit's accounted ε.
     """
 
-    def __init__(self, progress: Any, total: int) -> None:
-        self._progress, self._total, self._every = progress, total, max(1, total // 10)
-        self.seen, self.ledger = -1, None
+    def __init__(self, progress: Any, total: int | Callable[[], int]) -> None:
+        # ``total`` may be known only once the fit resolved it (a callable, read at the
+        # first query): DP-SGD's automatic rounds follow the fit's public record bound.
+        self._progress, self._total_of, self.seen, self.ledger = progress, total, -1, None
+
+    @property
+    def _total(self) -> int:
+        total = self._total_of
+        return total if isinstance(total, int) else total()
+
+    @property
+    def _every(self) -> int:
+        return max(1, self._total // 10)
 
     def watch(self, ledger: Any) -> Any:
         """Keep the fit's ledger (``None``: a non-private fit); returns it."""
@@ -332,15 +361,16 @@ def run_in_process(
     m = get_method(settings.method)
     est = build_estimator(settings, k)
     bar = RoundProgress(thin=True)  # no terminal: a plain line about every tenth round
-    rounds = _Rounds(bar, settings.rounds)
+    # The fit's own rounds (est.config_: DP-SGD's automatic ones resolved by the fit).
+    rounds = _Rounds(bar, lambda: est.config_.rounds)
     # The clients' queries tick the bar; the fit's own ledger (Estimator._fit_ledger,
     # fresh per fit) gives its ε bound: the report's scope and figures are unchanged.
     inner_handler, fit_ledger = est._handler, est._fit_ledger
     est._handler = lambda: _Ticker(inner_handler(), rounds)
     est._fit_ledger = lambda: rounds.watch(fit_ledger())
     log.info(
-        "%s in process on %s: %d rounds, ε=%s, δ=%g",
-        m.name, source, settings.rounds, _fmt(settings.epsilon), settings.delta,
+        "%s in process on %s: %s, ε=%s, δ=%g",
+        m.name, source, rounds_text(settings), _fmt(settings.epsilon), settings.delta,
     )  # fmt: skip
     # What loading did to the rows (values clipped to the schema's bounds, values outside
     # a domain): already logged at the load; repeated with the result and kept in its files.
@@ -352,10 +382,12 @@ def run_in_process(
             report = est.privacy_report_
             rounds.finish(None if report is None else float(report.epsilon))
     except RunFailedError as exc:
+        summary["config"] = _fit_config(resolved, est)
         if out is not None:  # what the failed fit spent stays recorded
             failed = {**summary, "status": str(exc.outcome.status), "reason": exc.outcome.reason}
             _write_results(out, None, failed, report=exc.privacy_report)
         raise
+    summary["config"] = _fit_config(resolved, est)
     scores = held_out_scores(est, *data.xy("test"))  # the owner's held-out rows
     auc = fmt_score(scores["auc"])
     spent = spent_text({} if report is None else report.to_dict())  # certified first

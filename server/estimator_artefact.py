@@ -61,6 +61,11 @@ def save_estimator(est: Any, path: str | os.PathLike[str]) -> Path:
     report = est.privacy_report_
     status = getattr(est, "run_status_", None)
     settings = {**params, "secure_aggregation": est.secure_aggregation}
+    if (config := getattr(est, "config_", None)) is not None:
+        # The card's query structure: the settings the fit ran with (DP-SGD's automatic
+        # schedule resolved); ``params`` keep the user's, so a refit resolves it again.
+        ran = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+        settings.update({k: _param(v) for k, v in ran.items()})
     card = build_card(
         report,
         method=est.method,

@@ -60,8 +60,11 @@ IID split over ``num_clients``; trains through
 :class:`fedpriv.federation.runtime.InProcessRuntime` and keeps the released
 model (``model_``), the ledger and its report (``ledger_``,
 ``privacy_report_``), σ (``noise_multiplier_``), the traffic
-(``communication_``) and the run's status (``run_status_``, ``run_outcome_``:
-rounds planned, released, aborted). The scikit-learn contract, the tags and the
+(``communication_``), the run's status (``run_status_``, ``run_outcome_``:
+rounds planned, released, aborted) and the configuration it ran with
+(``config_``: DP-SGD's automatic rounds, sampling rate and learning rate, 0
+among the parameters, resolved from the fit's public record bound;
+:mod:`fedpriv.strategies.dpsgd_schedule`). The scikit-learn contract, the tags and the
 ``check_estimator`` checks that do not apply to a DP learner are in
 :mod:`fedpriv.server.estimator_base`.
 """
@@ -129,7 +132,7 @@ class BDPEClassifier(MethodEstimator):
 class DPLogisticClassifier(MethodEstimator):
     """DP-SGD logistic regression, federated (benchmark paper §3.5).
 
-    Settings: :class:`fedpriv.strategies.dpsgd.LogisticConfig`; run parameters: module
+    Settings: :class:`fedpriv.strategies.dpsgd_config.LogisticConfig`; run parameters: module
     docstring. ``module``: a user's torch module instead of the built-in model
     (``backend="opacus"`` only).
     """
@@ -159,7 +162,7 @@ class DPLogisticClassifier(MethodEstimator):
 class DPMLPClassifier(DPLogisticClassifier):
     """DP-SGD one-hidden-layer MLP, federated (benchmark paper §3.5).
 
-    Settings: :class:`fedpriv.strategies.dpsgd.MLPConfig`; otherwise as
+    Settings: :class:`fedpriv.strategies.dpsgd_config.MLPConfig`; otherwise as
     :class:`DPLogisticClassifier`.
     """
 

@@ -51,7 +51,8 @@ class FlowerStrategy(_FlowerStrategy):
         Its model must offer ``to_arrays()``.
     settings : RunSettings
         Clients, seed, participation, timeouts (``settings.rounds`` must equal
-        the core's number of rounds and the ``num_rounds`` given to ``start``).
+        the core's number of rounds and the ``num_rounds`` given to ``start``:
+        DP-SGD's automatic rounds resolved, :meth:`RunSettings.for_records`).
     n_features : int
         Width of the encoded feature matrix (public, from the schema).
     max_records : int

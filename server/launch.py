@@ -299,12 +299,16 @@ def resolve_run(defaults: dict, overrides: dict) -> tuple[RunSettings, dict]:
         merged = {**merged, "num-clients": corpus_clients(merged)}
     settings = RunSettings.from_run_config(merged)
     check_run_files(settings)  # every file it names, now
-    check_plan(settings)
     source = DataSource.of(settings)
     if settings.max_records is None and source.bundled:
         # The run config carries the public bound: the bundled corpus's largest client.
         bound = declared_max_records(settings.dataset, settings.num_clients, settings.split_seed)
         settings = dataclasses.replace(settings, max_records=bound)
+    if (n := settings.public_records) is not None:
+        # DP-SGD's automatic schedule, from the ServerApp's own public n: the run config
+        # then carries the rounds and q every process (the nodes' plans) sees.
+        settings = settings.for_records(n)
+    check_plan(settings)
     return settings, settings.to_run_config()
 
 

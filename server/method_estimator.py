@@ -28,7 +28,7 @@ from fedpriv.federation.settings import (
     config_from_values,
     method_defaults,
 )
-from fedpriv.methods import Method, StrategyContext, get_method
+from fedpriv.methods import Method, StrategyContext, get_method, resolve_config
 
 log = logs.get_logger(__name__)
 
@@ -158,6 +158,9 @@ class MethodEstimator(Estimator):
         # The public n: clients × the declared max_records (as a Flower run uses it), or
         # the upper bound of a released count; never the rows' exact count (_fit_size).
         size = self._fit_size(partition)
+        # DP-SGD's automatic schedule from that public n, as its strategy resolves it:
+        # the configuration this fit runs with, known before its first round.
+        config = self.config_ = resolve_config(config, size.n_records)
         context = StrategyContext(
             schema=data.schema if isinstance(data, TabularDataset) else None,
             n_features=X.shape[1],

@@ -128,6 +128,8 @@ def check_plan(settings: RunSettings) -> None:
     from fedpriv.privacy.participation import calibrate_participation_noise_multiplier
 
     cfg: Any = settings.config
+    if getattr(cfg, "automatic", False):
+        return  # the schedule awaits the public n: the ServerApp resolves and calibrates it
     # A plugin's config may leave the accounting mode out: the calibration's default.
     mode = getattr(cfg, "participation_accounting", None)
     try:

@@ -76,7 +76,9 @@ Trust model. The total record count n (the denominator) is public, like the
 public bound on records per client that fixes the shim's fixed-point range.
 Dividing by the expected rather than the realised batch size keeps the
 realised size, which depends on the private data, out of the release
-(the "fixed denominator" estimator). Per-client counts are never sent.
+(the "fixed denominator" estimator). Per-client counts are never sent. The
+default q, T and learning rate are functions of that public n alone
+(:mod:`fedpriv.strategies.dpsgd_schedule`), resolved once when the strategy is built.
 
 Participation ρ < 1 scales the expected batch to ρ·q·n. As in boosting,
 ``participation_accounting`` chooses how ρ is accounted
@@ -90,11 +92,11 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 from dp_accounting import dp_event
+from fedpriv.strategies.dpsgd_config import LogisticConfig, MLPConfig  # noqa: F401 (re-exported)
 from fedpriv.strategies.dpsgd_plan import SGDShape, plan_noise
 
 from fedpriv.federation.node_stage import NodeStage
@@ -103,110 +105,14 @@ from fedpriv.methods import StrategyContext
 from fedpriv.models import sgd_recalibration as recal
 from fedpriv.models.networks import InputMap, ModelKind, NetworkSpec
 from fedpriv.models.sgd_sums import CENTRE, STEP, clipped_sum_sensitivity
-from fedpriv.options import Backend, Recalibration
 from fedpriv.privacy.ledger import PrivacyLedger
-from fedpriv.privacy.participation import ParticipationAccounting, parse_accounting
 from fedpriv.privacy.randomness import check_private
 from fedpriv.validation import (
     check_count,
-    check_positive,
     check_probability,
 )
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, kw_only=True)
-class LogisticConfig:
-    """DP-SGD logistic regression; defaults are the paper's selected settings
-    (Table 5: C 3.0, q 0.02, 800 steps, learning rate 2.0).
-
-    ``rounds`` is the number of DP-SGD steps, one per federated round. The
-    privacy budget is the run ledger's, not a setting here; without a ledger
-    (the non-private reference) gradients are still clipped to C, which
-    bounds every step. ``backend`` picks how clients compute per-example
-    gradients (:class:`~fedpriv.options.Backend`). ``standardise`` maps the
-    numeric features by the public schema's box (never by data statistics).
-    ``participation_accounting`` is ``valid`` (default), ``tight`` or
-    ``paper`` (not a valid guarantee; module docstring). ``centre_share`` s:
-    round 0 releases the features' mean, the T − 1 steps have the rest (the
-    shares set the stages' relative noise, one scale spends the whole ε:
-    :mod:`fedpriv.strategies.dpsgd_plan`), and the output bias is clipped on its own (module
-    docstring, "Calibration"); 0: no centring round, one joint clip to C.
-    ``recalibrate_share`` r: the last two rounds recalibrate the model with the
-    share r, as ``recalibration`` says (:mod:`fedpriv.strategies.dpsgd_recalibration`):
-    ``bias`` (logistic regression's default) releases the mean prediction and
-    the class rates and shifts the output bias to match
-    (:mod:`fedpriv.models.sgd_recalibration`); ``linear`` fits the Brier-optimal
-    affine map of the probabilities, which also shrinks the spread noise in
-    the weights adds (:mod:`fedpriv.models.recalibration`); ``auto`` (the
-    MLP's) is ``linear`` when that noise is large. The steps clip jointly to C.
-    With r = 0 (and centring) logistic regression clips its bias on its own
-    instead, at √(C² + B²) noise (module docstring, "Calibration").
-    """
-
-    model: ClassVar[ModelKind] = ModelKind.LOGISTIC
-    rounds: int = 800
-    learning_rate: float = 2.0
-    sampling_rate: float = 0.02
-    clip_norm: float = 3.0
-    backend: Backend = Backend.FAST
-    standardise: bool = True
-    participation_accounting: ParticipationAccounting = ParticipationAccounting.VALID
-    centre_share: float = 0.05
-    recalibrate_share: float = 0.05
-    recalibration: Recalibration = Recalibration.BIAS
-
-    def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "participation_accounting", parse_accounting(self.participation_accounting)
-        )
-        object.__setattr__(self, "backend", Backend.parse(self.backend))
-        object.__setattr__(self, "recalibration", Recalibration.parse(self.recalibration))
-        check_count("rounds", self.rounds)
-        check_positive("learning_rate", self.learning_rate)
-        check_positive("clip_norm", self.clip_norm)
-        check_probability("sampling_rate", self.sampling_rate)
-        check_count("hidden", self.hidden)
-        share = self.centre_share
-        if not (isinstance(share, int | float) and not isinstance(share, bool) and 0 <= share < 1):
-            raise ValueError(f"centre_share must lie in [0, 1); got {share!r}")
-        if share > 0 and self.rounds < 2:
-            raise ValueError(
-                f"centre_share={share} takes the first of the rounds: rounds must be at "
-                f"least 2; got {self.rounds}"
-            )
-        rs = self.recalibrate_share
-        if not (isinstance(rs, int | float) and not isinstance(rs, bool) and 0 <= rs < 1 - share):
-            raise ValueError(f"recalibrate_share must lie in [0, 1 − centre_share); got {rs!r}")
-        least = int(share > 0) + recal.ROUNDS + 1
-        if rs > 0 and self.rounds < least:
-            raise ValueError(
-                f"recalibrate_share={rs} takes the last {recal.ROUNDS} rounds: rounds must be "
-                f"at least {least}; got {self.rounds}"
-            )
-
-    @property
-    def hidden(self) -> int:
-        return 1  # no hidden layer; MLPConfig makes it a setting
-
-
-@dataclass(frozen=True, kw_only=True)
-class MLPConfig(LogisticConfig):
-    """DP-SGD one-hidden-layer MLP (paper Table 5: h 16, learning rate 3.0).
-
-    Its recalibration is ``auto`` with a share of 0.1: on small data the noise in
-    its hidden and output weights spreads its logits (standard deviation about
-    7 on a 3,072-row task at ε = 0.5), which a bias shift cannot undo, and the
-    affine map's slope needs the larger share (measured there: Brier 0.210 at
-    0.05, 0.204 at 0.1, base rate 0.210; :mod:`fedpriv.strategies.dpsgd_recalibration`).
-    """
-
-    model: ClassVar[ModelKind] = ModelKind.MLP
-    learning_rate: float = 3.0
-    hidden: int = 16
-    recalibrate_share: float = 0.1
-    recalibration: Recalibration = Recalibration.AUTO
 
 
 class DPSGDStrategy(Strategy):
@@ -215,8 +121,11 @@ class DPSGDStrategy(Strategy):
     Parameters
     ----------
     config : LogisticConfig or MLPConfig
+        Its automatic ``rounds`` and ``sampling_rate`` are resolved from ``n_records``
+        (:meth:`LogisticConfig.for_records`); ``self.config`` is the resolved one.
     n_records : int
-        Public total number of training records n (the denominator q·n).
+        Public total number of training records n (the denominator q·n): K × the
+        declared max-records, or a released count's upper bound; never the exact count.
     participation : float
         Client participation ρ of the runtime (expected batch ρ·q·n).
     initial_params : array, optional
@@ -245,10 +154,19 @@ class DPSGDStrategy(Strategy):
         n_classes: int = 2,
         custom_spec: Any = None,
     ) -> None:
-        self.config = config
         self.n_classes = check_count("n_classes", n_classes, minimum=2)
         self.method = config.model.value  # the registry name: "logistic" or "mlp"
         self.n_records = check_count("n_records", n_records)
+        # Resolved once, here: every reader (Flower's num_rounds, the nodes' stage plans,
+        # the status, the progress) sees the rounds and q of this config.
+        self.config = config.for_records(self.n_records)
+        if config.automatic:
+            log.info(
+                "%s: automatic schedule on n = %d public records: q = %.4g, T = %d, "
+                "learning rate %.4g (fedpriv.strategies.dpsgd_schedule)",
+                self.method, self.n_records, self.config.sampling_rate, self.config.rounds,
+                self.config.learning_rate,
+            )  # fmt: skip
         self.participation = check_probability("participation", participation)
         self.initial_params = initial_params
         self.input_map = input_map

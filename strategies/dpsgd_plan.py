@@ -56,7 +56,8 @@ class SGDNoise:
 
 def plan_noise(config, shape: SGDShape, ledger: PrivacyLedger | None, *, rng) -> SGDNoise:
     """Plan, calibrate jointly and reserve the run's stages (``config``: the run's
-    :class:`~fedpriv.strategies.dpsgd.LogisticConfig`); no ledger: the non-private reference."""
+    :class:`~fedpriv.strategies.dpsgd_config.LogisticConfig`); no ledger: the non-private
+    reference."""
     cfg, s = config, shape
     batch = s.participation * cfg.sampling_rate * s.n_records
 

@@ -50,6 +50,9 @@ RUN_RANGES: dict[str, str] = {
     "poll-interval": "(0, 10] s",
 }
 
+#: DP-SGD's automatic rounds and sampling rate (fedpriv.strategies.dpsgd_schedule).
+AUTO_SCHEDULE = "from the public record bound, fedpriv.strategies.dpsgd_schedule"
+
 #: Numeric ranges of each built-in method's keys (a key's range may differ by method).
 METHOD_RANGES: dict[str, dict[str, str]] = {
     "boosting": {
@@ -62,9 +65,9 @@ METHOD_RANGES: dict[str, dict[str, str]] = {
     },
     "logistic": {
         # centring, 2 recalibration rounds and a step; fewer with shares 0
-        "rounds": f"[4, {_most('logistic', 'rounds')}]",
-        "learning-rate": "(0, inf)",
-        "sampling-rate": "(0, 1]",
+        "rounds": f"[4, {_most('logistic', 'rounds')}] or 0 (automatic: {AUTO_SCHEDULE})",
+        "learning-rate": f"[0, inf) (0: automatic, {AUTO_SCHEDULE})",
+        "sampling-rate": f"[0, 1] (0: automatic, {AUTO_SCHEDULE})",
         "clip-norm": "(0, inf)",
         "centre-share": "[0, 1)",
         "recalibrate-share": "[0, 1 − centre-share)",
@@ -112,7 +115,7 @@ METHOD_RANGES: dict[str, dict[str, str]] = {
 }
 METHOD_RANGES["mlp"] = {
     **METHOD_RANGES["logistic"],
-    "rounds": f"[4, {_most('mlp', 'rounds')}]",
+    "rounds": f"[4, {_most('mlp', 'rounds')}] or 0 (automatic: {AUTO_SCHEDULE})",
     "hidden": f"[1, {_most('mlp', 'hidden')}]",
 }
 

@@ -21,6 +21,7 @@ Each error is one line naming the key, the value and the allowed range.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 import re
@@ -47,7 +48,7 @@ from fedpriv.federation.limits import (  # noqa: F401 (parse_override(s): re-exp
     run_size_range,
 )
 from fedpriv.federation.status import DEFAULT_MAX_ABORTED_SHARE
-from fedpriv.methods import Method, get_method, methods
+from fedpriv.methods import Method, get_method, methods, resolve_config
 from fedpriv.options import NoiseMode
 from fedpriv.validation import check_count, check_probability
 
@@ -346,8 +347,31 @@ class RunSettings:
 
     @property
     def rounds(self) -> int:
-        """Federated rounds the method's strategy asks for (derived, never set twice)."""
+        """Federated rounds the method's strategy asks for (derived, never set twice).
+
+        A method whose rounds follow the public record bound (DP-SGD's automatic
+        schedule, ``rounds = 0``) has them once :meth:`for_records` resolved them;
+        before, asking is an error rather than a 0 that would reach Flower."""
+        if getattr(self.config, "automatic", False) and self.config.rounds == 0:
+            raise SettingError(
+                f"rounds of method {self.method!r} is automatic (0): it follows the public "
+                "record bound n = num-clients × max-records (RunSettings.for_records)"
+            )
         return self.config.rounds
+
+    def for_records(self, n_records: int) -> RunSettings:
+        """These settings with the method's automatic settings resolved from the public
+        record bound ``n_records`` (a configuration with ``for_records``: DP-SGD's
+        rounds, sampling rate and learning rate, :mod:`fedpriv.strategies.dpsgd_schedule`),
+        as its strategy resolves them; explicit values and other methods unchanged."""
+        config = resolve_config(self.config, n_records)
+        return self if config is self.config else dataclasses.replace(self, config=config)
+
+    @property
+    def public_records(self) -> int | None:
+        """n = num-clients × max-records when max-records is declared (the launchers set
+        a bundled corpus's), the ServerApp's public bound; ``None`` when it is not."""
+        return None if self.max_records is None else self.num_clients * self.max_records
 
     @classmethod
     def run_keys(cls) -> tuple[str, ...]:

@@ -122,7 +122,10 @@ def test_each_method_brings_its_paper_defaults_and_delta():
     assert (lj.config.trees, lj.config.depth, lj.delta) == (30, 49, 1e-6)
     assert lj.rounds == 8  # 7 stages of 7 levels, then the leaf round: derived, never set
     mlp = RunSettings.from_run_config({"method": "mlp", "rounds": 50})
-    assert (mlp.rounds, mlp.config.learning_rate, mlp.config.sampling_rate) == (50, 3.0, 0.02)
+    # q and η automatic (0) until the public n resolves them; the paper's from n = 25,000.
+    assert (mlp.rounds, mlp.config.learning_rate, mlp.config.sampling_rate) == (50, 0.0, 0.0)
+    large = mlp.for_records(25_000)
+    assert (large.rounds, large.config.learning_rate, large.config.sampling_rate) == (50, 3.0, 0.02)
     assert RunSettings.from_run_config({"method": "random_forest"}).rounds == 1
     assert RunSettings().rounds == 75 and RunSettings().delta == 1e-5
 

@@ -17,7 +17,11 @@ import json
 import numpy as np
 import pytest
 from fedpriv.server import app as server_app
-from fedpriv.server.estimators import DPRandomForestClassifier, LumberjackClassifier
+from fedpriv.server.estimators import (
+    DPLogisticClassifier,
+    DPRandomForestClassifier,
+    LumberjackClassifier,
+)
 from fedpriv.server.launch import default_config, resolve_run
 from fedpriv.server.simulate import simulation_defaults
 from flwr.app import Context, RecordDict
@@ -104,7 +108,9 @@ def test_dpsgd_app_releases_the_in_process_parameters(monkeypatch, tmp_path, mod
     assert comm["floats_uploaded_per_client"] == [expected] * 4
     # Keys (with the plan), key book; query, consistency and unmask per round.
     assert comm["round_trips"] == 2 + 3 * 6
-    assert _json(out, "config")["learning-rate"] == {"logistic": 2.0, "mlp": 3.0}[model]  # paper
+    # The automatic learning rate at the run's explicit q: the paper's × √(0.02 / q).
+    paper = {"logistic": 2.0, "mlp": 3.0}[model]
+    assert _json(out, "config")["learning-rate"] == pytest.approx(paper * (0.02 / 0.1) ** 0.5)
     rounds = _json(out, "rounds")
     assert sorted(rounds, key=int) == [str(r) for r in range(1, 7)]
 
@@ -113,7 +119,8 @@ def test_a_recalibration_that_shows_nothing_degrades_the_flower_run(monkeypatch,
     # 592 rows at ε 1: the linear map's sums show nothing above their noise, so its
     # slope sits at its floor. The Flower run says so in status.json, as the in-process
     # fit does (its twin at ε 4, informative and completed: tests/strategies).
-    settings = {"hidden": 4, "rounds": 12, "sampling_rate": 0.2, "recalibration": "linear"}
+    settings = {"hidden": 4, "rounds": 12, "sampling_rate": 0.2, "learning_rate": 3.0,
+                "recalibration": "linear"}  # fmt: skip
     job = {"dataset": "heart", "num-clients": 4, "method": "mlp", "epsilon": 1.0, "seed": 5,
            **{k.replace("_", "-"): v for k, v in settings.items()}}  # fmt: skip
     out = run_app(monkeypatch, tmp_path, job)
@@ -128,6 +135,40 @@ def test_a_recalibration_that_shows_nothing_degrades_the_flower_run(monkeypatch,
     assert saved["status"] == str(ref.run_status_) == "degraded"
     assert saved["reason"] == ref.run_outcome_.reason
     assert saved["rounds_aborted"] == 0 and "slope is at its floor" in saved["reason"]
+
+
+@pytest.mark.parametrize("launched", [True, False])
+def test_the_automatic_schedule_is_what_every_part_of_the_run_sees(monkeypatch, tmp_path, launched):
+    # Heart: n = 4 × the bound = 640 public records, so q = 500/640 and T = 20
+    # (fedpriv.strategies.dpsgd_schedule). Launched, the run config carries them; as
+    # `flwr run` on pyproject's "" defaults, the ServerApp resolves them itself.
+    job = {"dataset": "heart", "num-clients": 4, "method": "logistic", "epsilon": 2.0, "seed": 5}
+    if launched:
+        out = run_app(monkeypatch, tmp_path, job)
+    else:
+        monkeypatch.setattr(TaskIdentity, "_run_id", RUN_ID)
+        monkeypatch.setattr(TaskIdentity, "_node_id", 0, raising=False)
+        monkeypatch.setattr(TaskIdentity, "_task_id", 1, raising=False)
+        monkeypatch.setenv(KEY_ENV, key_hex(KEY))
+        config = {**default_config(), **job, "out-dir": str(tmp_path)}
+        assert config["rounds"] == config["sampling-rate"] == ""
+        context = Context(
+            run_id=RUN_ID, node_id=0, node_config={}, state=RecordDict(), run_config=config
+        )
+        server_app.main(LoopbackGrid(config, 4), context)
+        out = tmp_path / str(RUN_ID)
+    q, t = 500 / (4 * BOUND), 20
+    written = _json(out, "config")
+    assert (written["rounds"], written["sampling-rate"]) == (t, q)
+    assert _json(out, "status")["rounds_planned"] == t
+    assert sorted(_json(out, "rounds"), key=int) == [str(r) for r in range(1, t + 1)]
+    assert _json(out, "privacy")["n_releases"] == t
+    ref = DPLogisticClassifier(epsilon=2.0, seed=5, secret_key=key_for(KEY), max_records=BOUND).fit(
+        load_heart()
+    )
+    assert (ref.config_.rounds, ref.config_.sampling_rate) == (t, q)
+    saved = load_model(out / "model.fedpriv.npz").model
+    np.testing.assert_array_equal(saved.params, ref.model_.params)  # the same run
 
 
 def test_lumberjack_app_releases_the_in_process_forest(monkeypatch, tmp_path):

@@ -44,20 +44,33 @@ def _start(config, data, *, eps=None, seed=0, **kw):
     return strategy, ledger
 
 
-def test_config_defaults_are_the_papers_and_ranges_are_checked():
-    assert LogisticConfig().learning_rate == 2.0
-    assert MLPConfig().learning_rate == 3.0
+def test_config_defaults_are_automatic_and_ranges_are_checked():
+    # rounds, q and the learning rate are automatic (0): the paper's from n = 25,000
+    # (fedpriv.strategies.dpsgd_schedule; tests/strategies/test_dpsgd_schedule.py).
+    for config, lr in ((LogisticConfig(), 2.0), (MLPConfig(), 3.0)):
+        assert (config.rounds, config.sampling_rate, config.learning_rate) == (0, 0.0, 0.0)
+        paper = config.for_records(26_050)
+        assert (paper.rounds, paper.sampling_rate, paper.learning_rate) == (800, 0.02, lr)
     cfg = LogisticConfig()
-    assert (cfg.rounds, cfg.clip_norm, cfg.sampling_rate, MLPConfig().hidden) == (
-        800,
-        3.0,
-        0.02,
-        16,
-    )
+    assert (cfg.clip_norm, MLPConfig().hidden) == (3.0, 16)
     with pytest.raises(ValueError, match=r"clip_norm must lie in \(0, inf\); got -1"):
         LogisticConfig(clip_norm=-1)
-    with pytest.raises(ValueError, match=r"sampling_rate must lie in \(0, 1\]; got 1.5"):
+    with pytest.raises(
+        ValueError, match=r"^sampling_rate must be 0 \(automatic\) or lie in \(0, 1\]; got 1.5$"
+    ):
         LogisticConfig(sampling_rate=1.5)
+    with pytest.raises(
+        ValueError, match=r"^learning_rate must be 0 \(automatic\) or lie in \(0, inf\); got -2"
+    ):
+        LogisticConfig(learning_rate=-2)
+    with pytest.raises(
+        ValueError,
+        match=r"^rounds must be 0 \(automatic\) or lie in \[4, inf\) \(centre_share=0.05 takes "
+        r"the first and recalibrate_share=0.05 the last 2 of the rounds, and a step\); got 3$",
+    ):
+        LogisticConfig(rounds=3)
+    with pytest.raises(TypeError, match=r"^sampling_rate must be 0 \(automatic\) .*got True$"):
+        LogisticConfig(sampling_rate=True)
     with pytest.raises(ValueError, match="backend must be one of"):
         LogisticConfig(backend="jax")
 
@@ -113,8 +126,9 @@ def test_centring_round_and_steps_share_the_budget(config):
 def test_released_step_is_sum_plus_gaussian_noise_over_the_expected_batch():
     # θ_{t+1} = θ_t − η (Σ clip(g) + N(0, (zC)² I)) / (ρ q n): recover the noise and test its law.
     cfg = MLPConfig(
-        hidden=8, rounds=60, sampling_rate=0.25, centre_share=0.0, recalibrate_share=0.0
-    )
+        hidden=8, rounds=60, sampling_rate=0.25, learning_rate=3.0, centre_share=0.0,
+        recalibrate_share=0.0,
+    )  # fmt: skip
     data = _data(d=10)
     strategy, _ = _start(cfg, data, eps=2.0, participation=0.5)
     client = DPSGDClient()
@@ -147,7 +161,9 @@ def test_aborted_step_releases_nothing_and_keeps_the_parameters():
 
 
 def test_non_private_mode_adds_no_noise_and_needs_no_ledger():
-    cfg = LogisticConfig(rounds=3, centre_share=0.0, recalibrate_share=0.0)
+    cfg = LogisticConfig(
+        rounds=3, sampling_rate=0.02, learning_rate=2.0, centre_share=0.0, recalibrate_share=0.0
+    )
     data = _data()
     strategy, _ = _start(cfg, data)
     assert strategy.noise_multiplier_ is None

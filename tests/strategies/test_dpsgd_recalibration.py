@@ -99,7 +99,8 @@ def test_a_rare_class_below_the_noise_gets_no_runaway_shift():
 
 def _fit_mlp(X, y, epsilon, **kw):
     return DPMLPClassifier(
-        hidden=4, rounds=12, sampling_rate=0.2, recalibration="linear", epsilon=epsilon,
+        hidden=4, rounds=12, sampling_rate=0.2, learning_rate=3.0, recalibration="linear",
+        epsilon=epsilon,
         num_clients=3, max_records=200, secret_key=key_for(2), **kw,
     ).fit(X, y)  # fmt: skip
 
