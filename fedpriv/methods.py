@@ -144,6 +144,20 @@ class Method:
     def make_config(self, **values: Any) -> Any:
         return self.config_class(**values)
 
+    def resolve_config(
+        self, config: Any, *, epsilon: float | None, delta: float | None, n_records: float | None
+    ) -> Any:
+        """``config`` with its automatic settings fixed from the run's public facts: the
+        learner's (ε, δ) (``None``: non-private) and the public bound on all records.
+
+        A configuration with a ``resolved(epsilon=, delta=, n_records=)`` method (e.g.
+        Lumberjack's automatic trees and depth, which set its rounds) is resolved by it;
+        any other is returned as is. The run counts its rounds on the result."""
+        resolved = getattr(config, "resolved", None)
+        if resolved is None:
+            return config
+        return resolved(epsilon=epsilon, delta=delta, n_records=n_records)
+
     def build_strategy(self, config: Any, context: StrategyContext) -> Any:
         if not isinstance(config, self.config_class):
             raise TypeError(

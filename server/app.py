@@ -23,6 +23,7 @@ finished.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -136,6 +137,7 @@ def main(grid: Grid, context: Context) -> None:
         metrics, comm_out = train(grid, s, out, ledger, progress)
     except BaseException as exc:
         # Failed whatever the counts; the journal keeps the releases made ("complete": false).
+        s = progress.settings or s
         comm = progress.runtime.report.communication if progress.runtime else None
         outcome = outcome_of(
             comm, rounds_planned=s.rounds, max_aborted_share=s.max_aborted_share, error=exc
@@ -144,6 +146,7 @@ def main(grid: Grid, context: Context) -> None:
         log.error("%s", outcome.line())
         raise
     outcome = progress.outcome  # training's rounds (the evaluation's is reported apart)
+    s = progress.settings  # as run: automatic settings resolved
     report = {"epsilon": "inf", "complete": True}
     if ledger is not None:
         report = ledger.close()
@@ -211,6 +214,8 @@ class Progress:
     max_records: int | None = None
     #: How training ended (its rounds only), once it has.
     outcome: Any = None
+    #: The run's settings with automatic ones resolved (their rounds are the run's), once known.
+    settings: Any = None
 
 
 def train(
@@ -230,8 +235,20 @@ def train(
     # n: the public bound on the total, K × max-records (DP-SGD's normaliser, the range
     # checks, Lumberjack's caps); the nodes' true counts never leave them.
     n_records = s.num_clients * max_records
-    core = build_strategy(s, schema, n_records=n_records, n_features=n_features)
     train_ledger, eval_ledger = scoped_ledgers(ledger, s)
+    # Automatic sizes (Lumberjack's trees and depth) from training's budget and that public
+    # n, before the rounds are counted: Flower's rounds and the status read the result.
+    budget = None if train_ledger is None else train_ledger.budget
+    s = progress.settings = dataclasses.replace(
+        s,
+        config=s.method_record.resolve_config(
+            s.config,
+            epsilon=None if budget is None else budget.epsilon,
+            delta=None if budget is None else budget.delta,
+            n_records=n_records,
+        ),
+    )
+    core = build_strategy(s, schema, n_records=n_records, n_features=n_features)
     strategy = FlowerStrategy(
         core, settings=s, n_features=n_features, max_records=max_records, ledger=train_ledger
     )

@@ -61,6 +61,9 @@ def save_estimator(est: Any, path: str | os.PathLike[str]) -> Path:
     report = est.privacy_report_
     status = getattr(est, "run_status_", None)
     settings = {**params, "secure_aggregation": est.secure_aggregation}
+    ran = getattr(est, "config_", None)  # the fit's configuration, automatic sizes resolved
+    if ran is not None:
+        settings.update({f.name: _param(getattr(ran, f.name)) for f in dataclasses.fields(ran)})
     card = build_card(
         report,
         method=est.method,

@@ -165,7 +165,10 @@ def model_entries(method: str, config: Any) -> tuple[int, str] | None:
         depth = config.depth or FOREST_MAX_AUTO_DEPTH
         return config.trees * 2**depth, "trees × 2^depth leaves (depth 0: up to 2^10)"
     if method == "lumberjack":
-        n = config.trees * config.max_frontier * 2**config.stage_height
+        from fedpriv.models.lumberjack_sizes import PAPER_TREES
+
+        # trees = 0 (automatic) is at most the paper's 30.
+        n = (config.trees or PAPER_TREES) * config.max_frontier * 2**config.stage_height
         return n, "trees × max-frontier × 2^stage-height nodes per stage"
     if method == "dp_gam" and config.interactions:
         c = config.interaction_candidates

@@ -373,7 +373,7 @@ ROWS: dict[str, Row] = {
     ),
     "lumberjack-trees-1e9": Row(
         lambda t: _method(t, "lumberjack", "trees=1000000000"), 2,
-        r"trees must be an integer in \[1, 512\]",
+        r"trees must be an integer in \[0, 512\]",
     ),
     "forest-trees-1e9": Row(
         lambda t: _method(t, "random_forest", "trees=1000000000"), 2,

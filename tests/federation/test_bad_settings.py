@@ -44,8 +44,8 @@ REFUSED = {
     ),
     "lumberjack-trees": (
         {"method": "lumberjack", "trees": 513},
-        r"^trees must be an integer in \[1, 512\] \(and trees × max-frontier × 2\^stage-height "
-        r"≤ 2\^23\); got 513",
+        r"^trees must be an integer in \[0, 512\] \(0: automatic; and trees × max-frontier × "
+        r"2\^stage-height ≤ 2\^23\); got 513",
     ),
     "lumberjack-frontier": (
         {"method": "lumberjack", "max-frontier": 10**7},
