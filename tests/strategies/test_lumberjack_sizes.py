@@ -133,13 +133,16 @@ def _fit(data, y=None, **kw):
 
 
 def test_the_size_follows_the_declared_bound_not_the_rows(heart):
-    # The same declared bound, a third of the rows gone: the same plan.
+    # The same declared bound, a third of the rows gone: the same plan. At ε 2 the
+    # bound (640) affords 30 trees of depth 7; the rows' counts (391, 260) would not.
     X, y = heart.xy("train")
-    full = _fit(heart, epsilon=0.5)
+    full = _fit(heart, epsilon=2.0)
     keep = 2 * len(y) // 3
-    fewer = _fit(X[:keep], y=y[:keep], epsilon=0.5)
+    fewer = _fit(X[:keep], y=y[:keep], epsilon=2.0)
     assert (full.config_.trees, full.config_.depth) == (fewer.config_.trees, fewer.config_.depth)
-    assert (full.config_.trees, full.config_.depth) == (MIN_AUTO_TREES, 7)
+    assert (full.config_.trees, full.config_.depth) == (30, 7)
+    by_rows = LumberjackConfig().resolved(epsilon=2.0, delta=1e-6, n_records=len(y))
+    assert by_rows.trees < 30  # what a count-sized plan would have been
     # A larger declared bound (same rows) keeps the paper's plan: the bound decides.
     big = _fit(heart, epsilon=0.5, max_records=5_000)
     assert (big.config_.trees, big.config_.depth) == (30, 49)
