@@ -1,4 +1,4 @@
-"""Lumberjack's settings: :class:`LumberjackConfig` (the strategy is :mod:`strategies.lumberjack`).
+"""Lumberjack's settings: :class:`LumberjackConfig` (the strategy is :mod:`fedpriv.strategies.lumberjack`).
 
 Lebeda, Erb, Cebere & Bellet, "Lumberjack": k = 30 random trees, ε₁ = 0.75ε
 for the structure, δ = 1e-6; depth d = 49 here (the paper's 100 costs more
@@ -70,7 +70,7 @@ class LumberjackConfig:
     #: Algorithm 2's deterministic gate: counts ≤ ``gate`` answer ⊥ without noise
     #: (τ = gate + 1 + Δ; the paper's τ = 1 + Δ is 0). It no longer steers growth.
     gate: int = 0
-    #: Levels per stage (:mod:`strategies.lumberjack`): m = k·Σ_s (1 + ⌊log₂ h_s⌋).
+    #: Levels per stage (:mod:`fedpriv.strategies.lumberjack`): m = k·Σ_s (1 + ⌊log₂ h_s⌋).
     stage_height: int = STAGE_HEIGHT
     #: Most Heavy bottom nodes a stage grows from, per tree (a public memory bound;
     #: the record bound's cap B may be lower: :mod:`fedpriv.models.lumberjack_bounds`).
@@ -126,7 +126,7 @@ class LumberjackConfig:
 
     def tau(self, *, epsilon: float, delta: float, trees: int, depth: int) -> float:
         """The sparse threshold's τ = gate + 1 + Δ of the plan (``trees``, ``depth``) at the
-        run's (ε, δ): the calibration :meth:`strategies.lumberjack.LumberjackStrategy.begin`
+        run's (ε, δ): the calibration :meth:`fedpriv.strategies.lumberjack.LumberjackStrategy.begin`
         makes (public)."""
         eps1, d1 = self.structure_budget(epsilon, delta)
         m = staged_queries_per_record(trees, stage_heights(depth, self.stage_height))

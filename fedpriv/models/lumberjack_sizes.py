@@ -32,7 +32,7 @@ sets is kept: only the settings left at 0 (automatic) move.
 Every input is public: (ε, δ) and the settings give τ(k, d) by the
 calibration the learner itself uses, and N is public by declaration or
 release. Measured on Heart (N = 640; mean Brier of 8 fits with fresh keys
-against the base rate's 0.2504, ``experiments.heldout``'s split): at ε = 0.5
+against the base rate's 0.2504, ``fedpriv.experiments.heldout``'s split): at ε = 0.5
 (30, 49) predicts a constant (0.254 over 10 fits), (5, 7) reaches 0.222 (7
 of 8 below the base rate), (10, 7) 0.231 and (3, 7) 0.266; at ε = 2 (30, 49)
 has sd 0.010 (10 fits), (30, 7) 0.190 and (10, 7) 0.175. The ratio 6 or 8

@@ -5,6 +5,8 @@ import math
 
 import numpy as np
 import pytest
+from fedpriv.server.estimators import LumberjackClassifier
+from fedpriv.strategies.lumberjack import LumberjackConfig
 
 from fedpriv.data import load_heart
 from fedpriv.data.node import declared_max_records
@@ -18,8 +20,6 @@ from fedpriv.models.lumberjack_sizes import (
     size_ladder,
 )
 from fedpriv.privacy import staged_queries_per_record
-from server.estimators import LumberjackClassifier
-from strategies.lumberjack import LumberjackConfig
 from tests.keys import key_for
 
 HEART_BOUND = 4 * declared_max_records("heart", 4, 0)  # 640: 4 hospitals × the largest's rows
