@@ -169,6 +169,23 @@ class Method:
     def make_config(self, **values: Any) -> Any:
         return self.config_class(**values)
 
+    def resolve_config(
+        self, config: Any, *, epsilon: float | None, delta: float | None, n_records: float | None
+    ) -> Any:
+        """``config`` with its automatic settings fixed from the run's public facts: the
+        learner's (ε, δ) (``None``: non-private) and the public bound on all records.
+
+        A configuration with a ``resolved(epsilon=, delta=, n_records=)`` method is
+        resolved by it (DP-SGD's rounds, sampling rate and learning rate from n,
+        :mod:`fedpriv.strategies.dpsgd_schedule`; Lumberjack's trees and depth from
+        (ε, δ) and n, :mod:`fedpriv.models.lumberjack_sizes`); any other is returned as
+        is. The run counts its rounds on the result: the one resolution every entry
+        point (estimators, launchers, the ServerApp, the strategies) goes through."""
+        resolved = getattr(config, "resolved", None)
+        if resolved is None:
+            return config
+        return resolved(epsilon=epsilon, delta=delta, n_records=n_records)
+
     def build_strategy(self, config: Any, context: StrategyContext) -> Any:
         """The server half for ``config``; refused (before anything is spent) unless it
         is a :class:`~fedpriv.federation.protocol.Strategy` whose ``method`` is this
@@ -283,15 +300,6 @@ def _load_plugins() -> None:
         _plugins["state"] = "no"
         raise
     _plugins["state"] = "done"
-
-
-def resolve_config(config: Any, n_records: int) -> Any:
-    """``config`` with its automatic settings resolved from the public record bound
-    ``n_records``, as the method's strategy resolves them: a configuration that has
-    ``for_records(n_records)`` (DP-SGD's rounds, sampling rate and learning rate,
-    :mod:`fedpriv.strategies.dpsgd_schedule`) returns its resolved copy; any other is its own."""
-    resolve = getattr(config, "for_records", None)
-    return config if resolve is None else resolve(n_records)
 
 
 def get_method(name: str) -> Method:

@@ -137,6 +137,7 @@ def main(grid: Grid, context: Context) -> None:
         metrics, comm_out = train(grid, s, out, ledger, progress)
     except BaseException as exc:
         # Failed whatever the counts; the journal keeps the releases made ("complete": false).
+        s = progress.settings or s
         comm = progress.runtime.report.communication if progress.runtime else None
         # The resolved rounds; a run that failed before its public n resolved DP-SGD's
         # automatic rounds planned none yet (the config's 0).
@@ -149,6 +150,7 @@ def main(grid: Grid, context: Context) -> None:
         raise
     s = progress.settings  # resolved (DP-SGD's automatic schedule)
     outcome = progress.outcome  # training's rounds (the evaluation's is reported apart)
+    s = progress.settings  # as run: automatic settings resolved
     report = {"epsilon": "inf", "complete": True}
     if ledger is not None:
         report = ledger.close()
@@ -237,13 +239,14 @@ def train(
     # n: the public bound on the total, K × max-records (DP-SGD's normaliser, the range
     # checks, Lumberjack's caps); the nodes' true counts never leave them.
     n_records = s.num_clients * max_records
-    # DP-SGD's automatic schedule resolved once, from this public n (the launchers have
-    # already written it into the run config; `flwr run` on the defaults has not): the
-    # rounds Flower runs, the status, the nodes' plans and config.json all read ``s``.
+    # The method's automatic settings (DP-SGD's schedule, Lumberjack's trees and depth)
+    # resolved once, from this public n and training's budget (the launchers have
+    # already written them into the run config; `flwr run` on the defaults has not):
+    # the rounds Flower runs, the status, the nodes' plans and config.json all read ``s``.
     s = progress.settings = s.for_records(n_records)
     write_json_atomic(out / "config.json", s.to_run_config())
-    core = build_strategy(s, schema, n_records=n_records, n_features=n_features)
     train_ledger, eval_ledger = scoped_ledgers(ledger, s)
+    core = build_strategy(s, schema, n_records=n_records, n_features=n_features)
     strategy = FlowerStrategy(
         core, settings=s, n_features=n_features, max_records=max_records, ledger=train_ledger
     )

@@ -41,10 +41,9 @@ def budget_split(s: RunSettings) -> tuple[PrivacyBudget, PrivacyBudget | None]:
     """(training's budget, the evaluation's or ``None``) from the run's (ε, δ)."""
     if not s.private or not s.eval_epsilon:
         return PrivacyBudget(epsilon=s.epsilon, delta=s.delta), None
-    share = s.eval_epsilon / s.epsilon
-    evaluation = PrivacyBudget(epsilon=s.eval_epsilon, delta=s.delta * share)
-    training = PrivacyBudget(epsilon=s.epsilon - s.eval_epsilon, delta=s.delta * (1.0 - share))
-    return training, evaluation
+    eps, dlt = s.training_budget  # the one split (RunSettings.training_budget)
+    evaluation = PrivacyBudget(epsilon=s.eval_epsilon, delta=s.delta * s.eval_epsilon / s.epsilon)
+    return PrivacyBudget(epsilon=eps, delta=dlt), evaluation
 
 
 def scoped_ledgers(

@@ -31,8 +31,9 @@ class LumberjackClassifier(_Forest):
     """Lumberjack DP random forest, federated (Lebeda et al.; ``strategies/lumberjack.py``).
 
     Settings: :class:`fedpriv.strategies.lumberjack.LumberjackConfig` (paper: 30 trees,
-    ε₁ = 0.75ε, δ = 1e-6); run parameters: :mod:`fedpriv.server.estimators`. With
-    ``epsilon=math.inf`` every non-empty node splits and leaves take the
+    ε₁ = 0.75ε, δ = 1e-6; ``trees`` and ``depth`` automatic by default, from the
+    budget and the public record bound); run parameters: :mod:`fedpriv.server.estimators`.
+    With ``epsilon=math.inf`` every non-empty node splits and leaves take the
     majority.
 
     Attributes
@@ -41,6 +42,8 @@ class LumberjackClassifier(_Forest):
         σ and Δ of the structure's sparse threshold (``None`` if non-private).
     gate_ : int
         The deterministic gate used.
+    config_ : LumberjackConfig
+        The settings the fit ran, automatic ``trees`` and ``depth`` resolved.
     """
 
     method = "lumberjack"

@@ -28,7 +28,7 @@ from fedpriv.federation.settings import (
     config_from_values,
     method_defaults,
 )
-from fedpriv.methods import Method, StrategyContext, get_method, resolve_config
+from fedpriv.methods import Method, StrategyContext, get_method
 
 log = logs.get_logger(__name__)
 
@@ -158,9 +158,15 @@ class MethodEstimator(Estimator):
         # The public n: clients × the declared max_records (as a Flower run uses it), or
         # the upper bound of a released count; never the rows' exact count (_fit_size).
         size = self._fit_size(partition)
-        # DP-SGD's automatic schedule from that public n, as its strategy resolves it:
-        # the configuration this fit runs with, known before its first round.
-        config = self.config_ = resolve_config(config, size.n_records)
+        # Automatic sizes (Lumberjack's trees and depth) from the learner's budget and that
+        # public n, before the rounds are counted; the strategy resolves them the same way.
+        budget = None if size.learner is None else size.learner.budget
+        config = self.config_ = self.method_record.resolve_config(
+            config,
+            epsilon=None if budget is None else budget.epsilon,
+            delta=None if budget is None else budget.delta,
+            n_records=size.n_records,
+        )
         context = StrategyContext(
             schema=data.schema if isinstance(data, TabularDataset) else None,
             n_features=X.shape[1],
@@ -181,6 +187,7 @@ class MethodEstimator(Estimator):
             size=size,
         )
         self.context_ = context  # public facts of the fit (schema, record count) for save()
+        self.config_ = config  # the settings the fit ran (automatic ones resolved)
         self._after_fit(strategy)
         self._note_status(strategy)
         return self

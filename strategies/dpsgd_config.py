@@ -130,6 +130,13 @@ class LogisticConfig:
         )  # fmt: skip
         return dataclasses.replace(self, rounds=rounds, sampling_rate=rate, learning_rate=lr)
 
+    def resolved(
+        self, *, epsilon: float | None = None, delta: float | None = None, n_records: int
+    ) -> LogisticConfig:
+        """:meth:`for_records` under the registry's one resolution
+        (:meth:`fedpriv.methods.Method.resolve_config`): the schedule follows n only."""
+        return self.for_records(n_records)
+
     @property
     def hidden(self) -> int:
         return 1  # no hidden layer; MLPConfig makes it a setting

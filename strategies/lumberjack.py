@@ -3,6 +3,10 @@
 Lebeda, Erb, Cebere & Bellet, "Lumberjack": k = 30 random trees, ε₁ = 0.75ε
 for the structure, δ = 1e-6; depth d = 49 here (the paper's 100 costs more
 once growth is staged: Accuracy in :mod:`fedpriv.strategies.lumberjack_config`).
+Those are the largest automatic sizes: :meth:`LumberjackStrategy.begin`
+resolves ``trees = depth = 0`` from the ledger's (ε, δ) and the public
+record bound (:mod:`fedpriv.models.lumberjack_sizes`), as the run did before
+counting its rounds.
 
 Federated design: nothing exact reaches a client
 ------------------------------------------------
@@ -73,6 +77,7 @@ from fedpriv.strategies.lumberjack_config import LumberjackConfig
 from fedpriv.strategies.lumberjack_nodes import LumberjackNodeStages
 from fedpriv.strategies.recalibration import LinearRecalibrationRound
 
+from fedpriv import logs
 from fedpriv.federation.protocol import Query, Strategy
 from fedpriv.methods import StrategyContext
 from fedpriv.models.heavy_hitters import ForestModel, PrunedTree, assemble, exponential_labels
@@ -89,6 +94,8 @@ from fedpriv.privacy.range_guard import check_release, gaussian_margin, sum_boun
 from fedpriv.validation import check_count
 
 __all__ = ["METHOD", "LumberjackConfig", "LumberjackStrategy", "build", "feature_space"]
+
+log = logs.get_logger(__name__)
 
 METHOD = "lumberjack"
 #: How far the leaves' ρ may grow past Lemma 9's split when the whole plan is
@@ -109,7 +116,9 @@ class LumberjackStrategy(LumberjackNodeStages, Strategy):
         n_classes: int = 2,
         n_records: int | None = None,
     ) -> None:
-        self.config = config
+        #: The settings as given (``trees``/``depth`` may be 0, automatic); ``config`` is
+        #: their resolution for the run's budget and record bound once :meth:`begin` ran.
+        self.requested = self.config = config
         self.space = space
         #: The public bound on the run's records (``build`` passes the context's): it
         #: caps every data-sized structure and bounds an honest leaf count for the range
@@ -130,11 +139,24 @@ class LumberjackStrategy(LumberjackNodeStages, Strategy):
         rng: np.random.Generator,
         secret_rng: np.random.Generator,
     ) -> None:
-        cfg = self.config
         if n_features != self.space.n_features:
             raise ValueError(
                 f"data has {n_features} features; the feature space {self.space.n_features}"
             )
+        # (ε, δ) are the ledger's; no ledger: the non-private reference.
+        self._budget = budget = budget_of(ledger)
+        # Automatic trees and depth, from the budget and the public record bound only
+        # (the run's settings were resolved the same way before its rounds were counted).
+        self.config = cfg = self.requested.resolved(
+            epsilon=None if budget is None else budget.epsilon,
+            delta=None if budget is None else budget.delta,
+            n_records=self.n_records,
+        )
+        if self.requested.automatic:
+            log.info(
+                "lumberjack: %d trees, depth %d (automatic; public record bound %s)",
+                cfg.trees, cfg.depth, self.n_records,
+            )  # fmt: skip
         self._ledger, self._t = ledger, 0
         self._secret_rng = check_private("secret_rng", secret_rng)  # noise, EM draws
         # Public per-tree keys and split salts, from the server's generator.
@@ -150,8 +172,6 @@ class LumberjackStrategy(LumberjackNodeStages, Strategy):
         self._trees: list[PrunedTree] | None = None
         self._model = None
         self.gate_ = cfg.gate
-        # (ε, δ) are the ledger's; no ledger: the non-private reference.
-        self._budget = budget = budget_of(ledger)
         self._recal = None
         if cfg.recalibrate_share > 0:
             if self.n_records is None:
@@ -168,8 +188,8 @@ class LumberjackStrategy(LumberjackNodeStages, Strategy):
             return
         share = 1.0 - cfg.recalibrate_share  # the rest: the recalibration round's
         eps, delta = share * budget.epsilon, share * budget.delta
-        eps1, eps2 = cfg.structure_fraction * eps, (1 - cfg.structure_fraction) * eps
-        d1, d2 = cfg.structure_fraction * delta, (1 - cfg.structure_fraction) * delta
+        eps1, d1 = cfg.structure_budget(budget.epsilon, budget.delta)
+        eps2, d2 = (1 - cfg.structure_fraction) * eps, (1 - cfg.structure_fraction) * delta
         self.calibration_ = calibrate_sparse_threshold(
             epsilon=eps1, delta=d1, m=cfg.m, two_sided=cfg.two_sided
         )

@@ -4,8 +4,11 @@ The strategy is :mod:`fedpriv.strategies.lumberjack`.
 
 Lebeda, Erb, Cebere & Bellet, "Lumberjack": k = 30 random trees, ε₁ = 0.75ε
 for the structure, δ = 1e-6; depth d = 49 here (the paper's 100 costs more
-once growth is staged: see Accuracy below). How stages, m and the caps
-follow from these settings: the strategy's module docstring.
+once growth is staged: see Accuracy below). Those are the largest sizes of
+the automatic default (``trees = depth = 0``), which keeps them while the
+public record bound fills them and takes fewer stages, then fewer trees,
+when it cannot (:mod:`fedpriv.models.lumberjack_sizes`). How stages, m and
+the caps follow from these settings: the strategy's module docstring.
 
 Accuracy (Adult, ε = 1, 30 trees, 5 injected keys; the docs, forests page): exact growth
 at d = 100 (leaky) .835 ± .002 accuracy, .884 AUC; staged, d = 100:
@@ -16,19 +19,36 @@ beyond ~50 only add queries.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 
 from fedpriv.models.lumberjack import STAGE_HEIGHT, lumberjack_rounds, stage_heights
+from fedpriv.models.lumberjack_sizes import AUTO, PAPER_DEPTH, PAPER_TREES, auto_size
 from fedpriv.options import LeafMechanism, SplitFeatures
-from fedpriv.privacy import staged_queries_per_record
-from fedpriv.validation import check_count, check_open_unit
+from fedpriv.privacy import calibrate_sparse_threshold, staged_queries_per_record
+from fedpriv.validation import check_count, check_int, check_open_unit
+
+
+def _check_size(name: str, value: object, most: int | None) -> int:
+    """``trees`` or ``depth``: an integer in [0, ``most``], 0 meaning automatic."""
+    allowed = f"[0, {'inf)' if most is None else f'{most}]'}"
+    try:
+        return check_int(name, value, minimum=0, maximum=most)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{name} must be an integer in {allowed} (0: automatic); "
+                        f"got {value!r}") from None  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
 class LumberjackConfig:
     """Lumberjack's settings (paper §6: 30 trees, ε₁ = 0.75ε; depth 49 staged).
 
-    The privacy budget (paper: δ = 1e-6) is the run ledger's. ``recalibrate_share``
+    ``trees`` and ``depth``: 0 (the default) is automatic, at most the paper's 30
+    trees and depth 49, fewer where the public record bound cannot fill them at the
+    run's (ε, δ) (:mod:`fedpriv.models.lumberjack_sizes`; :meth:`resolved` fixes
+    them once the budget and the bound are known); a value set here is kept. The
+    privacy budget (paper: δ = 1e-6) is the run ledger's. ``recalibrate_share``
     s > 0 gives s of it to a last round that fits the Brier-optimal affine map
     of the forest's probabilities (:mod:`fedpriv.models.recalibration`; it needs
     the public record count); ``structure_fraction`` splits the rest between
@@ -43,8 +63,8 @@ class LumberjackConfig:
     hence off by default.
     """
 
-    trees: int = 30
-    depth: int = 49
+    trees: int = AUTO
+    depth: int = AUTO
     structure_fraction: float = 0.75
     leaf_mechanism: LeafMechanism = LeafMechanism.GAUSSIAN
     split_features: SplitFeatures = SplitFeatures.COLUMNS
@@ -60,10 +80,8 @@ class LumberjackConfig:
     recalibrate_share: float = 0.0
 
     def __post_init__(self) -> None:
-        check_count("trees", self.trees)
-        check_count("depth", self.depth)
-        if self.depth > 200:
-            raise ValueError(f"depth must lie in [1, 200]; got {self.depth}")
+        _check_size("trees", self.trees, None)
+        _check_size("depth", self.depth, 200)
         check_open_unit("structure_fraction", self.structure_fraction)
         object.__setattr__(self, "leaf_mechanism", LeafMechanism.parse(self.leaf_mechanism))
         object.__setattr__(self, "split_features", SplitFeatures.parse(self.split_features))
@@ -79,16 +97,62 @@ class LumberjackConfig:
             raise ValueError(f"recalibrate_share must lie in [0, 1); got {rs!r}")
 
     @property
+    def automatic(self) -> bool:
+        """Whether ``trees`` or ``depth`` is still 0 (automatic): :meth:`resolved` fixes it."""
+        return self.trees == AUTO or self.depth == AUTO
+
+    @property
     def heights(self) -> list[int]:
-        """The stages' heights: ``stage_height`` levels each, the last one shorter."""
-        return stage_heights(self.depth, self.stage_height)
+        """The stages' heights: ``stage_height`` levels each, the last one shorter
+        (automatic depth: the paper's 49, the most it can be)."""
+        return stage_heights(self.depth or PAPER_DEPTH, self.stage_height)
 
     @property
     def m(self) -> int:
-        """Queries one record can enter: k·Σ_s (1 + ⌊log₂ h_s⌋) (Lemma 3 per stage)."""
-        return staged_queries_per_record(self.trees, self.heights)
+        """Queries one record can enter: k·Σ_s (1 + ⌊log₂ h_s⌋) (Lemma 3 per stage;
+        automatic sizes: their largest)."""
+        return staged_queries_per_record(self.trees or PAPER_TREES, self.heights)
 
     @property
     def rounds(self) -> int:
-        """One round per stage, the leaf counts, then the recalibration (if any)."""
-        return lumberjack_rounds(self.depth, self.stage_height) + int(self.recalibrate_share > 0)
+        """One round per stage, the leaf counts, then the recalibration (if any).
+        With an automatic depth, the most a run can take; the resolved
+        configuration (:meth:`resolved`) has the run's own count."""
+        stages = lumberjack_rounds(self.depth or PAPER_DEPTH, self.stage_height)
+        return stages + int(self.recalibrate_share > 0)
+
+    def structure_budget(self, epsilon: float, delta: float) -> tuple[float, float]:
+        """(ε₁, δ₁): the structure's share of the run's (ε, δ), after the recalibration's."""
+        share, f = 1.0 - self.recalibrate_share, self.structure_fraction
+        return f * (share * epsilon), f * (share * delta)
+
+    def tau(self, *, epsilon: float, delta: float, trees: int, depth: int) -> float:
+        """The sparse threshold's τ = gate + 1 + Δ of the plan (``trees``, ``depth``) at the
+        run's (ε, δ): the calibration :meth:`fedpriv.strategies.lumberjack.LumberjackStrategy.begin`
+        makes (public)."""
+        eps1, d1 = self.structure_budget(epsilon, delta)
+        m = staged_queries_per_record(trees, stage_heights(depth, self.stage_height))
+        cal = calibrate_sparse_threshold(epsilon=eps1, delta=d1, m=m, two_sided=self.two_sided)
+        return cal.mechanism(gate=self.gate).tau
+
+    def resolved(
+        self, *, epsilon: float | None, delta: float | None, n_records: float | None
+    ) -> LumberjackConfig:
+        """This configuration with automatic ``trees`` and ``depth`` fixed
+        (:func:`fedpriv.models.lumberjack_sizes.auto_size`) from public facts only: the
+        learner's (ε, δ) and ``n_records``, the public bound on all records (never a
+        count). Non-private (ε ``None`` or ∞) or without a bound: the paper's sizes.
+        Set values are kept; a resolved configuration resolves to itself."""
+        if not self.automatic:
+            return self
+        if epsilon is None or not math.isfinite(epsilon) or delta is None or n_records is None:
+            trees, depth = self.trees or PAPER_TREES, self.depth or PAPER_DEPTH
+        else:
+            trees, depth = auto_size(
+                n_records=n_records,
+                tau=lambda k, d: self.tau(epsilon=epsilon, delta=delta, trees=k, depth=d),
+                trees=self.trees,
+                depth=self.depth,
+                stage_height=self.stage_height,
+            )
+        return dataclasses.replace(self, trees=trees, depth=depth)

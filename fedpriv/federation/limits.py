@@ -165,7 +165,10 @@ def model_entries(method: str, config: Any) -> tuple[int, str] | None:
         depth = config.depth or FOREST_MAX_AUTO_DEPTH
         return config.trees * 2**depth, "trees × 2^depth leaves (depth 0: up to 2^10)"
     if method == "lumberjack":
-        n = config.trees * config.max_frontier * 2**config.stage_height
+        from fedpriv.models.lumberjack_sizes import PAPER_TREES
+
+        # trees = 0 (automatic) is at most the paper's 30.
+        n = (config.trees or PAPER_TREES) * config.max_frontier * 2**config.stage_height
         return n, "trees × max-frontier × 2^stage-height nodes per stage"
     if method == "dp_gam" and config.interactions:
         c = config.interaction_candidates
@@ -197,7 +200,7 @@ def check_supported_budget(epsilon: float, delta: float | None) -> None:
         return
     if not 0.0 < epsilon <= EPSILON_MAX:
         raise SettingError(
-            f"epsilon must lie in (0, {EPSILON_MAX:g}] or be inf (the non-private reference); "
+            f"epsilon must lie in (0, {EPSILON_MAX:g}] or inf (inf: the non-private reference); "
             f"got {epsilon!r}: a larger ε cannot be calibrated (the noise's PLD would pass "
             "its size bound) and protects nothing"
         )

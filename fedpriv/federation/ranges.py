@@ -74,9 +74,9 @@ METHOD_RANGES: dict[str, dict[str, str]] = {
         "recalibration": "auto | bias | linear",
     },
     "lumberjack": {
-        "trees": f"[1, {_most('lumberjack', 'trees')}] (and trees × max-frontier × "
-        "2^stage-height ≤ 2^23)",
-        "depth": "[1, 200]",
+        "trees": f"[0, {_most('lumberjack', 'trees')}] (0: automatic; and trees × "
+        "max-frontier × 2^stage-height ≤ 2^23)",
+        "depth": "[0, 200] (0: automatic)",
         "structure-fraction": "(0, 1)",
         "gate": "[0, inf)",
         "stage-height": "[1, 10]",

@@ -48,9 +48,9 @@ from fedpriv.federation.limits import (  # noqa: F401 (parse_override(s): re-exp
     run_size_range,
 )
 from fedpriv.federation.status import DEFAULT_MAX_ABORTED_SHARE
-from fedpriv.methods import Method, get_method, methods, resolve_config
+from fedpriv.methods import Method, get_method, methods
 from fedpriv.options import NoiseMode
-from fedpriv.validation import check_count, check_probability
+from fedpriv.validation import check_count, check_delta, check_probability
 
 #: Values of ``participation-accounting`` (:mod:`fedpriv.privacy.participation`;
 #: "paper" is not a valid guarantee, comparison only).
@@ -151,14 +151,15 @@ def method_defaults(method: Method) -> dict[str, Any]:
 
 
 def check_budget(epsilon: Any, delta: Any) -> None:
-    """ε in (0, EPSILON_MAX] or ∞ (the non-private reference) and, for a private run,
-    δ in (DELTA_MIN, DELTA_MAX] (:func:`fedpriv.federation.limits.check_supported_budget`)."""
-    from fedpriv.federation.limits import check_supported_budget
-
+    """ε in (0, ∞] (∞: the non-private reference) and, for a private run, δ in (0, 1): the
+    mathematical ranges, an estimator's as a library. A run's boundary
+    (:class:`RunSettings`) narrows both to what its calibration certifies
+    (:func:`fedpriv.federation.limits.check_supported_budget`)."""
     eps = typed_value("epsilon", float, epsilon)
-    dlt = None if delta is None else typed_value("delta", float, delta)
-    # One range for δ at a run's boundary, the one its calibration certifies.
-    check_supported_budget(eps, dlt)
+    if math.isfinite(eps):
+        dlt = check_delta("delta", typed_value("delta", float, delta))
+        if dlt == 0:
+            raise SettingError(f"delta must lie in (0, 1); got {delta!r}")
 
 
 def check_run_values(values: Mapping[str, Any]) -> None:
@@ -279,10 +280,13 @@ class RunSettings:
     def _check(self) -> None:
         from fedpriv.data.corpora import check_client_count
 
-        check_run_values(
-            {f.name: getattr(self, f.name) for f in fields(self) if f.name != "config"}
+        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "config"}
+        # A run's (ε, δ) range first: the one its calibration certifies, narrower than the
+        # mathematical one an estimator keeps (check_budget), so a run names one range.
+        check_supported_budget(
+            typed_value("epsilon", float, self.epsilon), typed_value("delta", float, self.delta)
         )
-        check_supported_budget(self.epsilon, self.delta)
+        check_run_values(values)
         if self.eval_epsilon and not (self.private and 0.0 < self.eval_epsilon < self.epsilon):
             raise SettingError(
                 f"eval-epsilon must lie in [0, epsilon) = [0, {self.epsilon:g}) and needs a "
@@ -361,11 +365,26 @@ class RunSettings:
 
     def for_records(self, n_records: int) -> RunSettings:
         """These settings with the method's automatic settings resolved from the public
-        record bound ``n_records`` (a configuration with ``for_records``: DP-SGD's
-        rounds, sampling rate and learning rate, :mod:`fedpriv.strategies.dpsgd_schedule`),
-        as its strategy resolves them; explicit values and other methods unchanged."""
-        config = resolve_config(self.config, n_records)
+        record bound ``n_records`` and training's budget
+        (:meth:`fedpriv.methods.Method.resolve_config`: DP-SGD's schedule, Lumberjack's
+        sizes), as its strategy resolves them; explicit values and other methods unchanged."""
+        eps, dlt = self.training_budget
+        config = self.method_record.resolve_config(
+            self.config, epsilon=eps, delta=dlt, n_records=n_records
+        )
         return self if config is self.config else dataclasses.replace(self, config=config)
+
+    @property
+    def training_budget(self) -> tuple[float | None, float | None]:
+        """Training's (ε, δ): the run's, less the DP evaluation's share (``eval-epsilon``,
+        with δ split in proportion); ``(None, None)`` for the non-private reference."""
+        if not self.private:
+            return None, None
+        delta = self.delta if self.delta is not None else self.method_record.delta
+        if not self.eval_epsilon:
+            return self.epsilon, delta
+        share = self.eval_epsilon / self.epsilon
+        return self.epsilon - self.eval_epsilon, delta * (1.0 - share)
 
     @property
     def public_records(self) -> int | None:

@@ -45,8 +45,8 @@ REFUSED = {
     ),
     "lumberjack-trees": (
         {"method": "lumberjack", "trees": 513},
-        r"^trees must be an integer in \[1, 512\] \(and trees × max-frontier × 2\^stage-height "
-        r"≤ 2\^23\); got 513",
+        r"^trees must be an integer in \[0, 512\] \(0: automatic; and trees × max-frontier × "
+        r"2\^stage-height ≤ 2\^23\); got 513",
     ),
     "lumberjack-frontier": (
         {"method": "lumberjack", "max-frontier": 10**7},
@@ -86,7 +86,7 @@ REFUSED = {
     # the budget the calibration certifies
     "epsilon-1e6": (
         {"epsilon": 1e6},
-        r"^epsilon must lie in \(0, 20\] or be inf \(the non-private reference\); got "
+        r"^epsilon must lie in \(0, 20\] or inf \(inf: the non-private reference\); got "
         r"1000000\.0: a larger ε cannot be calibrated",
     ),
     "epsilon-just-above": ({"epsilon": 20.001}, r"^epsilon must lie in \(0, 20\]"),
@@ -247,7 +247,7 @@ CLI = {
         ["--set", "rounds=1e9"],
         r"rounds must be an integer in \[1, 10000\] .*; got 1000000000\.0",
     ),
-    "epsilon-1e6": (["--set", "epsilon=1e6"], r"epsilon must lie in \(0, 20\] or be inf"),
+    "epsilon-1e6": (["--set", "epsilon=1e6"], r"epsilon must lie in \(0, 20\] or inf"),
     "delta-1e-300": (["--set", "delta=1e-300"], r"delta must lie in \(1e-15, 0\.01\]"),
     "dataset-unknown": (["--set", "dataset=nope"], r"dataset must be one of \["),
     "empty-epsilon": (

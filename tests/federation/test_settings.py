@@ -62,7 +62,10 @@ def test_participation_accounting_values_are_the_library_enum():
             {"learning-rate": math.inf},
             r"^learning-rate must be a finite number in \(0, inf\); got inf",
         ),
-        ({"method": "lumberjack", "trees": 0}, r"trees must be an integer in \[1, inf\); got 0"),
+        (
+            {"method": "lumberjack", "trees": -1},
+            r"trees must be an integer in \[0, inf\) \(0: automatic\); got -1",
+        ),
         (
             {"method": "lumberjack", "structure-fraction": 1.0},
             r"structure-fraction must lie in \(0, 1\); got 1.0",
@@ -119,8 +122,13 @@ def test_empty_string_means_the_default_and_epsilon_inf_is_the_non_private_run()
 
 def test_each_method_brings_its_paper_defaults_and_delta():
     lj = RunSettings.from_run_config({"method": "lumberjack"})
-    assert (lj.config.trees, lj.config.depth, lj.delta) == (30, 49, 1e-6)
-    assert lj.rounds == 8  # 7 stages of 7 levels, then the leaf round: derived, never set
+    # Automatic trees and depth (0): at most the paper's 30 trees at depth 49, so at
+    # most 7 stages of 7 levels, then the leaf round; the run resolves them (and its
+    # rounds) from its budget and record bound (tests/strategies/test_lumberjack_sizes.py).
+    assert (lj.config.trees, lj.config.depth, lj.delta) == (0, 0, 1e-6)
+    assert lj.rounds == 8
+    resolved = lj.config.resolved(epsilon=2.0, delta=1e-6, n_records=26_050)
+    assert (resolved.trees, resolved.depth, resolved.rounds) == (30, 49, 8)
     mlp = RunSettings.from_run_config({"method": "mlp", "rounds": 50})
     # q and η automatic (0) until the public n resolves them; the paper's from n = 25,000.
     assert (mlp.rounds, mlp.config.learning_rate, mlp.config.sampling_rate) == (50, 0.0, 0.0)
@@ -202,7 +210,7 @@ def test_launchers_exit_2_with_one_line_before_any_process_starts(launcher, args
     ("overrides", "key"),
     [
         # The PLD's size bounds z below: refused by the declared range before calibrating.
-        ({"epsilon": 1e6}, "epsilon must lie in (0, 20] or be inf"),
+        ({"epsilon": 1e6}, "epsilon must lie in (0, 20] or inf"),
         ({"sampling-rate": 1e-9}, "sampling-rate must exceed"),  # (0, δ)-DP without noise
         ({"method": "logistic", "delta": 1e-300}, "delta must lie in (1e-15, 0.01]"),
     ],

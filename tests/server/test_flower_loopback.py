@@ -202,6 +202,31 @@ def test_lumberjack_app_releases_the_in_process_forest(monkeypatch, tmp_path):
     assert _json(out, "communication")["round_trips"] == 2 + 3 * 3
 
 
+def test_lumberjack_app_resolves_automatic_sizes_as_the_in_process_fit(monkeypatch, tmp_path):
+    # trees and depth left automatic: the ServerApp resolves them from training's budget
+    # and the public bound (4 × 160 records) before Flower counts the rounds, as the
+    # estimator does; heart's bound at ε 2 affords one stage of 30 trees.
+    job = {"dataset": "heart", "num-clients": 4, "method": "lumberjack", "epsilon": 2.0,
+           "seed": 5}  # fmt: skip
+    out = run_app(monkeypatch, tmp_path, job)
+    ref = LumberjackClassifier(
+        epsilon=2.0,
+        seed=5,
+        num_clients=4,
+        secure_aggregation=True,
+        secret_key=key_for(KEY),
+        max_records=BOUND,
+    ).fit(load_heart())
+    assert (ref.config_.trees, ref.config_.depth) == (30, 7)
+    saved = load_model(out / "model.fedpriv.npz")
+    for key, value in ref.model_.to_arrays().items():
+        np.testing.assert_array_equal(saved.model.to_arrays()[key], value, err_msg=key)
+    assert (saved.settings["trees"], saved.settings["depth"]) == (30, 7)  # as run
+    status = _json(out, "status")
+    assert status["status"] == "completed" and status["rounds_planned"] == 2
+    assert _json(out, "communication")["round_trips"] == 2 + 3 * 2  # one stage, the leaves
+
+
 def test_random_forest_app_releases_the_in_process_forest(monkeypatch, tmp_path):
     job = {
         "dataset": "heart",
