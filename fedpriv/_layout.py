@@ -61,4 +61,6 @@ def install(package_dir: Path) -> None:
         return
     if any(isinstance(f, _LayerFinder) and f.root == root for f in sys.meta_path):
         return
-    sys.meta_path.append(_LayerFinder(root))
+    # First: an editable install of another checkout maps the same names to its own
+    # folders, and the layers must come from the tree this ``fedpriv`` was imported from.
+    sys.meta_path.insert(0, _LayerFinder(root))

@@ -61,7 +61,16 @@ IID split over ``num_clients``; trains through
 model (``model_``), the ledger and its report (``ledger_``,
 ``privacy_report_``), σ (``noise_multiplier_``), the traffic
 (``communication_``) and the run's status (``run_status_``, ``run_outcome_``:
-rounds planned, released, aborted). The scikit-learn contract, the tags and the
+rounds planned, released, aborted). ``fit(..., on_round=f)`` calls ``f`` after each
+round with its :class:`fedpriv.federation.engine.RoundDone` (the round's index,
+whether it released, the fit's ledger for an upper bound on ε spent): a progress bar.
+
+The parameters are the run's settings: ``Cls.from_settings(settings)`` builds the
+estimator of a :class:`~fedpriv.federation.settings.RunSettings` (``fedpriv run`` and
+``fedpriv cv`` fit the one their resolver gives, :mod:`fedpriv.server.resolve`),
+``Cls.from_preset("main-job")`` one at a preset's settings
+(:mod:`fedpriv.federation.presets`), and ``est.run_settings()`` gives them back.
+The scikit-learn contract, the tags and the
 ``check_estimator`` checks that do not apply to a DP learner are in
 :mod:`fedpriv.server.estimator_base`.
 """
