@@ -4,7 +4,7 @@ Each hospital's node admits the run's plan with its own accountant and checks ev
 query before it reads a row (:mod:`fedpriv.privacy.node_plan`), keeping its ledger
 and hash-chained audit log in its state directory
 (:mod:`fedpriv.privacy.node_budget`, :mod:`fedpriv.privacy.node_audit`). This runs
-the main job (``dp_gam`` at :data:`fedpriv.server.simulate.MAIN_JOB_GAM`, Diabetes 130-US,
+the main job (``dp_gam`` at the preset ``main-job``, Diabetes 130-US,
 K = 5, ε = 2, secure aggregation with its consistency round) in process, fits
 alternating after a warm-up, once with no node checks and once with every node
 checking under a policy (max-epsilon 2) with its ledger and audit log on disk: the
@@ -30,12 +30,12 @@ from unittest import mock
 import numpy as np
 from fedpriv.server import estimator_base
 from fedpriv.server.estimators import DPGAMClassifier
-from fedpriv.server.simulate import MAIN_JOB_GAM
 
 from fedpriv import logs
 from fedpriv.data import load_diabetes130
 from fedpriv.data.node import declared_max_records
 from fedpriv.federation import runtime as runtime_module
+from fedpriv.federation.presets import MAIN_JOB
 from fedpriv.privacy.node_audit import AUDIT_FILE
 from fedpriv.privacy.node_budget import NodeLedger, NodePolicy
 
@@ -44,9 +44,8 @@ K, EPSILON = 5, 2.0
 
 
 def _estimator(seed: int) -> DPGAMClassifier:
-    params = {k.replace("-", "_"): v for k, v in MAIN_JOB_GAM.items()}
-    return DPGAMClassifier(
-        **params,
+    return DPGAMClassifier.from_preset(
+        MAIN_JOB,
         epsilon=EPSILON,
         seed=seed,
         secret_key=bytes(range(32)),  # one injected key: both variants draw the same noise

@@ -110,9 +110,18 @@ def cli(ctx: click.Context, verbose: bool) -> None:
 
 @cli.command(cls=_RunCommand)
 @click.option(
-    "--method", default=None, help="A registered method (or --set method=…)  [default: boosting]"
+    "--method", default=None,
+    help="A registered method (or --set method=…) [default: the preset's, else the run key "
+    "method's below].",
+)  # fmt: skip
+@click.option(
+    "--preset", default=None,
+    help="A named job whose settings --set overrides (presets below) [default: none, the "
+    "defaults every entry point shares].",
+)  # fmt: skip
+@click.option(
+    "--dataset", default=None, help="A bundled corpus [default: the preset's, else below]."
 )
-@click.option("--dataset", default=None, help="A bundled corpus [default: diabetes130].")
 @click.option("--csv", type=click.Path(path_type=Path), help="Your CSV (needs --schema).")
 @click.option("--schema", type=click.Path(path_type=Path), help="The CSV's public schema TOML.")
 @click.option("--client-column", default=None, help="The CSV's client column (else the schema's).")
@@ -137,8 +146,8 @@ def cli(ctx: click.Context, verbose: bool) -> None:
 )  # fmt: skip
 @click.option("--verbose", "-v", "run_verbose", is_flag=True, help="Show Flower's output.")
 @click.pass_context
-def run(ctx: click.Context, method, dataset, csv, schema, client_column, train, test, sets,
-        flower, share_secret_key, out, force, timeout, run_verbose) -> int:  # fmt: skip
+def run(ctx: click.Context, method, preset, dataset, csv, schema, client_column, train, test,
+        sets, flower, share_secret_key, out, force, timeout, run_verbose) -> int:  # fmt: skip
     """Train one method: in process (default) or as a Flower simulation (--flower).
 
     --train FILE --test FILE: fit on the whole train file, score the test file.
@@ -153,7 +162,7 @@ def run(ctx: click.Context, method, dataset, csv, schema, client_column, train, 
     given = overrides.pop("method", None)
     if method is not None and given is not None and given != method:
         raise click.UsageError(f"--method {method} and --set method={given} disagree")
-    method = method or given or "boosting"
+    method = method or given  # None: the preset's, else the default (one resolver decides)
     sets = tuple(s for s in sets if not s.replace(" ", "").startswith("method="))
     if share_secret_key and not flower:
         raise click.UsageError("--share-secret-key applies to Flower runs only (add --flower)")
@@ -172,7 +181,13 @@ def run(ctx: click.Context, method, dataset, csv, schema, client_column, train, 
     if flower:
         from fedpriv.server import simulate
 
-        argv = ["--set", f"method={method}"] + (["--share-secret-key"] if share_secret_key else [])
+        from fedpriv.federation.presets import NO_PRESET
+
+        # The same run as in process: the same preset (none unless given), not the
+        # simulation launcher's own default.
+        argv = ["--preset", preset or NO_PRESET]
+        argv += [] if method is None else ["--set", f"method={method}"]
+        argv += ["--share-secret-key"] if share_secret_key else []
         argv += [] if timeout is None else ["--timeout", str(timeout)]
         if dataset:
             argv += ["--set", f"dataset={dataset}"]
@@ -193,7 +208,7 @@ def run(ctx: click.Context, method, dataset, csv, schema, client_column, train, 
                             verbose=verbose)  # fmt: skip
     return run_in_process(
         method=method, dataset=dataset, csv=csv, schema=schema, client_column=client_column,
-        overrides=overrides, out=out, force=force, train=train, test=test,
+        overrides=overrides, out=out, force=force, train=train, test=test, preset=preset,
     )  # fmt: skip
 
 

@@ -44,7 +44,12 @@ FOLDS = click.IntRange(2, 20)
 
 
 @click.command()
-@click.option("--method", default=None, help="A registered method  [default: boosting]")
+@click.option(
+    "--method",
+    default=None,
+    help="A registered method [default: the preset's, else as fedpriv run's].",
+)
+@click.option("--preset", default=None, help="A named job (fedpriv run --help lists them).")
 @click.option("--dataset", default=None, help="A bundled corpus (all its rows).")
 @click.option("--csv", type=click.Path(path_type=Path), help="Your CSV (needs --schema).")
 @click.option("--schema", type=click.Path(path_type=Path), help="The CSV's public schema TOML.")
@@ -53,7 +58,8 @@ FOLDS = click.IntRange(2, 20)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Run-config override.")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Writes cv.json here.")
 @click.option("--force", is_flag=True, help="Let --out replace an earlier cv.json there.")
-def cv(method, dataset, csv, schema, client_column, folds, sets, out, force) -> int:  # fmt: skip
+def cv(method, preset, dataset, csv, schema, client_column, folds, sets, out,
+       force) -> int:  # fmt: skip
     """k-fold cross-validation in process; epsilon is the budget of all k fits together.
 
     Each fold's fit trains on the other k − 1 folds and is scored on its own;
@@ -69,7 +75,7 @@ def cv(method, dataset, csv, schema, client_column, folds, sets, out, force) -> 
     if csv is not None and (dataset is not None or "dataset" in overrides):
         raise click.UsageError("--csv and --dataset name two different data sources: give one")
     return run_cv(
-        method=method or given or "boosting", dataset=dataset, csv=csv, schema=schema,
+        method=method or given, dataset=dataset, csv=csv, schema=schema, preset=preset,
         client_column=client_column, folds=folds, overrides=overrides, out=out, force=force,
     )  # fmt: skip
 
@@ -110,17 +116,20 @@ def run_cv(
     overrides: dict[str, Any],
     out: Path | None,
     force: bool = False,
+    preset: str | None = None,
 ) -> int:
-    """Cross-validate ``method`` over ``folds`` folds; print and write the results; exit code."""
+    """Cross-validate ``method`` (``None``: the preset's, else the default) over ``folds``
+    folds; print and write the results; exit code. The run is resolved as ``fedpriv run``
+    resolves it (:func:`fedpriv.server.cli_run.resolve_in_process`, every row in training)."""
     from fedpriv.server import cli_split as split
     from fedpriv.server.cli_run import (
         _fmt,
-        _resolve,
-        build_estimator,
         check_out_dir,
         choose_data,
+        resolve_in_process,
         rounds_text,
     )
+    from fedpriv.server.method_estimator import MethodEstimator
     from sklearn.base import clone
 
     from fedpriv.atomic import write_json_atomic
@@ -128,14 +137,15 @@ def run_cv(
     from fedpriv.privacy import PrivacyBudget, PrivacyBudgetExceededError, PrivacyLedger
     from fedpriv.privacy.randomness import key_from_environment
 
-    settings = _resolve(method, overrides)
+    run = resolve_in_process(
+        method=method, dataset=dataset, csv=csv, schema=schema, overrides=overrides,
+        preset=preset, whole=True,
+    )  # fmt: skip
     if out is not None:  # before any row is read: an earlier cv.json is not replaced
         check_out_dir(out, force=force, files=(CV_FILE,))
-    data, source, k = choose_data(
-        dataset=dataset, csv=csv, schema=schema, client_column=client_column,
-        overrides=overrides, split_seed=settings.split_seed, whole=True,
-    )  # fmt: skip
-    est = build_estimator(settings, k)
+    data, source, run = choose_data(run, client_column=client_column, whole=True)
+    settings, k = run.settings, run.settings.num_clients
+    est = MethodEstimator.from_settings(settings)
     est._check_run_params()
     key = key_from_environment().derive("cv")
     private = math.isfinite(settings.epsilon)
@@ -189,7 +199,8 @@ def run_cv(
             "auc_mean": mean,
             "auc_sd": sd,
             "source": source,
-            "config": settings.to_run_config(),
+            "preset": run.preset,
+            "config": run.run_config,
             "fold_budget": None if per_fold is None else {
                 "epsilon": per_fold.epsilon, "delta": per_fold.delta,
                 "planned_epsilon": per_fold.planned,

@@ -1,11 +1,15 @@
 """``fedpriv run`` in process: an estimator's fit with a round progress bar, its results.
 
-:func:`run_in_process` resolves the run keys as the launchers do (a Flower-only
-key is refused naming the keys that apply), fits the method's estimator on a
-bundled corpus, a CSV with its public schema, or a whole train file scored on a
-test file (:func:`choose_data`), prints the test AUC, ε spent, the run's status and
-the Brier score (:func:`fedpriv.server.cli_split.held_out_scores`), and with ``--out``
-writes the model file and the privacy report (:func:`_write_results`).
+:func:`run_in_process` resolves the run with the launchers' resolver
+(:func:`resolve_in_process`, :func:`fedpriv.server.resolve.resolve`: the same
+defaults, preset, K and record bound as ``fedpriv run --flower``; a Flower-only key
+is refused naming the keys that apply), builds the method's estimator from those
+settings, fits it on a bundled corpus, a CSV with its public schema, or a whole
+train file scored on a test file (:func:`choose_data`), prints the test AUC, ε
+spent, the run's status and the Brier score
+(:func:`fedpriv.server.cli_split.held_out_scores`), and with ``--out`` writes the
+model file and the privacy report (:func:`_write_results`), whose ``run`` names the
+run that happened: its source, preset and complete run config.
 
 ``--out`` is checked before any row is read (:func:`check_out_dir`): a file, a
 folder under a file or one that cannot be written is refused, and so is a
@@ -16,8 +20,9 @@ file and an earlier run's files as they were. Errors are not caught here:
 :mod:`fedpriv.server.cli_errors` turns each into one line and an exit code.
 
 On a terminal a progress bar follows the rounds (:class:`fedpriv.server.progress.RoundProgress`,
-as the Flower launchers' bar does): about every tenth round, and at the end, it
-shows an upper bound on ε spent so far. Without one (CI, a pipe) the same rounds
+as the Flower launchers' bar does), fed by the estimator's public progress callback
+(``fit(on_round=...)``): about every tenth round, and at the end, it shows an upper
+bound on ε spent so far. Without one (CI, a pipe) the same rounds
 print a plain line each, ``[fedpriv] round r/T, ε spent ≤ x``.
 """
 
@@ -141,8 +146,9 @@ def _fmt(x: Any) -> str:
     return "inf" if x is None or (isinstance(x, float) and math.isinf(x)) else f"{x:.4g}"
 
 
-def _resolve(method: str, overrides: dict[str, Any]):
-    """Strictly checked settings (the launchers' parser) for an in-process fit."""
+def check_in_process_keys(overrides: dict[str, Any]) -> None:
+    """Refuse a Flower-only run key among the user's ``overrides``, naming the keys that
+    apply in process."""
     from fedpriv.server.method_estimator import RUN_PARAMS
 
     from fedpriv.federation.settings import RunSettings, SettingError
@@ -155,8 +161,50 @@ def _resolve(method: str, overrides: dict[str, Any]):
                 f"run-config key {key!r} applies to Flower runs only (add --flower); "
                 f"in process the run's keys are {sorted(allowed)}"
             )
-    checked = {k: v for k, v in overrides.items() if k not in ("dataset", "num-clients")}
-    return RunSettings.from_run_config({**checked, "method": method})
+
+
+def _file_setting(path: Path) -> str:
+    """A file the run names, absolute when it exists (as every result file records it)."""
+    return str(path.resolve()) if path.is_file() else str(path)
+
+
+def resolve_in_process(
+    *,
+    method: str | None,
+    dataset: str | None,
+    csv: Path | None,
+    schema: Path | None,
+    overrides: dict[str, Any],
+    preset: str | None = None,
+    out: Path | None = None,
+    train: Path | None = None,
+    test: Path | None = None,
+    whole: bool = False,
+):
+    """The in-process run's settings (:func:`fedpriv.server.resolve.resolve`, the
+    resolver every entry point calls): the user's ``overrides`` (a Flower-only key is
+    refused) over ``preset``, the command's options as the run keys they are, checked
+    before any row is read. ``whole``: every row in training (``fedpriv cv``)."""
+    from fedpriv.server.resolve import resolve
+
+    check_in_process_keys(overrides)
+    given = dict(overrides)
+    if method is not None:
+        given["method"] = method
+    if dataset is not None:
+        given["dataset"] = dataset
+    if csv is not None or train is not None:
+        if schema is None:
+            flag = "--train" if train is not None else "--csv"
+            raise click.UsageError(f"{flag} needs --schema FILE (fedpriv schema draft writes one)")
+        given["schema"] = _file_setting(schema)
+    if csv is not None:
+        given["csv"] = _file_setting(csv)
+    if test is not None:  # the held-out file the model is scored on
+        given["eval-path"] = _file_setting(test)
+    if out is not None:
+        given["out-dir"] = str(out.resolve())
+    return resolve(given, preset=preset, flower=False, whole=whole)
 
 
 def _bound(eps: float) -> str:
@@ -185,148 +233,99 @@ def rounds_text(settings: Any) -> str:
 class _Rounds:
     """The bar's view of an in-process fit: rounds done and an upper bound on ε spent.
 
-    The first query of round ``r`` (a public index, from 0) means ``r`` rounds
-    are done. About every tenth round (as the ServerApp's round lines,
+    The estimator's progress callback (``fit(on_round=...)``) reports each round
+    done. About every tenth round (as the ServerApp's round lines,
     :meth:`fedpriv.server.grid_runtime.GridRuntime.log_round`) the line carries
     ``PrivacyLedger.epsilon_upper_bound()`` of the fit's ledger: one coarse
     PLD each (shown by the bar, or as a plain line without a terminal).
-    :meth:`finish` shows the fit's accounted ε.
+    :meth:`finish` shows the last round with the fit's accounted ε.
     """
 
     def __init__(self, progress: Any, total: int | Callable[[], int]) -> None:
-        # ``total`` may be known only once the fit resolved it (a callable, read at the
-        # first query): DP-SGD's automatic rounds follow the fit's public record bound.
-        self._progress, self._total_of, self.seen, self.ledger = progress, total, -1, None
+        # ``total`` may be known only once the fit resolved it (a callable, read when a
+        # round is done): DP-SGD's and Lumberjack's automatic settings follow the fit's
+        # public record bound, which a released count gives only inside the fit.
+        self._progress, self._total_of, self.done = progress, total, 0
 
     @property
     def _total(self) -> int:
         total = self._total_of
-        return total if isinstance(total, int) else total()
+        return total if isinstance(total, int) else int(total())
 
     @property
     def _every(self) -> int:
-        return max(1, self._total // 10)
-
-    def watch(self, ledger: Any) -> Any:
-        """Keep the fit's ledger (``None``: a non-private fit); returns it."""
-        self.ledger = ledger
-        return ledger
+        return max(1, self._total // 10)  # (0 before the fit resolves it: every round)
 
     def _line(self, done: int, eps: float | None) -> None:
         extra = "" if eps is None else f", ε spent ≤ {_bound(eps)}"
-        self._progress.on_line(f"[fedpriv] round {done}/{self._total}{extra}\n")
+        total = self._total or "?"  # 0: automatic, resolved when the fit knows its n
+        self._progress.on_line(f"[fedpriv] round {done}/{total}{extra}\n")
 
-    def on_query(self, r: int) -> None:
-        if r <= self.seen:
-            return
-        self.seen = r
+    def start(self) -> None:
+        """The fit's start: no round done."""
+        self._line(0, None)
+
+    def on_round(self, done: Any) -> None:
+        """A :class:`~fedpriv.federation.engine.RoundDone`: its round is done."""
+        self.done = max(self.done, done.round + 1)
+        if self.done >= self._total:
+            return  # the last round: finish() shows it, with the fit's accounted ε
         eps = None
-        if self.ledger is not None and r > 0 and r % self._every == 0:
-            eps = float(self.ledger.epsilon_upper_bound())
-        self._line(r, eps)
+        if done.ledger is not None and self.done % self._every == 0:
+            eps = float(done.ledger.epsilon_upper_bound())
+        self._line(self.done, eps)
 
     def finish(self, epsilon: float | None) -> None:
-        """The fit's end: every round seen done, ``epsilon`` its accounted ε (if private)."""
-        self._line(self.seen + 1, epsilon)
-
-
-class _Ticker:
-    """Proxy of a client handler: each query's (public) round index moves the bar."""
-
-    def __init__(self, inner: Any, rounds: _Rounds) -> None:
-        self._inner, self._rounds = inner, rounds
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._inner, name)
-        if name not in ("answer", "answer_many"):
-            return attr
-
-        def call(query: Any, *args: Any, **kwargs: Any) -> Any:
-            self._rounds.on_query(int(getattr(query, "round", self._rounds.seen)))
-            return attr(query, *args, **kwargs)
-
-        return call
+        """The fit's end: its last round done, ``epsilon`` its accounted ε (if private)."""
+        self._line(self.done, epsilon)
 
 
 def choose_data(
+    run: Any,
     *,
-    dataset: str | None,
-    csv: Path | None,
-    schema: Path | None,
     client_column: str | None,
-    overrides: dict[str, Any],
-    split_seed: int,
     train: Path | None = None,
     test: Path | None = None,
     whole: bool = False,
-) -> tuple[Any, str, int]:
-    """The fit's data, its name for the log and its client count K.
+) -> tuple[Any, str, Any]:
+    """The fit's data, its name for the log, and ``run`` (a
+    :class:`~fedpriv.server.resolve.ResolvedRun`) with K of the rows as loaded.
 
     ``train``: that file trained on whole, ``test`` scored (both checked against the
-    schema first, :func:`fedpriv.data.load_train_test`); ``csv``: its training split,
-    or with ``whole`` every row in training (``fedpriv cv`` cuts the folds); else a
-    bundled corpus (``whole``: every row in training).
+    schema first, :func:`fedpriv.data.load_train_test`); the run's ``csv``: its
+    training split, or with ``whole`` every row in training (``fedpriv cv`` cuts the
+    folds); else the run's bundled corpus, split for its K (``whole``: every row in
+    training). A file's K is its client column's (``client_column``, else the
+    schema's; :meth:`~fedpriv.server.resolve.ResolvedRun.with_clients`).
     """
     import numpy as np
 
-    from fedpriv.data import client_counts, load_csv, load_csv_whole, load_for_run, load_train_test
-    from fedpriv.data.corpora import check_client_count
+    from fedpriv.data import load_csv, load_csv_whole, load_for_run, load_train_test
     from fedpriv.data.split import Split
-    from fedpriv.federation.settings import RunSettings, SettingError, check_run_values
 
-    k = overrides.get("num-clients")
-    if train is not None or csv is not None:
-        if schema is None:
-            flag = "--train" if train is not None else "--csv"
-            raise click.UsageError(f"{flag} needs --schema FILE (fedpriv schema draft writes one)")
-        if k is not None:
-            check_run_values({"num_clients": k})
-        opts = {"client_column": client_column, "split_seed": split_seed}
+    s = run.settings
+    opts = {"client_column": client_column, "split_seed": s.split_seed}
+    if train is not None or s.csv:
         if train is not None:
-            data, source = load_train_test(train, test, schema, **opts), f"{train} (test {test})"
+            data = load_train_test(train, test, Path(s.schema), **opts)
+            source = f"{train} (test {test})"
         else:
-            data = (load_csv_whole if whole else load_csv)(csv, schema, **opts)
-            source = str(csv)
-    else:
-        name = dataset or overrides.get("dataset") or RunSettings.dataset
-        lo, hi = client_counts(name)
-        if k is None:  # the launchers' default, moved into the corpus's own range
-            k = min(max(RunSettings.num_clients, lo), hi or RunSettings.num_clients)
-        check_run_values({"num_clients": k})
-        try:
-            check_client_count(name, k)
-        except ValueError as exc:
-            raise SettingError(str(exc)) from None
-        data = load_for_run(name, num_clients=k, split_seed=split_seed)
-        if whole:
-            none = np.zeros(0, dtype=np.int64)
-            every = np.arange(data.y.size)
-            split = Split(train=every, val=none, test=none, seed=split_seed, rule="every row")
-            data = dataclasses.replace(data, split=split)
-        source = name
-    if k is None:
-        k = len(data.client_names) or RunSettings.num_clients
-    return data, source, int(k)
-
-
-def build_estimator(settings: Any, k: int) -> Any:
-    """``settings.method``'s estimator with the run's keys and ``k`` clients."""
-    from fedpriv.methods import get_method
-
-    resolved = settings.to_run_config()
-    est = get_method(settings.method).estimator_class()
-    # "" in a run config means "the default": the estimator's own then.
-    params = {
-        p: resolved[p.replace("_", "-")]
-        for p in est.get_params()
-        if resolved.get(p.replace("_", "-"), "") != ""
-    }
-    return est.set_params(**{**params, "num_clients": int(k)})
+            data = (load_csv_whole if whole else load_csv)(Path(s.csv), Path(s.schema), **opts)
+            source = s.csv
+        run = run.with_clients(data.client_names, where=f"{source}'s client column")
+        return data, source, run
+    data = load_for_run(s.dataset, num_clients=s.num_clients, split_seed=s.split_seed)
+    if whole:
+        none = np.zeros(0, dtype=np.int64)
+        every = np.arange(data.y.size)
+        split = Split(train=every, val=none, test=none, seed=s.split_seed, rule="every row")
+        data = dataclasses.replace(data, split=split)
+    return data, s.dataset, run
 
 
 def run_in_process(
     *,
-    method: str,
+    method: str | None,
     dataset: str | None,
     csv: Path | None,
     schema: Path | None,
@@ -336,58 +335,61 @@ def run_in_process(
     force: bool = False,
     train: Path | None = None,
     test: Path | None = None,
+    preset: str | None = None,
 ) -> int:
-    """Fit ``method``'s estimator in process; print AUC, ε and the status; returns the exit code.
+    """Fit the run's estimator in process; print AUC, ε and the status; returns the exit code.
 
-    ``train`` and ``test``: fit on the whole train file, score the test file
-    (:func:`choose_data`). Raises what the settings, the data or the fit raise
-    (:mod:`fedpriv.server.cli_errors` maps each to one line); a failed fit's privacy report is
-    written to ``out`` first."""
+    The run is resolved as every entry point resolves one (:func:`resolve_in_process`:
+    ``method`` ``None`` is the preset's, else the default), its rows then read
+    (:func:`choose_data`; ``train`` and ``test``: fit on the whole train file, score
+    the test file) and the method's estimator built from the same settings
+    (:meth:`~fedpriv.server.method_estimator.MethodEstimator.from_settings`). Raises
+    what the settings, the data or the fit raise (:mod:`fedpriv.server.cli_errors`
+    maps each to one line); a failed fit's privacy report is written to ``out`` first."""
     from fedpriv.server.cli_split import brier_text, fmt_score, held_out_scores
+    from fedpriv.server.method_estimator import MethodEstimator
     from fedpriv.server.progress import RoundProgress
 
     from fedpriv.federation.status import RunFailedError
-    from fedpriv.methods import get_method
     from fedpriv.privacy.card import spent_text
 
-    settings = _resolve(method, overrides)
+    run = resolve_in_process(
+        method=method, dataset=dataset, csv=csv, schema=schema, overrides=overrides,
+        preset=preset, out=out, train=train, test=test,
+    )  # fmt: skip
     if out is not None:
         check_out_dir(out, force=force)
-    data, source, k = choose_data(
-        dataset=dataset, csv=csv, schema=schema, client_column=client_column,
-        overrides=overrides, split_seed=settings.split_seed, train=train, test=test,
-    )  # fmt: skip
-    resolved = settings.to_run_config()
-    m = get_method(settings.method)
-    est = build_estimator(settings, k)
+    data, source, run = choose_data(run, client_column=client_column, train=train, test=test)
+    settings = run.settings
+    est = MethodEstimator.from_settings(settings)
     bar = RoundProgress(thin=True)  # no terminal: a plain line about every tenth round
-    # The fit's own rounds (est.config_: DP-SGD's automatic ones resolved by the fit).
-    rounds = _Rounds(bar, lambda: est.config_.rounds)
-    # The clients' queries tick the bar; the fit's own ledger (Estimator._fit_ledger,
-    # fresh per fit) gives its ε bound: the report's scope and figures are unchanged.
-    inner_handler, fit_ledger = est._handler, est._fit_ledger
-    est._handler = lambda: _Ticker(inner_handler(), rounds)
-    est._fit_ledger = lambda: rounds.watch(fit_ledger())
+    # The fit's own rounds (est.config_, once the fit resolved its automatic settings;
+    # before, the settings' own: 0 when they follow a count the fit releases).
+    rounds = _Rounds(bar, lambda: getattr(est, "config_", settings.config).rounds)
     log.info(
         "%s in process on %s: %s, ε=%s, δ=%g",
-        m.name, source, rounds_text(settings), _fmt(settings.epsilon), settings.delta,
+        settings.method, source, rounds_text(settings), _fmt(settings.epsilon), settings.delta,
     )  # fmt: skip
     # What loading did to the rows (values clipped to the schema's bounds, values outside
     # a domain): already logged at the load; repeated with the result and kept in its files.
     warnings = data.report.warnings()
-    summary = {"source": source, "config": resolved, "warnings": warnings}
+    # The run as it happened: its source, K and bound, the preset, every setting.
+    summary = {
+        "source": source, "preset": run.preset, "config": run.run_config, "warnings": warnings,
+    }  # fmt: skip
     try:
         with bar:
-            est.fit(data)
+            rounds.start()
+            est.fit(data, on_round=rounds.on_round)  # the estimator's public progress callback
             report = est.privacy_report_
             rounds.finish(None if report is None else float(report.epsilon))
     except RunFailedError as exc:
-        summary["config"] = _fit_config(resolved, est)
+        summary["config"] = _fit_config(run.run_config, est)
         if out is not None:  # what the failed fit spent stays recorded
             failed = {**summary, "status": str(exc.outcome.status), "reason": exc.outcome.reason}
             _write_results(out, None, failed, report=exc.privacy_report)
         raise
-    summary["config"] = _fit_config(resolved, est)
+    summary["config"] = _fit_config(run.run_config, est)
     scores = held_out_scores(est, *data.xy("test"))  # the owner's held-out rows
     auc = fmt_score(scores["auc"])
     spent = spent_text({} if report is None else report.to_dict())  # certified first

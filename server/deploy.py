@@ -15,10 +15,12 @@ Flower's deployment engine as separate processes, the same topology as
   public ``schema``; the ServerApp gets no data path, and ``max-records`` (the
   public bound on records per node) must then be declared; every file is
   checked (there, readable, text or Parquet) before any process starts;
-* the job: without ``--data`` the small demo :data:`SMALL_JOB` on a bundled
-  corpus; with ``--data`` the method's own defaults, the job ``fedpriv run``
-  fits in process (:data:`FILES_JOB`), so a deployment on the files releases
-  a model of the in-process fit's quality;
+* the job: a preset (``--preset``, :mod:`fedpriv.federation.presets`), resolved as
+  every entry point resolves one (:func:`fedpriv.server.resolve.resolve`): without
+  ``--data`` the small demo ``deploy-demo`` (:data:`SMALL_JOB`) on a bundled corpus;
+  with ``--data`` the method's own defaults, the job ``fedpriv run`` fits in process
+  (``deploy-files``, :data:`FILES_JOB`), so a deployment on the files releases a
+  model of the in-process fit's quality;
 * readiness by polling the SuperLink's ``/health`` and ``flwr supernode ls``
   (never a fixed sleep); every wait has a timeout, ``--timeout``'s and K's
   (:func:`fedpriv.server.launch.step_timeout`);
@@ -48,7 +50,6 @@ from typing import Any
 from fedpriv.server import node_budgets, node_keys
 from fedpriv.server.launch import (
     parse_set,
-    resolve_run,
     result_line,
     settings_help,
     step_error,
@@ -56,36 +57,24 @@ from fedpriv.server.launch import (
 )
 from fedpriv.server.local_federation import Federation, superlink_command, supernode_command
 from fedpriv.server.preflight import check_data_file
+from fedpriv.server.resolve import resolve
 
 from fedpriv import logs
 from fedpriv.atomic import point_latest
 from fedpriv.data import DataError, SchemaError
 from fedpriv.data.node import run_schema
+from fedpriv.federation.presets import DEPLOY_DEMO, DEPLOY_FILES, get_preset
 from fedpriv.federation.settings import SettingError, run_size_range
 
 __all__ = ["FILES_JOB", "SMALL_JOB", "Federation", "deploy", "main", "node_files",
            "superlink_command", "supernode_command"]  # fmt: skip
 
-#: A deployed round starts a ClientApp process per message: ~26 s on 2 loaded cores
-#: (BRFSS, K = 3), against ~0.4 s simulated, so the round timeout is the simulation's
-#: 30 s × 4.
-DEPLOYED_ROUND_TIMEOUT = 120.0
-#: The small DP-boosting demo ``python -m fedpriv.server.deploy`` runs on a bundled corpus.
-SMALL_JOB = {
-    "dataset": "brfss",
-    "num-clients": 3,
-    "rounds": 5,
-    "depth": 4,
-    "epsilon": 2.0,
-    "round-timeout": DEPLOYED_ROUND_TIMEOUT,
-}
-#: The job on the nodes' own files (``--data``): the method's defaults, as ``fedpriv
-#: run`` fits them in process (boosting: T = 75, depth 5, ε = 2), only the deployed
-#: round timeout added. The demo's T = 5, depth 4 released a model far below the
-#: in-process fit of the same files (the tutorial's three hospital files, scored on
-#: fresh rows: AUC 0.70 ± 0.05 against 0.767 ± 0.010 over 10 fits; deployed at these
-#: defaults, 0.772).
-FILES_JOB = {"method": "boosting", "round-timeout": DEPLOYED_ROUND_TIMEOUT}
+#: The small DP-boosting demo ``python -m fedpriv.server.deploy`` runs on a bundled corpus
+#: (preset ``deploy-demo``: BRFSS, K = 3, T = 5 of depth 4, ε = 2).
+SMALL_JOB = dict(get_preset(DEPLOY_DEMO).values)
+#: The job on the nodes' own files (``--data``; preset ``deploy-files``): the method's
+#: defaults, as ``fedpriv run`` fits them in process, the deployed round timeout added.
+FILES_JOB = dict(get_preset(DEPLOY_FILES).values)
 #: The run's time limit without ``--timeout``: this much for start-up and the rest,
 #: plus each round's timeout (the demo: 2400 s; the files' job of T = 75: 3 h).
 RUN_LIMIT_BASE = 1800.0
@@ -131,9 +120,10 @@ def node_files(data: list[str | Path], overrides: Mapping, *, key: str = "--data
     return [check_data_file(f, key, encoding=schema.encoding) for f in files]
 
 
-def job(data: list | None) -> dict:
-    """The launcher's defaults: :data:`FILES_JOB` on the nodes' own files, else the demo."""
-    return FILES_JOB if data else SMALL_JOB
+def job(data: list | None) -> str:
+    """The launcher's default preset: ``deploy-files`` on the nodes' own files, else the
+    demo ``deploy-demo`` (:mod:`fedpriv.federation.presets`)."""
+    return DEPLOY_FILES if data else DEPLOY_DEMO
 
 
 def schema_setting(overrides: Mapping) -> str:
@@ -160,8 +150,12 @@ def deploy(
     node_policy: Mapping[str, float] | None = None,
     node_state: str | Path | None = None,
     share_secret_key: bool = False,
+    preset: str | None = None,
 ) -> tuple[int, Path | None]:
     """Run one job on a fresh loopback federation; returns (exit code, result directory).
+
+    ``preset``: the job's preset (:mod:`fedpriv.federation.presets`; ``None``: the
+    launcher's, :func:`job`), ``overrides`` the user's settings over it.
 
     ``late_nodes``: the last that many SuperNodes start only once the run's
     ServerApp process runs, plus ``late_delay`` s (the ServerApp waits up to
@@ -196,7 +190,8 @@ def deploy(
                 f"({0 if files is None else len(files)}); got {len(eval_data)}"
             )
         eval_files = node_files(eval_data, overrides, key="--eval-data")
-    settings, config = resolve_run(job(data), overrides)  # before anything starts
+    run = resolve(overrides, preset=job(data) if preset is None else preset)  # checked first
+    settings, config = run.settings, run.run_config
     K = settings.num_clients
     timeout = run_limit(settings) if timeout is None else timeout
     node_env = node_env or {}
@@ -271,7 +266,7 @@ def main(argv: list[str] | None = None, **launch: Any) -> int:
     (e.g. ``late_nodes``, ``on_submit``), for a caller that runs this command."""
     ap = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
-        epilog=settings_help(),
+        epilog=settings_help(DEPLOY_DEMO),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("--num-clients", type=int, default=None, help="K SuperNodes (default 3)")
@@ -294,6 +289,12 @@ def main(argv: list[str] | None = None, **launch: Any) -> int:
     node_budgets.add_arguments(ap)
     node_keys.add_argument(ap)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument(
+        "--preset",
+        default=None,
+        help=f"a named job whose settings --set overrides (default {DEPLOY_DEMO}, or "
+        f"{DEPLOY_FILES} with --data; 'none': the defaults every entry point shares)",
+    )
     ap.add_argument("--out-dir", default=None, help="results directory (default ./results/deploy)")
     ap.add_argument(
         "--timeout",
@@ -324,6 +325,7 @@ def main(argv: list[str] | None = None, **launch: Any) -> int:
             node_policy=policy or None,
             node_state=args.node_state,
             share_secret_key=args.share_secret_key,
+            preset=args.preset,
             **launch,
         )
     except SettingError as exc:  # one line, exit 2
@@ -338,7 +340,8 @@ def main(argv: list[str] | None = None, **launch: Any) -> int:
             )
         )
     if args.node_state:  # what each hospital's own ledger says it has left
-        K = len(args.data) or resolve_run(job(args.data), overrides)[0].num_clients
+        preset = job(args.data) if args.preset is None else args.preset
+        K = len(args.data) or resolve(overrides, preset=preset).settings.num_clients
         for line in node_budgets.budget_lines(K, policy, args.node_state):
             print(line)
     return code

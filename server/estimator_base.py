@@ -64,7 +64,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -80,6 +80,7 @@ from sklearn.utils.validation import (
 
 from fedpriv.data import TabularDataset, check_training_classes, iid
 from fedpriv.data.node import check_bound
+from fedpriv.federation.engine import RoundDone
 from fedpriv.federation.limits import check_run_sizes, run_size_range
 from fedpriv.federation.runtime import InProcessRuntime
 from fedpriv.federation.settings import SettingError
@@ -434,6 +435,7 @@ class Estimator(ClassifierMixin, BaseEstimator):
         participation: float = 1.0,
         rounds_planned: int | None = None,
         size: FitSize | None = None,
+        on_round: Callable[[RoundDone], None] | None = None,
     ):
         """Train ``strategy`` against ``handler`` clients under this fit's ledger; keep the results.
 
@@ -449,6 +451,9 @@ class Estimator(ClassifierMixin, BaseEstimator):
         reference), fresh or a child of ``ledger`` (:meth:`_fit_ledger`). ``size``: the
         fit's ledger, key and public record bound as :meth:`_fit_size` prepared them
         (the strategy then charges ``size.learner``); ``None``: prepared here.
+        ``on_round``: called after each round with its
+        :class:`~fedpriv.federation.engine.RoundDone`, whose ``ledger`` is this fit's
+        (``size.ledger``: the record count's release included).
         """
         from fedpriv.federation.protocol import make_clients
 
@@ -466,8 +471,14 @@ class Estimator(ClassifierMixin, BaseEstimator):
         )
         ledger = size.ledger
         error = None
+        tick = None
+        if on_round is not None:
+
+            def tick(done: RoundDone) -> None:
+                on_round(dataclasses.replace(done, ledger=ledger))
+
         try:
-            strategy = runtime.run(strategy, ledger=size.learner)
+            strategy = runtime.run(strategy, ledger=size.learner, on_round=tick)
         except RoundAbortedError as exc:  # the method cannot go on: failed, with the reason
             error = exc
         comm = runtime.communication

@@ -62,9 +62,19 @@ model (``model_``), the ledger and its report (``ledger_``,
 ``privacy_report_``), σ (``noise_multiplier_``), the traffic
 (``communication_``), the run's status (``run_status_``, ``run_outcome_``:
 rounds planned, released, aborted) and the configuration it ran with
-(``config_``: DP-SGD's automatic rounds, sampling rate and learning rate, 0
-among the parameters, resolved from the fit's public record bound;
-:mod:`fedpriv.strategies.dpsgd_schedule`). The scikit-learn contract, the tags and the
+(``config_``: DP-SGD's automatic rounds, sampling rate and learning rate and
+Lumberjack's automatic trees and depth, 0 among the parameters, resolved from
+the fit's public record bound; :mod:`fedpriv.strategies.dpsgd_schedule`,
+:mod:`fedpriv.models.lumberjack_sizes`). ``fit(..., on_round=f)`` calls ``f`` after each
+round with its :class:`fedpriv.federation.engine.RoundDone` (the round's index,
+whether it released, the fit's ledger for an upper bound on ε spent): a progress bar.
+
+The parameters are the run's settings: ``Cls.from_settings(settings)`` builds the
+estimator of a :class:`~fedpriv.federation.settings.RunSettings` (``fedpriv run`` and
+``fedpriv cv`` fit the one their resolver gives, :mod:`fedpriv.server.resolve`),
+``Cls.from_preset("main-job")`` one at a preset's settings
+(:mod:`fedpriv.federation.presets`), and ``est.run_settings()`` gives them back.
+The scikit-learn contract, the tags and the
 ``check_estimator`` checks that do not apply to a DP learner are in
 :mod:`fedpriv.server.estimator_base`.
 """

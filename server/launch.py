@@ -16,7 +16,6 @@ fixed number of seconds a loaded machine or a large federation may outlast.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import ssl
@@ -28,10 +27,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from fedpriv.server.preflight import check_plan, check_run_files, corpus_clients, file_clients
-
 from fedpriv import logs
-from fedpriv.data.node import DataSource, declared_max_records
 from fedpriv.federation.limits import parse_overrides
 from fedpriv.federation.settings import RunSettings, SettingError
 from fedpriv.federation.status import RunStatus, read_status
@@ -266,62 +262,19 @@ def follow(
     return status, details
 
 
-#: The run-config keys that name a run's rows (enough to count a csv's clients).
-_SOURCE_KEYS = ("method", "dataset", "schema", "csv", "split-seed", "max-records")
-
-
-def resolve_run(defaults: dict, overrides: dict) -> tuple[RunSettings, dict]:
-    """The run's settings and its complete run config, validated before anything starts.
-
-    ``defaults`` are the launcher's own (e.g. a small job), applied only where
-    the key belongs to the run's method; ``overrides`` are the user's, applied
-    as given. Raises :class:`~fedpriv.federation.settings.SettingError` (one
-    line naming the key, the value and the allowed range).
-    """
-    from fedpriv.methods import get_method
-
-    method = overrides.get("method") or defaults.get("method") or RunSettings.method
-    try:
-        mine = set(get_method(str(method)).config_fields)
-    except ValueError as exc:
-        raise SettingError(str(exc)) from None
-    run_keys = set(RunSettings.run_keys())
-    own = {k: v for k, v in defaults.items() if k.replace("-", "_") in run_keys | mine}
-    merged = {**default_config(), **own, **overrides}
-    if merged.get("csv") not in (None, ""):
-        # One node per client of the file, whatever a default says: K before the rest
-        # of the settings (some, e.g. tolerated-dropouts, are checked against it).
-        source = {k: merged.get(k, "") for k in _SOURCE_KEYS}
-        k = file_clients(RunSettings.from_run_config(source), given=overrides.get("num-clients"))
-        merged = merged if k is None else {**merged, "num-clients": k}
-    elif "num-clients" not in overrides and "num-clients" not in own:
-        # A bundled corpus: the default K moved into its own range (4 for Heart), as in process.
-        merged = {**merged, "num-clients": corpus_clients(merged)}
-    settings = RunSettings.from_run_config(merged)
-    check_run_files(settings)  # every file it names, now
-    source = DataSource.of(settings)
-    if settings.max_records is None and source.bundled:
-        # The run config carries the public bound: the bundled corpus's largest client.
-        bound = declared_max_records(settings.dataset, settings.num_clients, settings.split_seed)
-        settings = dataclasses.replace(settings, max_records=bound)
-    if (n := settings.public_records) is not None:
-        # DP-SGD's automatic schedule, from the ServerApp's own public n: the run config
-        # then carries the rounds and q every process (the nodes' plans) sees.
-        settings = settings.for_records(n)
-    check_plan(settings)
-    return settings, settings.to_run_config()
-
-
-def settings_help(launcher_defaults: dict | None = None) -> str:
-    """``--help``'s list of run-config keys and defaults, from the method registry;
-    ``launcher_defaults`` (kebab-case keys): a launcher's own defaults, shown instead."""
+def settings_help(preset: str | None = None) -> str:
+    """``--help``'s list of run-config keys and defaults, from the method registry, and
+    the presets (:mod:`fedpriv.federation.presets`); ``preset``: the launcher's default
+    preset, whose values are shown for its method."""
     from dataclasses import fields as dc_fields
 
+    from fedpriv.federation.presets import get_preset, presets
     from fedpriv.federation.settings import method_defaults
     from fedpriv.methods import methods
 
     run = RunSettings()
-    own = launcher_defaults or {}
+    chosen = get_preset(preset)
+    own = {} if chosen is None else dict(chosen.values)
     lines = ["run-config keys (--set key=value; defaults in brackets):"]
     for f in dc_fields(RunSettings):
         if f.name != "config":
@@ -331,8 +284,16 @@ def settings_help(launcher_defaults: dict | None = None) -> str:
     lines.append("methods (method=NAME) and their own keys:")
     for m in methods():
         lines.append(f"  {m.name}: {m.summary}; delta [{m.delta:g}]")
-        keys = ", ".join(f"{k.replace('_', '-')} [{v}]" for k, v in method_defaults(m).items())
+        mine = chosen.applied(m.name) if chosen is not None and chosen.method == m.name else {}
+        keys = ", ".join(
+            f"{k.replace('_', '-')} [{mine.get(k.replace('_', '-'), v)}]"
+            for k, v in method_defaults(m).items()
+        )
         lines.append(f"    {keys}")
+    lines.append("presets (--preset NAME; 'none': no preset, each key at its own default):")
+    for p in presets():
+        values = ", ".join(f"{k} {v}" for k, v in p.values.items())
+        lines.append(f"  {p.name}: {p.summary} ({values})")
     return "\n".join(lines)
 
 

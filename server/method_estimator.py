@@ -10,9 +10,14 @@ fits by building the method's strategy and client from the registry
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
+import types
+import typing
+from collections.abc import Callable
 from dataclasses import fields
+from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -21,12 +26,14 @@ from fedpriv.server.estimator_base import Estimator
 
 from fedpriv import logs
 from fedpriv.data import TabularDataset
+from fedpriv.federation.engine import RoundDone
 from fedpriv.federation.settings import (
     RunSettings,
     SettingError,
     check_run_values,
     config_from_values,
     method_defaults,
+    typed_value,
 )
 from fedpriv.methods import Method, StrategyContext, get_method
 
@@ -44,6 +51,11 @@ RUN_PARAMS = (
     "seed",
     "max_aborted_share",
 )
+
+
+def _plain(value: Any) -> Any:
+    """A setting as an estimator parameter holds it: a choice as its plain string."""
+    return value.value if isinstance(value, Enum) else value
 
 
 def _signature(cls: type[MethodEstimator]) -> inspect.Signature:
@@ -108,6 +120,52 @@ class MethodEstimator(Estimator):
     def method_record(self) -> Method:
         return get_method(self.method)
 
+    # -- the run's settings: the same RunSettings every entry point resolves ----------
+    @classmethod
+    def from_settings(cls, settings: RunSettings, **params: Any) -> MethodEstimator:
+        """The estimator of ``settings.method`` (this class's, or any registered one's
+        when called on :class:`MethodEstimator`) with the method's configuration and the
+        run's own parameters of ``settings`` (K and ``max_records`` included), typed
+        values as they are (a choice as its plain string); ``params``: more (e.g.
+        ``secret_key``, ``ledger``). :meth:`run_settings` gives them back."""
+        target = get_method(settings.method).estimator_class
+        if not issubclass(target, cls):
+            raise TypeError(f"settings of method {settings.method!r} make a {target.__name__}")
+        values = {f.name: _plain(getattr(settings.config, f.name)) for f in fields(settings.config)}
+        values |= {k: _plain(getattr(settings, k)) for k in (*RUN_PARAMS, "max_records")}
+        return target(**{**values, **params})
+
+    @classmethod
+    def from_preset(cls, preset: str, **params: Any) -> MethodEstimator:
+        """This estimator at ``preset``'s settings (:mod:`fedpriv.federation.presets`:
+        its run keys, and its method keys for its own method), then ``params``."""
+        from fedpriv.federation.presets import compose
+
+        if not hasattr(cls, "method"):
+            raise TypeError("from_preset needs an estimator class of one method")
+        settings = RunSettings.from_run_config(compose({"method": cls.method}, preset))
+        return cls.from_settings(settings, **params)
+
+    def run_settings(self, base: RunSettings | None = None) -> RunSettings:
+        """This estimator's parameters as the run's settings: ``base`` (default: the
+        defaults) with this method, its configuration and the run parameters set here,
+        each strictly checked as a run config's."""
+        hints = typing.get_type_hints(RunSettings)
+        run = {}
+        for key in (*RUN_PARAMS, "max_records"):
+            value = getattr(self, key)
+            if value is not None:
+                tp = hints[key]
+                if typing.get_origin(tp) in (typing.Union, types.UnionType):
+                    (tp,) = [a for a in typing.get_args(tp) if a is not type(None)]
+                value = typed_value(key, tp, value)
+            run[key] = value
+        base = base if base is not None else RunSettings(method=self.method)
+        try:
+            return dataclasses.replace(base, method=self.method, config=self._config(), **run)
+        except (TypeError, ValueError) as exc:
+            raise SettingError(str(exc)) from None
+
     def _config(self) -> Any:
         """The method's configuration from this estimator's parameters, strictly typed."""
         m = self.method_record
@@ -148,9 +206,15 @@ class MethodEstimator(Estimator):
         *,
         partition: list[np.ndarray] | None = None,
         part: str = "train",
+        on_round: Callable[[RoundDone], None] | None = None,
     ):
         """Train on ``part`` of a dataset (``"train"``, or ``"train+val"`` once tuned)
-        or on arrays ``X, y``; returns ``self``."""
+        or on arrays ``X, y``; returns ``self``.
+
+        ``on_round``: a progress callback, called after each round with its
+        :class:`~fedpriv.federation.engine.RoundDone` (public facts: the round's index,
+        whether it released, and this fit's ledger, whose ``epsilon_upper_bound()`` bounds
+        ε spent so far); it may not change the fit."""
         config = self._config()  # every parameter checked before any data is touched
         self._check_run_params()
         self._shared_ledger()
@@ -185,6 +249,7 @@ class MethodEstimator(Estimator):
             participation=self.participation,
             rounds_planned=config.rounds,
             size=size,
+            on_round=on_round,
         )
         self.context_ = context  # public facts of the fit (schema, record count) for save()
         self.config_ = config  # the settings the fit ran (automatic ones resolved)

@@ -2,7 +2,7 @@
 
 A Flower run that fails on a missing file or a wrong node count fails minutes
 after its federation came up, in another process's log. The launchers
-(:func:`fedpriv.server.launch.resolve_run`, :func:`fedpriv.server.deploy.node_files`) call these
+(:func:`fedpriv.server.resolve.resolve`, :func:`fedpriv.server.deploy.node_files`) call these
 first; each failure is one :class:`~fedpriv.federation.settings.SettingError`
 naming the key, the file and what to do (exit 2, nothing started):
 
@@ -18,7 +18,7 @@ naming the key, the file and what to do (exit 2, nothing started):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,23 +75,36 @@ def file_clients(settings: RunSettings, *, given: Any = None) -> int | None:
     """K of a simulation on one CSV (run-config ``csv``): the number of values of its
     schema's client column, ``None`` when the schema names none (then ``num-clients``
     splits the file IID). ``given``: the user's ``num-clients`` (``None``: unset),
-    which must then equal it. The file is checked first (:func:`check_data_file`)."""
+    which must then equal it (:func:`named_clients`). The file is checked first
+    (:func:`check_data_file`)."""
     schema = _schema(settings)
     check_data_file(settings.csv, "csv", encoding=schema.encoding)
     if schema.client_column is None:
         return None
     try:
-        k = len(csv_client_names(settings.csv, schema, split_seed=settings.split_seed))
+        names = csv_client_names(settings.csv, schema, split_seed=settings.split_seed)
     except (DataError, SchemaError) as exc:
         raise SettingError(str(exc)) from None
     where = f"csv {settings.csv}'s client column {schema.client_column!r}"
+    return named_clients(names, where=where, given=given)
+
+
+def named_clients(names: Sequence[str], *, where: str, given: Any = None) -> int | None:
+    """K of rows whose client column names ``names``: one client each (``None`` for no
+    column, ``()``: an IID split into ``num-clients``). Fewer than two clients are
+    refused, and so is a ``given`` ``num-clients`` (``None``: unset) that differs;
+    ``where`` names the column in the error. One rule for a launcher's CSV
+    (:func:`file_clients`) and an in-process fit's rows."""
+    if not names:
+        return None
+    k = len(names)
     if k < MIN_CLIENTS:
         raise SettingError(
             f"{where} names {k} client{'' if k == 1 else 's'}; a federation needs at least "
             f"{MIN_CLIENTS} (secure aggregation): give a file of several clients, or a schema "
             "without client_column (an IID split into num-clients)"
         )
-    if given is not None and given != k:
+    if given not in (None, "") and given != k:
         raise SettingError(
             f"num-clients must equal the {k} clients of {where} (one node per client; "
             f"leave num-clients unset); got {given!r}"

@@ -44,7 +44,6 @@ from fedpriv.server.launch import (
     flwr_env,
     follow,
     parse_set,
-    resolve_run,
     result_line,
     settings_help,
     step_error,
@@ -55,37 +54,30 @@ from fedpriv.server.launch import (
 )
 from fedpriv.server.processes import ProcessTracker, free_port
 from fedpriv.server.progress import RoundProgress
+from fedpriv.server.resolve import ResolvedRun, resolve
 
 from fedpriv import logs
 from fedpriv.atomic import point_latest
+from fedpriv.federation.presets import MAIN_JOB
 from fedpriv.federation.settings import SettingError
 
 CONNECTION = "fedpriv-sim"
-#: In a simulation the server's pulls are in-process calls to the SuperLink's
-#: state, so it can poll every 10 ms; Flower's engine already adds its own
-#: 0.1 s fetch loop, and a second 0.1 s loop on our side quantised rounds into
-#: 0.1 s or 0.2 s depending on how the two phases drifted. The main job's method is
-#: DP histogram boosting (``dp_gam``), the strongest learner on the bundled corpora
-#: (docs/explanation/methods/dp-gam.md), at the settings of :data:`MAIN_JOB_GAM`.
-SIMULATION_DEFAULTS = {"method": "dp_gam", "poll-interval": 0.01}
-#: The main job's ``dp_gam`` settings, applied only when the run's method is ``dp_gam``
-#: (``learning-rate`` and ``lam`` are other methods' keys too): half Newton steps,
-#: λ = 10 σ_H, 8 bins, columns visited by residual gain (on Diabetes 130-US, K = 5,
-#: ε = 2, at the learner's defaults: 0.638 ± 0.001 against 0.631 ± 0.005 in cyclic
-#: order, 3 keys). On the matched benchmark's Diabetes 130-US cells at ε = 2
-#: (10 seeds, ``fedpriv.experiments.gam_check --bench``): 0.6450 ± 0.0013, against
-#: 0.6387 ± 0.0034 at the learner's defaults.
-MAIN_JOB_GAM = {"column-order": "gain", "learning-rate": 0.5, "lam": 10.0, "bins": 8}
+#: The job ``python -m fedpriv.server.simulate`` runs without ``--preset``: the main job,
+#: DP histogram boosting (``dp_gam``) at its tuned settings on Diabetes 130-US
+#: (:data:`fedpriv.federation.presets.MAIN_JOB`). ``fedpriv run --flower`` passes its
+#: own ``--preset`` (none by default: the defaults every entry point shares).
+DEFAULT_PRESET = MAIN_JOB
 
 
-def simulation_defaults(overrides: dict) -> dict:
-    """The launcher's defaults for a run with ``overrides``: the main job's ``dp_gam``
-    settings when the run's method is ``dp_gam``."""
-    method = overrides.get("method") or SIMULATION_DEFAULTS["method"]
-    return {**SIMULATION_DEFAULTS, **(MAIN_JOB_GAM if method == "dp_gam" else {})}
+def resolve_simulation(overrides: dict, preset: str | None = DEFAULT_PRESET) -> ResolvedRun:
+    """The simulation's run (:func:`fedpriv.server.resolve.resolve`), validated before
+    anything starts; ``out-dir`` defaults to ``./results/flower``."""
+    if not overrides.get("out-dir"):
+        overrides = {**overrides, "out-dir": str((Path.cwd() / "results" / "flower").resolve())}
+    return resolve(overrides, preset=preset)
 
 
-__all__ = ["ROOT", "default_config", "main", "ray_start_failure", "simulate"]
+__all__ = ["ROOT", "default_config", "main", "ray_start_failure", "resolve_simulation", "simulate"]
 log = logs.get_logger(__name__)
 
 #: A traceback frame of Flower's Ray backend starting (``ray.init``, the actor pool):
@@ -134,21 +126,21 @@ class _RayWatch:
 def simulate(
     overrides: dict,
     *,
+    preset: str | None = DEFAULT_PRESET,
     timeout: float = 3600.0,
     quiet: bool = False,
     node_env: dict[str, str] | None = None,
     share_secret_key: bool = False,
 ) -> tuple[int, Path | None]:
-    """Run one simulation; returns (exit code, result directory). ``node_env``: extra
-    environment of the Flower processes (e.g. the nodes' budget policy).
+    """Run one simulation of ``overrides`` over ``preset``; returns (exit code, result
+    directory). ``node_env``: extra environment of the Flower processes (e.g. the nodes'
+    budget policy).
     ``share_secret_key``: pass ``$FEDPRIV_SECRET_KEY`` on (a bit-for-bit reproduction);
     the virtual nodes share the server's environment, so without it neither gets the
     key, and with it the nodes' ``allow-reproduction-key`` is set
     (:mod:`fedpriv.server.node_keys`)."""
-    if not overrides.get("out-dir"):
-        overrides = {**overrides, "out-dir": str((Path.cwd() / "results" / "flower").resolve())}
-    # Validated before anything starts.
-    settings, config = resolve_run(simulation_defaults(overrides), overrides)
+    run = resolve_simulation(overrides, preset)  # validated before anything starts
+    settings, config = run.settings, run.run_config
     Path(settings.out_dir).mkdir(parents=True, exist_ok=True)
     home = Path(tempfile.mkdtemp(prefix="fedpriv-flwr-home-"))
     port = free_port()
@@ -232,10 +224,7 @@ def simulate(
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
-        epilog=settings_help(SIMULATION_DEFAULTS)
-        + "\n  (dp_gam under this launcher: "
-        + ", ".join(f"{k} {v}" for k, v in MAIN_JOB_GAM.items())
-        + ")",
+        epilog=settings_help(DEFAULT_PRESET),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument(
@@ -246,6 +235,12 @@ def main(argv: list[str] | None = None) -> int:
         help="run-config override, e.g. --set epsilon=1 --set dataset=brfss",
     )
     ap.add_argument("--out-dir", default=None, help="results directory (default ./results/flower)")
+    ap.add_argument(
+        "--preset",
+        default=DEFAULT_PRESET,
+        help="a named job whose settings --set overrides (default %(default)s; 'none': the "
+        "defaults every entry point shares); listed below",
+    )
     ap.add_argument(
         "--timeout",
         type=float,
@@ -264,7 +259,11 @@ def main(argv: list[str] | None = None) -> int:
         policy = node_budgets.policy_of(args)
         env = node_budgets.policy_environment(policy, args.node_state)
         code, out = simulate(
-            overrides, timeout=args.timeout, node_env=env, share_secret_key=args.share_secret_key
+            overrides,
+            preset=args.preset,
+            timeout=args.timeout,
+            node_env=env,
+            share_secret_key=args.share_secret_key,
         )
     except SettingError as exc:  # one line, exit 2
         log.error("error: %s", exc)
@@ -272,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     if code == 0 and out is not None:
         print(result_line(out, "floats uploaded per client {mean_floats_uploaded_per_client:.0f}"))
     if args.node_state:  # what each hospital's own ledger says it has left
-        k = resolve_run(simulation_defaults(overrides), overrides)[0].num_clients
+        k = resolve_simulation(overrides, args.preset).settings.num_clients
         for line in node_budgets.budget_lines(k, policy, args.node_state):
             print(line)
     return code

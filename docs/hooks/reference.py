@@ -229,6 +229,8 @@ def cli_page() -> str:
     import click
     from fedpriv.server import deploy, simulate
 
+    from fedpriv.federation.presets import get_preset
+
     listed = commands()
     parts = [
         "# The `fedpriv` command\n",
@@ -269,9 +271,9 @@ def cli_page() -> str:
     parts += [
         "## python -m fedpriv.server.simulate\n",
         md(simulate.__doc__),
-        "Its own defaults, in place of the run's where the key is the method's: "
-        f"`{json.dumps(simulate.SIMULATION_DEFAULTS)}`; with `dp_gam`, the main job's "
-        f"settings `{json.dumps(simulate.MAIN_JOB_GAM)}`.\n",
+        f"Without `--preset` it runs the preset `{simulate.DEFAULT_PRESET}`: "
+        f"`{json.dumps(dict(get_preset(simulate.DEFAULT_PRESET).values))}`; "
+        "`--preset none` runs the defaults every entry point shares.\n",
         code(_without_keys(_help_of(simulate.main, ["--help"], SIMULATE))),
     ]
     return "\n".join(parts)

@@ -26,6 +26,7 @@ in their :class:`Transport`, in-process or Flower Grid: :mod:`fedpriv.federation
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -35,6 +36,7 @@ from fedpriv.federation.planning import (
     DEFAULT_SCALE,
     MIN_PARTIES,
     begin_strategy,
+    check_participation,
     client_key,
     codec_for,
     participation_streams,
@@ -42,7 +44,7 @@ from fedpriv.federation.planning import (
 )
 from fedpriv.federation.protocol import Query, Strategy
 from fedpriv.federation.replies import check_answer, check_masked, check_plain
-from fedpriv.federation.rounds import Communication, Replies, RoundPlan, Transport
+from fedpriv.federation.rounds import Communication, Replies, RoundDone, RoundPlan, Transport
 from fedpriv.federation.secagg import (
     FixedPointCodec,
     SecAggAbort,
@@ -72,10 +74,12 @@ __all__ = [
     "PUBLIC_KEY_BYTES",
     "Communication",
     "Replies",
+    "RoundDone",
     "RoundEngine",
     "RoundPlan",
     "Transport",
     "begin_strategy",
+    "check_participation",
     "client_key",
     "codec_for",
     "participation_streams",
@@ -155,6 +159,7 @@ class RoundEngine:
         self._fates: PrivateStreams | None = None
         self.noise = noise
         self._strategy: Strategy | None = None
+        self._ledger: PrivacyLedger | None = None
 
     # -- set-up ----------------------------------------------------------------
     def setup_keys(self) -> None:
@@ -174,7 +179,10 @@ class RoundEngine:
         noise_stream: str = "noise",
     ) -> None:
         """Start ``strategy`` (:func:`begin_strategy`); participation coins from ``secret_key``
-        (per round index: a later strategy's rounds must use indices of their own)."""
+        (per round index: a later strategy's rounds must use indices of their own).
+        A strategy planned for another ρ than this engine's is refused first
+        (:func:`check_participation`)."""
+        check_participation(strategy, self.participation)
         if self.noise is not None:
             if ledger is not None:
                 ledger.use_distributed_noise(self.noise)
@@ -184,6 +192,7 @@ class RoundEngine:
                     "declare no Gaussian noise); use noise = 'central'"
                 )
         self._strategy = strategy
+        self._ledger = ledger
         begin_strategy(
             strategy,
             n_features=n_features,
@@ -330,10 +339,15 @@ class RoundEngine:
         plan = self.plan(query)
         return self.finish(plan, None if plan.aborted else self.transport.ask(plan))
 
-    def run(self, strategy: Strategy) -> Strategy:
-        """Every round of an already begun ``strategy``; returns it."""
+    def run(
+        self, strategy: Strategy, *, on_round: Callable[[RoundDone], None] | None = None
+    ) -> Strategy:
+        """Every round of an already begun ``strategy``; returns it. ``on_round``: called
+        after each round with its :class:`RoundDone` (a progress bar)."""
         while (query := strategy.next_query()) is not None:
-            self.deliver(strategy, query, self.run_round(query))
+            released = self.deliver(strategy, query, self.run_round(query))
+            if on_round is not None:
+                on_round(RoundDone(round=query.round, released=released, ledger=self._ledger))
         return strategy
 
     def _secure_sum(self, plan: RoundPlan, replies: Replies) -> np.ndarray | None:

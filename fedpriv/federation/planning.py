@@ -134,3 +134,24 @@ def begin_strategy(
         rng=derive_generator(seed, "server"),
         secret_rng=secret_key.derive("server").generator(noise_stream),
     )
+
+
+def check_participation(strategy: Strategy, participation: float) -> float:
+    """``participation``, refused unless it is the ρ ``strategy`` was planned for.
+
+    A strategy whose accounting reads ρ (its ``participation`` attribute, from
+    :class:`~fedpriv.methods.StrategyContext`) calibrates its noise and charges its
+    ledger for it: on a runtime drawing another ρ its report would be wrong (planned
+    for ρ = 0.2 with tight accounting, run at ρ = 1: ε 1.000 reported where 1.23 was
+    spent). One ρ decides both, so a mismatch stops the run before any round. A
+    strategy without the attribute accounts every round as if every client answered,
+    which holds at any ρ.
+    """
+    declared = getattr(strategy, "participation", None)
+    if declared is not None and float(declared) != float(participation):
+        raise ValueError(
+            f"participation: {type(strategy).__name__} was planned for participation "
+            f"{float(declared):g} (its accounting), the runtime draws clients at "
+            f"{float(participation):g}; give both the same value (one run setting)"
+        )
+    return participation

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from fedpriv.federation.protocol import Query
 from fedpriv.federation.secagg import FixedPointCodec, MaskedInput, UnmaskAnswer
 from fedpriv.privacy.distributed import ShareSpec
+
+if TYPE_CHECKING:  # the accountant (dp_accounting, scipy) costs a ClientApp ~0.7 s to import
+    from fedpriv.privacy.ledger import PrivacyLedger
 
 
 @dataclass
@@ -140,3 +143,23 @@ class Transport(Protocol):
         encrypted shares and the survivors' signatures on (S, D)); returns the answers
         that arrived, by survivor."""
         ...
+
+
+@dataclass(frozen=True)
+class RoundDone:
+    """What a progress callback (``on_round``) learns after each round: public facts.
+
+    Attributes
+    ----------
+    round : int
+        The round's public index (its query's ``round``, from 0).
+    released : bool
+        Whether the round released its sum (``False``: aborted or discarded).
+    ledger : PrivacyLedger or None
+        The ledger the run charges (``None``: non-private), read for an upper bound on
+        ε spent so far (``epsilon_upper_bound()``).
+    """
+
+    round: int
+    released: bool
+    ledger: PrivacyLedger | None = None

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,6 +33,7 @@ from fedpriv.federation.engine import (
     MIN_PARTIES,
     Communication,
     Replies,
+    RoundDone,
     RoundEngine,
     RoundPlan,
     begin_strategy,
@@ -299,8 +300,12 @@ class InProcessRuntime:
         mechanism draws). ``None`` (default): a fresh key from OS entropy.
         Inject one only to reproduce a run; it is never logged or saved. A
         key from :meth:`SecretKey.from_public_seed` marks the run uncertified.
-    participation : float
-        ρ in (0, 1]: each client answers a round independently w.p. ρ.
+    participation : float, optional
+        ρ in (0, 1]: each client answers a round independently w.p. ρ. ``None``
+        (default): the ρ the strategy was planned for (its ``participation``, from
+        :class:`~fedpriv.methods.StrategyContext`), else 1. Given, it must be that ρ:
+        a strategy planned for another is refused before any round
+        (:func:`~fedpriv.federation.engine.check_participation`).
     secure_aggregation : bool
         Sum through the masking shim (default) or plain fixed-point sums
         (identical result; for large benchmarks).
@@ -336,7 +341,7 @@ class InProcessRuntime:
         handler: ClientHandler,
         seed: int,
         secret_key: SecretKey | bytes | None = None,
-        participation: float = 1.0,
+        participation: float | None = None,
         secure_aggregation: bool = True,
         dropout_rate: float = 0.0,
         max_records: int | None = None,
@@ -360,7 +365,9 @@ class InProcessRuntime:
         self.handler = handler
         self.seed = seed
         self.secret_key = SecretKey.coerce(secret_key)
-        self.participation = check_probability("participation", participation)
+        self.participation = (
+            None if participation is None else check_probability("participation", participation)
+        )
         if not 0.0 <= dropout_rate < 1.0:
             raise ValueError(f"dropout_rate must lie in [0, 1); got {dropout_rate!r}")
         self.dropout_rate = dropout_rate
@@ -378,8 +385,18 @@ class InProcessRuntime:
         self.node_ledgers = list(node_ledgers)
         self.node_min_threshold = node_min_threshold
 
-    def run(self, strategy: Strategy, *, ledger: PrivacyLedger | None) -> Strategy:
-        """Train ``strategy`` to completion; returns it (holding the released model)."""
+    def run(
+        self,
+        strategy: Strategy,
+        *,
+        ledger: PrivacyLedger | None,
+        on_round: Callable[[RoundDone], None] | None = None,
+    ) -> Strategy:
+        """Train ``strategy`` to completion; returns it (holding the released model).
+        ``on_round``: called after each round (:class:`~fedpriv.federation.engine.RoundDone`)."""
+        rho = self.participation
+        if rho is None:  # one ρ: the strategy's, which its accounting was planned for
+            rho = float(getattr(strategy, "participation", None) or 1.0)
         key = self.secret_key
         if self.noise is not None and ledger is not None:
             # client_key(run key, i) below: whoever holds the run key recomputes every share.
@@ -398,7 +415,7 @@ class InProcessRuntime:
             transport,
             n_clients=len(self.clients),
             max_records=self.max_records,
-            participation=self.participation,
+            participation=rho,
             dropout_rate=self.dropout_rate,
             secure_aggregation=self.secure_aggregation,
             secagg=self.secagg,
@@ -415,4 +432,4 @@ class InProcessRuntime:
         )
         if self.secure_aggregation:
             engine.setup_keys()
-        return engine.run(strategy)
+        return engine.run(strategy, on_round=on_round)

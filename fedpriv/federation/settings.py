@@ -204,6 +204,8 @@ class RunSettings:
     configuration dataclass (default: its paper settings).
     """
 
+    #: The one default method of every entry point (a preset may name another:
+    #: :mod:`fedpriv.federation.presets`).
     method: str = "boosting"
     dataset: str = "diabetes130"
     #: The public schema the nodes read their rows with: a bundled schema name (adult,
@@ -213,7 +215,9 @@ class RunSettings:
     csv: str = ""
     #: Declared public bound on records per client (never counted from the data): the
     #: codec's range and the public total n = num_clients × max_records. Unset: the
-    #: bundled corpus's largest client (public); required for your own files.
+    #: bundled corpus's largest client (public); on your own files a Flower run needs
+    #: it declared (the launchers refuse it unset, and so do the nodes), an in-process
+    #: fit releases a record count instead (:mod:`fedpriv.server.resolve`).
     max_records: int | None = None
     #: A public file (same schema) the server may hold and scores the model on;
     #: "" = a bundled corpus's public test split, or no evaluation.
@@ -319,12 +323,6 @@ class RunSettings:
             if why:
                 raise SettingError(f"noise = 'distributed' needs {why}; got method "
                                    f"{self.method!r}, epsilon {self.epsilon:g}")  # fmt: skip
-        if self.csv and self.max_records is None:
-            raise SettingError(
-                f"max-records must be declared (an integer in {run_size_range('max_records')}: "
-                "the public bound on "
-                f"records per client) for a run on csv {self.csv!r}; got unset"
-            )
         if not self.csv and self.schema in (UNSET, self.dataset):
             # The bundled corpus's public client counts; a user's files set their own K.
             check_client_count(self.dataset, self.num_clients)

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from fedpriv.server import cli_split
 from fedpriv.server.cli import main
-from fedpriv.server.cli_run import _resolve, build_estimator
+from fedpriv.server.method_estimator import MethodEstimator
 
 from fedpriv.data import load_csv_whole
-from fedpriv.federation.settings import SettingError
+from fedpriv.federation.settings import RunSettings, SettingError
 from fedpriv.privacy.randomness import SecretKey
 from fedpriv.privacy.record_count import COUNT_LABEL, count_event
 from tests.cli.data import SCHEMA, rows, write
@@ -56,7 +56,8 @@ def test_cv_charges_all_folds_to_one_ledger_within_epsilon(hospitals, tmp_path, 
     assert doc["fold_budget"]["delta"] == pytest.approx(DELTA / FOLDS, rel=1e-12)
     # The twin: per-fold budgets of ε each, planned by the same code, would overspend.
     data = load_csv_whole(hospitals, SCHEMA, use_cache=False)
-    est = build_estimator(_resolve("dp_gam", {"rounds": ROUNDS, "epsilon": EPS}), 3)
+    settings = RunSettings.from_run_config({"method": "dp_gam", "rounds": ROUNDS, "epsilon": EPS})
+    est = MethodEstimator.from_settings(settings, num_clients=3)
     size = cli_split.PublicSize(n_records=240 * 2, max_records=240 * 2)
     plan = cli_split.fit_plan(est, data, size, 3)
     fixed = [(count_event(0.01 * EPS), 1)]

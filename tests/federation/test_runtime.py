@@ -33,7 +33,9 @@ def _run(clients, *, epsilon=None, rounds=12, seed=7, secret_key=None, **kw):
     rt = InProcessRuntime(
         clients=clients, handler=BoostingClient(), seed=seed, secret_key=key, **kw
     )
-    strategy = rt.run(DPBoostingStrategy(cfg), ledger=ledger)
+    # The strategy planned for the runtime's ρ: one value (the engine refuses two).
+    rho = kw.get("participation", 1.0)
+    strategy = rt.run(DPBoostingStrategy(cfg, participation=rho), ledger=ledger)
     return strategy, rt, ledger
 
 
@@ -150,3 +152,32 @@ def test_single_participant_round_is_aborted_under_secure_aggregation():
     _, rt, ledger = _run(two, epsilon=2.0, rounds=6, participation=0.3)
     aborted = rt.communication.rounds_aborted
     assert 0 < aborted <= 6 and len(ledger.entries) == 6 - aborted
+
+
+def test_participation_has_one_source_a_strategy_planned_for_another_is_refused(clients):
+    """ρ decides the strategy's accounting and the runtime's draws: one value. A strategy
+    calibrated for ρ = 0.2 (tight accounting) on a runtime at ρ = 1 would report the
+    ε of ρ = 0.2 while spending that of ρ = 1: refused before any round."""
+    from fedpriv.privacy.participation import plan_event
+
+    cfg = BoostingConfig(
+        rounds=12, depth=3, sampling_rate=0.1, intercept=False, participation_accounting="tight"
+    )
+    runtime = dict(clients=clients, handler=BoostingClient(), seed=7, secret_key=key_for(0))
+    ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=1.0, delta=1e-5))
+    rt = InProcessRuntime(**runtime, participation=1.0)
+    with pytest.raises(ValueError, match=r"planned for participation 0\.2 .* draws clients at 1;"):
+        rt.run(DPBoostingStrategy(cfg, participation=0.2), ledger=ledger)
+    assert rt.communication.rounds == 0 and not ledger.entries  # nothing sent, nothing spent
+    # Unset, the runtime takes the strategy's ρ: clients are drawn at 0.2, and the ledger
+    # reports the ε of what ran.
+    rt = InProcessRuntime(**runtime)
+    strategy = rt.run(DPBoostingStrategy(cfg, participation=0.2), ledger=ledger)
+    sent = rt.communication.floats_uploaded
+    assert rt.communication.rounds == 12 and sent.sum() < 5 * 12 * 16  # not all every round
+    assert 0.0 < ledger.epsilon() <= 1.0
+    # What the refusal prevents: the same noise at ρ = 1 is due well over the budget.
+    due = PrivacyLedger(budget=PrivacyBudget(epsilon=100.0, delta=1e-5))
+    z = strategy.noise_multiplier_
+    due.spend(plan_event(z, sampling_probability=0.1, participation=1.0, steps=12), label="ρ=1")
+    assert due.epsilon() > 1.2

@@ -216,8 +216,8 @@ def test_launchers_exit_2_with_one_line_before_any_process_starts(launcher, args
     ],
 )
 def test_a_plan_no_noise_can_certify_is_refused_before_anything_starts(overrides, key):
-    from fedpriv.server.launch import resolve_run
+    from fedpriv.server.resolve import resolve
 
     with pytest.raises(SettingError) as err:
-        resolve_run({}, overrides)
+        resolve(overrides)
     assert key in str(err.value)

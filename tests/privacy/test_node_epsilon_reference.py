@@ -1,8 +1,9 @@
 """A node's own ε against an independent dp-accounting computation, method by method.
 
 For every built-in method at its registry defaults (the random forest in each of its
-leaf mechanisms) and for the main job (``dp_gam`` at :data:`fedpriv.server.simulate.MAIN_JOB_GAM`
-on Diabetes 130-US, K = 5, ε = 2, δ = 1e-5, the launcher's declared ``max-records``),
+leaf mechanisms) and for the main job (``dp_gam`` at the preset ``main-job`` of
+:mod:`fedpriv.federation.presets`, on Diabetes 130-US, K = 5, ε = 2, δ = 1e-5, the
+launcher's declared ``max-records``),
 the strategy is begun on public inputs only and its declared plan is admitted as a
 node admits it (:func:`fedpriv.privacy.node_plan.admit_stages` with the method's real
 client half). That ε must equal
@@ -86,13 +87,11 @@ class Case:
 
 # -- building and beginning the strategies (public inputs only) ---------------------------
 def _main_job_settings():
-    from fedpriv.server.launch import resolve_run
-    from fedpriv.server.simulate import simulation_defaults
+    from fedpriv.server.simulate import resolve_simulation
 
     overrides = {"method": "dp_gam", "dataset": DATASET, "num-clients": CLIENTS,
                  "epsilon": EPSILON, "delta": DELTA}  # fmt: skip
-    settings, _ = resolve_run(simulation_defaults(overrides), overrides)
-    return settings
+    return resolve_simulation(overrides).settings
 
 
 def _admitted(name: str, method: str, strategy, ledger: PrivacyLedger, n_features: int) -> Case:
@@ -301,7 +300,7 @@ def test_the_main_job_is_the_launchers(cases):
     main, default = cases[MAIN_JOB], cases["dp_gam"]
     assert main.accounting_delta == DELTA
     assert [(s.name, s.rounds) for s in main.stages] == [("intercept", 1), ("term", 70)]
-    # MAIN_JOB_GAM changes no stage: its 8 bins leave the longest term reply (the widest
+    # The main job changes no stage: its 8 bins leave the longest term reply (the widest
     # categorical column's) and the plan's noise as at the learner's defaults.
     assert main.stages == default.stages
     assert main.node == default.node

@@ -327,7 +327,7 @@ def test_share_secret_key_is_forwarded_to_the_simulation_only_when_asked(monkeyp
     # The launcher parses it (the option exists where the argv goes).
     got = {}
 
-    def fake_simulate(overrides, *, timeout, node_env, share_secret_key):
+    def fake_simulate(overrides, *, preset, timeout, node_env, share_secret_key):
         got["share"] = share_secret_key
         return 2, None
 

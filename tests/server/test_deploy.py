@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 from fedpriv.server.cli import main as fedpriv
-from fedpriv.server.deploy import SMALL_JOB, Federation
-from fedpriv.server.launch import resolve_run
+from fedpriv.server.deploy import Federation
+from fedpriv.server.resolve import resolve
 from fedpriv.server.tls import write_node_key
 
 from fedpriv.data import data_dir
@@ -95,7 +95,8 @@ def _repair(root: Path) -> None:
 
 def _run(fed: Federation, overrides: dict, **kw) -> int:
     """One run on ``fed``, resolved and followed as ``deploy`` does; its exit code."""
-    settings, config = resolve_run(SMALL_JOB, overrides)
+    run = resolve(overrides, preset="deploy-demo")
+    settings, config = run.settings, run.run_config
     Path(settings.out_dir).mkdir(parents=True, exist_ok=True)
     return fed.run(settings, config, timeout=900, quiet=True, **kw)
 

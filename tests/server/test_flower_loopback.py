@@ -22,8 +22,8 @@ from fedpriv.server.estimators import (
     DPRandomForestClassifier,
     LumberjackClassifier,
 )
-from fedpriv.server.launch import default_config, resolve_run
-from fedpriv.server.simulate import simulation_defaults
+from fedpriv.server.launch import default_config
+from fedpriv.server.simulate import resolve_simulation
 from flwr.app import Context, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
@@ -51,7 +51,8 @@ def run_app(monkeypatch, tmp_path, overrides: dict, *, tamper=None, node_config=
     monkeypatch.setattr(TaskIdentity, "_task_id", 1, raising=False)
     monkeypatch.setenv(KEY_ENV, key_hex(KEY))
     overrides = {**overrides, "out-dir": str(tmp_path)}
-    settings, resolved = resolve_run(simulation_defaults(overrides), overrides)
+    run = resolve_simulation(overrides)  # the launcher's preset: the main job's
+    settings, resolved = run.settings, run.run_config
     config = {**default_config(), **resolved}  # as Flower fuses pyproject's keys and the run's
     grid = LoopbackGrid(
         config, settings.num_clients, tamper=tamper, node_config=node_config, forge=forge
@@ -283,7 +284,7 @@ def test_dp_gam_app_releases_the_in_process_model(monkeypatch, tmp_path, pairs):
         epsilon=2.0,
         seed=5,
         column_order="gain",
-        learning_rate=0.5,  # the main job's dp_gam settings (fedpriv.server.simulate.MAIN_JOB_GAM)
+        learning_rate=0.5,  # the main job's dp_gam settings (preset main-job)
         lam=10.0,
         secret_key=key_for(KEY),
         max_records=BOUND,

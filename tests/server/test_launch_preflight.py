@@ -19,10 +19,11 @@ from fedpriv.server import deploy as deploy_mod
 from fedpriv.server import simulate as simulate_mod
 from fedpriv.server.cli import main as fedpriv
 from fedpriv.server.cli_logs import quiet_flower
-from fedpriv.server.launch import resolve_run, step_error, step_timeout
+from fedpriv.server.launch import step_error, step_timeout
 from fedpriv.server.local_federation import Federation
 from fedpriv.server.preflight import check_data_file
 from fedpriv.server.progress import RoundProgress, milestone
+from fedpriv.server.resolve import resolve
 from fedpriv.server.simulate import ray_failure_line, ray_start_failure
 
 from fedpriv.federation.settings import SettingError
@@ -51,17 +52,17 @@ def _csv_job(csv, **kw):
 # -- K from the file -------------------------------------------------------------------
 def test_a_run_on_one_csv_starts_one_node_per_client_of_the_file(tmp_path):
     csv = _hospitals_csv(tmp_path)
-    settings, config = resolve_run({}, _csv_job(csv))
-    assert settings.num_clients == config["num-clients"] == 4  # not the default 5
-    assert resolve_run({}, _csv_job(csv, **{"num-clients": 4}))[0].num_clients == 4
-    # A launcher's own default K (the deployment demo's 3) yields to the file too.
-    assert resolve_run({"num-clients": 3}, _csv_job(csv))[0].num_clients == 4
+    run = resolve(_csv_job(csv))
+    assert run.settings.num_clients == run.run_config["num-clients"] == 4  # not the default 5
+    assert resolve(_csv_job(csv, **{"num-clients": 4})).settings.num_clients == 4
+    # A preset's own K (the deployment demo's 3) yields to the file too.
+    assert resolve(_csv_job(csv), preset="deploy-demo").settings.num_clients == 4
 
 
 def test_a_num_clients_contradicting_the_file_is_refused_in_one_line(tmp_path):
     csv = _hospitals_csv(tmp_path)
     with pytest.raises(SettingError) as err:
-        resolve_run({}, _csv_job(csv, **{"num-clients": 5}))
+        resolve(_csv_job(csv, **{"num-clients": 5}))
     text = str(err.value)
     assert text.startswith("num-clients must equal the 4 clients of csv ")
     assert "'hospital'" in text and text.endswith("got 5") and "\n" not in text
@@ -69,11 +70,11 @@ def test_a_num_clients_contradicting_the_file_is_refused_in_one_line(tmp_path):
 
 def test_a_file_of_one_client_is_refused_and_no_client_column_splits_iid(tmp_path):
     with pytest.raises(SettingError, match=r"names 1 client; a federation needs at least 2"):
-        resolve_run({}, _csv_job(_hospitals_csv(tmp_path, hospitals=("a",))))
+        resolve(_csv_job(_hospitals_csv(tmp_path, hospitals=("a",))))
     iid = tmp_path / "iid.toml"
     iid.write_text(open(SCHEMA).read().replace('client_column = "hospital"', ""))
     job = {**_csv_job(_hospitals_csv(tmp_path)), "schema": str(iid), "num-clients": 3}
-    assert resolve_run({}, job)[0].num_clients == 3  # the user's K, an IID split
+    assert resolve(job).settings.num_clients == 3  # the user's K, an IID split
 
 
 def test_the_flower_command_refuses_a_contradicting_k_before_starting(tmp_path, capsys, caplog):
@@ -89,9 +90,9 @@ def test_the_flower_command_refuses_a_contradicting_k_before_starting(tmp_path, 
 
 
 def test_a_bundled_corpus_defaults_to_its_own_client_count():
-    assert resolve_run({}, {"dataset": "heart"})[0].num_clients == 4  # as in process
+    assert resolve({"dataset": "heart"}).settings.num_clients == 4  # as in process
     with pytest.raises(SettingError, match=r"num-clients must lie in \[4, 4\]"):
-        resolve_run({}, {"dataset": "heart", "num-clients": 3})  # an explicit K is checked
+        resolve({"dataset": "heart", "num-clients": 3})  # an explicit K is checked
 
 
 # -- files checked first ----------------------------------------------------------------
@@ -136,11 +137,11 @@ def test_deploy_checks_every_file_before_starting_a_process(tmp_path, monkeypatc
     assert started == []
 
 
-def test_a_missing_csv_or_eval_path_is_refused_by_resolve_run(tmp_path):
+def test_a_missing_csv_or_eval_path_is_refused_by_the_resolver(tmp_path):
     with pytest.raises(SettingError, match=r"^csv: .*gone\.csv: file not found"):
-        resolve_run({}, _csv_job(tmp_path / "gone.csv"))
+        resolve(_csv_job(tmp_path / "gone.csv"))
     with pytest.raises(SettingError, match=r"^eval-path: .*gone\.csv: file not found"):
-        resolve_run({}, {"dataset": "heart", "eval-path": str(tmp_path / "gone.csv")})
+        resolve({"dataset": "heart", "eval-path": str(tmp_path / "gone.csv")})
 
 
 # -- waits ------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 from fedpriv.server.deploy import node_files, supernode_command
 from fedpriv.server.estimators import DPBoostingClassifier
+from fedpriv.server.resolve import resolve
 
 import fedpriv.data.dataset as dataset_module
 import fedpriv.data.node as node_module
@@ -184,8 +185,8 @@ def test_the_declared_bound_is_public_and_required_for_your_own_files(tmp_path, 
     own = DataSource(dataset="adult", schema="heart", num_clients=4)
     with pytest.raises(ValueError, match="max-records must be declared"):
         record_bound(own)
-    with pytest.raises(SettingError, match="max-records"):
-        RunSettings.from_run_config({"csv": str(files[0]), "schema": "adult"})
+    with pytest.raises(SettingError, match="max-records must be declared"):
+        resolve({"csv": str(files[0]), "schema": "adult"})  # a Flower run's resolver
     with pytest.raises(SettingError, match="max-records"):
         RunSettings.from_run_config({"max-records": 0})
     with pytest.raises(SettingError, match="max-records"):

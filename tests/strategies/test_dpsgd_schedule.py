@@ -133,14 +133,15 @@ def test_run_settings_resolve_from_num_clients_times_max_records():
 
 
 def test_the_launcher_writes_the_resolved_schedule_into_the_run_config():
-    from fedpriv.server.launch import resolve_run
+    from fedpriv.server.resolve import resolve
 
-    settings, config = resolve_run({}, {"dataset": "heart", "method": "logistic"})
+    run = resolve({"dataset": "heart", "method": "logistic"})
+    settings, config = run.settings, run.run_config
     n = settings.num_clients * settings.max_records  # the ServerApp's own public n
     assert (config["rounds"], config["sampling-rate"]) == (
         LogisticConfig().for_records(n).rounds,
         LogisticConfig().for_records(n).sampling_rate,
     )
     assert config["rounds"] == settings.rounds < 800 and config["learning-rate"] < 2.0
-    explicit = resolve_run({}, {"dataset": "heart", "method": "logistic", "rounds": 30})[1]
+    explicit = resolve({"dataset": "heart", "method": "logistic", "rounds": 30}).run_config
     assert explicit["rounds"] == 30

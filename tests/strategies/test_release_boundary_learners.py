@@ -76,7 +76,8 @@ class LeaksExactSum:
                      q.arrays, config)  # fmt: skip
 
     def update(self, query, aggregate):
-        self.exact = float(np.sum(aggregate))
+        # None: a round that released nothing (boosting's clients answer w.p. ρ = 0.7).
+        self.exact = 0.0 if aggregate is None else float(np.sum(aggregate))
         self.inner.update(query, aggregate)
 
 
