@@ -12,7 +12,8 @@ The contract, part by part (:class:`fedpriv.methods.Method`):
 * ``config``: a frozen, keyword-only dataclass whose every field has a
   default (the paper's setting) and a type a run config spells (``bool``,
   ``int``, ``float``, ``str``, an ``Enum``, or one of them ``| None``); its
-  defaults construct, and it has ``rounds`` (the run's federated rounds), and
+  defaults construct, and it has ``rounds`` (the run's federated rounds; 0 when
+  automatic, then its ``resolved(epsilon=, delta=, n_records=)`` fixes it), and
   ``sampling_rate`` when the method's family is ``"gaussian-rounds"`` (the
   launchers calibrate that family's noise before any process starts);
 * ``strategy``: a callable; when its return annotation names a class, that
@@ -140,6 +141,10 @@ def _check_config(method: Method) -> None:
         raise _fail(
             method, "config", path, f"must construct from its defaults (every field has one): {exc}"
         ) from exc
+    if callable(getattr(default, "resolved", None)):
+        # Automatic settings (0) are resolved from the run's public facts before the
+        # rounds are counted: check a resolution (any public n and budget will do).
+        default = default.resolved(epsilon=1.0, delta=1e-5, n_records=10_000)
     rounds = getattr(default, "rounds", None)
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise _fail(method, "config", path, f"has no 'rounds' (a count ≥ 1); got {rounds!r}")

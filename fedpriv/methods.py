@@ -42,6 +42,7 @@ paths, in the manner of packaging entry points.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.metadata
 import logging
@@ -186,10 +187,22 @@ class Method:
             return config
         return resolved(epsilon=epsilon, delta=delta, n_records=n_records)
 
+    @staticmethod
+    def _resolved_like(config: Any, kept: Any) -> Any:
+        """``config`` with the fields it leaves automatic (0) taken from ``kept``: equal
+        to ``kept`` exactly when ``kept`` changed nothing but automatic settings."""
+        auto = {
+            f.name: getattr(kept, f.name)
+            for f in fields(config)
+            if getattr(config, f.name) == 0 and not isinstance(getattr(config, f.name), bool)
+        }
+        return dataclasses.replace(config, **auto) if auto else config
+
     def build_strategy(self, config: Any, context: StrategyContext) -> Any:
         """The server half for ``config``; refused (before anything is spent) unless it
         is a :class:`~fedpriv.federation.protocol.Strategy` whose ``method`` is this
-        method's name and whose ``config`` equals ``config``."""
+        method's name and whose ``config`` is ``config`` or its resolution (automatic
+        settings fixed, every set one kept)."""
         from fedpriv.federation.protocol import Strategy
 
         if not isinstance(config, self.config_class):
@@ -203,9 +216,12 @@ class Method:
                 f"{type(strategy).__name__}, not a fedpriv.federation.protocol.Strategy"
             )
         # Its queries' method names the client half every node dispatches to.
-        if (
-            getattr(strategy, "method", None) != self.name
-            or getattr(strategy, "config", None) != config
+        kept = getattr(strategy, "config", None)
+        # Its config is the one given, or that one's resolution (automatic settings fixed
+        # from the strategy's public n): the same class, never another method's.
+        if getattr(strategy, "method", None) != self.name or not (
+            kept == config
+            or (type(kept) is type(config) and kept == self._resolved_like(config, kept))
         ):
             raise TypeError(
                 f"method {self.name!r}: strategy {self.strategy!r} built a "
@@ -326,98 +342,8 @@ def model_classes() -> frozenset[str]:
     return frozenset(m.model for m in methods())
 
 
-# -- the built-in learners (unchecked here: every part's import is deferred) ----
-BUILT_INS = (
-    Method(
-        name="boosting",
-        summary="DP federated gradient boosting with random trees",
-        config="fedpriv.strategies.boosting:BoostingConfig",
-        strategy="fedpriv.strategies.boosting:build",
-        client="fedpriv.clients.boosting:BoostingClient",
-        model="fedpriv.models.trees:TreeEnsemble",
-        kernels="fedpriv.models._kernels",
-        estimator="fedpriv.server.estimators:DPBoostingClassifier",
-        maths="fedpriv.models.trees",
-        multiclass=True,
-    ),
-    Method(
-        name="logistic",
-        summary="DP-SGD logistic regression",
-        config="fedpriv.strategies.dpsgd_config:LogisticConfig",
-        strategy="fedpriv.strategies.dpsgd:build",
-        client="fedpriv.clients.dpsgd:DPSGDClient",
-        model="fedpriv.models.networks:NetworkModel",
-        kernels="fedpriv.models._sgd_kernels",
-        estimator="fedpriv.server.estimators:DPLogisticClassifier",
-        maths="fedpriv.models.networks",
-        multiclass=True,
-    ),
-    Method(
-        name="mlp",
-        summary="DP-SGD one-hidden-layer MLP",
-        config="fedpriv.strategies.dpsgd_config:MLPConfig",
-        strategy="fedpriv.strategies.dpsgd:build",
-        client="fedpriv.clients.dpsgd:DPSGDClient",
-        model="fedpriv.models.networks:NetworkModel",
-        kernels="fedpriv.models._sgd_kernels",
-        estimator="fedpriv.server.estimators:DPMLPClassifier",
-        maths="fedpriv.models.networks",
-        multiclass=True,
-    ),
-    Method(
-        name="lumberjack",
-        summary="Lumberjack: DP random forests grown by sparse-threshold heavy hitters",
-        config="fedpriv.strategies.lumberjack:LumberjackConfig",
-        strategy="fedpriv.strategies.lumberjack:build",
-        client="fedpriv.clients.lumberjack:LumberjackClient",
-        model="fedpriv.models.heavy_hitters:ForestModel",
-        kernels="fedpriv.models._forest_kernels",
-        estimator="fedpriv.server.forest_estimators:LumberjackClassifier",
-        maths="fedpriv.models.lumberjack",
-        delta=1e-6,
-        multiclass=True,
-        family="forest",
-    ),
-    Method(
-        name="random_forest",
-        summary="DP random forest of complete random trees (noisy leaf counts)",
-        config="fedpriv.strategies.random_forest:RandomForestConfig",
-        strategy="fedpriv.strategies.random_forest:build",
-        client="fedpriv.clients.random_forest:RandomForestClient",
-        model="fedpriv.models.random_forest:RandomForestModel",
-        kernels="fedpriv.models._kernels",
-        estimator="fedpriv.server.forest_estimators:DPRandomForestClassifier",
-        maths="fedpriv.models.heavy_hitters",
-        delta=1e-6,
-        multiclass=True,
-        distributed=True,  # its Gaussian leaf counts (leaf-mechanism = "gaussian")
-        family="forest",
-    ),
-    Method(
-        name="dp_gam",
-        summary="DP histogram boosting of one-column trees (DP-EBM)",
-        config="fedpriv.strategies.gam:GAMConfig",
-        strategy="fedpriv.strategies.gam:build",
-        client="fedpriv.clients.gam:GAMClient",
-        model="fedpriv.models.gam:GAMModel",
-        kernels="fedpriv.models.gam",
-        estimator="fedpriv.server.estimators:DPGAMClassifier",
-        maths="fedpriv.models.gam",
-        multiclass=True,
-        family="histogram",
-    ),
-    Method(
-        name="bdpe",
-        summary="bdpe_α: boosted DP greedy trees, M_α loss, exponential-mechanism splits",
-        config="fedpriv.strategies.bdpe:BDPEConfig",
-        strategy="fedpriv.strategies.bdpe:build",
-        client="fedpriv.clients.bdpe:BDPEClient",
-        model="fedpriv.models.bdpe_model:BDPEModel",
-        kernels="fedpriv.models._kernels",
-        estimator="fedpriv.server.estimators:BDPEClassifier",
-        maths="fedpriv.models.bdpe",
-        family="pure",
-    ),
-)
+# -- the built-in learners: their records (fedpriv.builtin_methods), registered on import
+from fedpriv.builtin_methods import BUILT_INS  # noqa: E402 (after the registry exists)
+
 for _method in BUILT_INS:
-    register_method(_method, check=False)
+    register_method(_method, check=False)  # unchecked here: every part's import is deferred

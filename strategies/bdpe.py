@@ -315,8 +315,11 @@ class BDPEStrategy(BDPENodeStages, Strategy):
         )
         # One event for the level: its nodes hold disjoint records (parallel composition).
         tree = self._t // self.config.depth
-        self._ledger.spend(self._split_event, label=f"tree {tree} level {level}: splits")
-        return np.array([em.apply(s, rng=self._secret_rng) for s in scores], dtype=np.int64)
+        stage = ReleaseStage(ledger=self._ledger, rng=self._secret_rng, event=self._split_event)
+        return stage.select(
+            lambda rng: np.array([em.apply(s, rng=rng) for s in scores], dtype=np.int64),
+            label=f"tree {tree} level {level}: splits",
+        )
 
     def _set_splits(self, level: int, choice: np.ndarray) -> None:
         first = (1 << level) - 1

@@ -90,7 +90,8 @@ from fedpriv.privacy.events import ApproxDpEvent, BoundedRangeDpEvent
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.noise_stage import budget_of
 from fedpriv.privacy.randomness import check_private, gaussian_on_grid, rounding_margin
-from fedpriv.privacy.range_guard import check_release, gaussian_margin, sum_bound
+from fedpriv.privacy.range_guard import gaussian_margin, sum_bound
+from fedpriv.privacy.release_stage import ReleaseStage
 from fedpriv.validation import check_count
 
 __all__ = ["METHOD", "LumberjackConfig", "LumberjackStrategy", "build", "feature_space"]
@@ -101,6 +102,18 @@ METHOD = "lumberjack"
 #: How far the leaves' ρ may grow past Lemma 9's split when the whole plan is
 #: certified at once (the tighter composition frees a few per cent of ε, not more).
 LEAF_SCALE_MAX = 4.0
+
+
+def _one_hot(labels: np.ndarray, like: np.ndarray) -> np.ndarray:
+    """Rows of ``like``'s shape with a 1 at each row's label."""
+    out = np.zeros(like.shape)
+    out[np.arange(labels.size), labels] = 1.0
+    return out
+
+
+def _majority(mine: np.ndarray, n_classes: int) -> np.ndarray:
+    """Each leaf's majority class, one-hot (the non-private reference)."""
+    return _one_hot(np.argmax(mine, axis=1), mine)
 
 
 class LumberjackStrategy(LumberjackNodeStages, Strategy):
@@ -359,7 +372,10 @@ class LumberjackStrategy(LumberjackNodeStages, Strategy):
         if self._t == 0 and self._budget is not None:
             # The stage's Heavy bits are released (the next query carries them):
             # the whole structure's (ε₁, δ₁) covers every stage (module docstring).
-            self._ledger.spend(self._events[0][0], label=self._events[0][1])
+            structure, label = self._events[0]
+            ReleaseStage(ledger=self._ledger, rng=self._secret_rng, event=structure).charge(
+                label=label
+            )
         check, start = self._check(), 0
         roots, grow = [], []
         for k, stage in enumerate(self._stages):
@@ -404,36 +420,47 @@ class LumberjackStrategy(LumberjackNodeStages, Strategy):
     def _release_leaves(self, counts: np.ndarray) -> None:
         cfg = self.config
         counts = counts.reshape(-1, self.n_classes)
-        private = self._budget is not None
-        scores, start = [], 0
-        if private and cfg.leaf_mechanism == "gaussian":
+        if self._budget is None:  # the non-private reference: each leaf's majority class
+            scores = self._leaf_scores(counts, lambda mine: _majority(mine, self.n_classes))
+            self._model = ForestModel(tuple(self._trees), tuple(scores), pooled=False)
+            return
+        gaussian = cfg.leaf_mechanism == "gaussian"
+        if gaussian:
             leaf_std = self.leaf_noise(counts.size)
+
+            def leaves(rng):
+                return self._leaf_scores(counts, lambda mine: gaussian_on_grid(mine, leaf_std, rng))
+        else:
+
+            def leaves(rng):
+                return self._leaf_scores(
+                    counts, lambda mine: _one_hot(exponential_labels(mine, self.eta_, rng), mine)
+                )
+
+        # Every tree's leaf event is recorded before any leaf noise is drawn; one record
+        # adds 1 to one leaf count per tree, so every honest Gaussian count is ≤ n.
+        stage = ReleaseStage(ledger=self._ledger, rng=self._secret_rng, event=self._events[1][0])
+        scores = stage.select(
+            leaves,
+            label=[f"tree {k}: leaf labels" for k in range(cfg.trees)],
+            bound=sum_bound(1.0, self.n_records, sampling_rate=1.0) if gaussian else None,
+            margin=(lambda d: gaussian_margin(leaf_std, d)) if gaussian else None,
+        )
+        self._model = ForestModel(tuple(self._trees), tuple(scores), pooled=gaussian)
+
+    def _leaf_scores(self, counts: np.ndarray, leaf_values) -> list[np.ndarray]:
+        """Each tree's node scores: ``leaf_values(mine)`` at its leaves, 0 elsewhere."""
+        scores, start = [], 0
         for tree in self._trees:
             leaf = tree.is_leaf
             mine = counts[start : start + int(leaf.sum())]
             start += mine.shape[0]
             out = np.zeros((tree.left.size, self.n_classes))
-            if not private:
-                out[np.flatnonzero(leaf), np.argmax(mine, axis=1)] = 1.0
-            elif cfg.leaf_mechanism == "exponential":
-                lab = exponential_labels(mine, self.eta_, self._secret_rng)
-                out[np.flatnonzero(leaf), lab] = 1.0
-            else:
-                out[leaf] = gaussian_on_grid(mine, leaf_std, self._secret_rng)
+            out[leaf] = leaf_values(mine)
             scores.append(out)
         if start != counts.shape[0]:
             raise ValueError(f"reply holds {counts.shape[0]} leaves; the forest has {start}")
-        if private:
-            for k in range(cfg.trees):
-                self._ledger.spend(self._events[1][0], label=f"tree {k}: leaf labels")
-            if cfg.leaf_mechanism == "gaussian":
-                # One record adds 1 to one leaf count per tree: every honest count is ≤ n.
-                noisy = np.concatenate([s.ravel() for s in scores])
-                margin = gaussian_margin(leaf_std, noisy.size)
-                bound = sum_bound(1.0, self.n_records, sampling_rate=1.0)
-                check_release(noisy, bound=bound, margin=margin, label="leaf class counts")
-        pooled = private and cfg.leaf_mechanism == "gaussian"
-        self._model = ForestModel(tuple(self._trees), tuple(scores), pooled=pooled)
+        return scores
 
     def model(self) -> ForestModel | None:
         """The released forest; ``None`` until the leaf round is in."""

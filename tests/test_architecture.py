@@ -180,3 +180,36 @@ def test_ruff_is_clean(args):
         [sys.executable, "-m", "ruff", *args], cwd=ROOT, capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _ledger_calls(tree) -> list[tuple[int, str]]:
+    """Calls of ``<...ledger>.release`` / ``.spend`` / ``.spend_instead`` (a ledger used
+    directly, not through a release stage)."""
+    hits = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        if node.func.attr not in {"release", "spend", "spend_instead"}:
+            continue
+        owner = node.func.value
+        name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+        if "ledger" in name.lower():
+            hits.append((node.lineno, f"{name}.{node.func.attr}"))
+    return hits
+
+
+def test_the_ledger_scanner_sees_a_direct_release():
+    code = "def f(self, m, v, rng):\n    return self._ledger.release(m, v, rng=rng)\n"
+    assert _ledger_calls(ast.parse(code)) == [(2, "_ledger.release")]
+    assert _ledger_calls(ast.parse("stage.release(v, label='x')")) == []
+
+
+def test_strategies_release_through_one_stage():
+    """Every strategy releases through fedpriv.privacy.release_stage (or GaussianRounds,
+    which uses it): none draws, records or range-checks by hand."""
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line} {call}"
+        for path in _python_files(ROOT / "strategies")
+        for line, call in _ledger_calls(ast.parse(path.read_text(), str(path)))
+    ]
+    assert offenders == []

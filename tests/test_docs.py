@@ -102,12 +102,13 @@ def test_run_config_reference_lists_every_key(site):
 def test_file_format_and_exit_code_references_follow_the_code(site):
     from fedpriv.server.cli_errors import input_errors, run_errors
 
-    from fedpriv.artefact import ARTEFACT_NAME, MODEL_CLASSES
+    from fedpriv.artefact import ARTEFACT_NAME
     from fedpriv.federation.status import RunOutcome
+    from fedpriv.methods import model_classes
     from fedpriv.privacy.node_audit import KINDS
 
     formats = _text(site, "reference/file-formats")
-    for name in (ARTEFACT_NAME, "privacy.json", "status.json", *MODEL_CLASSES, *KINDS):
+    for name in (ARTEFACT_NAME, "privacy.json", "status.json", *model_classes(), *KINDS):
         assert name in formats, name
     for field in RunOutcome.__dataclass_fields__:
         assert field in formats, field
@@ -136,12 +137,20 @@ def test_docs_ledger_and_registration_examples_run(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert '"n_releases": 1' in proc.stdout
     registering = _python("how-to/add-a-method.md")
-    assert "register_method(" in registering
-    # The record names a package that does not exist: registering must not import it.
-    check = "\nfrom fedpriv.methods import get_method\nprint(get_method('my_method').name)"
+    assert "register_method(" in registering and "def register()" in registering
+    # The record names a package that does not exist here: registration checks every
+    # part and refuses, naming the part, and the registry keeps nothing.
+    check = (
+        "\nfrom fedpriv.method_check import MethodContractError"
+        "\nfrom fedpriv.methods import method_names"
+        "\ntry:\n    register()\nexcept MethodContractError as e:\n    print('refused:', e)"
+        "\nprint('my_method' in method_names())"
+    )
     proc = _run(registering + check, tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["my_method"]
+    first, last = proc.stdout.strip().splitlines()[0], proc.stdout.strip().splitlines()[-1]
+    assert first.startswith("refused: method 'my_method'") and "my_package" in first
+    assert last == "False"
 
 
 def test_docs_server_app_example_defines_a_server_app(tmp_path):

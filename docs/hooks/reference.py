@@ -361,6 +361,7 @@ def _example_report() -> dict[str, Any]:
 def file_formats_page() -> str:
     from fedpriv import artefact
     from fedpriv.federation import status
+    from fedpriv.methods import model_classes
     from fedpriv.privacy import ledger, node_audit, node_budget
 
     outcome = status.run_outcome(rounds_planned=75, rounds=75, aborted=0, max_aborted_share=0.25)
@@ -375,8 +376,8 @@ def file_formats_page() -> str:
         f"## The model file: `{artefact.ARTEFACT_NAME}`\n",
         md(artefact.__doc__),
         f"Format `{artefact.FORMAT}`, version {artefact.FORMAT_VERSION}. Model classes a "
-        "file may name:\n",
-        "\n".join(f"* `{c}`" for c in sorted(artefact.MODEL_CLASSES)) + "\n",
+        "file may name (the registered methods' `model`, plugins' included):\n",
+        "\n".join(f"* `{c}`" for c in sorted(model_classes())) + "\n",
         "## `privacy.json`: the privacy report\n",
         md(ledger.__doc__),
         "A report made by the ledger for one Poisson-subsampled Gaussian release "

@@ -29,7 +29,7 @@ strategy.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,31 +103,42 @@ class ReleaseStage:
         )
         return noisy
 
-    def select(
-        self,
-        draw: Callable[[np.random.Generator], np.ndarray],
-        *,
-        label: str,
-        events: int = 1,
-        bound: float | None = None,
-    ) -> np.ndarray:
-        """Record ``events`` of the stage's event, then ``draw(rng)`` with its generator.
-
-        For a release whose randomness is the caller's routine (a selection, or
-        noise drawn on a grid the mechanism does not know): over budget raises
-        before anything is drawn. With ``bound`` (or the stage's, when the
-        output is a noisy value rather than a selection) the output is
-        range-checked with the mechanism's margin.
-        """
-        check_private("rng", self.rng)  # before the budget check: a seeded rng is a defect
+    def charge(self, *, label: str, events: int = 1) -> None:
+        """Record ``events`` of the stage's event now, for a mechanism that draws later
+        and over several rounds with the stage's generator (the sparse threshold's
+        checks of a structure released stage by stage): over budget raises before
+        its first draw."""
+        check_private("rng", self.rng)
         for _ in range(events):
             self.ledger.spend(self.planned_event, label=label)
-        out = np.asarray(draw(self.rng))
+
+    def select(
+        self,
+        draw: Callable[[np.random.Generator], Any],
+        *,
+        label: str | Sequence[str],
+        events: int = 1,
+        bound: float | None = None,
+        margin: Callable[[int], float] | None = None,
+    ) -> Any:
+        """Record the stage's event, then ``draw(rng)`` with its generator.
+
+        For a release whose randomness is the caller's routine (a selection, or
+        noise drawn on a grid the mechanism does not know): every event is
+        recorded first, so over budget raises before anything is drawn. ``label``:
+        one label for ``events`` events, or one event per label. With ``bound``
+        the output (an array, or a sequence of arrays) is range-checked, with
+        ``margin(d)`` for its d values (default: the mechanism's noise margin).
+        """
+        labels = [label] * events if isinstance(label, str) else list(label)
+        check_private("rng", self.rng)  # before the budget check: a seeded rng is a defect
+        for name in labels:
+            self.ledger.spend(self.planned_event, label=name)
+        out = draw(self.rng)
         if bound is not None:
-            check_release(
-                out.astype(np.float64),
-                bound=bound,
-                margin=noise_margin(self.mechanism, out.size),
-                label=label,
-            )
+            parts = out if isinstance(out, list | tuple) else [out]
+            flat = np.concatenate([np.ravel(np.asarray(p, dtype=np.float64)) for p in parts])
+            width = margin(flat.size) if margin else noise_margin(self.mechanism, flat.size)
+            label_text = labels[0] if len(labels) == 1 else f"{labels[0]} … {labels[-1]}"
+            check_release(flat, bound=bound, margin=width, label=label_text)
         return out

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import tomllib
-from pathlib import Path
 
 import pytest
 from fedpriv.server.app import communication_report
@@ -30,7 +29,9 @@ def test_round_times_are_written_only_when_asked():
     assert timed["round_seconds"] == [0.31, 0.52]
     assert timed["mean_round_seconds"] == pytest.approx(0.415)
     assert RunSettings().timings is False
-    # The shipped run config leaves it at that default ("" = the code's default).
-    config = tomllib.loads(Path("pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    # The generated Flower App leaves it at that default ("" = the code's default).
+    from fedpriv.server.flower_project import project_toml
+
+    config = tomllib.loads(project_toml())["tool"]["flwr"]["app"]["config"]
     assert config["timings"] == ""
     assert RunSettings.from_run_config(config).timings is False

@@ -83,17 +83,21 @@ def test_every_entry_point_resolves_the_same_settings(monkeypatch, tmp_path, met
     # The estimator: at its defaults (no preset) or from_preset, the same settings ...
     cls = get_method(method).estimator_class
     est = cls() if preset is None else cls.from_preset(preset)
-    assert _estimator_view(est.run_settings()) == _estimator_view(s)
+    # (its automatic settings, 0 among the parameters, resolved as the run resolves them)
+    assert _estimator_view(est.run_settings().for_records(s.public_records)) == _estimator_view(s)
     # ... and the one the CLI builds from the settings gives them all back, typed.
     built = MethodEstimator.from_settings(s)
     assert type(built) is cls and (built.num_clients, built.max_records) == (5, s.max_records)
     assert built.run_settings(s) == s
     # The preset's method keys only for its own method; otherwise the dataclass defaults.
     mine = {} if preset is None else get_preset(preset).applied(method)
-    defaults = get_method(method).make_config()
+    m = get_method(method)
+    own = {k.replace("-", "_"): v for k, v in mine.items()}
+    given = m.make_config(**{k: v for k, v in own.items() if k in m.config_fields})
+    eps, dlt = s.training_budget  # automatic settings: the one resolution, from public facts
+    defaults = m.resolve_config(given, epsilon=eps, delta=dlt, n_records=s.public_records)
     for f in defaults.__dataclass_fields__:
-        want = mine.get(f.replace("_", "-"), getattr(defaults, f))
-        assert getattr(s.config, f) == want, (method, f)
+        assert getattr(s.config, f) == getattr(defaults, f), (method, f)
 
 
 def test_one_default_method_and_the_main_job_only_by_its_preset(monkeypatch, tmp_path):
