@@ -74,13 +74,14 @@ from typing import Any
 import numpy as np
 from dp_accounting import dp_event
 from fedpriv.strategies.lumberjack_config import LumberjackConfig
+from fedpriv.strategies.lumberjack_leaves import LumberjackLeaves
 from fedpriv.strategies.lumberjack_nodes import LumberjackNodeStages
 from fedpriv.strategies.recalibration import LinearRecalibrationRound
 
 from fedpriv import logs
 from fedpriv.federation.protocol import Query, Strategy
 from fedpriv.methods import StrategyContext
-from fedpriv.models.heavy_hitters import ForestModel, PrunedTree, assemble, exponential_labels
+from fedpriv.models.heavy_hitters import ForestModel, PrunedTree, assemble
 from fedpriv.models.lumberjack import FeatureSpace, Layer, Stage, children, expand, root_layer
 from fedpriv.models.lumberjack_bounds import GrowthCaps, growth_caps, heavy_bits
 from fedpriv.options import SplitFeatures
@@ -89,8 +90,7 @@ from fedpriv.privacy.calibration import largest_certified
 from fedpriv.privacy.events import ApproxDpEvent, BoundedRangeDpEvent
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.noise_stage import budget_of
-from fedpriv.privacy.randomness import check_private, gaussian_on_grid, rounding_margin
-from fedpriv.privacy.range_guard import gaussian_margin, sum_bound
+from fedpriv.privacy.randomness import check_private, rounding_margin
 from fedpriv.privacy.release_stage import ReleaseStage
 from fedpriv.validation import check_count
 
@@ -104,19 +104,7 @@ METHOD = "lumberjack"
 LEAF_SCALE_MAX = 4.0
 
 
-def _one_hot(labels: np.ndarray, like: np.ndarray) -> np.ndarray:
-    """Rows of ``like``'s shape with a 1 at each row's label."""
-    out = np.zeros(like.shape)
-    out[np.arange(labels.size), labels] = 1.0
-    return out
-
-
-def _majority(mine: np.ndarray, n_classes: int) -> np.ndarray:
-    """Each leaf's majority class, one-hot (the non-private reference)."""
-    return _one_hot(np.argmax(mine, axis=1), mine)
-
-
-class LumberjackStrategy(LumberjackNodeStages, Strategy):
+class LumberjackStrategy(LumberjackNodeStages, LumberjackLeaves, Strategy):
     """Server half of Lumberjack; speaks only :class:`Query` and aggregates."""
 
     method = METHOD
@@ -416,51 +404,6 @@ class LumberjackStrategy(LumberjackNodeStages, Strategy):
     def _heavy(self, stage: Stage, block: np.ndarray, check) -> list[np.ndarray]:
         """The stage's split bits: Heavy, at most B per level and F at the bottom (``caps_``)."""
         return heavy_bits(stage, block, check, self.caps_)
-
-    def _release_leaves(self, counts: np.ndarray) -> None:
-        cfg = self.config
-        counts = counts.reshape(-1, self.n_classes)
-        if self._budget is None:  # the non-private reference: each leaf's majority class
-            scores = self._leaf_scores(counts, lambda mine: _majority(mine, self.n_classes))
-            self._model = ForestModel(tuple(self._trees), tuple(scores), pooled=False)
-            return
-        gaussian = cfg.leaf_mechanism == "gaussian"
-        if gaussian:
-            leaf_std = self.leaf_noise(counts.size)
-
-            def leaves(rng):
-                return self._leaf_scores(counts, lambda mine: gaussian_on_grid(mine, leaf_std, rng))
-        else:
-
-            def leaves(rng):
-                return self._leaf_scores(
-                    counts, lambda mine: _one_hot(exponential_labels(mine, self.eta_, rng), mine)
-                )
-
-        # Every tree's leaf event is recorded before any leaf noise is drawn; one record
-        # adds 1 to one leaf count per tree, so every honest Gaussian count is ≤ n.
-        stage = ReleaseStage(ledger=self._ledger, rng=self._secret_rng, event=self._events[1][0])
-        scores = stage.select(
-            leaves,
-            label=[f"tree {k}: leaf labels" for k in range(cfg.trees)],
-            bound=sum_bound(1.0, self.n_records, sampling_rate=1.0) if gaussian else None,
-            margin=(lambda d: gaussian_margin(leaf_std, d)) if gaussian else None,
-        )
-        self._model = ForestModel(tuple(self._trees), tuple(scores), pooled=gaussian)
-
-    def _leaf_scores(self, counts: np.ndarray, leaf_values) -> list[np.ndarray]:
-        """Each tree's node scores: ``leaf_values(mine)`` at its leaves, 0 elsewhere."""
-        scores, start = [], 0
-        for tree in self._trees:
-            leaf = tree.is_leaf
-            mine = counts[start : start + int(leaf.sum())]
-            start += mine.shape[0]
-            out = np.zeros((tree.left.size, self.n_classes))
-            out[leaf] = leaf_values(mine)
-            scores.append(out)
-        if start != counts.shape[0]:
-            raise ValueError(f"reply holds {counts.shape[0]} leaves; the forest has {start}")
-        return scores
 
     def model(self) -> ForestModel | None:
         """The released forest; ``None`` until the leaf round is in."""
