@@ -22,30 +22,30 @@ __version__ = "0.1.0"
 
 _layout.install(_Path(__file__).parent)
 
-#: Public names served lazily (PEP 562) from the application layer.
-_ESTIMATORS = (
-    "BDPEClassifier",
-    "DPBoostingClassifier",
-    "DPGAMClassifier",
-    "DPLogisticClassifier",
-    "DPMLPClassifier",
-    "DPRandomForestClassifier",
-    "LumberjackClassifier",
-    "MethodEstimator",
-)
-_LAZY = {name: "fedpriv.server.estimators" for name in _ESTIMATORS} | {
+#: Public names served lazily (PEP 562), besides every registered method's estimator
+#: (its record names it: :mod:`fedpriv.methods`, plugins' included).
+_LAZY = {
+    "MethodEstimator": "fedpriv.server.method_estimator",
     "PrivacyBudget": "fedpriv.privacy",
     "PrivacyLedger": "fedpriv.privacy",
     "SecretKey": "fedpriv.privacy.randomness",
     "load_dataset": "fedpriv.data",
 }
 
-__all__ = ["__version__", *sorted(_LAZY)]
+
+def _public() -> dict[str, str]:
+    """Every lazily served name and the module it comes from."""
+    from fedpriv.methods import methods
+
+    estimators = dict(reversed(m.estimator.split(":")) for m in methods())
+    return {**estimators, **_LAZY}
 
 
 def __getattr__(name: str):
-    """Import a public name on first use (module docstring)."""
-    module = _LAZY.get(name)
+    """Import a public name on first use (module docstring); ``__all__`` is computed."""
+    if name == "__all__":
+        return ["__version__", *sorted(_public())]
+    module = _LAZY.get(name) or (_public().get(name) if not name.startswith("_") else None)
     if module is None:
         raise AttributeError(f"module 'fedpriv' has no attribute {name!r}")
     import importlib
@@ -56,4 +56,4 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    return sorted({*globals(), *_public()})

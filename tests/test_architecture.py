@@ -213,3 +213,17 @@ def test_strategies_release_through_one_stage():
         for line, call in _ledger_calls(ast.parse(path.read_text(), str(path)))
     ]
     assert offenders == []
+
+
+def test_the_public_api_is_the_registry_and_importing_fedpriv_stays_light():
+    code = (
+        "import sys, fedpriv;"
+        "heavy=[m for m in sys.modules if m.startswith(('fedpriv.server','torch','flwr'))];"
+        "from fedpriv.methods import methods;"
+        "names={m.estimator.split(':')[1] for m in methods()};"
+        "ok=names <= set(fedpriv.__all__) and all(getattr(fedpriv, n).method for n in names);"
+        "print(heavy, ok)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["[]", "True"]

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_readme import _run  # one way to run a manual's example
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 
@@ -115,16 +117,6 @@ def test_file_format_and_exit_code_references_follow_the_code(site):
     codes = _text(site, "reference/exit-codes")
     for cls in (*input_errors(), *run_errors()):
         assert f"{cls.__module__}.{cls.__name__}" in codes
-
-
-def _run(code: str, tmp_path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env={"FEDPRIV_CACHE_DIR": "off", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
-    )
 
 
 def _python(page: str) -> str:
