@@ -103,9 +103,12 @@ def run(plan: Plan, names: list[str] | None) -> dict[str, pd.DataFrame]:
         t0 = time.perf_counter()
         n = plan.n_trials
         extra = {"leaf_counts": leaf_counts_statistic(audit)} if audit.name == "lumberjack" else {}
-        honest = audit_learner(audit, n_trials=n, keys="fresh", section1=True, extra=extra)
+        replays: dict[int, float] = {}  # the §1 replay of a seed: one fit for both audits
+        honest = audit_learner(
+            audit, n_trials=n, keys="fresh", section1=True, replays=replays, extra=extra
+        )
         twin = audit_learner(audit, n_trials=n, twin=True, keys="fresh")["plain"]
-        debug = audit_learner(audit, n_trials=n, keys="debug", section1=True)
+        debug = audit_learner(audit, n_trials=n, keys="debug", section1=True, replays=replays)
         for column, o in (
             ("honest", honest["plain"]),
             ("twin", twin),
