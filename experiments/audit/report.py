@@ -19,7 +19,9 @@ DESIGN = """\
 Each learner runs end to end — strategy, client handler, in-process runtime
 with secure aggregation, privacy ledger — on tiny data (2 clients, 20–41
 rows, Poisson rate q = 1), many times on D and on D' = D + one canary
-record, every fit with its own public seed and its own secret key. A
+record, every fit with its own public seed and its own secret key (broken
+twins and the §1 attacker's replays of central-noise learners run on plain
+sums, whose releases are bit-identical to the secure sums'). A
 distinguishing statistic of what the attacker of ARCHITECTURE.md §1 sees is
 thresholded, and the Clopper–Pearson lower bound ε̂ at the claimed δ
 (`fedpriv.privacy.audit_epsilon`, 95 % confidence, the event chosen on half
