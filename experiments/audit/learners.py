@@ -221,21 +221,12 @@ class LearnerAudit:
     noise: Any = None
 
     def fit(
-        self,
-        *,
-        canary: bool,
-        seed: int,
-        key: SecretKey | None,
-        twin: bool = False,
+        self, *, canary: bool, seed: int, key: SecretKey | None, twin: bool = False,
         secure_aggregation: bool = True,
-    ) -> Run:
+    ) -> Run:  # fmt: skip
         """One end-to-end fit on D' (``canary``) or D; ``key=None``: fresh OS entropy.
-
-        ``secure_aggregation=False``: plain sums, whose releases are bit-identical to the
-        secure sums' (the in-process runtime's invariant, tested with the estimators) at
-        a third to a half of the cost; central noise only (distributed noise lives
-        inside secure aggregation).
-        """
+        ``secure_aggregation=False``: plain sums, releasing bit for bit what the secure
+        sums do (tests/server/test_estimators.py) at a third to a half of the cost."""
         return run_fit(
             strategy=self.make_strategy(twin),
             handler=self.make_handler(),
@@ -250,7 +241,7 @@ class LearnerAudit:
 
     @property
     def plain_sums_release_the_same(self) -> bool:
-        """Whether :meth:`fit` may use plain sums for the same releases (central noise)."""
+        """Central noise: plain sums may serve (distributed noise needs the secure sum)."""
         return self.noise is None
 
 
