@@ -19,9 +19,7 @@ DESIGN = """\
 Each learner runs end to end — strategy, client handler, in-process runtime
 with secure aggregation, privacy ledger — on tiny data (2 clients, 20–41
 rows, Poisson rate q = 1), many times on D and on D' = D + one canary
-record, every fit with its own public seed and its own secret key (broken
-twins and the §1 attacker's replays of central-noise learners run on plain
-sums, whose releases are bit-identical to the secure sums'). A
+record, every fit with its own public seed and its own secret key. A
 distinguishing statistic of what the attacker of ARCHITECTURE.md §1 sees is
 thresholded, and the Clopper–Pearson lower bound ε̂ at the claimed δ
 (`fedpriv.privacy.audit_epsilon`, 95 % confidence, the event chosen on half
@@ -64,6 +62,10 @@ D under the key derived from that seed (what the code did before commit
 it subtracts the replayed noise. With a secret key the replay is independent
 of the run and only adds variance; in debug mode the replay *is* the run
 whenever the canary is absent, and D separates from D' perfectly.
+
+The twins and the §1 replays of central-noise learners run on plain sums,
+whose releases are bit for bit those of the secure sums, at a third to a half
+of the cost; a seed's replay serves both the secret-key and the debug audit.
 """
 
 
