@@ -40,11 +40,11 @@ import os
 from functools import lru_cache
 
 import numpy as np
+from fedpriv.clients.evaluation import EvaluationClient
+from fedpriv.clients.node_rules import admit_plan, admit_query, handler, node_ledger
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from clients.evaluation import EvaluationClient
-from clients.node_rules import admit_plan, admit_query, handler, node_ledger
 from fedpriv.data.node import (
     DATA_PATH,
     EVAL_DATA_PATH,

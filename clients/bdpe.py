@@ -19,8 +19,8 @@ import hashlib
 from typing import Any
 
 import numpy as np
+from fedpriv.clients.reply_settings import require_rate, setting_choice, setting_int
 
-from clients.reply_settings import require_rate, setting_choice, setting_int
 from fedpriv.federation.protocol import ClientData, Query, ReplySensitivity, require_every_record
 from fedpriv.models.bdpe import example_weights, feature_bins, level_sums
 from fedpriv.models.bdpe_model import BDPEModel, node_of_rows
@@ -49,12 +49,12 @@ def thresholds_of(cand_feature: np.ndarray, cand_threshold: np.ndarray, d: int):
 
 
 class BDPEClient:
-    """Client handler for :class:`strategies.bdpe.BDPEStrategy`."""
+    """Client handler for :class:`fedpriv.strategies.bdpe.BDPEStrategy`."""
 
     method = "bdpe"
     #: State entries that only save work (a runtime that serialises state drops them).
     cache_keys = ("bins", "bins_key", "margins", "margin_trees", "margin_key")
-    #: The deepest tree (:class:`strategies.bdpe.BDPEConfig`).
+    #: The deepest tree (:class:`fedpriv.strategies.bdpe.BDPEConfig`).
     MAX_DEPTH = 10
 
     def reply_sensitivity(self, query: Query) -> ReplySensitivity:

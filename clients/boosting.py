@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from fedpriv.clients.query_settings import choice_setting, count_setting
 
-from clients.query_settings import choice_setting, count_setting
 from fedpriv.federation.protocol import ClientData, Query, ReplySensitivity
 from fedpriv.models import _kernels
 from fedpriv.models.trees import (
@@ -42,7 +42,7 @@ from fedpriv.privacy.randomness import SecretKey
 
 
 class BoostingClient:
-    """Client handler for :class:`strategies.boosting.DPBoostingStrategy`."""
+    """Client handler for :class:`fedpriv.strategies.boosting.DPBoostingStrategy`."""
 
     method = "boosting"
     #: State entries that only save work; a runtime that serialises the state

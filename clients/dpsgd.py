@@ -6,7 +6,7 @@ public input map and the clipping norm C), a client returns
 paper §3.5; Abadi et al. 2016, Alg. 1), with the output bias's part clipped
 on its own to B when the query says so (``bias_bound``). In the centring
 round (``stage="centre"``) it returns Σ_i x̃_i · min(1, R/‖x̃_i‖) over all its
-rows, x̃ the mapped row (:mod:`strategies.dpsgd`). Nothing else leaves the client: no
+rows, x̃ the mapped row (:mod:`fedpriv.strategies.dpsgd`). Nothing else leaves the client: no
 count, no loss. The handler keeps no state between steps; everything it needs
 is in the query.
 
@@ -31,8 +31,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from fedpriv.clients.query_settings import bound_setting, choice_setting, count_setting
 
-from clients.query_settings import bound_setting, choice_setting, count_setting
 from fedpriv.federation.protocol import ClientData, Query, ReplySensitivity
 from fedpriv.models import recalibration as linear_recal
 from fedpriv.models import sgd_recalibration as recal
@@ -58,7 +58,7 @@ STAGES = (CENTRE, STEP, recal.RECALIBRATE, recal.LINEAR)
 
 
 class DPSGDClient:
-    """Client handler for :class:`strategies.dpsgd.DPSGDStrategy`.
+    """Client handler for :class:`fedpriv.strategies.dpsgd.DPSGDStrategy`.
 
     Parameters
     ----------

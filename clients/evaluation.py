@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
+from fedpriv.clients.query_settings import count_setting
 
-from clients.query_settings import count_setting
 from fedpriv.evaluation_dp import SENSITIVITY, STAGE, check_bins, score_histogram
 from fedpriv.federation.protocol import ClientData, Query, ReplySensitivity, require_every_record
 from fedpriv.methods import resolve
@@ -35,7 +35,7 @@ MODEL_CLASSES: dict[str, str] = {
     "dp_gam": "fedpriv.models.gam:GAMModel",
     "logistic": "fedpriv.models.networks:NetworkModel",
     "mlp": "fedpriv.models.networks:NetworkModel",
-    "random_forest": "strategies.random_forest:RandomForestModel",
+    "random_forest": "fedpriv.strategies.random_forest:RandomForestModel",
     "lumberjack": "fedpriv.models.heavy_hitters:ForestModel",
 }
 
@@ -52,7 +52,7 @@ def load_scorer(method: str, arrays: Mapping[str, np.ndarray]) -> Scorer:
 
 
 class EvaluationClient:
-    """Client handler for :class:`strategies.evaluation.EvaluationStrategy`."""
+    """Client handler for :class:`fedpriv.strategies.evaluation.EvaluationStrategy`."""
 
     method = "evaluation"
 

@@ -32,8 +32,8 @@ import hashlib
 from typing import Any
 
 import numpy as np
+from fedpriv.clients.reply_settings import require_rate, setting_choice, setting_int
 
-from clients.reply_settings import require_rate, setting_choice, setting_int
 from fedpriv.federation.protocol import ClientData, Query, ReplySensitivity, require_every_record
 from fedpriv.models.gam import (
     GAMModel,
@@ -70,7 +70,7 @@ def _sums(model: GAMModel, f: np.ndarray, y: np.ndarray, bins: np.ndarray, n: in
 
 
 class GAMClient:
-    """Client handler for :class:`strategies.gam.DPGAMStrategy`."""
+    """Client handler for :class:`fedpriv.strategies.gam.DPGAMStrategy`."""
 
     method = "dp_gam"
     #: State entries that only save work (a runtime that serialises state drops them).

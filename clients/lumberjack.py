@@ -27,8 +27,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import numpy as np
+from fedpriv.clients.reply_settings import require_rate, setting_choice, setting_int
 
-from clients.reply_settings import require_rate, setting_choice, setting_int
 from fedpriv.federation.protocol import ClientData, Query, ReplySensitivity, require_every_record
 from fedpriv.models import _forest_kernels, recalibration
 from fedpriv.models.forest_sensitivity import leaf_count_sensitivity, stage_count_sensitivity
@@ -46,7 +46,7 @@ def _check_features(feature: np.ndarray, width: int) -> np.ndarray:
 
 
 class LumberjackClient:
-    """Client handler for :class:`strategies.lumberjack.LumberjackStrategy`."""
+    """Client handler for :class:`fedpriv.strategies.lumberjack.LumberjackStrategy`."""
 
     method = "lumberjack"
     #: The stages a query belongs to, by its ``kind``.
@@ -55,7 +55,7 @@ class LumberjackClient:
         "leaves": "leaves",
         recalibration.STAGE: "recalibration",
     }
-    #: Most levels in one structure stage (:class:`strategies.lumberjack_config.LumberjackConfig`).
+    #: Most levels in one structure stage (:class:`fedpriv.strategies.lumberjack_config.LumberjackConfig`).
     MAX_HEIGHT = 10
 
     def reply_sensitivity(self, query: Query) -> ReplySensitivity:

@@ -15,9 +15,9 @@ import logging
 import os
 from functools import lru_cache
 
+from fedpriv.clients.evaluation import EvaluationClient
 from flwr.app import ConfigRecord, Context, Message
 
-from clients.evaluation import EvaluationClient
 from fedpriv.data.node import run_schema
 from fedpriv.federation.settings import RunSettings
 from fedpriv.methods import get_method

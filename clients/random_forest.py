@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from fedpriv.clients.reply_settings import require_rate, setting_choice, setting_int
 
-from clients.reply_settings import require_rate, setting_choice, setting_int
 from fedpriv.federation.protocol import ClientData, Query, ReplySensitivity, require_every_record
 from fedpriv.models.forest_sensitivity import leaf_count_sensitivity
 from fedpriv.models.trees import RandomTree, check_routable, route
@@ -30,7 +30,7 @@ from fedpriv.records import class_codes
 
 #: The one stage of a random forest: every leaf's class counts.
 STAGE = "leaf_counts"
-#: The deepest tree a query may hold (:class:`strategies.random_forest.RandomForestConfig`).
+#: The deepest tree a query may hold (:class:`fedpriv.strategies.random_forest.RandomForestConfig`).
 MAX_DEPTH = 16
 
 
@@ -47,7 +47,7 @@ def tree_of_rows(key: SecretKey, n: int, n_trees: int) -> np.ndarray:
 
 
 class RandomForestClient:
-    """Client handler for :class:`strategies.random_forest.RandomForestStrategy`."""
+    """Client handler for :class:`fedpriv.strategies.random_forest.RandomForestStrategy`."""
 
     method = "random_forest"
 

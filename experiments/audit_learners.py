@@ -2,7 +2,7 @@
 
 For each learner (boosting, DP-EBM and its group round, bdpe_α, DP-SGD
 logistic and MLP, Lumberjack, the random forest in modes ``all`` and
-``disjoint`` with Gaussian or Laplace leaves; :mod:`experiments.audit.learners`)
+``disjoint`` with Gaussian or Laplace leaves; :mod:`fedpriv.experiments.audit.learners`)
 it measures the Clopper–Pearson lower bound ε̂ of
 
 * the honest learner (fresh OS-entropy keys),
@@ -20,7 +20,7 @@ ChaCha20 + grid rounding against ``x + rng.normal`` with PCG64. Outputs in
 
 Usage::
 
-    python -m experiments.audit_learners [--quick] [--out DIR] [--learners NAME ...]
+    python -m fedpriv.experiments.audit_learners [--quick] [--out DIR] [--learners NAME ...]
 """
 
 from __future__ import annotations
@@ -35,13 +35,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from fedpriv.experiments.audit.auditing import AuditOutcome, audit_learner
+from fedpriv.experiments.audit.learners import CI_TRIALS, all_audits, dpsgd_audit
+from fedpriv.experiments.audit.reliability import bootstrap_failure_rate
+from fedpriv.experiments.audit.report import write_report
+from fedpriv.experiments.audit.runs import Run
+from fedpriv.experiments.audit.sampler_cost import sampler_cost
 
-from experiments.audit.auditing import AuditOutcome, audit_learner
-from experiments.audit.learners import CI_TRIALS, all_audits, dpsgd_audit
-from experiments.audit.reliability import bootstrap_failure_rate
-from experiments.audit.report import write_report
-from experiments.audit.runs import Run
-from experiments.audit.sampler_cost import sampler_cost
 from fedpriv import logs
 
 log = logs.get_logger(__name__)
@@ -208,7 +208,10 @@ def main(argv: list[str] | None = None) -> Path:
     tables = run(plan, args.learners)
     meta = {
         "command": " ".join(
-            ["python -m experiments.audit_learners", *(sys.argv[1:] if argv is None else argv)]
+            [
+                "python -m fedpriv.experiments.audit_learners",
+                *(sys.argv[1:] if argv is None else argv),
+            ]
         ),
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{platform.machine()}, Python {platform.python_version()}",

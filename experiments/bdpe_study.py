@@ -9,8 +9,8 @@ forest when a paired t-test over the folds' test errors gives p < 0.01; the
 wins table counts, among the significant runs, those where bdpe_α has the
 lower error (the paper's Table 4), with AUC and error tables beside it.
 
-    python -m experiments.bdpe_study                 # the committed report
-    python -m experiments.bdpe_study --quick --out /tmp/bdpe   # a smoke run
+    python -m fedpriv.experiments.bdpe_study                 # the committed report
+    python -m fedpriv.experiments.bdpe_study --quick --out /tmp/bdpe   # a smoke run
 
 Results are cached line by line (``results.jsonl`` in ``--out``), so an
 interrupted study resumes where it stopped.
@@ -27,14 +27,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+from fedpriv.experiments.bdpe_report import write_report
+from fedpriv.server.estimators import BDPEClassifier, DPRandomForestClassifier
 from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import StratifiedKFold
 
-from experiments.bdpe_report import write_report
 from fedpriv.data import corpora
 from fedpriv.data.split import Split
 from fedpriv.data.synthetic import make_synthetic
-from server.estimators import BDPEClassifier, DPRandomForestClassifier
 
 log = logging.getLogger(__name__)
 OUT = Path(__file__).parent / "reports" / "bdpe"

@@ -20,7 +20,7 @@ seed, metric, value), one CSV per analysis table, ``report.md`` and PNGs.
 
 Usage::
 
-    python -m experiments.benchmark --config experiments/configs/matched.toml [--quick] [--out DIR]
+    python -m fedpriv.experiments.benchmark --config experiments/configs/matched.toml [--quick] [--out DIR]
         [--processes {1,2}]
 """
 
@@ -36,10 +36,10 @@ import time
 from pathlib import Path
 
 import pandas as pd
+from fedpriv.experiments.bench import analysis, figures, private_tuning, report, stages, targets
+from fedpriv.experiments.bench.cells import CellCache, make_pool
+from fedpriv.experiments.bench.config import load
 
-from experiments.bench import analysis, figures, private_tuning, report, stages, targets
-from experiments.bench.cells import CellCache, make_pool
-from experiments.bench.config import load
 from fedpriv import logs
 
 log = logs.get_logger(__name__)

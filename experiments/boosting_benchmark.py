@@ -15,8 +15,8 @@
 
 Usage::
 
-    python -m experiments.boosting_benchmark --speed
-    python -m experiments.boosting_benchmark --utility --seeds 5
+    python -m fedpriv.experiments.boosting_benchmark --speed
+    python -m fedpriv.experiments.boosting_benchmark --utility --seeds 5
 """
 
 from __future__ import annotations
@@ -46,17 +46,17 @@ def _auc(clf, X, y) -> float:
 
 def speed_once(repeats: int = 7) -> dict[str, float]:
     """One process's best-of-``repeats`` timings, in seconds (client work in ms/1k/round)."""
+    from fedpriv.clients.boosting import BoostingClient
+    from fedpriv.experiments.keys import secret_key_for
+    from fedpriv.strategies.boosting import BoostingConfig, DPBoostingStrategy
     from sklearn.ensemble import HistGradientBoostingClassifier
 
-    from clients.boosting import BoostingClient
-    from experiments.keys import secret_key_for
     from fedpriv.data import load_synthetic
     from fedpriv.data.partition import dirichlet
     from fedpriv.federation.protocol import make_clients
     from fedpriv.federation.runtime import InProcessRuntime
     from fedpriv.privacy import PrivacyBudget, PrivacyLedger, calibrate_gaussian_noise_multiplier
     from fedpriv.seeding import derive_generator
-    from strategies.boosting import BoostingConfig, DPBoostingStrategy
 
     ds = load_synthetic()
     X, y = ds.X, ds.y  # the TARGETS.md task: all 4,800 rows
@@ -134,7 +134,7 @@ def speed(processes: int = 5) -> None:
     rows = []
     for _ in range(processes):
         out = subprocess.run(
-            [sys.executable, "-m", "experiments.boosting_benchmark", "--speed-once"],
+            [sys.executable, "-m", "fedpriv.experiments.boosting_benchmark", "--speed-once"],
             check=True,
             capture_output=True,
             text=True,
@@ -167,8 +167,9 @@ def _timed(f) -> float:
 
 
 def utility(seeds: int) -> None:
+    from fedpriv.server.estimators import DPBoostingClassifier
+
     from fedpriv.data import load_adult, load_brfss, load_diabetes130
-    from server.estimators import DPBoostingClassifier
 
     print(f"test AUC, mean ± sd over {seeds} seeds (depth 5, lr 0.4, q 0.05, δ = 1e-5)")
     for name, loader in (("brfss", load_brfss), ("diabetes130", load_diabetes130)):

@@ -2,16 +2,16 @@
 
 Each cell (dataset, ε, settings) is fitted with the in-process estimator on
 the training split, once per secret key (subkeys of the process key,
-:mod:`experiments.keys`; public seed = key index), and scored on the
+:mod:`fedpriv.experiments.keys`; public seed = key index), and scored on the
 validation and test splits: mean ± sd of AUC, test Brier, the mean predicted
 probability and the training base rate p with its Brier p(1 − p)-style score
 (predicting p on the test split), and seconds per fit. ``--grid`` sweeps
-:class:`strategies.boosting.BoostingConfig` fields (every combination).
+:class:`fedpriv.strategies.boosting.BoostingConfig` fields (every combination).
 
 Usage::
 
-    python -m experiments.boosting_check --cells brfss:2 --keys 3
-    python -m experiments.boosting_check --cells diabetes130:0.5,diabetes130:8 \\
+    python -m fedpriv.experiments.boosting_check --cells brfss:2 --keys 3
+    python -m fedpriv.experiments.boosting_check --cells diabetes130:0.5,diabetes130:8 \\
         --grid sampling_rate=0.2,1 depth=3,5 rounds=100 lam=2.5,5,10
 """
 
@@ -22,11 +22,10 @@ import logging
 import time
 
 import numpy as np
+from fedpriv.experiments.gam_check import NUM_CLIENTS, _parse_grid, base_rate_brier, load
+from fedpriv.experiments.keys import secret_key_for
+from fedpriv.server.estimators import DPBoostingClassifier
 from sklearn.metrics import brier_score_loss, roc_auc_score
-
-from experiments.gam_check import NUM_CLIENTS, _parse_grid, base_rate_brier, load
-from experiments.keys import secret_key_for
-from server.estimators import DPBoostingClassifier
 
 #: Benchmark paper, Table 6 (DP boosting), ε = 0.5 / 2 / 8.
 PAPER = {

@@ -12,9 +12,9 @@ prints per configuration:
 
 Usage::
 
-    python -m experiments.calibration_benchmark            # full grid
-    python -m experiments.calibration_benchmark --quick    # ε ∈ {1, 8}, T ∈ {25, 800}
-    python -m experiments.calibration_benchmark --no-baseline
+    python -m fedpriv.experiments.calibration_benchmark            # full grid
+    python -m fedpriv.experiments.calibration_benchmark --quick    # ε ∈ {1, 8}, T ∈ {25, 800}
+    python -m fedpriv.experiments.calibration_benchmark --no-baseline
 
 Exit status is 1 if any calibrated ε exceeds its target at 1e-4.
 """

@@ -7,7 +7,7 @@ file(s) with no encoding. Targets: full BRFSS (253,680 rows) ≤ 3 s cold and
 
 Usage::
 
-    python -m experiments.data_load_benchmark
+    python -m fedpriv.experiments.data_load_benchmark
 """
 
 from __future__ import annotations

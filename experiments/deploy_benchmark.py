@@ -1,6 +1,6 @@
 """Rounds per minute of a real loopback federation, against empty Flower rounds in the same launch.
 
-Runs ``server.deploy`` (TLS, node authentication, one process per SuperLink,
+Runs ``fedpriv.server.deploy`` (TLS, node authentication, one process per SuperLink,
 SuperNode, SuperExec and ClientApp) with ``ping-rounds = T`` empty round
 trips timed by the same ServerApp before training, for K = 3 and K = 5 at
 T = 10, and once more for K = 3 with the server polling for replies every
@@ -11,7 +11,7 @@ message, which bounds every round from below.
 
 Usage::
 
-    python -m experiments.deploy_benchmark [--rounds 10]
+    python -m fedpriv.experiments.deploy_benchmark [--rounds 10]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import numpy as np
 
 
 def one(k: int, rounds: int, poll: float) -> dict:
-    from server.deploy import deploy
+    from fedpriv.server.deploy import deploy
 
     out_dir = tempfile.mkdtemp(prefix="fedpriv-deploy-bench-")
     t0 = time.perf_counter()

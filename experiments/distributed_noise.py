@@ -15,7 +15,7 @@ modes) and the ring bits the noisy sum needs (:func:`ring_use`).
 
 Usage::
 
-    python -m experiments.distributed_noise [--seeds 5] [--repeats 5] [--processes 2]
+    python -m fedpriv.experiments.distributed_noise [--seeds 5] [--repeats 5] [--processes 2]
         [--quick] [--out DIR]
 
 Outputs ``distributed.csv`` (one row per fit), ``distributed_cost.csv`` and
@@ -32,10 +32,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from fedpriv.experiments.bench.learners import dataset, partition
+from fedpriv.experiments.keys import secret_key_for
 from tqdm import tqdm
 
-from experiments.bench.learners import dataset, partition
-from experiments.keys import secret_key_for
 from fedpriv import logs
 from fedpriv.evaluation import binary_metrics
 from fedpriv.methods import get_method
@@ -47,7 +47,7 @@ DATASETS = ("synthetic", "brfss", "diabetes130")
 EPSILONS = (0.5, 2.0, 8.0)
 LEARNERS = ("boosting", "logistic")
 DELTA, K, DROPOUTS = 1e-5, 5, 1
-#: The benchmark's short labels back to parameter names (experiments.bench.learners.label).
+#: The benchmark's short labels back to parameter names (fedpriv.experiments.bench.learners.label).
 LONG = {"T": "rounds", "D": "depth", "lr": "learning_rate", "q": "sampling_rate",
         "C": "clip_norm", "h": "hidden"}  # fmt: skip
 

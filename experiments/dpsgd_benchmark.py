@@ -18,8 +18,8 @@
 
 Usage::
 
-    python -m experiments.dpsgd_benchmark --speed
-    python -m experiments.dpsgd_benchmark --utility --seeds 5
+    python -m fedpriv.experiments.dpsgd_benchmark --speed
+    python -m fedpriv.experiments.dpsgd_benchmark --utility --seeds 5
 """
 
 from __future__ import annotations
@@ -55,8 +55,9 @@ def _auc(clf, X, y) -> float:
 def speed_once(repeats: int = 5) -> dict[str, float]:
     """One process's best-of-``repeats`` timings, in seconds."""
     import torch
+    from fedpriv.clients.dpsgd import DPSGDClient
+    from fedpriv.strategies.dpsgd import DPSGDStrategy
 
-    from clients.dpsgd import DPSGDClient
     from fedpriv.data import load_brfss, load_synthetic
     from fedpriv.data.partition import dirichlet
     from fedpriv.federation.protocol import make_clients
@@ -64,7 +65,6 @@ def speed_once(repeats: int = 5) -> dict[str, float]:
     from fedpriv.methods import get_method
     from fedpriv.privacy import PrivacyBudget, PrivacyLedger, calibrate_gaussian_noise_multiplier
     from fedpriv.seeding import derive_generator
-    from strategies.dpsgd import DPSGDStrategy
 
     torch.set_num_threads(1)
     ds = load_synthetic()
@@ -115,7 +115,7 @@ def speed(processes: int = 3) -> None:
     rows = []
     for _ in range(processes):
         out = subprocess.run(
-            [sys.executable, "-m", "experiments.dpsgd_benchmark", "--speed-once"],
+            [sys.executable, "-m", "fedpriv.experiments.dpsgd_benchmark", "--speed-once"],
             check=True,
             capture_output=True,
             text=True,

@@ -1,13 +1,13 @@
 """`flwr run` of the default job: wall time and per-round time against an empty Flower round.
 
-Runs the README's main job through ``server.simulate`` with ``ping-rounds``
+Runs the README's main job through ``fedpriv.server.simulate`` with ``ping-rounds``
 empty round trips timed by the same ServerApp before training (the same-run
 baseline), then times the clients' own work for the same rounds in process.
 Target: our round ≤ 1.2 × an empty Flower round + client compute.
 
 Usage::
 
-    python -m experiments.flower_benchmark [--set key=value ...]
+    python -m fedpriv.experiments.flower_benchmark [--set key=value ...]
 """
 
 from __future__ import annotations
@@ -30,12 +30,13 @@ def client_compute_per_round(config: dict) -> float:
     """Seconds all clients spend answering one round (sequential), measured in process."""
     import dataclasses
 
-    from clients.boosting import BoostingClient
-    from experiments.keys import secret_key_for
+    from fedpriv.clients.boosting import BoostingClient
+    from fedpriv.experiments.keys import secret_key_for
+    from fedpriv.server.app import build_strategy
+
     from fedpriv.data import load_for_run
     from fedpriv.federation.protocol import make_clients, poisson_sample
     from fedpriv.federation.settings import RunSettings
-    from server.app import build_strategy
 
     s = RunSettings.from_run_config(config)
     ds = load_for_run(s.dataset, num_clients=s.num_clients, split_seed=s.split_seed)
@@ -72,8 +73,8 @@ def client_compute_per_round(config: dict) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from server.launch import default_config, parse_set
-    from server.simulate import simulate
+    from fedpriv.server.launch import default_config, parse_set
+    from fedpriv.server.simulate import simulate
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")

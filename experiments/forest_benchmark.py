@@ -23,8 +23,8 @@ aliases (float64, float32) before importing it. Install it with
 
 Usage::
 
-    python -m experiments.forest_benchmark --speed
-    python -m experiments.forest_benchmark --evaluate --seeds 5
+    python -m fedpriv.experiments.forest_benchmark --speed
+    python -m fedpriv.experiments.forest_benchmark --evaluate --seeds 5
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def _one_fit(kind: str) -> dict:
     from fedpriv.data import load_adult, load_brfss
 
     if kind.startswith("lumberjack"):
-        from server.estimators import LumberjackClassifier
+        from fedpriv.server.estimators import LumberjackClassifier
 
         ds, trees = (load_brfss(), 50) if kind == "lumberjack-brfss" else (load_adult(), 30)
         X, y = ds.xy("test")
@@ -114,7 +114,7 @@ def speed() -> None:
     rows = {}
     for kind in ("lumberjack-adult", "lumberjack-brfss", "diffprivlib-15", "diffprivlib-17"):
         out = subprocess.run(
-            [sys.executable, "-m", "experiments.forest_benchmark", "--fit-once", kind],
+            [sys.executable, "-m", "fedpriv.experiments.forest_benchmark", "--fit-once", kind],
             check=True,
             capture_output=True,
             text=True,
@@ -143,11 +143,11 @@ def _mean_sd(values) -> str:
 
 
 def evaluate(seeds: int) -> None:
+    from fedpriv.server.estimators import DPRandomForestClassifier, LumberjackClassifier
     from sklearn.ensemble import ExtraTreesClassifier
     from sklearn.tree import DecisionTreeClassifier
 
     from fedpriv.data import load_adult, load_brfss, load_diabetes130
-    from server.estimators import DPRandomForestClassifier, LumberjackClassifier
 
     rf_dpl = import_diffprivlib()
     ds = load_adult()

@@ -7,11 +7,11 @@ early, at 0.641), and an L2-penalised logistic regression (C = 1) on the
 one-hot encoding (the model class of DP-SGD logistic regression), next to
 ``dp_gam`` itself without noise (ε = ∞, 16 equal-width bins, η = 0.3,
 λ = 0, one round per column) after 122 and 400 rounds, fitted as the matched
-benchmark fits it (:func:`experiments.bench.cells.fit_cell`, train + val).
+benchmark fits it (:func:`fedpriv.experiments.bench.cells.fit_cell`, train + val).
 
 Usage::
 
-    python -m experiments.gam_ceiling
+    python -m fedpriv.experiments.gam_ceiling
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from __future__ import annotations
 import logging
 import math
 
+from fedpriv.experiments.bench.cells import Cell, fit_cell
 from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 
-from experiments.bench.cells import Cell, fit_cell
 from fedpriv.data import load_diabetes130
 
 log = logging.getLogger(__name__)

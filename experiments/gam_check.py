@@ -2,7 +2,7 @@
 
 Each cell (dataset, ε, learner) is fitted with the in-process estimator on
 the training split, once per secret key (subkeys of the process key,
-:mod:`experiments.keys`), and scored on the test split: mean ± sd of AUC and
+:mod:`fedpriv.experiments.keys`), and scored on the test split: mean ± sd of AUC and
 Brier over the keys, next to the base-rate Brier (predicting the training
 class rates; with C > 2 classes the multiclass Brier and macro AUC).
 ``--grid`` sweeps dp_gam's settings instead, e.g. with and without pair terms
@@ -10,11 +10,11 @@ class rates; with C > 2 classes the multiclass Brier and macro AUC).
 
 Usage::
 
-    python -m experiments.gam_check                      # the report's table
-    python -m experiments.gam_check --keys 5 --learners dp_gam
-    python -m experiments.gam_check --grid rounds=29,43 lam=2.5,5 --cells adult:0.5
-    python -m experiments.gam_check --keys 5 --cells adult:0.5,adult:2 --grid interactions=0,3
-    python -m experiments.gam_check --bench --keys 20 --cells diabetes130:0.5 \
+    python -m fedpriv.experiments.gam_check                      # the report's table
+    python -m fedpriv.experiments.gam_check --keys 5 --learners dp_gam
+    python -m fedpriv.experiments.gam_check --grid rounds=29,43 lam=2.5,5 --cells adult:0.5
+    python -m fedpriv.experiments.gam_check --keys 5 --cells adult:0.5,adult:2 --grid interactions=0,3
+    python -m fedpriv.experiments.gam_check --bench --keys 20 --cells diabetes130:0.5 \
         --grid binary_group=0,4 bins=8 lam=20 rounds=40 column_order=gain
 """
 
@@ -26,9 +26,9 @@ import logging
 import time
 
 import numpy as np
+from fedpriv.experiments.keys import secret_key_for
 from sklearn.metrics import brier_score_loss, roc_auc_score
 
-from experiments.keys import secret_key_for
 from fedpriv.data import load_brfss, load_dataset, load_diabetes130
 from fedpriv.evaluation.metrics import base_rate_brier as _base_rate_brier
 from fedpriv.evaluation.metrics import multiclass_metrics
@@ -84,8 +84,8 @@ def base_rate_brier(data) -> float:
 
 def bench_score(name: str, learner: str, epsilon: float, seed: int, **settings):
     """Test AUC and Brier of the matched benchmark's cell (train + val → test, its
-    partition and its key for ``seed``): :func:`experiments.bench.cells.fit_cell`."""
-    from experiments.bench.cells import Cell, fit_cell
+    partition and its key for ``seed``): :func:`fedpriv.experiments.bench.cells.fit_cell`."""
+    from fedpriv.experiments.bench.cells import Cell, fit_cell
 
     cell = Cell.make("fit", name, learner, settings, epsilon=epsilon, delta=1e-5, seed=seed)
     out = fit_cell(cell)

@@ -23,7 +23,7 @@ interrupted run resumes.
 
 Usage::
 
-    python -m experiments.heldout [--table PATH:SCHEMA ...] [--datasets adult,heart]
+    python -m fedpriv.experiments.heldout [--table PATH:SCHEMA ...] [--datasets adult,heart]
         [--methods boosting,mlp] [--epsilons 0.5,2,8] [--seeds 1] [--out DIR]
 """
 

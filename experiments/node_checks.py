@@ -4,7 +4,7 @@ Each hospital's node admits the run's plan with its own accountant and checks ev
 query before it reads a row (:mod:`fedpriv.privacy.node_plan`), keeping its ledger
 and hash-chained audit log in its state directory
 (:mod:`fedpriv.privacy.node_budget`, :mod:`fedpriv.privacy.node_audit`). This runs
-the main job (``dp_gam`` at :data:`server.simulate.MAIN_JOB_GAM`, Diabetes 130-US,
+the main job (``dp_gam`` at :data:`fedpriv.server.simulate.MAIN_JOB_GAM`, Diabetes 130-US,
 K = 5, ε = 2, secure aggregation with its consistency round) in process, fits
 alternating after a warm-up, once with no node checks and once with every node
 checking under a policy (max-epsilon 2) with its ledger and audit log on disk: the
@@ -13,7 +13,7 @@ The released models are compared: the checks change nothing that is released.
 
 Usage::
 
-    python -m experiments.node_checks [--repeats 3] [--out DIR]
+    python -m fedpriv.experiments.node_checks [--repeats 3] [--out DIR]
 
 Writes ``node_checks.md`` to ``DIR`` (default ``experiments/reports``).
 """
@@ -28,6 +28,9 @@ from pathlib import Path
 from unittest import mock
 
 import numpy as np
+from fedpriv.server import estimator_base
+from fedpriv.server.estimators import DPGAMClassifier
+from fedpriv.server.simulate import MAIN_JOB_GAM
 
 from fedpriv import logs
 from fedpriv.data import load_diabetes130
@@ -35,9 +38,6 @@ from fedpriv.data.node import declared_max_records
 from fedpriv.federation import runtime as runtime_module
 from fedpriv.privacy.node_audit import AUDIT_FILE
 from fedpriv.privacy.node_budget import NodeLedger, NodePolicy
-from server import estimator_base
-from server.estimators import DPGAMClassifier
-from server.simulate import MAIN_JOB_GAM
 
 log = logs.get_logger(__name__)
 K, EPSILON = 5, 2.0
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         [
             "# The main job with and without node checks",
             "",
-            f"`python -m experiments.node_checks --repeats {args.repeats}`: dp_gam at the main "
+            f"`python -m fedpriv.experiments.node_checks --repeats {args.repeats}`: dp_gam at the main "
             f"job's settings, Diabetes 130-US, K = {K}, ε = {EPSILON}, in process, secure "
             "aggregation with its consistency round in both; CPU seconds per fit, median of "
             f"{args.repeats}, fits alternating after a warm-up.",

@@ -64,7 +64,7 @@ MODEL_CLASSES: set[str] = {
     "fedpriv.models.bdpe_model:BDPEModel",
     "fedpriv.models.networks:NetworkModel",
     "fedpriv.models.heavy_hitters:ForestModel",
-    "strategies.random_forest:RandomForestModel",
+    "fedpriv.strategies.random_forest:RandomForestModel",
 }
 
 

@@ -26,7 +26,7 @@ def get_logger(module: str) -> logging.Logger:
     """``fedpriv.<module>``'s logger (``module`` is usually ``__name__``).
 
     Library modules (``fedpriv.…``) keep their name; application modules
-    (``server.launch``) are placed under ``fedpriv`` so one :func:`configure`
+    (``fedpriv.server.launch``) are placed under ``fedpriv`` so one :func:`configure`
     reaches them all.
     """
     name = module if module == ROOT or module.startswith(ROOT + ".") else f"{ROOT}.{module}"

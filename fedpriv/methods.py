@@ -14,7 +14,7 @@ holding its maths. Everything else derives from these records:
   (:mod:`fedpriv.federation.settings`), their defaults and ranges are the
   dataclass's, stated once there;
 * the estimators' parameters are the same fields plus the run's own
-  (``server.estimator_base``);
+  (``fedpriv.server.estimator_base``);
 * the benchmark's learner lists, ``--help`` and the README's method table.
 
 Adding a learner is one :func:`register_method` call plus its three files
@@ -214,11 +214,11 @@ register_method(
     Method(
         name="boosting",
         summary="DP federated gradient boosting with random trees",
-        config="strategies.boosting:BoostingConfig",
-        strategy="strategies.boosting:build",
-        client="clients.boosting:BoostingClient",
+        config="fedpriv.strategies.boosting:BoostingConfig",
+        strategy="fedpriv.strategies.boosting:build",
+        client="fedpriv.clients.boosting:BoostingClient",
         kernels="fedpriv.models._kernels",
-        estimator="server.estimators:DPBoostingClassifier",
+        estimator="fedpriv.server.estimators:DPBoostingClassifier",
         maths="fedpriv.models.trees",
         multiclass=True,
     )
@@ -227,11 +227,11 @@ register_method(
     Method(
         name="logistic",
         summary="DP-SGD logistic regression",
-        config="strategies.dpsgd:LogisticConfig",
-        strategy="strategies.dpsgd:build",
-        client="clients.dpsgd:DPSGDClient",
+        config="fedpriv.strategies.dpsgd:LogisticConfig",
+        strategy="fedpriv.strategies.dpsgd:build",
+        client="fedpriv.clients.dpsgd:DPSGDClient",
         kernels="fedpriv.models._sgd_kernels",
-        estimator="server.estimators:DPLogisticClassifier",
+        estimator="fedpriv.server.estimators:DPLogisticClassifier",
         maths="fedpriv.models.networks",
         multiclass=True,
     )
@@ -240,11 +240,11 @@ register_method(
     Method(
         name="mlp",
         summary="DP-SGD one-hidden-layer MLP",
-        config="strategies.dpsgd:MLPConfig",
-        strategy="strategies.dpsgd:build",
-        client="clients.dpsgd:DPSGDClient",
+        config="fedpriv.strategies.dpsgd:MLPConfig",
+        strategy="fedpriv.strategies.dpsgd:build",
+        client="fedpriv.clients.dpsgd:DPSGDClient",
         kernels="fedpriv.models._sgd_kernels",
-        estimator="server.estimators:DPMLPClassifier",
+        estimator="fedpriv.server.estimators:DPMLPClassifier",
         maths="fedpriv.models.networks",
         multiclass=True,
     )
@@ -253,11 +253,11 @@ register_method(
     Method(
         name="lumberjack",
         summary="Lumberjack: DP random forests grown by sparse-threshold heavy hitters",
-        config="strategies.lumberjack:LumberjackConfig",
-        strategy="strategies.lumberjack:build",
-        client="clients.lumberjack:LumberjackClient",
+        config="fedpriv.strategies.lumberjack:LumberjackConfig",
+        strategy="fedpriv.strategies.lumberjack:build",
+        client="fedpriv.clients.lumberjack:LumberjackClient",
         kernels="fedpriv.models._forest_kernels",
-        estimator="server.forest_estimators:LumberjackClassifier",
+        estimator="fedpriv.server.forest_estimators:LumberjackClassifier",
         maths="fedpriv.models.lumberjack",
         delta=1e-6,
         multiclass=True,
@@ -268,11 +268,11 @@ register_method(
     Method(
         name="random_forest",
         summary="DP random forest of complete random trees (noisy leaf counts)",
-        config="strategies.random_forest:RandomForestConfig",
-        strategy="strategies.random_forest:build",
-        client="clients.random_forest:RandomForestClient",
+        config="fedpriv.strategies.random_forest:RandomForestConfig",
+        strategy="fedpriv.strategies.random_forest:build",
+        client="fedpriv.clients.random_forest:RandomForestClient",
         kernels="fedpriv.models._kernels",
-        estimator="server.forest_estimators:DPRandomForestClassifier",
+        estimator="fedpriv.server.forest_estimators:DPRandomForestClassifier",
         maths="fedpriv.models.heavy_hitters",
         delta=1e-6,
         multiclass=True,
@@ -284,11 +284,11 @@ register_method(
     Method(
         name="dp_gam",
         summary="DP histogram boosting of one-column trees (DP-EBM)",
-        config="strategies.gam:GAMConfig",
-        strategy="strategies.gam:build",
-        client="clients.gam:GAMClient",
+        config="fedpriv.strategies.gam:GAMConfig",
+        strategy="fedpriv.strategies.gam:build",
+        client="fedpriv.clients.gam:GAMClient",
         kernels="fedpriv.models.gam",
-        estimator="server.estimators:DPGAMClassifier",
+        estimator="fedpriv.server.estimators:DPGAMClassifier",
         maths="fedpriv.models.gam",
         multiclass=True,
         family="histogram",
@@ -298,11 +298,11 @@ register_method(
     Method(
         name="bdpe",
         summary="bdpe_α: boosted DP greedy trees, M_α loss, exponential-mechanism splits",
-        config="strategies.bdpe:BDPEConfig",
-        strategy="strategies.bdpe:build",
-        client="clients.bdpe:BDPEClient",
+        config="fedpriv.strategies.bdpe:BDPEConfig",
+        strategy="fedpriv.strategies.bdpe:build",
+        client="fedpriv.clients.bdpe:BDPEClient",
         kernels="fedpriv.models._kernels",
-        estimator="server.estimators:BDPEClassifier",
+        estimator="fedpriv.server.estimators:BDPEClassifier",
         maths="fedpriv.models.bdpe",
         family="pure",
     )

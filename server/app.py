@@ -7,7 +7,7 @@ metrics, a public evaluation file (``eval-path``, or a bundled corpus's
 published test split; simulating hospitals from one CSV, run-config ``csv``, that
 file's test split, as the in-process fit scores it). It never opens a node's rows
 (a node's ``data-path`` file). It then
-runs the strategy as a Flower strategy (:class:`server.flower_strategy.FlowerStrategy`,
+runs the strategy as a Flower strategy (:class:`fedpriv.server.flower_strategy.FlowerStrategy`,
 ``strategy.start(grid=...)``), and writes
 the resolved config, the privacy report, the metrics, the communication
 figures and the released model under ``<out-dir>/<run id>/``.
@@ -30,6 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from fedpriv.server.dp_evaluation import not_run, run_dp_evaluation, scoped_ledgers
+from fedpriv.server.flower_strategy import FlowerStrategy
+from fedpriv.server.grid_runtime import GridRuntime, PollingGrid
 from flwr.app import ArrayRecord, Context
 from flwr.serverapp import Grid, ServerApp
 
@@ -58,9 +61,6 @@ from fedpriv.federation.status import (
 from fedpriv.methods import StrategyContext
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
 from fedpriv.privacy.card import spent_text
-from server.dp_evaluation import not_run, run_dp_evaluation, scoped_ledgers
-from server.flower_strategy import FlowerStrategy
-from server.grid_runtime import GridRuntime, PollingGrid
 
 app = ServerApp()
 log = logs.get_logger(__name__)
@@ -303,7 +303,7 @@ def evaluate(model, s: RunSettings) -> dict:
 
     Only public rows are scored here (:func:`evaluation_data`). The nodes' own
     held-out rows are scored only by the DP federated evaluation
-    (:mod:`server.dp_evaluation`, ``eval-epsilon``), whose section
+    (:mod:`fedpriv.server.dp_evaluation`, ``eval-epsilon``), whose section
     ``dp_federated`` the caller adds.
     """
     data = evaluation_data(s)

@@ -2,24 +2,24 @@
 
 ``fedpriv run``      train one method in process (a bundled corpus, your CSV + schema, or
                      ``--train`` FILE scored on ``--test`` FILE), or as a Flower
-                     simulation (``--flower``, :mod:`server.simulate`);
-``fedpriv cv``       k-fold cross-validation, all fits in one ledger (:mod:`server.cli_cv`);
-``fedpriv deploy``   a real local federation (:mod:`server.deploy`; arguments forwarded);
+                     simulation (``--flower``, :mod:`fedpriv.server.simulate`);
+``fedpriv cv``       k-fold cross-validation, all fits in one ledger (:mod:`fedpriv.server.cli_cv`);
+``fedpriv deploy``   a real local federation (:mod:`fedpriv.server.deploy`; arguments forwarded);
 ``fedpriv schema draft``  a schema skeleton from a CSV's header, placeholders for the rest;
-``fedpriv bench``, ``fedpriv ablate``  the studies (``experiments.benchmark``,
-                     ``experiments.ablate``), run as subprocesses: imports point from
+``fedpriv bench``, ``fedpriv ablate``  the studies (``fedpriv.experiments.benchmark``,
+                     ``fedpriv.experiments.ablate``), run as subprocesses: imports point from
                      experiments to server, never back;
 ``fedpriv predict``, ``fedpriv inspect``  score rows with a model file, print its card
-                     (or a node's ledger and audit history, :mod:`server.cli_node`);
-``fedpriv node``     a node operator's approvals of plans (:mod:`server.cli_node`).
+                     (or a node's ledger and audit history, :mod:`fedpriv.server.cli_node`);
+``fedpriv node``     a node operator's approvals of plans (:mod:`fedpriv.server.cli_node`).
 
-The in-process run lives in :mod:`server.cli_run`, the filter of Flower's output in
-:mod:`server.cli_logs`.
+The in-process run lives in :mod:`fedpriv.server.cli_run`, the filter of Flower's output in
+:mod:`fedpriv.server.cli_logs`.
 
 Exit codes follow the launchers': 0 a completed or degraded run, 1 a failed run, 2 a
 setting, schema, data or file error (one line naming the key, the value and the range).
 Every command's errors meet one boundary, :class:`FedprivGroup` (the mapping is
-:mod:`server.cli_errors`): no traceback but for a defect.
+:mod:`fedpriv.server.cli_errors`): no traceback but for a defect.
 """
 
 from __future__ import annotations
@@ -33,13 +33,13 @@ from pathlib import Path
 from typing import Any
 
 import click
+from fedpriv.server import cli_errors
+from fedpriv.server.cli_cv import cv
+from fedpriv.server.cli_logs import quiet_flower
+from fedpriv.server.cli_node import inspect_path, node
+from fedpriv.server.cli_run import run_in_process
 
 from fedpriv import logs
-from server import cli_errors
-from server.cli_cv import cv
-from server.cli_logs import quiet_flower
-from server.cli_node import inspect_path, node
-from server.cli_run import run_in_process
 
 log = logs.get_logger(__name__)
 
@@ -48,10 +48,11 @@ _PASS = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_
 
 # -- help ----------------------------------------------------------------------
 def run_keys_help() -> str:
-    """``server.launch.settings_help()`` (keys and defaults), each key with its range."""
+    """``fedpriv.server.launch.settings_help()`` (keys and defaults), each key with its range."""
+    from fedpriv.server.launch import settings_help
+
     from fedpriv.federation.ranges import method_range, run_range
     from fedpriv.methods import method_names
-    from server.launch import settings_help
 
     item = re.compile(r"([\w-]+) \[([^\]]*)\]")
     out, method = [], None
@@ -83,7 +84,7 @@ class FedprivGroup(click.Group):
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         """Run the command; every error ends as one line and an exit code
-        (:func:`server.cli_errors.report`). Returns the exit code, or with
+        (:func:`fedpriv.server.cli_errors.report`). Returns the exit code, or with
         ``standalone_mode`` (a console script, click's ``CliRunner``) exits with it."""
         logs.configure(logging.INFO, tag="fedpriv")  # before parsing: its errors are logged too
         try:
@@ -118,7 +119,9 @@ def cli(ctx: click.Context, verbose: bool) -> None:
 @click.option("--train", type=click.Path(path_type=Path), help="Fit on this whole CSV (+ --test).")
 @click.option("--test", type=click.Path(path_type=Path), help="Score this CSV (held-out rows).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Run-config override.")
-@click.option("--flower", is_flag=True, help="A Flower simulation (server.simulate) instead.")
+@click.option(
+    "--flower", is_flag=True, help="A Flower simulation (fedpriv.server.simulate) instead."
+)
 @click.option(
     "--share-secret-key", is_flag=True,
     help="With --flower: pass $FEDPRIV_SECRET_KEY to the simulated nodes too (a bit-for-bit "
@@ -143,7 +146,7 @@ def run(ctx: click.Context, method, dataset, csv, schema, client_column, train, 
     writes the model file and the privacy report, and refuses a folder holding
     an earlier run's (its privacy record would be lost) unless --force.
     """
-    from server.launch import parse_set
+    from fedpriv.server.launch import parse_set
 
     verbose = run_verbose or (ctx.obj or {}).get("verbose", False)
     overrides = parse_set(list(sets))
@@ -167,7 +170,7 @@ def run(ctx: click.Context, method, dataset, csv, schema, client_column, train, 
     if train is not None and flower:
         raise click.UsageError("--train/--test run in process only (drop --flower)")
     if flower:
-        from server import simulate
+        from fedpriv.server import simulate
 
         argv = ["--set", f"method={method}"] + (["--share-secret-key"] if share_secret_key else [])
         argv += [] if timeout is None else ["--timeout", str(timeout)]
@@ -197,8 +200,8 @@ def run(ctx: click.Context, method, dataset, csv, schema, client_column, train, 
 @cli.command(context_settings=_PASS)
 @click.pass_context
 def deploy(ctx: click.Context) -> int:
-    """A real local federation: `python -m server.deploy` (every argument forwarded)."""
-    from server import deploy as deploy_mod
+    """A real local federation: `python -m fedpriv.server.deploy` (every argument forwarded)."""
+    from fedpriv.server import deploy as deploy_mod
 
     argv = list(ctx.args)
     if "--help" in argv or "-h" in argv:
@@ -225,7 +228,7 @@ def _forward_help(entry: Any, argv: list[str]) -> int:
 
 def _study(module: str, args: list[str]) -> int:
     """``python -m <module> args`` from the project root, output passed through."""
-    from server.launch import ROOT
+    from fedpriv.server.launch import ROOT
 
     return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, check=False).returncode
 
@@ -233,15 +236,15 @@ def _study(module: str, args: list[str]) -> int:
 @cli.command(context_settings=_PASS)
 @click.pass_context
 def bench(ctx: click.Context) -> int:
-    """The matched-accounting benchmark: `python -m experiments.benchmark` (args forwarded)."""
-    return _study("experiments.benchmark", list(ctx.args))
+    """The matched-accounting benchmark: `python -m fedpriv.experiments.benchmark` (args forwarded)."""
+    return _study("fedpriv.experiments.benchmark", list(ctx.args))
 
 
 @cli.command(context_settings=_PASS)
 @click.pass_context
 def ablate(ctx: click.Context) -> int:
-    """The ablation studies: `python -m experiments.ablate STUDY` (args forwarded)."""
-    return _study("experiments.ablate", list(ctx.args))
+    """The ablation studies: `python -m fedpriv.experiments.ablate STUDY` (args forwarded)."""
+    return _study("fedpriv.experiments.ablate", list(ctx.args))
 
 
 @cli.command()
@@ -256,11 +259,11 @@ def predict(model: Path, file: Path, out: Path | None) -> int:
     its public bounds and domains; one score per row, P(positive class).
     """
     import numpy as np
+    from fedpriv.server.cli_run import check_out_file
 
     from fedpriv.artefact import load_model
     from fedpriv.atomic import write_text_atomic
     from fedpriv.data.table import read_table
-    from server.cli_run import check_out_file
 
     if out is not None:
         check_out_file(out)
@@ -313,9 +316,10 @@ def draft(file: Path, out: Path | None, target, client_column, sep) -> int:
     Every bound, category, label and binary value is a "FILL ME" placeholder the
     loader refuses until you fill it from public documentation.
     """
+    from fedpriv.server.cli_run import check_out_file
+
     from fedpriv.atomic import write_text_atomic
     from fedpriv.data.draft import PLACEHOLDER, WHY, draft_schema
-    from server.cli_run import check_out_file
 
     out = out or file.with_suffix(".schema.toml")
     if out.exists():

@@ -2,7 +2,7 @@
 
 The data (a CSV with its public schema, or a bundled corpus) is read whole and
 each row drawn into one of k folds with a private key
-(:func:`server.cli_split.assign_folds`: ``$FEDPRIV_SECRET_KEY`` if injected, else
+(:func:`fedpriv.server.cli_split.assign_folds`: ``$FEDPRIV_SECRET_KEY`` if injected, else
 fresh entropy). Fold j's fit trains, in process and federated as ``fedpriv run``
 does (clients from the schema's client column, else ``num-clients`` IID), on the
 other k − 1 folds and is scored on fold j.
@@ -10,7 +10,7 @@ other k − 1 folds and is scored on fold j.
 Privacy. The user's (ε, δ) is the budget of the whole command. One
 :class:`~fedpriv.privacy.PrivacyLedger` with that budget is charged with every
 fold's fit (each runs in a scope of it, :meth:`~fedpriv.privacy.PrivacyLedger.scope`,
-with the per-fold (ε_f, δ/k) of :func:`server.cli_split.fold_budget`), so the
+with the per-fold (ε_f, δ/k) of :func:`fedpriv.server.cli_split.fold_budget`), so the
 ledger refuses a fit that would pass the total before its noise is drawn. The
 public size of every fold's fit is the declared ``max-records`` (n = clients ×
 bound), else one count of all rows released through the same ledger
@@ -60,7 +60,7 @@ def cv(method, dataset, csv, schema, client_column, folds, sets, out, force) -> 
     prints each fold's AUC and Brier score, the mean ± sd AUC and the ε spent
     (PLD, RDP) by all fits in one ledger.
     """
-    from server.launch import parse_set
+    from fedpriv.server.launch import parse_set
 
     overrides = parse_set(list(sets))
     given = overrides.pop("method", None)
@@ -77,8 +77,9 @@ def cv(method, dataset, csv, schema, client_column, folds, sets, out, force) -> 
 def _public_size(est: Any, ledger: Any, n_rows: int, k: int, key: Any):
     """Every fold's public size: the declared bound, else one released count (module
     docstring) charged to ``ledger``; ``None`` for a non-private run (no ledger)."""
+    from fedpriv.server.cli_split import PublicSize
+
     from fedpriv.privacy.record_count import COUNT_SHARE, release_count
-    from server.cli_split import PublicSize
 
     if ledger is None:
         return None
@@ -111,14 +112,14 @@ def run_cv(
     force: bool = False,
 ) -> int:
     """Cross-validate ``method`` over ``folds`` folds; print and write the results; exit code."""
+    from fedpriv.server import cli_split as split
+    from fedpriv.server.cli_run import _fmt, _resolve, build_estimator, check_out_dir, choose_data
     from sklearn.base import clone
 
     from fedpriv.atomic import write_json_atomic
     from fedpriv.federation.status import RunFailedError
     from fedpriv.privacy import PrivacyBudget, PrivacyBudgetExceededError, PrivacyLedger
     from fedpriv.privacy.randomness import key_from_environment
-    from server import cli_split as split
-    from server.cli_run import _fmt, _resolve, build_estimator, check_out_dir, choose_data
 
     settings = _resolve(method, overrides)
     if out is not None:  # before any row is read: an earlier cv.json is not replaced

@@ -1,6 +1,6 @@
 """The ``fedpriv`` command's one error boundary: every refusal is one line and an exit code.
 
-:func:`report` is called once, around the whole command (:class:`server.cli.FedprivGroup`),
+:func:`report` is called once, around the whole command (:class:`fedpriv.server.cli.FedprivGroup`),
 and maps what a command raised to the launchers' exit codes:
 
 * 2, a setting, schema, data or file error: fedpriv's input errors

@@ -1,10 +1,10 @@
 """The ``fedpriv`` command's view of a Flower run: fedpriv's lines shown, Flower's kept in a log.
 
 ``fedpriv run --flower`` and ``fedpriv deploy`` call a launcher's ``main(argv)``
-(:mod:`server.simulate`, :mod:`server.deploy`) under :func:`quiet_flower`: every
+(:mod:`fedpriv.server.simulate`, :mod:`fedpriv.server.deploy`) under :func:`quiet_flower`: every
 line the launcher follows goes to ``flower.log`` in the run's directory, and
 only fedpriv's own lines (and errors) reach the terminal, its round lines about every
-tenth round (:func:`server.progress.milestone`: each with ε spent so far; every round
+tenth round (:func:`fedpriv.server.progress.milestone`: each with ε spent so far; every round
 stays in the log); ``--verbose`` shows all.
 """
 
@@ -17,8 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fedpriv.server.progress import shown_without_terminal
+
 from fedpriv import logs
-from server.progress import shown_without_terminal
 
 log = logs.get_logger(__name__)
 

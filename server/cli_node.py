@@ -68,7 +68,9 @@ def _privacy_report(path: Path, as_json: bool) -> str:
 
 
 def _card(path: Path, as_json: bool) -> str:
-    from fedpriv.artefact import load_model  # its ArtefactError: one line (server.cli_errors)
+    from fedpriv.artefact import (
+        load_model,  # its ArtefactError: one line (fedpriv.server.cli_errors)
+    )
 
     card = load_model(path).card
     return json.dumps(card.to_dict(), indent=1) if as_json else card.to_markdown()
@@ -76,7 +78,7 @@ def _card(path: Path, as_json: bool) -> str:
 
 def inspect_path(path: Path, as_json: bool) -> str:
     """What ``fedpriv inspect PATH`` prints; raises :class:`Refused`, an ``ArtefactError``
-    or an ``InspectError`` (each one line and exit code 2, :mod:`server.cli_errors`)."""
+    or an ``InspectError`` (each one line and exit code 2, :mod:`fedpriv.server.cli_errors`)."""
     from fedpriv.artefact import ARTEFACT_NAME
     from fedpriv.privacy.node_audit import AUDIT_FILE
     from fedpriv.privacy.node_budget import LEDGER_FILE

@@ -4,7 +4,7 @@
 key is refused naming the keys that apply), fits the method's estimator on a
 bundled corpus, a CSV with its public schema, or a whole train file scored on a
 test file (:func:`choose_data`), prints the test AUC, ε spent, the run's status and
-the Brier score (:func:`server.cli_split.held_out_scores`), and with ``--out``
+the Brier score (:func:`fedpriv.server.cli_split.held_out_scores`), and with ``--out``
 writes the model file and the privacy report (:func:`_write_results`).
 
 ``--out`` is checked before any row is read (:func:`check_out_dir`): a file, a
@@ -13,9 +13,9 @@ folder holding an earlier run's files unless ``--force`` (its privacy record
 would be lost). The files are written together or not at all
 (:func:`fedpriv.atomic.staged`): a full disk leaves no partial or temporary
 file and an earlier run's files as they were. Errors are not caught here:
-:mod:`server.cli_errors` turns each into one line and an exit code.
+:mod:`fedpriv.server.cli_errors` turns each into one line and an exit code.
 
-On a terminal a progress bar follows the rounds (:class:`server.progress.RoundProgress`,
+On a terminal a progress bar follows the rounds (:class:`fedpriv.server.progress.RoundProgress`,
 as the Flower launchers' bar does): about every tenth round, and at the end, it
 shows an upper bound on ε spent so far. Without one (CI, a pipe) the same rounds
 print a plain line each, ``[fedpriv] round r/T, ε spent ≤ x``.
@@ -142,8 +142,9 @@ def _fmt(x: Any) -> str:
 
 def _resolve(method: str, overrides: dict[str, Any]):
     """Strictly checked settings (the launchers' parser) for an in-process fit."""
+    from fedpriv.server.method_estimator import RUN_PARAMS
+
     from fedpriv.federation.settings import RunSettings, SettingError
-    from server.method_estimator import RUN_PARAMS
 
     allowed = _IN_PROCESS_KEYS | {k.replace("_", "-") for k in RUN_PARAMS}
     flower_only = {k.replace("_", "-") for k in RunSettings.run_keys()} - allowed
@@ -167,7 +168,7 @@ class _Rounds:
 
     The first query of round ``r`` (a public index, from 0) means ``r`` rounds
     are done. About every tenth round (as the ServerApp's round lines,
-    :meth:`server.grid_runtime.GridRuntime.log_round`) the line carries
+    :meth:`fedpriv.server.grid_runtime.GridRuntime.log_round`) the line carries
     ``PrivacyLedger.epsilon_upper_bound()`` of the fit's ledger: one coarse
     PLD each (shown by the bar, or as a plain line without a terminal).
     :meth:`finish` shows the fit's accounted ε.
@@ -311,13 +312,14 @@ def run_in_process(
 
     ``train`` and ``test``: fit on the whole train file, score the test file
     (:func:`choose_data`). Raises what the settings, the data or the fit raise
-    (:mod:`server.cli_errors` maps each to one line); a failed fit's privacy report is
+    (:mod:`fedpriv.server.cli_errors` maps each to one line); a failed fit's privacy report is
     written to ``out`` first."""
+    from fedpriv.server.cli_split import brier_text, fmt_score, held_out_scores
+    from fedpriv.server.progress import RoundProgress
+
     from fedpriv.federation.status import RunFailedError
     from fedpriv.methods import get_method
     from fedpriv.privacy.card import spent_text
-    from server.cli_split import brier_text, fmt_score, held_out_scores
-    from server.progress import RoundProgress
 
     settings = _resolve(method, overrides)
     if out is not None:

@@ -140,9 +140,10 @@ def fold_data(data: Any, fold_of: np.ndarray, j: int) -> Any:
 def fold_size(est: Any, size: PublicSize) -> Callable[[list[np.ndarray]], Any]:
     """``est``'s ``_fit_size`` for a fold: the public ``size`` instead of a fit's own count
     (each client is checked against ``size.max_records``, naming the bound only)."""
+    from fedpriv.server.fit_size import FitSize
+
     from fedpriv.data.node import check_bound
     from fedpriv.privacy.randomness import SecretKey
-    from server.fit_size import FitSize
 
     def prepared(partition: list[np.ndarray]) -> FitSize:
         for rows in partition:

@@ -1,10 +1,10 @@
 """Run the fedpriv Flower App on a real federation: a SuperLink and K SuperNodes on loopback.
 
-``python -m server.deploy [--num-clients K] [--set key=value ...]`` starts
+``python -m fedpriv.server.deploy [--num-clients K] [--set key=value ...]`` starts
 Flower's deployment engine as separate processes, the same topology as
 ``docker-compose.yml``:
 
-* **TLS** with a throwaway CA and server certificate (:mod:`server.tls`),
+* **TLS** with a throwaway CA and server certificate (:mod:`fedpriv.server.tls`),
   **SuperNode authentication** with one EC key per node, registered in the
   SuperLink's allow-list with ``flwr supernode register``; ``--insecure``
   (plain HTTP, no authentication) exists only for debugging;
@@ -21,7 +21,7 @@ Flower's deployment engine as separate processes, the same topology as
   a model of the in-process fit's quality;
 * readiness by polling the SuperLink's ``/health`` and ``flwr supernode ls``
   (never a fixed sleep); every wait has a timeout, ``--timeout``'s and K's
-  (:func:`server.launch.step_timeout`);
+  (:func:`fedpriv.server.launch.step_timeout`);
 * ``flwr run . <connection>``, the run's log followed (nodes connected, round
   r of T, ε spent so far), its real status read with ``flwr ls``;
 * shutdown of every process started, by PID: all SuperNodes together (one
@@ -45,13 +45,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from fedpriv import logs
-from fedpriv.atomic import point_latest
-from fedpriv.data import DataError, SchemaError
-from fedpriv.data.node import run_schema
-from fedpriv.federation.settings import SettingError, run_size_range
-from server import node_budgets, node_keys
-from server.launch import (
+from fedpriv.server import node_budgets, node_keys
+from fedpriv.server.launch import (
     parse_set,
     resolve_run,
     result_line,
@@ -59,8 +54,14 @@ from server.launch import (
     step_error,
     step_timeout,
 )
-from server.local_federation import Federation, superlink_command, supernode_command
-from server.preflight import check_data_file
+from fedpriv.server.local_federation import Federation, superlink_command, supernode_command
+from fedpriv.server.preflight import check_data_file
+
+from fedpriv import logs
+from fedpriv.atomic import point_latest
+from fedpriv.data import DataError, SchemaError
+from fedpriv.data.node import run_schema
+from fedpriv.federation.settings import SettingError, run_size_range
 
 __all__ = ["FILES_JOB", "SMALL_JOB", "Federation", "deploy", "main", "node_files",
            "superlink_command", "supernode_command"]  # fmt: skip
@@ -69,7 +70,7 @@ __all__ = ["FILES_JOB", "SMALL_JOB", "Federation", "deploy", "main", "node_files
 #: (BRFSS, K = 3), against ~0.4 s simulated, so the round timeout is the simulation's
 #: 30 s × 4.
 DEPLOYED_ROUND_TIMEOUT = 120.0
-#: The small DP-boosting demo ``python -m server.deploy`` runs on a bundled corpus.
+#: The small DP-boosting demo ``python -m fedpriv.server.deploy`` runs on a bundled corpus.
 SMALL_JOB = {
     "dataset": "brfss",
     "num-clients": 3,
@@ -175,9 +176,9 @@ def deploy(
     ``max-lifetime-delta``; :mod:`fedpriv.privacy.node_budget`); ``node_state``: the
     folder under which node i keeps its ledger, ``node-i`` (node-config ``state-dir``).
     ``timeout``: the run's limit (default :func:`run_limit`); every launcher step
-    waits :func:`server.launch.step_timeout` of it and K.
+    waits :func:`fedpriv.server.launch.step_timeout` of it and K.
     ``share_secret_key``: the SuperNodes get ``$FEDPRIV_SECRET_KEY`` and
-    ``allow-reproduction-key`` too (a bit-for-bit reproduction; :mod:`server.node_keys`);
+    ``allow-reproduction-key`` too (a bit-for-bit reproduction; :mod:`fedpriv.server.node_keys`);
     otherwise no node process sees it.
     """
     if not overrides.get("out-dir"):

@@ -3,8 +3,8 @@
 Without public rows to score (no ``eval-path``, not a bundled corpus), the
 model can only be evaluated on the nodes' own held-out rows, and anything
 computed from those is a release. With ``eval-epsilon`` > 0 the run does it
-as one more round after training (:mod:`strategies.evaluation`,
-:mod:`clients.evaluation`): every node scores its held-out rows with the
+as one more round after training (:mod:`fedpriv.strategies.evaluation`,
+:mod:`fedpriv.clients.evaluation`): every node scores its held-out rows with the
 released model and uploads a per-class histogram over public bins through
 the secure-aggregation shim; the server adds Gaussian noise to the sum
 through the run's ledger and reports AUC, Brier score and accuracy with
@@ -24,11 +24,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from fedpriv.server.grid_runtime import GridRuntime
+from fedpriv.strategies.evaluation import EvaluationConfig, EvaluationStrategy
+
 from fedpriv.federation.settings import RunSettings
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
 from fedpriv.privacy.randomness import SecretKey
-from server.grid_runtime import GridRuntime
-from strategies.evaluation import EvaluationConfig, EvaluationStrategy
 
 log = logging.getLogger(__name__)
 

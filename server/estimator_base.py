@@ -69,6 +69,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 from dp_accounting import dp_event
+from fedpriv.server.fit_size import FitSize, fit_size
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import (
     check_consistent_length,
@@ -100,7 +101,6 @@ from fedpriv.records import (
     public_label_set,
 )
 from fedpriv.seeding import derive_generator
-from server.fit_size import FitSize, fit_size
 
 log = get_logger(__name__)
 
@@ -405,7 +405,7 @@ class Estimator(ClassifierMixin, BaseEstimator):
 
     def _fit_size(self, partition: list[np.ndarray]) -> FitSize:
         """This fit's ledger and key, and the public bounds on its records
-        (:func:`server.fit_size.fit_size`: declared, or a released count's bound)."""
+        (:func:`fedpriv.server.fit_size.fit_size`: declared, or a released count's bound)."""
         return fit_size(self, partition)
 
     def _distributed_noise(self, n_clients: int):

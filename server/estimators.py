@@ -50,7 +50,7 @@ run's own, named and defaulted as in the run config
     its own ``epsilon``/``delta``) and a fit that would pass it raises before
     any noise is drawn. ``None``: a fresh ledger per fit, whose report says
     it covers that fit only. ``clone`` shares it
-    (:mod:`server.estimator_base`).
+    (:mod:`fedpriv.server.estimator_base`).
 
 ``fit`` takes a :class:`fedpriv.data.TabularDataset` (its training rows,
 held by its natural clients or partitioned IID) or arrays ``X, y`` in the
@@ -63,7 +63,7 @@ model (``model_``), the ledger and its report (``ledger_``,
 (``communication_``) and the run's status (``run_status_``, ``run_outcome_``:
 rounds planned, released, aborted). The scikit-learn contract, the tags and the
 ``check_estimator`` checks that do not apply to a DP learner are in
-:mod:`server.estimator_base`.
+:mod:`fedpriv.server.estimator_base`.
 """
 
 from __future__ import annotations
@@ -72,9 +72,8 @@ import logging
 from typing import Any, ClassVar
 
 import numpy as np
-
-from server.forest_estimators import DPRandomForestClassifier, LumberjackClassifier
-from server.method_estimator import MethodEstimator
+from fedpriv.server.forest_estimators import DPRandomForestClassifier, LumberjackClassifier
+from fedpriv.server.method_estimator import MethodEstimator
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +81,7 @@ log = logging.getLogger(__name__)
 class DPBoostingClassifier(MethodEstimator):
     """DP federated gradient boosting with random trees (benchmark paper §3.4).
 
-    Settings: :class:`strategies.boosting.BoostingConfig`; run parameters:
+    Settings: :class:`fedpriv.strategies.boosting.BoostingConfig`; run parameters:
     module docstring. Binary or C ≥ 3 classes (softmax leaves); ``predict_proba``'s
     columns follow ``classes_``.
     """
@@ -100,7 +99,7 @@ class DPBoostingClassifier(MethodEstimator):
 class DPGAMClassifier(MethodEstimator):
     """DP histogram boosting of one-column trees, federated (DP-EBM; Nori et al. 2021).
 
-    Settings: :class:`strategies.gam.GAMConfig`; run parameters: module docstring.
+    Settings: :class:`fedpriv.strategies.gam.GAMConfig`; run parameters: module docstring.
     More than two ``classes``: a softmax GAM (:mod:`fedpriv.models.gam_softmax`);
     ``predict_proba`` has one column per class of ``classes_``, and
     ``decision_function`` the (n, C) logits.
@@ -116,9 +115,9 @@ class DPGAMClassifier(MethodEstimator):
 class BDPEClassifier(MethodEstimator):
     """bdpe_α: boosted DP ensembles of greedy decision trees, federated (Nock & Henecka).
 
-    Settings: :class:`strategies.bdpe.BDPEConfig`; run parameters: module
+    Settings: :class:`fedpriv.strategies.bdpe.BDPEConfig`; run parameters: module
     docstring. Two classes; pure-ε releases whose plan is calibrated to the run's
-    (ε, δ) (:mod:`strategies.bdpe_plan`).
+    (ε, δ) (:mod:`fedpriv.strategies.bdpe_plan`).
     ``decision_function`` is the ensemble's margin H = Σ β_t h_t, or its calibrated
     logit aH + b after the calibration round (``calibrate_share`` > 0, the default);
     ``predict_proba`` is σ of that logit, or ψ_Mat⁻¹(H) without calibration.
@@ -130,7 +129,7 @@ class BDPEClassifier(MethodEstimator):
 class DPLogisticClassifier(MethodEstimator):
     """DP-SGD logistic regression, federated (benchmark paper §3.5).
 
-    Settings: :class:`strategies.dpsgd.LogisticConfig`; run parameters: module
+    Settings: :class:`fedpriv.strategies.dpsgd.LogisticConfig`; run parameters: module
     docstring. ``module``: a user's torch module instead of the built-in model
     (``backend="opacus"`` only).
     """
@@ -147,7 +146,7 @@ class DPLogisticClassifier(MethodEstimator):
         return {"custom_spec": TorchSpec(self.module)}
 
     def _handler(self) -> Any:
-        from clients.dpsgd import DPSGDClient
+        from fedpriv.clients.dpsgd import DPSGDClient
 
         return DPSGDClient(module=self.module)
 
@@ -160,7 +159,7 @@ class DPLogisticClassifier(MethodEstimator):
 class DPMLPClassifier(DPLogisticClassifier):
     """DP-SGD one-hidden-layer MLP, federated (benchmark paper §3.5).
 
-    Settings: :class:`strategies.dpsgd.MLPConfig`; otherwise as
+    Settings: :class:`fedpriv.strategies.dpsgd.MLPConfig`; otherwise as
     :class:`DPLogisticClassifier`.
     """
 

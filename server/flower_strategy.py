@@ -5,8 +5,8 @@ someone with their own ServerApp calls ``strategy.start(grid=..., ...)`` and
 gets a Flower ``Result``. :class:`FlowerStrategy` is a thin adapter over the
 transport-agnostic core (``strategies/``) and the shared round engine
 (:class:`fedpriv.federation.engine.RoundEngine`, over Flower messages by
-:class:`server.grid_runtime.GridRuntime`), so a run started this way sends the
-same messages and releases the same model as ``python -m server.simulate``:
+:class:`fedpriv.server.grid_runtime.GridRuntime`), so a run started this way sends the
+same messages and releases the same model as ``python -m fedpriv.server.simulate``:
 
 * ``configure_train`` of round 1 first runs the run's key exchange (keys, pinned key book), then
   every round returns the ``query.fedpriv`` messages of the core's next query
@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from logging import INFO
 
 import numpy as np
+from fedpriv.server.grid_runtime import GridRuntime, PlannedRound
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.common import log
 from flwr.serverapp import Grid
@@ -37,7 +38,6 @@ from fedpriv.federation.protocol import Strategy
 from fedpriv.federation.settings import RunSettings
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.randomness import SecretKey, key_from_environment
-from server.grid_runtime import GridRuntime, PlannedRound
 
 
 class FlowerStrategy(_FlowerStrategy):
@@ -46,7 +46,7 @@ class FlowerStrategy(_FlowerStrategy):
     Parameters
     ----------
     strategy : fedpriv Strategy
-        The server half of a method, e.g. :class:`strategies.boosting.DPBoostingStrategy`.
+        The server half of a method, e.g. :class:`fedpriv.strategies.boosting.DPBoostingStrategy`.
         Its model must offer ``to_arrays()``.
     settings : RunSettings
         Clients, seed, participation, timeouts (``settings.rounds`` must equal

@@ -1,7 +1,7 @@
 """The forest estimators: Lumberjack and the fully random DP forest.
 
 Their parameters and fit come from the method registry as for every
-estimator (:mod:`server.estimators`); what differs is prediction: any number
+estimator (:mod:`fedpriv.server.estimators`); what differs is prediction: any number
 of classes, scored by the released leaves. With arrays, every feature is a
 numeric feature on the public box [0, 1] (thresholds are drawn there), never
 a range read off the rows.
@@ -12,8 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-
-from server.method_estimator import MethodEstimator
+from fedpriv.server.method_estimator import MethodEstimator
 
 
 class _Forest(MethodEstimator):
@@ -31,8 +30,8 @@ class _Forest(MethodEstimator):
 class LumberjackClassifier(_Forest):
     """Lumberjack DP random forest, federated (Lebeda et al.; ``strategies/lumberjack.py``).
 
-    Settings: :class:`strategies.lumberjack.LumberjackConfig` (paper: 30 trees,
-    ε₁ = 0.75ε, δ = 1e-6); run parameters: :mod:`server.estimators`. With
+    Settings: :class:`fedpriv.strategies.lumberjack.LumberjackConfig` (paper: 30 trees,
+    ε₁ = 0.75ε, δ = 1e-6); run parameters: :mod:`fedpriv.server.estimators`. With
     ``epsilon=math.inf`` every non-empty node splits and leaves take the
     majority.
 
@@ -54,8 +53,8 @@ class LumberjackClassifier(_Forest):
 class DPRandomForestClassifier(_Forest):
     """Fully random DP forest with federated leaf aggregation (``strategies/random_forest.py``).
 
-    Settings: :class:`strategies.random_forest.RandomForestConfig`; run
-    parameters: :mod:`server.estimators`.
+    Settings: :class:`fedpriv.strategies.random_forest.RandomForestConfig`; run
+    parameters: :mod:`fedpriv.server.estimators`.
     """
 
     method = "random_forest"

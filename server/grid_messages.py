@@ -4,7 +4,7 @@
 sent, once, from the node it was sent to (:class:`SentMessages`); a Flower error
 reply is logged as its public part (:func:`report_error`). :class:`PollingGrid`
 polls for replies; :class:`PlannedRound` and :class:`GridReport` carry a round's
-plan and the run's counts (:mod:`server.grid_runtime` drives them).
+plan and the run's counts (:mod:`fedpriv.server.grid_runtime` drives them).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def report_error(rep: Message) -> None:
     """Log a client's error reply (it is counted, and the client treated as dropped).
 
     The reason is Flower's ``<class ...>:<'str(exc)'>`` of what the ClientApp
-    raised, which ``clients.app.sanitised`` reduces to an error code and a
+    raised, which ``fedpriv.clients.app.sanitised`` reduces to an error code and a
     schema column (e.g. ``DataError(code='not_a_number', column='BMI')``): no
     cell value, line number or path reaches this log.
     """

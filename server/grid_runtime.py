@@ -1,4 +1,4 @@
-"""The round logic of a Flower run, driven by :class:`server.flower_strategy.FlowerStrategy`.
+"""The round logic of a Flower run, driven by :class:`fedpriv.server.flower_strategy.FlowerStrategy`.
 
 Message types (Flower 1.42 allows ``query.<action>``):
 
@@ -40,6 +40,15 @@ import time
 from collections.abc import Iterable, Mapping
 
 import numpy as np
+from fedpriv.server.grid_messages import (
+    GridReport,
+    PlannedRound,
+    PollingGrid,
+    SentMessages,
+    _send,
+    report_error,
+    wait_for_nodes,
+)
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
@@ -52,15 +61,6 @@ from fedpriv.federation.wire import query_to_wire
 from fedpriv.privacy.distributed import DERIVED_KEYS_CAVEAT, FRESH, KEY_ORIGIN
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.randomness import SecretKey
-from server.grid_messages import (
-    GridReport,
-    PlannedRound,
-    PollingGrid,
-    SentMessages,
-    _send,
-    report_error,
-    wait_for_nodes,
-)
 
 log = logs.get_logger(__name__)
 

@@ -2,8 +2,8 @@
 
 Flower 1.42's CLI talks to a SuperLink through a *connection* written to
 ``$FLWR_HOME/config.toml`` (never ``pyproject.toml``). Helpers here (with
-:mod:`server.processes`, which starts and stops process trees by PID, and
-:mod:`server.preflight`, the checks before anything starts) wait for health
+:mod:`fedpriv.server.processes`, which starts and stops process trees by PID, and
+:mod:`fedpriv.server.preflight`, the checks before anything starts) wait for health
 endpoints instead of sleeping, submit a run,
 follow its log and read its real status with ``flwr ls`` (``flwr run
 --stream`` exits 0 even when a run failed), and the run's own status
@@ -29,12 +29,13 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from fedpriv.server.preflight import check_plan, check_run_files, corpus_clients, file_clients
+
 from fedpriv import logs
 from fedpriv.data.node import DataSource, declared_max_records
 from fedpriv.federation.limits import parse_overrides
 from fedpriv.federation.settings import RunSettings, SettingError
 from fedpriv.federation.status import RunStatus, read_status
-from server.preflight import check_plan, check_run_files, corpus_clients, file_clients
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

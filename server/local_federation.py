@@ -3,7 +3,7 @@
 :class:`Federation` starts, registers, watches and stops them (by PID), and
 submits runs to them; :func:`superlink_command` and :func:`supernode_command`
 are the command lines it and ``docker-compose.yml`` use. The launcher on top
-is :mod:`server.deploy`.
+is :mod:`fedpriv.server.deploy`.
 """
 
 from __future__ import annotations
@@ -15,10 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedpriv import logs
-from fedpriv.federation.settings import RunSettings
-from server import node_keys
-from server.launch import (
+from fedpriv.server import node_keys
+from fedpriv.server.launch import (
     BIN,
     StepTimeout,
     exit_code,
@@ -30,9 +28,12 @@ from server.launch import (
     wait_healthy,
     write_connection,
 )
-from server.processes import ProcessTracker, _descendants, free_port, stop_trees
-from server.progress import RoundProgress
-from server.tls import NodeKey, TlsFiles, write_node_key, write_tls
+from fedpriv.server.processes import ProcessTracker, _descendants, free_port, stop_trees
+from fedpriv.server.progress import RoundProgress
+from fedpriv.server.tls import NodeKey, TlsFiles, write_node_key, write_tls
+
+from fedpriv import logs
+from fedpriv.federation.settings import RunSettings
 
 CONNECTION = "fedpriv-deploy"
 
@@ -132,7 +133,7 @@ class Federation:
     PID, SuperNodes first. Tests drive faults through :meth:`start_node`,
     :meth:`stop_node` and :attr:`superlink`. ``wait``: how long each step may take
     (the SuperLink's health, registration, nodes online, each CLI call); default
-    :func:`server.launch.step_timeout` of a 1800 s run and K.
+    :func:`fedpriv.server.launch.step_timeout` of a 1800 s run and K.
     """
 
     def __init__(
@@ -196,7 +197,7 @@ class Federation:
             "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": SUPEREXEC_POLL,
             **(extra_env or {}),
         }
-        if node:  # a SuperNode: the reproduction key only when asked (server.node_keys)
+        if node:  # a SuperNode: the reproduction key only when asked (fedpriv.server.node_keys)
             env = node_keys.node_environment(env, share=self.share_secret_key)
         with open(self.workdir / f"{name}.log", "w") as logfile:  # the child keeps its copy
             return subprocess.Popen(

@@ -4,8 +4,8 @@
 method's settings dataclass and the run's settings (:data:`RUN_PARAMS`), and
 fits by building the method's strategy and client from the registry
 (:mod:`fedpriv.methods`). The parameters are documented once, in
-:mod:`server.estimators`; every estimator class (there and in
-:mod:`server.forest_estimators`) subclasses this one.
+:mod:`fedpriv.server.estimators`; every estimator class (there and in
+:mod:`fedpriv.server.forest_estimators`) subclasses this one.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+from fedpriv.server.estimator_base import Estimator
 
 from fedpriv import logs
 from fedpriv.data import TabularDataset
@@ -28,7 +29,6 @@ from fedpriv.federation.settings import (
     method_defaults,
 )
 from fedpriv.methods import Method, StrategyContext, get_method
-from server.estimator_base import Estimator
 
 log = logs.get_logger(__name__)
 
@@ -99,7 +99,7 @@ class MethodEstimator(Estimator):
                 setattr(self, name, params.get(name, default))
 
         __init__.__signature__ = signature  # what get_params, clone and help() read
-        __init__.__doc__ = f"Parameters: {', '.join(defaults)} (server.estimators)."
+        __init__.__doc__ = f"Parameters: {', '.join(defaults)} (fedpriv.server.estimators)."
         __init__.__qualname__ = f"{cls.__name__}.__init__"
         cls.__init__ = __init__
         cls._multi_class = get_method(cls.method).multiclass
@@ -183,8 +183,8 @@ class MethodEstimator(Estimator):
         return self
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the fitted estimator to one model file (``server.estimator_artefact``)."""
-        from server.estimator_artefact import save_estimator
+        """Write the fitted estimator to one model file (``fedpriv.server.estimator_artefact``)."""
+        from fedpriv.server.estimator_artefact import save_estimator
 
         return save_estimator(self, path)
 
@@ -196,6 +196,6 @@ class MethodEstimator(Estimator):
         file's digest matches. ``cls`` may be :class:`MethodEstimator` (any method)
         or the file's own class.
         """
-        from server.estimator_artefact import load_estimator
+        from fedpriv.server.estimator_artefact import load_estimator
 
         return load_estimator(cls, path, schema=schema)

@@ -2,7 +2,7 @@
 
 A Flower run that fails on a missing file or a wrong node count fails minutes
 after its federation came up, in another process's log. The launchers
-(:func:`server.launch.resolve_run`, :func:`server.deploy.node_files`) call these
+(:func:`fedpriv.server.launch.resolve_run`, :func:`fedpriv.server.deploy.node_files`) call these
 first; each failure is one :class:`~fedpriv.federation.settings.SettingError`
 naming the key, the file and what to do (exit 2, nothing started):
 

@@ -2,8 +2,8 @@
 
 :class:`ProcessTracker` remembers a process tree (PID and start time, so a
 recycled PID is never signalled); :func:`stop_trees` stops several trees at
-once, SIGTERM then SIGKILL on shared deadlines. Used by :mod:`server.simulate`
-and :mod:`server.local_federation`.
+once, SIGTERM then SIGKILL on shared deadlines. Used by :mod:`fedpriv.server.simulate`
+and :mod:`fedpriv.server.local_federation`.
 """
 
 from __future__ import annotations

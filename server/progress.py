@@ -2,7 +2,7 @@
 
 The launchers follow the ServerApp's log (``flwr log --stream``); the
 ServerApp logs ``[fedpriv] round r/T: ...`` once per round
-(:meth:`server.grid_runtime.GridRuntime.log_round`). :class:`RoundProgress`
+(:meth:`fedpriv.server.grid_runtime.GridRuntime.log_round`). :class:`RoundProgress`
 turns those lines into a ``rich`` progress bar on stderr when stderr is a
 terminal, and forwards every other line unchanged. Without a terminal (CI,
 pipes, a log file) it forwards every line, round lines included; with
@@ -31,7 +31,7 @@ def parse_round(line: str) -> tuple[int, int] | None:
 def milestone(r: int, total: int) -> bool:
     """Whether round ``r`` of ``total`` is one the plain progress shows: every
     ``max(1, total // 10)``-th and the last, the rounds whose ServerApp line carries an
-    upper bound on ε spent (:meth:`server.grid_runtime.GridRuntime.log_round`)."""
+    upper bound on ε spent (:meth:`fedpriv.server.grid_runtime.GridRuntime.log_round`)."""
     return r == total or r % max(1, total // 10) == 0
 
 

@@ -1,6 +1,6 @@
 """Run the fedpriv Flower App as a simulation of K hospitals, safely.
 
-``python -m server.simulate [--set key=value ...] [--out-dir DIR]`` wraps
+``python -m fedpriv.server.simulate [--set key=value ...] [--out-dir DIR]`` wraps
 ``flwr run . <connection>`` and adds what bare ``flwr run`` lacks in Flower
 1.42:
 
@@ -34,11 +34,8 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from fedpriv import logs
-from fedpriv.atomic import point_latest
-from fedpriv.federation.settings import SettingError
-from server import node_budgets, node_keys
-from server.launch import (
+from fedpriv.server import node_budgets, node_keys
+from fedpriv.server.launch import (
     BIN,
     ROOT,
     default_config,
@@ -56,8 +53,12 @@ from server.launch import (
     wait_healthy,
     write_connection,
 )
-from server.processes import ProcessTracker, free_port
-from server.progress import RoundProgress
+from fedpriv.server.processes import ProcessTracker, free_port
+from fedpriv.server.progress import RoundProgress
+
+from fedpriv import logs
+from fedpriv.atomic import point_latest
+from fedpriv.federation.settings import SettingError
 
 CONNECTION = "fedpriv-sim"
 #: In a simulation the server's pulls are in-process calls to the SuperLink's
@@ -72,7 +73,7 @@ SIMULATION_DEFAULTS = {"method": "dp_gam", "poll-interval": 0.01}
 #: λ = 10 σ_H, 8 bins, columns visited by residual gain (on Diabetes 130-US, K = 5,
 #: ε = 2, at the learner's defaults: 0.638 ± 0.001 against 0.631 ± 0.005 in cyclic
 #: order, 3 keys). On the matched benchmark's Diabetes 130-US cells at ε = 2
-#: (10 seeds, ``experiments.gam_check --bench``): 0.6450 ± 0.0013, against
+#: (10 seeds, ``fedpriv.experiments.gam_check --bench``): 0.6450 ± 0.0013, against
 #: 0.6387 ± 0.0034 at the learner's defaults.
 MAIN_JOB_GAM = {"column-order": "gain", "learning-rate": 0.5, "lam": 10.0, "bins": 8}
 
@@ -97,7 +98,7 @@ RAY_ADVICE = (
     "likely too little shared memory (/dev/shm, Ray's object store; in a container add "
     "--shm-size=2g) or free memory, a stale Ray session (`ray stop`), or $RAY_ADDRESS "
     "naming a cluster that is not there; free memory and retry, and see Flower's own log "
-    "(fedpriv run --verbose, or python -m server.simulate)"
+    "(fedpriv run --verbose, or python -m fedpriv.server.simulate)"
 )
 
 
@@ -143,7 +144,7 @@ def simulate(
     ``share_secret_key``: pass ``$FEDPRIV_SECRET_KEY`` on (a bit-for-bit reproduction);
     the virtual nodes share the server's environment, so without it neither gets the
     key, and with it the nodes' ``allow-reproduction-key`` is set
-    (:mod:`server.node_keys`)."""
+    (:mod:`fedpriv.server.node_keys`)."""
     if not overrides.get("out-dir"):
         overrides = {**overrides, "out-dir": str((Path.cwd() / "results" / "flower").resolve())}
     # Validated before anything starts.

@@ -146,7 +146,7 @@ def write_node_key(out: Path, name: str) -> NodeKey:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m server.tls OUT --nodes K [--host NAME]``: material for docker-compose.yml."""
+    """``python -m fedpriv.server.tls OUT --nodes K [--host NAME]``: material for docker-compose.yml."""
     import argparse
 
     ap = argparse.ArgumentParser(description="throwaway TLS CA, server certificate, node keys")

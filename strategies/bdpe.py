@@ -29,7 +29,7 @@ is one count) with s·ε, and the server fits Platt's σ(aH + b), a > 0, to them
 near ½ whatever the base rate: on the benchmark's corpora their Brier score is
 above the constant base-rate predictor's.
 
-Privacy ((ε, δ)-DP at the run's δ; :mod:`strategies.bdpe_plan`). The shares
+Privacy ((ε, δ)-DP at the run's δ; :mod:`fedpriv.strategies.bdpe_plan`). The shares
 are the paper's split: the trees get (1 − s)·ε, each tree an equal share: a
 share ``beta_tree`` for the structure, spread evenly over the D levels, the
 rest for the leaves. All of them are then multiplied by one scale x ≥ 1, so
@@ -61,6 +61,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from fedpriv.strategies.bdpe_nodes import BDPENodeStages
+from fedpriv.strategies.bdpe_plan import plan_for
 
 from fedpriv.federation.protocol import Query
 from fedpriv.methods import StrategyContext
@@ -86,8 +88,6 @@ from fedpriv.privacy.randomness import check_private
 from fedpriv.privacy.range_guard import check_release, noise_margin, sum_bound
 from fedpriv.privacy.selection import ExponentialMechanism
 from fedpriv.validation import check_count
-from strategies.bdpe_nodes import BDPENodeStages
-from strategies.bdpe_plan import plan_for
 
 METHOD = "bdpe"
 
@@ -383,7 +383,7 @@ class BDPEStrategy(BDPENodeStages):
 
 def build(config: BDPEConfig, context: StrategyContext) -> BDPEStrategy:
     """The registry's factory: candidates from the public schema (or the unit box)."""
-    from strategies.lumberjack import feature_space
+    from fedpriv.strategies.lumberjack import feature_space
 
     space = feature_space(context, SplitFeatures.COLUMNS)
     if context.n_classes != 2:

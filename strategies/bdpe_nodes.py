@@ -1,4 +1,4 @@
-"""bdpe's stages as the nodes enforce them (mixed into :class:`strategies.bdpe.BDPEStrategy`)."""
+"""bdpe's stages as the nodes enforce them (mixed into :class:`fedpriv.strategies.bdpe.BDPEStrategy`)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """bdpe_α's privacy plan: the shares of the budget, and one scale that spends (ε, δ).
 
-The plan (:mod:`strategies.bdpe`): T·D levels, each one exponential-mechanism
+The plan (:mod:`fedpriv.strategies.bdpe`): T·D levels, each one exponential-mechanism
 selection (a ``BoundedRangeDpEvent(ε_level)``: its nodes hold disjoint
 records), T Laplace leaf releases at ε_pred and, with ``calibrate_share`` s > 0,
 one Laplace release of the calibration counts at ε_cal. Their *shares* are
@@ -37,7 +37,7 @@ from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.mechanisms import LaplaceMechanism
 
 if TYPE_CHECKING:
-    from strategies.bdpe import BDPEConfig
+    from fedpriv.strategies.bdpe import BDPEConfig
 
 log = logging.getLogger(__name__)
 

@@ -269,7 +269,7 @@ class DPBoostingStrategy:
         return stages
 
     def _settings(self, phase: str) -> dict[str, str | int]:
-        """A query's sensitivity-setting config (:meth:`clients.boosting.BoostingClient.
+        """A query's sensitivity-setting config (:meth:`fedpriv.clients.boosting.BoostingClient.
         reply_sensitivity`)."""
         return {"phase": phase, "n_classes": self.n_classes}
 

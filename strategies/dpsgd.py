@@ -47,7 +47,7 @@ The remedy, on by default (``centre_share`` s = 0.05):
    ρ·n. The input map then subtracts that mean (the paper's standardisation,
    made private). The shares set the stages' relative noise (each calibrated
    alone for its share of (ε, δ)) and one scale on all of them spends the
-   whole ε under the PLD accountant (:mod:`strategies.dpsgd_plan`).
+   whole ε under the PLD accountant (:mod:`fedpriv.strategies.dpsgd_plan`).
 2. The last two rounds recalibrate the output bias from released sums
    (``recalibrate_share``, :mod:`fedpriv.models.sgd_recalibration`); the
    steps clip jointly to C. Only without them (``recalibrate_share=0``):
@@ -95,6 +95,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 from dp_accounting import dp_event
+from fedpriv.strategies.dpsgd_plan import SGDShape, plan_noise
 
 from fedpriv.federation.node_stage import NodeStage
 from fedpriv.federation.protocol import Query
@@ -111,7 +112,6 @@ from fedpriv.validation import (
     check_positive,
     check_probability,
 )
-from strategies.dpsgd_plan import SGDShape, plan_noise
 
 log = logging.getLogger(__name__)
 
@@ -131,10 +131,10 @@ class LogisticConfig:
     ``paper`` (not a valid guarantee; module docstring). ``centre_share`` s:
     round 0 releases the features' mean, the T − 1 steps have the rest (the
     shares set the stages' relative noise, one scale spends the whole ε:
-    :mod:`strategies.dpsgd_plan`), and the output bias is clipped on its own (module
+    :mod:`fedpriv.strategies.dpsgd_plan`), and the output bias is clipped on its own (module
     docstring, "Calibration"); 0: no centring round, one joint clip to C.
     ``recalibrate_share`` r: the last two rounds recalibrate the model with the
-    share r, as ``recalibration`` says (:mod:`strategies.dpsgd_recalibration`):
+    share r, as ``recalibration`` says (:mod:`fedpriv.strategies.dpsgd_recalibration`):
     ``bias`` (logistic regression's default) releases the mean prediction and
     the class rates and shifts the output bias to match
     (:mod:`fedpriv.models.sgd_recalibration`); ``linear`` fits the Brier-optimal
@@ -199,7 +199,7 @@ class MLPConfig(LogisticConfig):
     its hidden and output weights spreads its logits (standard deviation about
     7 on a 3,072-row task at ε = 0.5), which a bias shift cannot undo, and the
     affine map's slope needs the larger share (measured there: Brier 0.210 at
-    0.05, 0.204 at 0.1, base rate 0.210; :mod:`strategies.dpsgd_recalibration`).
+    0.05, 0.204 at 0.1, base rate 0.210; :mod:`fedpriv.strategies.dpsgd_recalibration`).
     """
 
     model: ClassVar[ModelKind] = ModelKind.MLP
@@ -305,7 +305,7 @@ class DPSGDStrategy:
             and cfg.model is ModelKind.LOGISTIC
         ):
             self.bias_bound = 1.0 if self.spec.n_outputs == 1 else math.sqrt(2.0)
-        # The same function gives the clients' own bound (clients.dpsgd.reply_sensitivity).
+        # The same function gives the clients' own bound (fedpriv.clients.dpsgd.reply_sensitivity).
         self.sensitivity = clipped_sum_sensitivity(
             clip_norm=cfg.clip_norm, bias_bound=self.bias_bound, dims=self.spec.n_params
         )[1]
@@ -322,7 +322,7 @@ class DPSGDStrategy:
             recalibrating=self._recal,
         )
         # (ε, δ) are the ledger's, for the whole plan at once; no ledger: the
-        # non-private reference (strategies.dpsgd_plan).
+        # non-private reference (fedpriv.strategies.dpsgd_plan).
         noise = plan_noise(cfg, shape, ledger, rng=secret_rng)
         self._centre_noise, self._noise = noise.centre, noise.steps
         self._recal_rounds, self.walk_ = noise.recalibration, noise.walk
@@ -371,7 +371,7 @@ class DPSGDStrategy:
                 stages.append(stage)
         return stages
 
-    # The sensitivity-setting config of each stage's queries (clients.dpsgd reads it).
+    # The sensitivity-setting config of each stage's queries (fedpriv.clients.dpsgd reads it).
     def _centre_config(self) -> dict:
         return {"stage": CENTRE, "clip_norm": self.row_bound}
 

@@ -1,6 +1,6 @@
 """The noise plan of a DP-SGD run: its stages, calibrated jointly to the run's budget.
 
-A run has up to three stages (:mod:`strategies.dpsgd`): the centring round
+A run has up to three stages (:mod:`fedpriv.strategies.dpsgd`): the centring round
 (one Gaussian sum over every record, ``centre_share``), the T − 1 − 2 steps
 (Poisson(q)-subsampled Gaussian sums, the rest of the budget) and the two
 recalibration rounds (Gaussian sums over every record,
@@ -18,13 +18,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fedpriv.strategies.dpsgd_recalibration import RecalibrationRounds, noise_walk, resolve
+
 from fedpriv.models import sgd_recalibration as recal
 from fedpriv.models.networks import NetworkSpec
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.noise_plan import StagePlan, joint_multipliers, plan_stages
 from fedpriv.privacy.noise_stage import GaussianRounds, budget_of
 from fedpriv.privacy.range_guard import sum_bound
-from strategies.dpsgd_recalibration import RecalibrationRounds, noise_walk, resolve
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,7 +46,7 @@ class SGDShape:
 @dataclass(frozen=True)
 class SGDNoise:
     """The planned stages (``None`` where a stage is absent or the run non-private) and
-    the steps' noise walk (:func:`~strategies.dpsgd_recalibration.noise_walk`)."""
+    the steps' noise walk (:func:`~fedpriv.strategies.dpsgd_recalibration.noise_walk`)."""
 
     centre: GaussianRounds | None
     steps: GaussianRounds | None
@@ -55,7 +56,7 @@ class SGDNoise:
 
 def plan_noise(config, shape: SGDShape, ledger: PrivacyLedger | None, *, rng) -> SGDNoise:
     """Plan, calibrate jointly and reserve the run's stages (``config``: the run's
-    :class:`~strategies.dpsgd.LogisticConfig`); no ledger: the non-private reference."""
+    :class:`~fedpriv.strategies.dpsgd.LogisticConfig`); no ledger: the non-private reference."""
     cfg, s = config, shape
     batch = s.participation * cfg.sampling_rate * s.n_records
 

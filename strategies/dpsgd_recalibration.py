@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from fedpriv.strategies.recalibration import LinearRecalibrationRound
 
 from fedpriv.models import recalibration as linear_recal
 from fedpriv.models import sgd_recalibration as recal
@@ -40,7 +41,6 @@ from fedpriv.options import Recalibration
 from fedpriv.privacy.noise_plan import StagePlan
 from fedpriv.privacy.noise_stage import GaussianRounds
 from fedpriv.privacy.range_guard import sum_bound
-from strategies.recalibration import LinearRecalibrationRound
 
 #: ``auto`` turns ``linear`` at this noise walk (module docstring).
 WALK_LIMIT = 0.3

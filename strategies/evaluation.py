@@ -2,7 +2,7 @@
 
 The query carries the released model (its training method and arrays); each
 client scores its held-out rows and returns their per-class histogram over B
-public bins (:mod:`clients.evaluation`). The secure-aggregation shim reveals
+public bins (:mod:`fedpriv.clients.evaluation`). The secure-aggregation shim reveals
 only the sum, which this strategy releases once with the Gaussian mechanism
 through the run's ledger (label :data:`LABEL`), range-checks, and turns into
 AUC, Brier score and accuracy with stated errors (:mod:`fedpriv.evaluation_dp`).
@@ -100,7 +100,7 @@ class EvaluationStrategy:
         round_index: int = 0,
     ) -> None:
         """``model_method``/``model_arrays``: the released model (``to_arrays()``) and the
-        method that trained it (:data:`clients.evaluation.MODEL_CLASSES`); ``n_records``:
+        method that trained it (:data:`fedpriv.clients.evaluation.MODEL_CLASSES`); ``n_records``:
         public bound on the held-out records, for the range check; ``round_index``: the
         query's round id (distinct from the training rounds' when sharing a session)."""
         if not isinstance(model_method, str) or not model_method:

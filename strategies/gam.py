@@ -48,7 +48,7 @@ counts in at most s columns at full weight (sensitivity √s · √(1 + 1/16),
 ``column_order = "gain"`` the group is one unit whose gain is its terms' sum.
 
 Interactions (``interactions`` > 0): the last ``interaction_rounds`` rounds
-select and fit pair terms from released values only (:mod:`strategies.gam_pairs`).
+select and fit pair terms from released values only (:mod:`fedpriv.strategies.gam_pairs`).
 
 Everything the server decides (term, bins, pairs, λ, intercept, shapes, and
 each smoothing bandwidth and kernel) uses only the public configuration, the
@@ -58,6 +58,9 @@ public noise scale and released values: post-processing, which costs nothing.
 from __future__ import annotations
 
 import numpy as np
+from fedpriv.strategies.gam_config import GAMConfig
+from fedpriv.strategies.gam_nodes import NodeStages
+from fedpriv.strategies.gam_pairs import PairStage
 
 from fedpriv.federation.protocol import Query
 from fedpriv.methods import StrategyContext
@@ -86,9 +89,6 @@ from fedpriv.privacy.participation import ParticipationAccounting
 from fedpriv.privacy.randomness import check_private
 from fedpriv.privacy.range_guard import sum_bound
 from fedpriv.validation import check_count, check_probability
-from strategies.gam_config import GAMConfig
-from strategies.gam_nodes import NodeStages
-from strategies.gam_pairs import PairStage
 
 METHOD = "dp_gam"
 #: The unit of a pass that is the group round of the binary columns (not a term index).

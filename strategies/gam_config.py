@@ -1,5 +1,5 @@
 """Settings of DP histogram boosting (``dp_gam``): the one place their defaults and
-ranges are stated (the learner: :mod:`strategies.gam`)."""
+ranges are stated (the learner: :mod:`fedpriv.strategies.gam`)."""
 
 from __future__ import annotations
 

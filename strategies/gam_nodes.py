@@ -1,5 +1,5 @@
 """DP-EBM's round 0 release and its stages as the nodes enforce them (mixed into
-:class:`strategies.gam.DPGAMStrategy`; the normalised replies:
+:class:`fedpriv.strategies.gam.DPGAMStrategy`; the normalised replies:
 :mod:`fedpriv.models.gam_sensitivity`)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """DP-EBM's pair stage, the server half: select pairs from a release, then fit them.
 
-Mixed into :class:`strategies.gam.DPGAMStrategy`; the maths and the coarse
+Mixed into :class:`fedpriv.strategies.gam.DPGAMStrategy`; the maths and the coarse
 bins are in :mod:`fedpriv.models.gam_pairs`.
 
 Interactions (``interactions`` = P > 0, :mod:`fedpriv.models.gam_pairs`): the

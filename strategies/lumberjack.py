@@ -2,7 +2,7 @@
 
 Lebeda, Erb, Cebere & Bellet, "Lumberjack": k = 30 random trees, ε₁ = 0.75ε
 for the structure, δ = 1e-6; depth d = 49 here (the paper's 100 costs more
-once growth is staged: Accuracy in :mod:`strategies.lumberjack_config`).
+once growth is staged: Accuracy in :mod:`fedpriv.strategies.lumberjack_config`).
 
 Federated design: nothing exact reaches a client
 ------------------------------------------------
@@ -69,6 +69,9 @@ from typing import Any
 
 import numpy as np
 from dp_accounting import dp_event
+from fedpriv.strategies.lumberjack_config import LumberjackConfig
+from fedpriv.strategies.lumberjack_nodes import LumberjackNodeStages
+from fedpriv.strategies.recalibration import LinearRecalibrationRound
 
 from fedpriv.federation.protocol import Query
 from fedpriv.methods import StrategyContext
@@ -84,9 +87,6 @@ from fedpriv.privacy.noise_stage import budget_of
 from fedpriv.privacy.randomness import check_private, gaussian_on_grid, rounding_margin
 from fedpriv.privacy.range_guard import check_release, gaussian_margin, sum_bound
 from fedpriv.validation import check_count
-from strategies.lumberjack_config import LumberjackConfig
-from strategies.lumberjack_nodes import LumberjackNodeStages
-from strategies.recalibration import LinearRecalibrationRound
 
 __all__ = ["METHOD", "LumberjackConfig", "LumberjackStrategy", "build", "feature_space"]
 

@@ -1,4 +1,4 @@
-"""Lumberjack's settings: :class:`LumberjackConfig` (the strategy is :mod:`strategies.lumberjack`).
+"""Lumberjack's settings: :class:`LumberjackConfig` (the strategy is :mod:`fedpriv.strategies.lumberjack`).
 
 Lebeda, Erb, Cebere & Bellet, "Lumberjack": k = 30 random trees, ε₁ = 0.75ε
 for the structure, δ = 1e-6; depth d = 49 here (the paper's 100 costs more
@@ -50,7 +50,7 @@ class LumberjackConfig:
     #: Algorithm 2's deterministic gate: counts ≤ ``gate`` answer ⊥ without noise
     #: (τ = gate + 1 + Δ; the paper's τ = 1 + Δ is 0). It no longer steers growth.
     gate: int = 0
-    #: Levels per stage (:mod:`strategies.lumberjack`): m = k·Σ_s (1 + ⌊log₂ h_s⌋).
+    #: Levels per stage (:mod:`fedpriv.strategies.lumberjack`): m = k·Σ_s (1 + ⌊log₂ h_s⌋).
     stage_height: int = STAGE_HEIGHT
     #: Most Heavy bottom nodes a stage grows from, per tree (a public memory bound;
     #: the record bound's cap B may be lower: :mod:`fedpriv.models.lumberjack_bounds`).

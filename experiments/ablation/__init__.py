@@ -1,6 +1,6 @@
 """Participation and heterogeneity ablations (issue 9; benchmark paper §5.6).
 
-``python -m experiments.ablate <study>`` is the entry point; see its docstring.
+``python -m fedpriv.experiments.ablate <study>`` is the entry point; see its docstring.
 Cells, cache, pool, statistics and report helpers are the issue-8 runner's
-(:mod:`experiments.bench`).
+(:mod:`fedpriv.experiments.bench`).
 """

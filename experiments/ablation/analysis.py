@@ -3,7 +3,7 @@
 Every row is ``study, learner, participation, alpha, accounting, n_clients,
 partition, covariate_shift, epsilon, seed, metric, value``. Conditions are
 paired by run seed (data and partitions are frozen across seeds), so every
-comparison below is a paired one (:func:`experiments.bench.stats.paired_tests`).
+comparison below is a paired one (:func:`fedpriv.experiments.bench.stats.paired_tests`).
 """
 
 from __future__ import annotations
@@ -13,11 +13,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from fedpriv.experiments.ablation.cells import AblationCell
+from fedpriv.experiments.bench import paper
+from fedpriv.experiments.bench.stats import mean_sd, paired_tests
 from scipy import stats as sps
-
-from experiments.ablation.cells import AblationCell
-from experiments.bench import paper
-from experiments.bench.stats import mean_sd, paired_tests
 
 CONDITION = ("participation", "alpha", "accounting", "n_clients", "partition", "covariate_shift")
 ROW_KEYS = ("study", "learner", *CONDITION, "epsilon", "seed", "metric", "value")

@@ -2,9 +2,9 @@
 
 An :class:`AblationCell` adds the federation condition (participation ρ and
 its accounting, partition, K, covariate shift γ) to what an issue-8
-:class:`experiments.bench.cells.Cell` holds. It is cached by the same
-:class:`~experiments.bench.cells.CellCache` (content hash) and run by the same
-:func:`~experiments.bench.cells.run_cells` pool.
+:class:`fedpriv.experiments.bench.cells.Cell` holds. It is cached by the same
+:class:`~fedpriv.experiments.bench.cells.CellCache` (content hash) and run by the same
+:func:`~fedpriv.experiments.bench.cells.run_cells` pool.
 
 With natural clients (the shift study) each client's test rows come from its
 own shifted distribution, and the cell also records the within-client macro
@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from fedpriv.experiments.ablation.config import ACCOUNTINGS, PARTITIONS
+from fedpriv.experiments.bench.cells import content_key
 from scipy.stats import rankdata
-
-from experiments.ablation.config import ACCOUNTINGS, PARTITIONS
-from experiments.bench.cells import content_key
 
 #: Bump when a change alters what a cell computes: every key changes with it.
 CELL_VERSION = "ablate-1"
@@ -201,8 +200,9 @@ def auc_decomposition(y: np.ndarray, p: np.ndarray, client: np.ndarray) -> dict[
 
 def execute(cell: AblationCell) -> dict[str, Any]:
     """Fit ``cell``'s learner on train + val under its condition; score it on test."""
-    from experiments.bench import learners
-    from experiments.keys import secret_key_for
+    from fedpriv.experiments.bench import learners
+    from fedpriv.experiments.keys import secret_key_for
+
     from fedpriv.evaluation.metrics import binary_metrics
 
     t0 = time.perf_counter()

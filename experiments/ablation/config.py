@@ -2,7 +2,7 @@
 
 Each study (``experiments/configs/ablate_<study>.toml``) is a Cartesian grid
 of federation conditions (:class:`Axes`) crossed with learners and seeds at one
-(ε, δ), benchmark paper §5.6. As in :mod:`experiments.bench.config`, the
+(ε, δ), benchmark paper §5.6. As in :mod:`fedpriv.experiments.bench.config`, the
 optional ``[quick]`` table is deep-merged over the rest by ``--quick`` and
 every range check names the value found and the allowed range.
 """
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.bench import paper
-from experiments.bench.config import (
+from fedpriv.experiments.bench import paper
+from fedpriv.experiments.bench.config import (
     LEARNERS,
     _check,
     _check_count,
@@ -118,7 +118,7 @@ class AblationConfig:
         Pool size, 1 or 2.
     diagnostic_shifts : tuple of float
         Extra γ values, each in [0, 10], at which the shift study's data check
-        (:mod:`experiments.ablation.shift`) runs; no private fits.
+        (:mod:`fedpriv.experiments.ablation.shift`) runs; no private fits.
     """
 
     name: str

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-
-from experiments.bench.figures import _save, plt, sd_line
+from fedpriv.experiments.bench.figures import _save, plt, sd_line
 
 _STYLE = {"boosting": "-", "logistic": "--", "mlp": ":"}
 

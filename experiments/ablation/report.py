@@ -5,11 +5,10 @@ from __future__ import annotations
 import math
 
 import pandas as pd
-
-from experiments.bench import paper
-from experiments.bench.learners import label
-from experiments.bench.report import _num, _pm, _table
-from experiments.bench.stats import format_p
+from fedpriv.experiments.bench import paper
+from fedpriv.experiments.bench.learners import label
+from fedpriv.experiments.bench.report import _num, _pm, _table
+from fedpriv.experiments.bench.stats import format_p
 
 NOT_VALID = "**not a valid guarantee**"
 INVARIANCE_TEST = "tests/federation/test_partition_invariance.py"

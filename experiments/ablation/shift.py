@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-
-from experiments.ablation.cells import auc_decomposition, dataset
+from fedpriv.experiments.ablation.cells import auc_decomposition, dataset
 
 
 def diagnostics(n_rows: int, gammas: tuple[float, ...], n_clients: int) -> pd.DataFrame:

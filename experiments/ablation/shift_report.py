@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 
 import pandas as pd
-
-from experiments.ablation.report import _tests_table, settings
-from experiments.bench import paper
-from experiments.bench.report import _num, _pm, _table
+from fedpriv.experiments.ablation.report import _tests_table, settings
+from fedpriv.experiments.bench import paper
+from fedpriv.experiments.bench.report import _num, _pm, _table
 
 
 def section(cfg, table: pd.DataFrame, tests: pd.DataFrame, diag: pd.DataFrame, fig: str) -> str:

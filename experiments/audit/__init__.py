@@ -1,1 +1,1 @@
-"""Empirical privacy audits of whole learners (``python -m experiments.audit_learners``)."""
+"""Empirical privacy audits of whole learners (``python -m fedpriv.experiments.audit_learners``)."""

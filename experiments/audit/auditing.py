@@ -26,9 +26,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
+from fedpriv.experiments.audit.learners import LearnerAudit
+from fedpriv.experiments.audit.runs import Run
 
-from experiments.audit.learners import LearnerAudit
-from experiments.audit.runs import Run
 from fedpriv.privacy import audit_epsilon
 from fedpriv.privacy.audit import AuditResult
 from fedpriv.privacy.randomness import SecretKey

@@ -1,7 +1,7 @@
 """The audit of bdpe_α (``bdpe``): a whole fit, the canary alone in its leaf.
 
-Kept beside :mod:`experiments.audit.learners`, whose helpers it uses and whose
-:func:`~experiments.audit.learners.all_audits` lists it.
+Kept beside :mod:`fedpriv.experiments.audit.learners`, whose helpers it uses and whose
+:func:`~fedpriv.experiments.audit.learners.all_audits` lists it.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from fedpriv.clients.bdpe import BDPEClient
+from fedpriv.experiments.audit.learners import N_FEATURES, LearnerAudit, corner_rows
+from fedpriv.strategies.bdpe import BDPEConfig, BDPEStrategy
 
-from clients.bdpe import BDPEClient
-from experiments.audit.learners import N_FEATURES, LearnerAudit, corner_rows
 from fedpriv.models.trees import RandomTree, route
 from fedpriv.privacy.mechanisms import LaplaceMechanism
-from strategies.bdpe import BDPEConfig, BDPEStrategy
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The distributed-noise audit: boosting whose noise the clients add inside secure aggregation.
 
 The same canary and statistic as the central boosting audit
-(:func:`~experiments.audit.learners.boosting_audit`), run with
+(:func:`~fedpriv.experiments.audit.learners.boosting_audit`), run with
 ``noise = "distributed"`` (:mod:`fedpriv.privacy.distributed`): two clients, no
 tolerated dropout, so each adds a share of std σ/√2 and the server unmasks
 x + N(0, σ²) ticks. The broken twin is a server that *under-declares* the shares
@@ -14,9 +14,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from experiments.audit.learners import LearnerAudit, boosting_audit
+from fedpriv.experiments.audit.learners import LearnerAudit, boosting_audit
+from fedpriv.strategies.boosting import DPBoostingStrategy
+
 from fedpriv.privacy.distributed import DistributedNoise
-from strategies.boosting import DPBoostingStrategy
 
 #: Both clients must survive (two parties, no tolerated dropout).
 NOISE = DistributedNoise(dropouts=0, max_parties=2)

@@ -1,6 +1,6 @@
 """The audits of DP-EBM (``dp_gam``): a column round, and the binary columns' group round
-(:mod:`fedpriv.models.gam_group`). Kept beside :mod:`experiments.audit.learners`, whose
-helpers they use and whose :func:`~experiments.audit.learners.all_audits` lists them.
+(:mod:`fedpriv.models.gam_group`). Kept beside :mod:`fedpriv.experiments.audit.learners`, whose
+helpers they use and whose :func:`~fedpriv.experiments.audit.learners.all_audits` lists them.
 """
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+from fedpriv.clients.gam import GAMClient
+from fedpriv.experiments.audit.learners import N_FEATURES, LearnerAudit, corner_rows, honest_or_twin
+from fedpriv.strategies.gam import DPGAMStrategy, GAMConfig
 
-from clients.gam import GAMClient
-from experiments.audit.learners import N_FEATURES, LearnerAudit, corner_rows, honest_or_twin
 from fedpriv.models.gam import Terms
-from strategies.gam import DPGAMStrategy, GAMConfig
 
 
 def gam_audit(

@@ -40,22 +40,22 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+from fedpriv.clients.boosting import BoostingClient
+from fedpriv.clients.dpsgd import DPSGDClient
+from fedpriv.clients.lumberjack import LumberjackClient
+from fedpriv.clients.random_forest import RandomForestClient
+from fedpriv.experiments.audit.runs import Run, run_fit
+from fedpriv.strategies.boosting import BoostingConfig, DPBoostingStrategy
+from fedpriv.strategies.dpsgd import DPSGDStrategy, LogisticConfig, MLPConfig
+from fedpriv.strategies.lumberjack import LumberjackConfig, LumberjackStrategy
+from fedpriv.strategies.random_forest import RandomForestConfig, RandomForestStrategy
 
-from clients.boosting import BoostingClient
-from clients.dpsgd import DPSGDClient
-from clients.lumberjack import LumberjackClient
-from clients.random_forest import RandomForestClient
-from experiments.audit.runs import Run, run_fit
 from fedpriv.federation.protocol import ClientData
 from fedpriv.models.lumberjack import FeatureSpace
 from fedpriv.models.networks import NetworkSpec, clipped_gradient_sum
 from fedpriv.privacy import GaussianMechanism, Mechanism
 from fedpriv.privacy.randomness import SecretKey
 from fedpriv.seeding import derive_generator
-from strategies.boosting import BoostingConfig, DPBoostingStrategy
-from strategies.dpsgd import DPSGDStrategy, LogisticConfig, MLPConfig
-from strategies.lumberjack import LumberjackConfig, LumberjackStrategy
-from strategies.random_forest import RandomForestConfig, RandomForestStrategy
 
 N_FEATURES = 2
 
@@ -412,9 +412,9 @@ CI_TRIALS = {
 
 def all_audits() -> list[LearnerAudit]:
     """Every learner, in the report's order."""
-    from experiments.audit.bdpe import bdpe_audit  # they build on this module
-    from experiments.audit.distributed import distributed_boosting_audit
-    from experiments.audit.gam import gam_audit
+    from fedpriv.experiments.audit.bdpe import bdpe_audit  # they build on this module
+    from fedpriv.experiments.audit.distributed import distributed_boosting_audit
+    from fedpriv.experiments.audit.gam import gam_audit
 
     return [
         boosting_audit(),

@@ -15,9 +15,8 @@ tie-breaking, and :func:`bootstrap_failure_rate` checks it against
 from __future__ import annotations
 
 import numpy as np
+from fedpriv.experiments.audit.auditing import Scores, epsilon_hat
 from scipy import stats
-
-from experiments.audit.auditing import Scores, epsilon_hat
 
 
 def _cp_lower(k: np.ndarray, n: int, alpha: float) -> np.ndarray:

@@ -25,8 +25,8 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+from fedpriv.experiments.audit.runs import RecordingLedger, Run
 
-from experiments.audit.runs import RecordingLedger, Run
 from fedpriv.federation.protocol import ClientData
 from fedpriv.federation.runtime import begin_strategy
 from fedpriv.models.trees import TreeEnsemble, sample_tree

@@ -1,6 +1,6 @@
 """One recorded end-to-end fit: strategy + client + in-process runtime + ledger.
 
-:func:`fit` runs exactly what :meth:`server.estimator_base.Estimator._fit_on`
+:func:`fit` runs exactly what :meth:`fedpriv.server.estimator_base.Estimator._fit_on`
 runs (a fresh :class:`~fedpriv.privacy.PrivacyLedger`, the
 :class:`~fedpriv.federation.runtime.InProcessRuntime` with its secure
 aggregation, a public seed and a secret key) and keeps two records:

@@ -1,4 +1,4 @@
 """The matched-accounting benchmark (issue 8): configs, cells, statistics, analyses, report.
 
-``python -m experiments.benchmark`` is the entry point; see its docstring.
+``python -m fedpriv.experiments.benchmark`` is the entry point; see its docstring.
 """

@@ -1,7 +1,7 @@
 """Tables computed from the long-format results (never typed by hand).
 
 Each function takes the long DataFrame written by the stages (columns
-:data:`experiments.bench.stages.ROW_KEYS`) and returns a DataFrame the report
+:data:`fedpriv.experiments.bench.stages.ROW_KEYS`) and returns a DataFrame the report
 prints and ``benchmark.py`` saves as CSV.
 """
 
@@ -12,9 +12,8 @@ import math
 
 import numpy as np
 import pandas as pd
-
-from experiments.bench import comm, paper, tstar
-from experiments.bench.stats import mean_sd, paired_tests, sd_units
+from fedpriv.experiments.bench import comm, paper, tstar
+from fedpriv.experiments.bench.stats import mean_sd, paired_tests, sd_units
 
 MAIN_METRICS = (
     "auc",

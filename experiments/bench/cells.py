@@ -5,7 +5,7 @@ A :class:`Cell` is everything that determines a result: learner, parameters,
 SHA-256 of that content (plus :data:`CELL_VERSION`), so a finished cell is
 never recomputed and an interrupted study resumes where it stopped. The
 private randomness of a cell (noise, coins) comes from the subkey of its
-content key (:mod:`experiments.keys`), never from its seed, and the secret
+content key (:mod:`fedpriv.experiments.keys`), never from its seed, and the secret
 never enters the cache key: a cached result is one draw of the cell.
 """
 
@@ -43,7 +43,7 @@ class Cell:
 
     ``kind="fit"`` trains on ``train_part`` and scores ``eval_part``
     (:func:`fedpriv.evaluation.metrics.binary_metrics`); ``"mia"`` and
-    ``"offpath"`` are the §5.5 attack cells (:mod:`experiments.bench.mia`).
+    ``"offpath"`` are the §5.5 attack cells (:mod:`fedpriv.experiments.bench.mia`).
     ``params`` is a sorted tuple of (name, value) pairs.
     """
 
@@ -117,10 +117,10 @@ class CellCache:
 def fit_cell(cell: Cell) -> dict[str, Any]:
     """Train ``cell``'s learner on its ``train_part`` and score its ``eval_part``."""
     import numpy as np
+    from fedpriv.experiments.bench import learners
+    from fedpriv.experiments.keys import secret_key_for
     from sklearn.metrics import log_loss
 
-    from experiments.bench import learners
-    from experiments.keys import secret_key_for
     from fedpriv.evaluation.metrics import base_rate_brier, binary_metrics, multiclass_metrics
 
     clf, ds, seconds = learners.fitted(cell, cell.train_part, secret_key_for("cell", cell.key))
@@ -159,7 +159,7 @@ def execute(cell: Cell) -> dict[str, Any]:
     """Run one cell in this process (the pool's task)."""
     if cell.kind == "fit":
         return fit_cell(cell)
-    from experiments.bench import mia
+    from fedpriv.experiments.bench import mia
 
     return mia.attack_cell(cell) if cell.kind == "mia" else mia.offpath_cell(cell)
 

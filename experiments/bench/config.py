@@ -207,7 +207,7 @@ class Multiclass:
 
 @dataclass(frozen=True)
 class PrivateTuning:
-    """Accounted tuning (Papernot & Steinke 2022; :mod:`experiments.bench.private_tuning`).
+    """Accounted tuning (Papernot & Steinke 2022; :mod:`fedpriv.experiments.bench.private_tuning`).
 
     K ~ TNB(``eta``, γ) with γ solved for E[K] = ``mean_runs`` (``distribution
     = "tnb"``), or K ~ Poisson(``mean_runs``); each run draws a grid point,

@@ -55,7 +55,7 @@ def make_estimator(
 
     ``seed`` is public (trees, initial weights); ``secret_key`` keys the
     private randomness (``None``: fresh OS entropy at every fit; cells pass
-    :func:`experiments.keys.secret_key_for` of their content key).
+    :func:`fedpriv.experiments.keys.secret_key_for` of their content key).
     """
     from fedpriv.methods import get_method
 

@@ -80,8 +80,8 @@ def _attack(clf, ds) -> dict[str, Any]:
 def _fit(cell, epsilon: float):
     import time
 
-    from experiments.bench.learners import make_estimator
-    from experiments.keys import secret_key_for
+    from fedpriv.experiments.bench.learners import make_estimator
+    from fedpriv.experiments.keys import secret_key_for
 
     ds = membership_dataset(cell.seed, cell.members)
     partition = ds.client_partition(cell.n_clients, "train", alpha=0.5)
@@ -129,9 +129,9 @@ def routing_counts(ensemble, X: np.ndarray) -> np.ndarray:
 
 def offpath_cell(cell) -> dict[str, Any]:
     """Non-private ensemble + importance vector released at ``cell.epsilon`` (paper §5.1)."""
+    from fedpriv.experiments.keys import secret_key_for
     from scipy.stats import spearmanr
 
-    from experiments.keys import secret_key_for
     from fedpriv.privacy import GaussianMechanism, PrivacyBudget, PrivacyLedger
 
     clf, ds = _fit(cell, math.inf)  # the predictor: no noise at all

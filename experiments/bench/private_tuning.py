@@ -13,7 +13,7 @@ evaluation seed s:
    raises here, before any run draws noise. Its ε is the RDP figure (no PLD
    rule exists for the selection), and that is the row's ``epsilon_spent``;
 3. draw K and K grid points uniformly from a private generator keyed by the
-   cell (:func:`experiments.keys.secret_key_for`), never by a public seed;
+   cell (:func:`fedpriv.experiments.keys.secret_key_for`), never by a public seed;
 4. run each: fit on ``train`` at (ε_b, δ), release the validation AUC from
    a noisy score histogram (:mod:`fedpriv.evaluation_dp`, Gaussian with
    multiplier ``val_noise``, Δ₂ = 1: one record moves one count by one), and
@@ -42,9 +42,9 @@ from typing import Any
 
 import numpy as np
 from dp_accounting import dp_event
+from fedpriv.experiments.bench.cells import content_key
+from fedpriv.experiments.bench.learners import label
 
-from experiments.bench.cells import content_key
-from experiments.bench.learners import label
 from fedpriv.privacy.tuning import RunsDistribution
 
 #: Bump when a change alters what a run computes.
@@ -87,7 +87,7 @@ class RunCell:
 
 
 def distribution(pt) -> RunsDistribution:
-    """The law of K from a :class:`~experiments.bench.config.PrivateTuning` section."""
+    """The law of K from a :class:`~fedpriv.experiments.bench.config.PrivateTuning` section."""
     if pt.distribution == "poisson":
         return RunsDistribution.poisson(mean=pt.mean_runs)
     return RunsDistribution.tnb(eta=pt.eta, mean=pt.mean_runs)
@@ -110,13 +110,14 @@ def _sgd_train_event(
     learner: str, params: dict[str, Any], epsilon: float, delta: float
 ) -> dp_event.DpEvent:
     """A DP-SGD base run's stages (centring, steps, recalibration), calibrated jointly to
-    (ε_b, δ) exactly as the learner plans them (:mod:`strategies.dpsgd_plan`)."""
+    (ε_b, δ) exactly as the learner plans them (:mod:`fedpriv.strategies.dpsgd_plan`)."""
     import dataclasses
+
+    from fedpriv.strategies.dpsgd import LogisticConfig, MLPConfig
 
     from fedpriv.models import sgd_recalibration as recal
     from fedpriv.privacy.noise_plan import StagePlan, joint_multipliers
     from fedpriv.privacy.participation import plan_event as rounds_event
-    from strategies.dpsgd import LogisticConfig, MLPConfig
 
     kind = MLPConfig if learner == "mlp" else LogisticConfig
     names = {f.name for f in dataclasses.fields(kind)}
@@ -212,8 +213,9 @@ def calibrate(
 def run_base(cell: RunCell) -> dict[str, Any]:
     """Fit, check the fit's spend against its plan, DP-score ``val``, score ``test``."""
 
-    from experiments.bench import learners
-    from experiments.keys import secret_key_for
+    from fedpriv.experiments.bench import learners
+    from fedpriv.experiments.keys import secret_key_for
+
     from fedpriv.evaluation.metrics import base_rate_brier, binary_metrics
     from fedpriv.evaluation_dp import binned_auc, score_histogram
     from fedpriv.privacy import GaussianMechanism, accounting
@@ -243,7 +245,7 @@ def run_base(cell: RunCell) -> dict[str, Any]:
 
 def _draws(dataset: str, eps: float, learner: str, seed: int, n_grid: int, dist) -> list[int]:
     """K, then K grid indices, from the cell's private generator."""
-    from experiments.keys import secret_key_for
+    from fedpriv.experiments.keys import secret_key_for
 
     rng = secret_key_for("private_tuning", dataset, learner, repr(float(eps)), seed).generator("k")
     k = dist.sample(rng)
@@ -354,8 +356,7 @@ def summary(df, tuning: str):
     main stage ran with ``tuning = "validation"`` (its selection unaccounted).
     """
     import pandas as pd
-
-    from experiments.bench.stats import mean_sd
+    from fedpriv.experiments.bench.stats import mean_sd
 
     def wide(sub):
         keys = ["dataset", "learner", "epsilon", "seed"]

@@ -6,7 +6,7 @@ Stages (each one progress bar, each cell cached):
   (``tuning="validation"``) or the paper's settings (``"paper"``), then the
   selected configuration refitted on train + val and scored on test over
   ``seeds`` seeds (``"private"``: accounted tuning per seed instead,
-  :mod:`experiments.bench.private_tuning`); plus the forest rows at a fixed
+  :mod:`fedpriv.experiments.bench.private_tuning`); plus the forest rows at a fixed
   setting and ``forests.seeds``.
 * ``ablations`` — paper Table 8 at one ε.
 * ``sweep`` — paper Figure 3: boosting vs T and DP-SGD vs steps; the boosting
@@ -23,11 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
-from experiments.bench import paper
-from experiments.bench.cells import Cell, CellCache, execute, run_cells
-from experiments.bench.config import StudyConfig
-from experiments.bench.learners import label
+from fedpriv.experiments.bench import paper
+from fedpriv.experiments.bench.cells import Cell, CellCache, execute, run_cells
+from fedpriv.experiments.bench.config import StudyConfig
+from fedpriv.experiments.bench.learners import label
 
 #: First run seed of the tuning fits (kept apart from the evaluation seeds 0, 1, …).
 TUNE_SEED0 = 10_000
@@ -139,7 +138,7 @@ def run_main(ctx: Context) -> tuple[list[dict], dict[tuple[str, float, str], dic
     """Tuning, then the 20-seed test evaluation of every learner and the forest rows."""
     cfg = ctx.cfg
     if cfg.tuning == "private":  # tuned per seed, inside each row's ε
-        from experiments.bench import private_tuning
+        from fedpriv.experiments.bench import private_tuning
 
         chosen, rows = (
             {},

@@ -52,7 +52,7 @@ DELTA_MAX = 1e-2
 #: stays near 0.5 GiB at most; secure aggregation holds a few copies of a round's
 #: vector (masks, shares). Checked from the settings, before anything is allocated.
 MAX_MODEL_ENTRIES = 2**23
-#: The random forest's deepest automatic depth (``strategies.random_forest.MAX_AUTO_DEPTH``,
+#: The random forest's deepest automatic depth (``fedpriv.strategies.random_forest.MAX_AUTO_DEPTH``,
 #: which fedpriv cannot import; a test checks they agree).
 FOREST_MAX_AUTO_DEPTH = 10
 

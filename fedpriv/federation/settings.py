@@ -204,7 +204,7 @@ class RunSettings:
     eval_path: str = ""
     #: The DP federated evaluation's share of ε (0: none). After training, the nodes
     #: score their held-out rows and the run releases their score histograms once,
-    #: through the same ledger (:mod:`server.dp_evaluation`); training then
+    #: through the same ledger (:mod:`fedpriv.server.dp_evaluation`); training then
     #: calibrates to the rest, (ε − eval-epsilon, δ − δ·eval-epsilon/ε).
     eval_epsilon: float = 0.0
     num_clients: int = 5

@@ -32,7 +32,7 @@ each w_i ∈ [0, 1]; m is the public bound on the number of records.
 * **Objective calibration** (O.C., the paper's §6): :func:`calibrated_alpha`.
 
 Pure functions over numpy arrays; the federated orchestration is
-:mod:`strategies.bdpe` and :mod:`clients.bdpe`.
+:mod:`fedpriv.strategies.bdpe` and :mod:`fedpriv.clients.bdpe`.
 """
 
 from __future__ import annotations

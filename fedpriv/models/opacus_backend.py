@@ -172,7 +172,7 @@ class OpacusGradients:
 
 
 class TorchSpec:
-    """A user's module as a DP-SGD model: what :class:`strategies.dpsgd.DPSGDStrategy` needs.
+    """A user's module as a DP-SGD model: what :class:`fedpriv.strategies.dpsgd.DPSGDStrategy` needs.
 
     Mirrors :class:`fedpriv.models.networks.NetworkSpec`: ``n_params``,
     ``init_params`` (the module's own parameters, which must not come from

@@ -3,7 +3,7 @@
 DP-SGD's clipping changes the problem it solves: with the whole gradient
 clipped jointly to C, an example's bias part becomes C·sign(r)/‖x̃‖, so the
 bias settles where the *counts* of clipped positives and negatives balance,
-not where Σ(p − y) = 0 (:mod:`strategies.dpsgd`, "Calibration"). The MLP keeps
+not where Σ(p − y) = 0 (:mod:`fedpriv.strategies.dpsgd`, "Calibration"). The MLP keeps
 that joint clip (its ReLU units are uncentred intercepts, against which a
 separately clipped output bias drifts), and at C = 1 its mean prediction on
 BRFSS is 0.05 for a base rate of 0.16.

@@ -1,6 +1,6 @@
 """Compiled clipped sums of the built-in DP-SGD models over many clients' rows.
 
-The clients' side of a step (:mod:`clients.dpsgd`): rows of K clients stacked
+The clients' side of a step (:mod:`fedpriv.clients.dpsgd`): rows of K clients stacked
 once (:class:`RowBlocks`), then each step one compiled call
 (:mod:`fedpriv.models._sgd_kernels`) returns every client's clipped gradient
 sum (:func:`compiled_clipped_sums`), or, in the centring round, its clipped

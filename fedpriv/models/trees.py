@@ -265,7 +265,7 @@ def newton_leaf_values(
 
 
 #: Query ``config["phase"]`` of boosting's intercept round and of its tree rounds (also
-#: the names of their node stages, :meth:`clients.boosting.BoostingClient.reply_sensitivity`).
+#: the names of their node stages, :meth:`fedpriv.clients.boosting.BoostingClient.reply_sensitivity`).
 INTERCEPT, TREE = "intercept", "tree"
 
 

@@ -74,7 +74,7 @@ from fedpriv.privacy.randomness import GRID
 
 #: The node ledger's file inside the state directory.
 LEDGER_FILE = "fedpriv-node-ledger.json"
-#: The method name of the DP federated evaluation's queries (``clients.evaluation``).
+#: The method name of the DP federated evaluation's queries (``fedpriv.clients.evaluation``).
 EVALUATION = "evaluation"
 
 __all__ = [

@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from fedpriv.server import cli_run
+from fedpriv.server.cli import cli
 
-from server import cli_run
-from server.cli import cli
 from tests.data.test_bad_inputs_data import HEADER, SCHEMA  # one ward table for both
 
 MODEL = "model.fedpriv.npz"
@@ -557,12 +557,12 @@ def test_a_bad_input_ends_in_a_run_or_one_line(case, trained, tmp_path, monkeypa
 def test_a_defect_keeps_its_traceback(monkeypatch):
     """Twin of the table: the boundary maps fedpriv's errors, not every error (a bug
     stays a bug, with its traceback)."""
-    import server.cli
+    import fedpriv.server.cli
 
     def broken(**kwargs):
         raise KeyError("a bug")
 
-    monkeypatch.setattr(server.cli, "run_in_process", broken)
+    monkeypatch.setattr(fedpriv.server.cli, "run_in_process", broken)
     result = CliRunner().invoke(cli, ["run", "--dataset", "heart"])
     assert isinstance(result.exception, KeyError) and result.exit_code == 1
 
@@ -592,8 +592,9 @@ def test_a_write_that_fills_the_disk_leaves_no_file_and_the_old_one(tmp_path, mo
 def test_an_array_fit_refuses_one_class(monkeypatch):
     """``fit(X, y)`` on rows of one class: one DataError naming the label (as a CSV load);
     twin: the same rows with both classes fit."""
+    from fedpriv.server.estimators import DPBoostingClassifier
+
     from fedpriv.errors import DataError
-    from server.estimators import DPBoostingClassifier
 
     rng = np.random.default_rng(0)
     X, y = rng.uniform(size=(60, 3)), np.arange(60) % 2

@@ -6,14 +6,14 @@ import re
 
 import numpy as np
 import pytest
+from fedpriv.server import cli_split
+from fedpriv.server.cli import main
+from fedpriv.server.cli_run import _resolve, build_estimator
 
 from fedpriv.data import load_csv_whole
 from fedpriv.federation.settings import SettingError
 from fedpriv.privacy.randomness import SecretKey
 from fedpriv.privacy.record_count import COUNT_LABEL, count_event
-from server import cli_split
-from server.cli import main
-from server.cli_run import _resolve, build_estimator
 from tests.cli.data import SCHEMA, rows, write
 from tests.keys import key_for
 
@@ -154,8 +154,9 @@ def test_cv_refusals(argv, message, capsys):
 
 
 def test_cv_on_a_bundled_corpus_folds_every_row(monkeypatch, capsys):
+    from fedpriv.server.estimator_base import Estimator
+
     from fedpriv.data import load_for_run
-    from server.estimator_base import Estimator
 
     fitted, original = [], Estimator._fit_on
 

@@ -6,13 +6,13 @@ import re
 
 import numpy as np
 import pytest
+from fedpriv.server.cli import main
+from fedpriv.server.cli_split import held_out_scores
+from fedpriv.server.estimator_base import Estimator
 from sklearn.metrics import roc_auc_score
 
 from fedpriv.artefact import load_model
 from fedpriv.data.table import read_table
-from server.cli import main
-from server.cli_split import held_out_scores
-from server.estimator_base import Estimator
 from tests.cli.data import SCHEMA, rows, write
 
 LINE = re.compile(

@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
+from fedpriv.clients.boosting import BoostingClient
+from fedpriv.strategies.boosting import BoostingConfig, DPBoostingStrategy
 
-from clients.boosting import BoostingClient
 from fedpriv.federation.protocol import ClientData
-from strategies.boosting import BoostingConfig, DPBoostingStrategy
 from tests.keys import private_rng
 
 

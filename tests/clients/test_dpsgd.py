@@ -4,13 +4,13 @@ import itertools
 
 import numpy as np
 import pytest
+from fedpriv.clients.dpsgd import DPSGDClient
+from fedpriv.strategies.dpsgd import DPSGDStrategy, LogisticConfig, MLPConfig
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clients.dpsgd import DPSGDClient
 from fedpriv.federation.protocol import make_clients
 from fedpriv.models.networks import InputMap
-from strategies.dpsgd import DPSGDStrategy, LogisticConfig, MLPConfig
 from tests.keys import private_rng
 
 

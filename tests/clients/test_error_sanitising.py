@@ -12,11 +12,11 @@ import logging
 import re
 import traceback
 
+import fedpriv.clients.app as client_app
 import pytest
 from flwr.app import ConfigRecord, Context, Message, Metadata, RecordDict
 from flwr.clientapp.client_app import ClientAppException
 
-import clients.app as client_app
 from fedpriv.data import load_csv, node
 from fedpriv.errors import INTERNAL, ClientFailure, DataError, public_error
 from fedpriv.federation.settings import RunSettings
@@ -108,7 +108,7 @@ def test_the_clientapp_raises_only_the_sanitised_error_and_logs_the_detail_local
 ):
     path, context = bad_node
     msg = _message("keys", RecordDict({"config": ConfigRecord({})}))
-    with caplog.at_level(logging.ERROR, logger="clients.app"):
+    with caplog.at_level(logging.ERROR, logger="fedpriv.clients.app"):
         with pytest.raises(ClientFailure) as err:
             client_app.app(message=msg, context=context)  # Flower's own dispatch
     exc = err.value

@@ -14,13 +14,17 @@ import math
 
 import numpy as np
 import pytest
+from fedpriv.clients.boosting import BoostingClient
+from fedpriv.clients.dpsgd import DPSGDClient
+from fedpriv.clients.lumberjack import LumberjackClient
+from fedpriv.clients.random_forest import RandomForestClient
+from fedpriv.server.estimators import DPBoostingClassifier, DPLogisticClassifier
+from fedpriv.strategies.boosting import GRAD_BOUND, HESS_BOUND, L2_SENSITIVITY
+from fedpriv.strategies.dpsgd import DPSGDStrategy, LogisticConfig, MLPConfig
+from fedpriv.strategies.random_forest import RandomForestConfig, RandomForestStrategy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clients.boosting import BoostingClient
-from clients.dpsgd import DPSGDClient
-from clients.lumberjack import LumberjackClient
-from clients.random_forest import RandomForestClient
 from fedpriv.data import node
 from fedpriv.data.node import DataSource
 from fedpriv.errors import DataError
@@ -28,10 +32,6 @@ from fedpriv.federation.protocol import ClientData, Query
 from fedpriv.federation.settings import RunSettings
 from fedpriv.models.lumberjack import FeatureSpace
 from fedpriv.models.networks import InputMap
-from server.estimators import DPBoostingClassifier, DPLogisticClassifier
-from strategies.boosting import GRAD_BOUND, HESS_BOUND, L2_SENSITIVITY
-from strategies.dpsgd import DPSGDStrategy, LogisticConfig, MLPConfig
-from strategies.random_forest import RandomForestConfig, RandomForestStrategy
 from tests.keys import key_for, private_rng
 
 BAD_LABELS = [-1.0, 1.0, 0.0, 5.0, 0.5, -7.25, math.nan, math.inf, -math.inf, 1e300]
@@ -250,7 +250,8 @@ def test_boosting_estimator_fits_on_its_public_label_set():
 
 
 def test_the_clientapp_checks_its_rows_labels_against_the_schema(monkeypatch):
-    import clients.app as client_app
+    import fedpriv.clients.app as client_app
+
     from fedpriv.data import load_synthetic
 
     ds = load_synthetic(n=300)

@@ -464,7 +464,7 @@ def test_draft_with_the_separator_it_names_succeeds(tmp_path):
 
 
 def _cli(argv, caplog):
-    from server.cli import main
+    from fedpriv.server.cli import main
 
     caplog.clear()
     return main(argv), caplog.text

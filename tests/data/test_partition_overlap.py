@@ -9,6 +9,8 @@ import math
 
 import numpy as np
 import pytest
+from fedpriv.server.estimator_base import federated_training_data
+from fedpriv.server.estimators import DPBoostingClassifier
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,8 +19,6 @@ from fedpriv.data import TabularDataset, label_skew, load_synthetic
 from fedpriv.errors import DataError
 from fedpriv.federation.protocol import make_clients
 from fedpriv.records import check_partition
-from server.estimator_base import federated_training_data
-from server.estimators import DPBoostingClassifier
 
 N = 10
 X = np.random.default_rng(0).random((N, 3))

@@ -1,4 +1,4 @@
-"""The CI smoke run of the ablations: ``python -m experiments.ablate all --quick`` into tmp.
+"""The CI smoke run of the ablations: ``python -m fedpriv.experiments.ablate all --quick`` into tmp.
 
 It runs with ``--processes 1`` (every cell in the command's own process): a
 pool of spawned workers would cost two more interpreter start-ups and imports
@@ -75,7 +75,7 @@ def test_quick_ablations_write_a_sane_report(tmp_path):
         [
             sys.executable,
             "-m",
-            "experiments.ablate",
+            "fedpriv.experiments.ablate",
             "all",
             "--quick",
             "--processes",

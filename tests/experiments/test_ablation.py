@@ -2,11 +2,11 @@
 
 import numpy as np
 import pytest
+from fedpriv.experiments.ablate import plan
+from fedpriv.experiments.ablation.cells import AblationCell, auc_decomposition
+from fedpriv.experiments.ablation.config import STUDIES, Axes, config_path, from_dict, load
 from sklearn.metrics import roc_auc_score
 
-from experiments.ablate import plan
-from experiments.ablation.cells import AblationCell, auc_decomposition
-from experiments.ablation.config import STUDIES, Axes, config_path, from_dict, load
 from fedpriv.seeding import derive_generator
 
 

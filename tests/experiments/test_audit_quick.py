@@ -1,8 +1,7 @@
-"""Smoke run of ``python -m experiments.audit_learners --quick`` on its cheapest learner."""
+"""Smoke run of ``python -m fedpriv.experiments.audit_learners --quick`` on its cheapest learner."""
 
 import pandas as pd
-
-from experiments.audit_learners import main
+from fedpriv.experiments.audit_learners import main
 
 
 def test_quick_audit_writes_the_report_and_its_tables(tmp_path):

@@ -1,9 +1,8 @@
-"""Smoke run of ``python -m experiments.bdpe_study --quick``: the paper's protocol, tiny."""
+"""Smoke run of ``python -m fedpriv.experiments.bdpe_study --quick``: the paper's protocol, tiny."""
 
 import pandas as pd
-
-from experiments.bdpe_report import load
-from experiments.bdpe_study import main
+from fedpriv.experiments.bdpe_report import load
+from fedpriv.experiments.bdpe_study import main
 
 
 def test_quick_study_writes_the_wins_table_and_stays_in_budget(tmp_path):

@@ -1,4 +1,4 @@
-"""The CI smoke run: ``python -m experiments.benchmark --quick`` into a temporary directory.
+"""The CI smoke run: ``python -m fedpriv.experiments.benchmark --quick`` into a temporary directory.
 
 It runs with ``--processes 1`` (every cell in the command's own process): a
 pool of spawned workers would cost two more interpreter start-ups and imports
@@ -20,7 +20,7 @@ def test_quick_run_writes_a_sane_report(tmp_path):
         [
             sys.executable,
             "-m",
-            "experiments.benchmark",
+            "fedpriv.experiments.benchmark",
             "--config",
             "experiments/configs/matched.toml",
             "--quick",

@@ -4,9 +4,8 @@ import subprocess
 import sys
 
 import pytest
-
-from experiments.bench.cells import Cell, CellCache
-from experiments.bench.config import StudyConfig, from_dict
+from fedpriv.experiments.bench.cells import Cell, CellCache
+from fedpriv.experiments.bench.config import StudyConfig, from_dict
 
 CELL = Cell.make(
     "fit", "brfss", "boosting", {"rounds": 50, "depth": 5}, epsilon=2.0, delta=1e-5, seed=3
@@ -19,7 +18,7 @@ def test_key_ignores_parameter_order_and_is_stable_across_processes():
     )
     assert other.key == CELL.key
     code = (
-        "from experiments.bench.cells import Cell;"
+        "from fedpriv.experiments.bench.cells import Cell;"
         "print(Cell.make('fit','brfss','boosting',{'rounds':50,'depth':5},"
         "epsilon=2.0,delta=1e-5,seed=3).key)"
     )

@@ -1,8 +1,7 @@
 """Synchronisation time R·(RTT + payload/bandwidth) against the paper's Table 12."""
 
 import pytest
-
-from experiments.bench.comm import LINKS, Link, per_round_payload_bytes, sync_seconds
+from fedpriv.experiments.bench.comm import LINKS, Link, per_round_payload_bytes, sync_seconds
 
 LAN, WAN, SLOW = LINKS
 

@@ -1,12 +1,11 @@
-"""experiments.heldout: the per-cell figures and checks against independent references."""
+"""fedpriv.experiments.heldout: the per-cell figures and checks against independent references."""
 
 import math
 
 import numpy as np
 import pytest
+from fedpriv.experiments import heldout
 from sklearn.metrics import brier_score_loss, roc_auc_score
-
-from experiments import heldout
 
 
 def test_scores_match_scikit_learn_for_two_classes():

@@ -1,9 +1,9 @@
 """Cells draw private randomness from the injected key (per cell), never from their seed."""
 
 import pytest
+from fedpriv.experiments import keys
+from fedpriv.experiments.bench.cells import Cell, fit_cell
 
-from experiments import keys
-from experiments.bench.cells import Cell, fit_cell
 from fedpriv.privacy.randomness import KEY_ENV
 from tests.keys import key_hex
 

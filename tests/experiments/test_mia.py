@@ -2,8 +2,7 @@
 
 import numpy as np
 import pytest
-
-from experiments.bench.mia import attack_scores, record_losses, routing_counts
+from fedpriv.experiments.bench.mia import attack_scores, record_losses, routing_counts
 
 
 def test_attack_on_a_separable_case():

@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from fedpriv.experiments.bench import private_tuning, stages
+from fedpriv.experiments.bench.cells import CellCache
+from fedpriv.experiments.bench.config import load
 
-from experiments.bench import private_tuning, stages
-from experiments.bench.cells import CellCache
-from experiments.bench.config import load
 from fedpriv.privacy import PrivacyBudget, PrivacyBudgetExceededError, PrivacyLedger
 from fedpriv.privacy.tuning_calibration import selection_epsilon
 
@@ -76,7 +76,7 @@ def test_the_selection_is_charged_before_any_run(quick):
 def test_bad_private_tuning_settings_are_named(table, match):
     import tomllib
 
-    from experiments.bench.config import from_dict
+    from fedpriv.experiments.bench.config import from_dict
 
     raw = tomllib.loads(CONFIG.read_text())
     raw["private_tuning"] = {**raw["private_tuning"], **table}
@@ -85,8 +85,8 @@ def test_bad_private_tuning_settings_are_named(table, match):
 
 
 def test_tuning_private_makes_the_main_rows_accounted(quick, tmp_path):
-    from experiments.bench import analysis
-    from experiments.bench.config import Forests
+    from fedpriv.experiments.bench import analysis
+    from fedpriv.experiments.bench.config import Forests
 
     cfg = dataclasses.replace(
         quick,

@@ -4,9 +4,14 @@ import math
 
 import numpy as np
 import pytest
+from fedpriv.experiments.bench.stats import (
+    cohens_d_paired,
+    format_p,
+    mean_sd,
+    paired_tests,
+    sd_units,
+)
 from scipy import stats as sps
-
-from experiments.bench.stats import cohens_d_paired, format_p, mean_sd, paired_tests, sd_units
 
 
 def test_paired_tests_match_scipy():

@@ -5,9 +5,8 @@ import math
 import numpy as np
 import pytest
 from dp_accounting.rdp import rdp_privacy_accountant as rdp_lib
+from fedpriv.experiments.bench import tstar
 from scipy import optimize
-
-from experiments.bench import tstar
 
 
 @pytest.mark.parametrize(

@@ -163,8 +163,9 @@ def test_each_size_limit_admits_its_maximum_and_refuses_one_more(method, key):
 
 
 def test_the_declared_limits_agree_with_the_code_they_stand_for():
+    from fedpriv.strategies.random_forest import MAX_AUTO_DEPTH
+
     from fedpriv.models.networks import NetworkSpec
-    from strategies.random_forest import MAX_AUTO_DEPTH
 
     assert FOREST_MAX_AUTO_DEPTH == MAX_AUTO_DEPTH
     most = SIZE_LIMITS["mlp"]["hidden"][0]
@@ -197,7 +198,7 @@ def test_every_accepted_budget_calibrates_on_the_hardest_plan(steps):
 def test_an_estimator_refuses_a_size_before_fitting():
     # Estimators build their configuration through the same parser: a size that does
     # not fit in memory is refused before a single array is allocated.
-    from server.estimators import DPBoostingClassifier
+    from fedpriv.server.estimators import DPBoostingClassifier
 
     X, y = np.zeros((20, 2)), np.arange(20) % 2
     with pytest.raises(SettingError, match=r"^rounds must be an integer in \[1, 10000\]"):
@@ -257,7 +258,7 @@ CLI = {
 
 @pytest.mark.parametrize(("sets", "message"), CLI.values(), ids=list(CLI))
 def test_the_cli_exits_2_before_loading_or_writing(sets, message, caplog, tmp_path):
-    from server.cli import main
+    from fedpriv.server.cli import main
 
     out = tmp_path / "out"
     named = any(s.startswith("dataset=") or s == "--dataset" for s in sets)
@@ -272,7 +273,7 @@ def test_the_cli_exits_2_before_loading_or_writing(sets, message, caplog, tmp_pa
     "source", [["--dataset", "heart"], ["--set", "dataset=heart"]], ids=["flag", "set"]
 )
 def test_a_csv_and_a_dataset_together_are_refused_not_one_dropped(source, capsys, tmp_path):
-    from server.cli import main
+    from fedpriv.server.cli import main
 
     csv = tmp_path / "rows.csv"
     csv.write_text("a,y\n1,0\n")
@@ -283,8 +284,9 @@ def test_a_csv_and_a_dataset_together_are_refused_not_one_dropped(source, capsys
 
 def test_a_budget_outside_the_calibrators_range_is_one_line_exit_2(caplog, monkeypatch):
     """An estimator-path calibration that cannot reach its target ends as exit 2."""
+    from fedpriv.server import cli
+
     from fedpriv.privacy.calibration_range import CalibrationRangeError
-    from server import cli
 
     def refuse(**kwargs):
         raise CalibrationRangeError("epsilon 1e6 lies outside the calibrated range")

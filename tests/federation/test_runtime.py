@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 from dp_accounting import dp_event
+from fedpriv.clients.boosting import BoostingClient
+from fedpriv.strategies.boosting import L2_SENSITIVITY, BoostingConfig, DPBoostingStrategy
 
-from clients.boosting import BoostingClient
 from fedpriv.data import iid
 from fedpriv.federation.protocol import make_clients
 from fedpriv.federation.runtime import InProcessRuntime
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
-from strategies.boosting import L2_SENSITIVITY, BoostingConfig, DPBoostingStrategy
 from tests.keys import key_for
 
 

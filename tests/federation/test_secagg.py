@@ -770,9 +770,8 @@ def test_shamir_refuses_bad_parameters_and_draws_fresh_coefficients():
 
 # --- the Flower ClientApp handlers ----------------------------------------------
 def test_flower_handlers_pin_the_key_book_and_refuse_substitution_and_second_unmasks():
+    from fedpriv.clients import app as client_app
     from flwr.app import ConfigRecord, Context, Message, Metadata, RecordDict
-
-    from clients import app as client_app
 
     def message(kind, cfg):
         meta = Metadata(

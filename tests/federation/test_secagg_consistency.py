@@ -336,10 +336,11 @@ def boosting_clients():
 
 
 def _fit(clients, **kw):
-    from clients.boosting import BoostingClient
+    from fedpriv.clients.boosting import BoostingClient
+    from fedpriv.strategies.boosting import BoostingConfig, DPBoostingStrategy
+
     from fedpriv.federation.runtime import InProcessRuntime
     from fedpriv.privacy import PrivacyBudget, PrivacyLedger
-    from strategies.boosting import BoostingConfig, DPBoostingStrategy
 
     cfg = BoostingConfig(rounds=8, depth=3, sampling_rate=0.1, intercept=False)
     ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=2.0, delta=1e-5))
@@ -392,9 +393,8 @@ def test_in_process_nodes_with_a_higher_floor_refuse_every_round(boosting_client
 def test_the_clientapp_reads_its_floor_from_node_config_before_any_row():
     import time
 
+    from fedpriv.clients import app as client_app
     from flwr.app import ConfigRecord, Context, Message, Metadata, RecordDict
-
-    from clients import app as client_app
 
     def message(kind, cfg):
         meta = Metadata(

@@ -7,6 +7,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from fedpriv.strategies.dpsgd import MLPConfig
 
 from fedpriv.federation.settings import (
     PARTICIPATION_ACCOUNTINGS,
@@ -15,7 +16,6 @@ from fedpriv.federation.settings import (
     method_defaults,
 )
 from fedpriv.methods import get_method, methods
-from strategies.dpsgd import MLPConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -158,9 +158,17 @@ def test_registry_records_resolve_and_their_configs_are_frozen_and_keyword_only(
 @pytest.mark.parametrize(
     ("launcher", "args", "key"),
     [
-        ("server.simulate", ["--set", "rounds=2.7"], "rounds"),
-        ("server.deploy", ["--set", "method=lumberjack", "--set", "epsilon=nan"], "epsilon"),
-        ("server.simulate", ["--set", "dataset=heart", "--set", "num-clients=3"], "num_clients"),
+        ("fedpriv.server.simulate", ["--set", "rounds=2.7"], "rounds"),
+        (
+            "fedpriv.server.deploy",
+            ["--set", "method=lumberjack", "--set", "epsilon=nan"],
+            "epsilon",
+        ),
+        (
+            "fedpriv.server.simulate",
+            ["--set", "dataset=heart", "--set", "num-clients=3"],
+            "num_clients",
+        ),
     ],
 )
 def test_launchers_exit_2_with_one_line_before_any_process_starts(launcher, args, key, tmp_path):
@@ -187,7 +195,7 @@ def test_launchers_exit_2_with_one_line_before_any_process_starts(launcher, args
     ],
 )
 def test_a_plan_no_noise_can_certify_is_refused_before_anything_starts(overrides, key):
-    from server.launch import resolve_run
+    from fedpriv.server.launch import resolve_run
 
     with pytest.raises(SettingError) as err:
         resolve_run({}, overrides)

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from fedpriv.server.launch import exit_code
 
 from fedpriv.federation.status import (
     DEFAULT_MAX_ABORTED_SHARE,
@@ -15,7 +16,6 @@ from fedpriv.federation.status import (
     with_notes,
     write_status,
 )
-from server.launch import exit_code
 
 C, D, F = RunStatus.COMPLETED, RunStatus.DEGRADED, RunStatus.FAILED
 

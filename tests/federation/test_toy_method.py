@@ -88,7 +88,7 @@ def test_the_toy_runs_under_flwr_run_and_releases_the_in_process_model(toy, tmp_
     Flower's encoding in ``tests/server/test_flower_loopback.py``, and boosting over
     real processes in the deployment of ``tests/server/test_own_data_walkthrough.py``.
     """
-    from server.simulate import simulate
+    from fedpriv.server.simulate import simulate
 
     monkeypatch.setenv(PLUGINS_ENV, TOY)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))

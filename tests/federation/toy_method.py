@@ -149,7 +149,7 @@ METHOD = Method(
 register_method(METHOD, replace=True)
 register_model_class(f"{__name__}:BaseRateModel")  # its model file (fedpriv.artefact)
 
-from server.estimators import MethodEstimator  # noqa: E402  (the registry record comes first)
+from fedpriv.server.estimators import MethodEstimator  # noqa: E402  (the registry record comes first)
 
 
 class ToyClassifier(MethodEstimator):

@@ -8,13 +8,13 @@ import pickle
 import numpy as np
 import pandas as pd
 import pytest
+from fedpriv.server.estimators import DPBoostingClassifier, DPLogisticClassifier, DPMLPClassifier
+from fedpriv.server.forest_estimators import DPRandomForestClassifier, LumberjackClassifier
+from fedpriv.server.method_estimator import MethodEstimator
 
 from fedpriv.artefact import ArtefactError, load_model, write_artefact
 from fedpriv.data import BinaryColumn, CategoricalColumn, NumericColumn, Schema, Target, encode
 from fedpriv.privacy.card import NON_PRIVATE_CAVEAT
-from server.estimators import DPBoostingClassifier, DPLogisticClassifier, DPMLPClassifier
-from server.forest_estimators import DPRandomForestClassifier, LumberjackClassifier
-from server.method_estimator import MethodEstimator
 from tests.keys import key_for
 
 #: The cheapest fit of each learner (~0.1-0.6 s each).

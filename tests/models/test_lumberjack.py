@@ -218,9 +218,10 @@ def test_column_first_choice_is_uniform_over_columns_then_unused_levels():
 def test_a_forest_of_single_leaves_says_so_in_the_run_status():
     """Every tree one leaf (nothing passed the sparse threshold): a note that degrades
     the run; one split anywhere: no note (the twin)."""
+    from fedpriv.strategies.lumberjack import LumberjackStrategy
+
     from fedpriv.federation.status import RunOutcome, RunStatus, with_notes
     from fedpriv.models.heavy_hitters import PrunedTree
-    from strategies.lumberjack import LumberjackStrategy
 
     leaf = PrunedTree(*(np.array([v]) for v in (-1, 0.0, -1, -1, 0)))
     split = PrunedTree(

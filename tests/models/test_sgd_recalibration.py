@@ -50,7 +50,7 @@ def test_the_shift_matches_the_class_rates_when_every_row_has_the_same_logit(cla
 
 
 def test_a_clipped_mlp_is_miscalibrated_and_the_last_rounds_fix_it():
-    from server.estimators import DPMLPClassifier
+    from fedpriv.server.estimators import DPMLPClassifier
 
     rng = np.random.default_rng(3)
     X = rng.random((2000, 12))

@@ -261,8 +261,9 @@ def test_the_slack_is_charged_to_delta_and_refused_past_half_of_it():
 
 
 def test_the_forests_gaussian_counts_take_distributed_noise_and_em_leaves_refuse_it():
+    from fedpriv.server.forest_estimators import DPRandomForestClassifier
+
     from fedpriv.data import load_heart
-    from server.forest_estimators import DPRandomForestClassifier
 
     data = load_heart()
     common = {"trees": 3, "depth": 3, "epsilon": 1.0, "seed": 2, "secret_key": key_for(6),

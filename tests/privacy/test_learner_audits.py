@@ -13,20 +13,20 @@ holds with probability > 1 − 1e-3 over the keys (see each case's comment and
 
 import numpy as np
 import pytest
-
-from experiments.audit.auditing import audit_learner
-from experiments.audit.bdpe import bdpe_audit
-from experiments.audit.distributed import distributed_boosting_audit
-from experiments.audit.gam import gam_audit
-from experiments.audit.learners import (
+from fedpriv.experiments.audit.auditing import audit_learner
+from fedpriv.experiments.audit.bdpe import bdpe_audit
+from fedpriv.experiments.audit.distributed import distributed_boosting_audit
+from fedpriv.experiments.audit.gam import gam_audit
+from fedpriv.experiments.audit.learners import (
     CI_TRIALS,
     boosting_audit,
     dpsgd_audit,
     forest_audit,
     lumberjack_audit,
 )
+from fedpriv.server.estimators import DPBoostingClassifier, DPLogisticClassifier
+
 from fedpriv.privacy.distributed import DERIVED_KEYS_CAVEAT
-from server.estimators import DPBoostingClassifier, DPLogisticClassifier
 from tests.keys import key_for
 
 # name: (audit factory, honest shift range); trials per side: CI_TRIALS. Refutation

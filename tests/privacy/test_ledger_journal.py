@@ -4,8 +4,9 @@ import json
 
 import numpy as np
 import pytest
+from fedpriv.clients.boosting import BoostingClient
+from fedpriv.strategies.boosting import BoostingConfig, DPBoostingStrategy
 
-from clients.boosting import BoostingClient
 from fedpriv.data import iid
 from fedpriv.federation.protocol import make_clients
 from fedpriv.federation.runtime import InProcessRuntime
@@ -17,7 +18,6 @@ from fedpriv.privacy import (
     event_from_dict,
 )
 from fedpriv.privacy.ledger import JOURNAL_DISCRETIZATION
-from strategies.boosting import BoostingConfig, DPBoostingStrategy
 from tests.keys import key_for, private_rng
 
 GAUSS = GaussianMechanism(l2_sensitivity=1.0, noise_multiplier=3.0)

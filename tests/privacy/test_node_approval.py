@@ -244,7 +244,16 @@ def test_an_approval_from_another_thread_during_the_wait_passes(tmp_path):
 def test_an_approval_from_another_process_during_the_wait_passes(tmp_path):
     policy = NodePolicy(require_approval=True, approval_timeout=600)
     record_pending(tmp_path, H, SUMMARY)
-    cmd = [sys.executable, "-m", "server.cli", "node", "approve", H, "--state", str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "fedpriv.server.cli",
+        "node",
+        "approve",
+        H,
+        "--state",
+        str(tmp_path),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert await_approval(tmp_path, policy, H, poll=0.05) == "operator"

@@ -108,7 +108,7 @@ TAMPERS = [_edit, _delete, _swap, _truncate, _not_json, _rehashed_edit]
 
 @pytest.mark.parametrize("tamper", TAMPERS, ids=lambda f: f.__name__.strip("_"))
 def test_tampering_breaks_the_chain_at_the_right_seq(tmp_path, tamper, capsys):
-    from server.cli import main
+    from fedpriv.server.cli import main
 
     _fill(tmp_path)
     lines, seq, why = tamper(_lines(tmp_path))

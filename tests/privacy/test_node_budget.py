@@ -170,7 +170,7 @@ def test_the_policy_reads_node_config_strictly():
 
 
 def test_fedpriv_inspect_shows_a_nodes_lifetime_spend(tmp_path, capsys):
-    from server.cli import main
+    from fedpriv.server.cli import main
 
     policy = NodePolicy(max_epsilon=1.0, max_lifetime_epsilon=3.0)
     _run(Probe(2), [NodeLedger(policy, tmp_path / f"n{i}") for i in range(3)])

@@ -1,7 +1,7 @@
 """A node's own ε against an independent dp-accounting computation, method by method.
 
 For every built-in method at its registry defaults (the random forest in each of its
-leaf mechanisms) and for the main job (``dp_gam`` at :data:`server.simulate.MAIN_JOB_GAM`
+leaf mechanisms) and for the main job (``dp_gam`` at :data:`fedpriv.server.simulate.MAIN_JOB_GAM`
 on Diabetes 130-US, K = 5, ε = 2, δ = 1e-5, the launcher's declared ``max-records``),
 the strategy is begun on public inputs only and its declared plan is admitted as a
 node admits it (:func:`fedpriv.privacy.node_plan.admit_stages` with the method's real
@@ -86,8 +86,8 @@ class Case:
 
 # -- building and beginning the strategies (public inputs only) ---------------------------
 def _main_job_settings():
-    from server.launch import resolve_run
-    from server.simulate import simulation_defaults
+    from fedpriv.server.launch import resolve_run
+    from fedpriv.server.simulate import simulation_defaults
 
     overrides = {"method": "dp_gam", "dataset": DATASET, "num-clients": CLIENTS,
                  "epsilon": EPSILON, "delta": DELTA}  # fmt: skip
@@ -112,9 +112,10 @@ def _admitted(name: str, method: str, strategy, ledger: PrivacyLedger, n_feature
 
 def build_cases() -> dict[str, Case]:
     """Every case begun and admitted (module docstring)."""
+    from fedpriv.server.app import build_strategy
+    from fedpriv.server.dp_evaluation import scoped_ledgers
+
     from fedpriv.data.node import DataSource, record_bound, run_schema
-    from server.app import build_strategy
-    from server.dp_evaluation import scoped_ledgers
 
     settings = _main_job_settings()
     assert dict(
@@ -136,7 +137,7 @@ def build_cases() -> dict[str, Case]:
         strategy = record.build_strategy(record.make_config(**values), context)
         ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=EPSILON, delta=DELTA))
         out[name] = _admitted(name, method, strategy, ledger, schema.n_features)
-    # The main job exactly as the ServerApp builds it (server.app.train).
+    # The main job exactly as the ServerApp builds it (fedpriv.server.app.train).
     strategy = build_strategy(settings, schema, n_records=n_records, n_features=schema.n_features)
     run_ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=settings.epsilon, delta=settings.delta))
     train_ledger, _ = scoped_ledgers(run_ledger, settings)

@@ -10,20 +10,20 @@ and by more than half of it (the claim is not vacuous); (d) a tampered setting
 yields a query the node would refuse.
 """
 
+import fedpriv.clients.boosting as boosting_client
 import numpy as np
 import pytest
+from fedpriv.clients.boosting import BoostingClient
+from fedpriv.clients.dpsgd import DPSGDClient
+from fedpriv.strategies.boosting import BoostingConfig, DPBoostingStrategy
+from fedpriv.strategies.dpsgd import DPSGDStrategy, LogisticConfig, MLPConfig
 
-import clients.boosting as boosting_client
-from clients.boosting import BoostingClient
-from clients.dpsgd import DPSGDClient
 from fedpriv.data import iid
 from fedpriv.federation.protocol import Query, make_clients
 from fedpriv.models import sgd_recalibration as recal
 from fedpriv.models.sgd_sums import CENTRE, STEP
 from fedpriv.models.trees import INTERCEPT, TREE
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
-from strategies.boosting import BoostingConfig, DPBoostingStrategy
-from strategies.dpsgd import DPSGDStrategy, LogisticConfig, MLPConfig
 from tests.keys import private_rng
 from tests.privacy.node_stage_checks import (
     TOL,
@@ -302,9 +302,10 @@ def test_the_linear_recalibration_round_declares_the_stage_its_queries_belong_to
     """The one-round affine map other learners end with: its stage has the query's
     settings and the node's derived multiplier is the round's z (Δ = 2 from the same
     constant the DP-SGD client reports for its ``recalibrate_linear`` stage)."""
+    from fedpriv.strategies.recalibration import LinearRecalibrationRound
+
     from fedpriv.models import recalibration as maths
     from fedpriv.privacy.randomness import rounding_margin
-    from strategies.recalibration import LinearRecalibrationRound
 
     round_ = LinearRecalibrationRound(n_classes=np.int64(3), n_records=N, share=0.1)
     assert round_.node_stage(method="dp_gam") is None  # nothing planned yet

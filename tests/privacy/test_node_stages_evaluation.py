@@ -8,13 +8,13 @@ claimed bound (and by more than half of it), and a tampered query would be refus
 
 import numpy as np
 import pytest
+from fedpriv.clients.evaluation import EvaluationClient
+from fedpriv.strategies.evaluation import EvaluationConfig, EvaluationStrategy
 
-from clients.evaluation import EvaluationClient
 from fedpriv.data import iid
 from fedpriv.evaluation_dp import STAGE
 from fedpriv.federation.protocol import make_clients
 from fedpriv.models.networks import InputMap, NetworkModel, NetworkSpec
-from strategies.evaluation import EvaluationConfig, EvaluationStrategy
 from tests.keys import private_rng
 from tests.privacy.node_stage_checks import (
     TOL,

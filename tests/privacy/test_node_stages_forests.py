@@ -18,16 +18,16 @@ import math
 
 import numpy as np
 import pytest
+from fedpriv.clients.bdpe import BDPEClient
+from fedpriv.clients.lumberjack import LumberjackClient
+from fedpriv.clients.random_forest import RandomForestClient
+from fedpriv.strategies.bdpe import BDPEConfig, BDPEStrategy
+from fedpriv.strategies.lumberjack import LumberjackConfig, LumberjackStrategy
+from fedpriv.strategies.random_forest import RandomForestConfig, RandomForestStrategy
 
-from clients.bdpe import BDPEClient
-from clients.lumberjack import LumberjackClient
-from clients.random_forest import RandomForestClient
 from fedpriv.federation.node_stage import StageMechanism
 from fedpriv.models.lumberjack import FeatureSpace
 from fedpriv.privacy.distributed import DistributedNoise
-from strategies.bdpe import BDPEConfig, BDPEStrategy
-from strategies.lumberjack import LumberjackConfig, LumberjackStrategy
-from strategies.random_forest import RandomForestConfig, RandomForestStrategy
 from tests.keys import key_for
 from tests.privacy.node_stages import (
     adversaries,

@@ -17,13 +17,13 @@ import math
 
 import numpy as np
 import pytest
+from fedpriv.clients.gam import GAMClient
+from fedpriv.strategies.gam import DPGAMStrategy, GAMConfig
 
-from clients.gam import GAMClient
 from fedpriv.federation.protocol import ClientData
 from fedpriv.models.gam import Terms
 from fedpriv.models.gam_sensitivity import column_sensitivity
 from fedpriv.privacy.randomness import rounding_margin
-from strategies.gam import DPGAMStrategy, GAMConfig
 from tests.privacy.node_stages import (
     adversaries,
     check_membership,

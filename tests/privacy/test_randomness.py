@@ -6,10 +6,12 @@ import pickle
 
 import numpy as np
 import pytest
+from fedpriv.clients.boosting import BoostingClient
+from fedpriv.server.estimators import DPBoostingClassifier
+from fedpriv.strategies.boosting import BoostingConfig, DPBoostingStrategy
 from scipy import stats
 from sklearn.base import clone
 
-from clients.boosting import BoostingClient
 from fedpriv.data import iid, load_heart
 from fedpriv.federation.protocol import make_clients
 from fedpriv.federation.runtime import InProcessRuntime
@@ -22,8 +24,6 @@ from fedpriv.privacy.randomness import (
     is_private,
     laplace_on_grid,
 )
-from server.estimators import DPBoostingClassifier
-from strategies.boosting import BoostingConfig, DPBoostingStrategy
 from tests.keys import key_for, key_hex, private_rng
 
 N = 60_000

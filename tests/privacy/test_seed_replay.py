@@ -14,20 +14,20 @@ N(0, 2σ²).
 
 import numpy as np
 import pytest
-from scipy import stats
-
-from clients.dpsgd import DPSGDClient
-from experiments.audit.auditing import audit_learner
-from experiments.audit.learners import boosting_audit, dpsgd_audit, forest_audit
-from experiments.audit.replay import (
+from fedpriv.clients.dpsgd import DPSGDClient
+from fedpriv.experiments.audit.auditing import audit_learner
+from fedpriv.experiments.audit.learners import boosting_audit, dpsgd_audit, forest_audit
+from fedpriv.experiments.audit.replay import (
     brute_force_seed,
     dpsgd_released_sums,
     peer_estimates,
     replay_server_noise,
 )
+from fedpriv.strategies.boosting import L2_SENSITIVITY
+from scipy import stats
+
 from fedpriv.privacy.audit import ks_noise_test
 from fedpriv.privacy.randomness import SecretKey, rounding_margin
-from strategies.boosting import L2_SENSITIVITY
 from tests.keys import key_for
 
 SEED = 37

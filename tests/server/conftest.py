@@ -1,7 +1,7 @@
 """Every Flower test must leave no Flower process behind.
 
 Each test tags the processes it starts: a per-test token in the environment,
-which every launcher passes down (``server.launch.flwr_env`` copies
+which every launcher passes down (``fedpriv.server.launch.flwr_env`` copies
 ``os.environ``) and every child inherits. Only processes carrying this test's
 token count, so Flower runs of other pytest workers (``-n 2``) or of other
 users of the machine are never mistaken for leftovers.

@@ -18,6 +18,7 @@ import itertools
 import time
 from collections.abc import Callable
 
+from fedpriv.clients import app as client_app
 from flwr.app import Context, Error, Message, Metadata, RecordDict
 from flwr.common.constant import ErrorCode
 from flwr.common.serde import (
@@ -26,8 +27,6 @@ from flwr.common.serde import (
     message_from_proto,
     message_to_proto,
 )
-
-from clients import app as client_app
 
 RUN_ID = 4242
 HANDLERS = {

@@ -7,10 +7,10 @@ import math
 
 import numpy as np
 import pytest
+from fedpriv.server.estimator_base import federated_training_data
+from fedpriv.server.estimators import DPBoostingClassifier, DPLogisticClassifier, DPMLPClassifier
+from fedpriv.server.forest_estimators import DPRandomForestClassifier, LumberjackClassifier
 
-from server.estimator_base import federated_training_data
-from server.estimators import DPBoostingClassifier, DPLogisticClassifier, DPMLPClassifier
-from server.forest_estimators import DPRandomForestClassifier, LumberjackClassifier
 from tests.keys import key_for
 
 #: The cheapest fit of each learner (the checks run before any training).

@@ -10,13 +10,13 @@ import sys
 
 import numpy as np
 import pytest
+from fedpriv.server.cli import main
+from fedpriv.server.cli_logs import quiet_flower
+from fedpriv.server.progress import RoundProgress
 from rich.console import Console
 
 from fedpriv.federation.ranges import all_ranges
 from fedpriv.federation.settings import RunSettings, SettingError
-from server.cli import main
-from server.cli_logs import quiet_flower
-from server.progress import RoundProgress
 from tests.data.test_csv_errors import GOOD, HEADER, SCHEMA
 
 RESULT = re.compile(r"AUC (\S+) \| ε spent (\S+) \(PLD\), (\S+) \(RDP\) \| run (\w+)")
@@ -24,7 +24,10 @@ RESULT = re.compile(r"AUC (\S+) \| ε spent (\S+) \(PLD\), (\S+) \(RDP\) \| run 
 
 def test_console_script_runs():
     cp = subprocess.run(
-        [sys.executable, "-m", "server.cli", "--help"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "fedpriv.server.cli", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert cp.returncode == 0, cp.stderr
     for command in ("run", "deploy", "schema", "bench", "ablate"):
@@ -37,8 +40,14 @@ def test_console_script_runs():
         (["run", "--help"], ["--method", "--dataset", "--csv", "--schema", "--set", "--flower"]),
         (["schema", "--help"], ["draft"]),
         (["schema", "draft", "--help"], ["--out", "--target", "--client-column"]),
-        (["deploy", "--help"], ["--num-clients", "--set", "--out-dir"]),  # server.deploy's own
-        (["bench", "--help"], ["--config", "--quick"]),  # experiments.benchmark's, subprocess
+        (
+            ["deploy", "--help"],
+            ["--num-clients", "--set", "--out-dir"],
+        ),  # fedpriv.server.deploy's own
+        (
+            ["bench", "--help"],
+            ["--config", "--quick"],
+        ),  # fedpriv.experiments.benchmark's, subprocess
     ],
 )
 def test_help_lists_options(argv, options, capfd):
@@ -50,18 +59,18 @@ def test_help_lists_options(argv, options, capfd):
 
 def test_ablate_forwards_its_arguments(monkeypatch):
     """Like bench (whose real help is checked above), without a second ~3 s subprocess."""
-    import server.cli
-    from server.launch import ROOT
+    import fedpriv.server.cli
+    from fedpriv.server.launch import ROOT
 
     calls = []
     monkeypatch.setattr(
-        server.cli.subprocess,
+        fedpriv.server.cli.subprocess,
         "run",
         lambda cmd, **kw: calls.append((cmd, kw)) or subprocess.CompletedProcess(cmd, 7),
     )
     assert main(["ablate", "participation", "--quick", "--out", "x"]) == 7
     assert calls == [
-        ([sys.executable, "-m", "experiments.ablate", "participation", "--quick", "--out", "x"],
+        ([sys.executable, "-m", "fedpriv.experiments.ablate", "participation", "--quick", "--out", "x"],
          {"cwd": ROOT, "check": False}),
     ]  # fmt: skip
 
@@ -166,7 +175,7 @@ def test_run_in_process_bar_shows_epsilon_spent(monkeypatch, capsys, tmp_path):
 
     screen = io.StringIO()
     monkeypatch.setattr("rich.console.Console", lambda **_: Console(file=screen))
-    monkeypatch.setattr("server.progress.RoundProgress", Recording)
+    monkeypatch.setattr("fedpriv.server.progress.RoundProgress", Recording)
     argv = ["run", "--dataset", "heart", "--set", "rounds=3", "--set", "epsilon=2"]
     assert main([*argv, "--out", str(tmp_path)]) == 0
     assert _result(capsys.readouterr().out).group(4) == "completed"
@@ -279,7 +288,7 @@ def test_flower_output_goes_to_the_log(tmp_path, capsys):
 
 def test_run_flower_on_a_csv_simulates_its_hospitals_through_the_run_config(monkeypatch, tmp_path):
     """--flower --csv: the run config's csv and schema (absolute), as the nodes read them."""
-    import server.cli
+    import fedpriv.server.cli
 
     seen = {}
 
@@ -287,7 +296,7 @@ def test_run_flower_on_a_csv_simulates_its_hospitals_through_the_run_config(monk
         seen["argv"] = argv
         return 0
 
-    monkeypatch.setattr(server.cli, "quiet_flower", fake)
+    monkeypatch.setattr(fedpriv.server.cli, "quiet_flower", fake)
     csv, schema = tmp_path / "h.csv", tmp_path / "h.toml"
     argv = ["run", "--flower", "--csv", str(csv), "--schema", str(schema), "--set", "rounds=2"]
     assert main(argv) == 0
@@ -301,12 +310,14 @@ def test_run_flower_on_a_csv_simulates_its_hospitals_through_the_run_config(monk
 def test_share_secret_key_is_forwarded_to_the_simulation_only_when_asked(monkeypatch):
     """``fedpriv run --flower --share-secret-key``: the simulation's flag; without it the
     nodes never see the key; in process it is refused (there are no node processes)."""
-    import server.cli
-    from server import simulate
+    import fedpriv.server.cli
+    from fedpriv.server import simulate
 
     seen = []
     monkeypatch.setattr(
-        server.cli, "quiet_flower", lambda entry, argv, logdir, *, verbose: seen.append(argv) or 0
+        fedpriv.server.cli,
+        "quiet_flower",
+        lambda entry, argv, logdir, *, verbose: seen.append(argv) or 0,
     )
     assert main(["run", "--flower", "--share-secret-key", "--set", "rounds=2"]) == 0
     assert main(["run", "--flower", "--set", "rounds=2"]) == 0
@@ -325,7 +336,7 @@ def test_share_secret_key_is_forwarded_to_the_simulation_only_when_asked(monkeyp
 
 
 def test_deploy_takes_share_secret_key_and_defaults_to_keeping_the_key_from_nodes(monkeypatch):
-    from server import deploy
+    from fedpriv.server import deploy
 
     got = []
     monkeypatch.setattr(deploy, "deploy", lambda overrides, **kw: got.append(kw) or (2, None))

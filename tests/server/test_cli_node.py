@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from fedpriv.server.cli import main
 
 from fedpriv.privacy.node_approval import is_approved, record_pending
 from fedpriv.privacy.node_audit import AUDIT_FILE, AuditLog, plan_hash, verify_audit_log
 from fedpriv.privacy.node_budget import LEDGER_FILE, NodeLedger, NodePolicy
-from server.cli import main
 
 H = plan_hash({"stage": "train", "epsilon": 0.5, "rounds": 3})
 LEDGER = {

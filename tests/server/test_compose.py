@@ -1,7 +1,7 @@
 """docker-compose.yml describes the federation the loopback launcher runs.
 
 No Docker engine here: the file is parsed and each service's command,
-environment, ports and mounts are checked against ``server.deploy``'s own
+environment, ports and mounts are checked against ``fedpriv.server.deploy``'s own
 command builders and defaults.
 """
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fedpriv.server.deploy import SMALL_JOB, superlink_command, supernode_command
+from fedpriv.server.tls import TlsFiles
 
 from fedpriv.data.node import declared_max_records
-from server.deploy import SMALL_JOB, superlink_command, supernode_command
-from server.tls import TlsFiles
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -77,7 +77,7 @@ def test_certificates_and_registration_match_the_nodes():
     assert SERVICES["certs"]["command"] == [
         "python",
         "-m",
-        "server.tls",
+        "fedpriv.server.tls",
         "/certs",
         "--nodes",
         str(K),

@@ -1,6 +1,6 @@
 """A real federation on loopback: SuperLink + SuperNodes over TLS with node authentication.
 
-Each test starts Flower 1.42's deployment engine through ``server.deploy``
+Each test starts Flower 1.42's deployment engine through ``fedpriv.server.deploy``
 (one process per SuperLink, SuperNode, SuperExec and ClientApp); a round
 takes several seconds (SuperNodes poll every 3 s and start one ClientApp
 process per message), so configs are tiny. Faults are injected on events
@@ -22,15 +22,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from fedpriv.server.cli import main as fedpriv
+from fedpriv.server.deploy import SMALL_JOB, Federation
+from fedpriv.server.launch import resolve_run
+from fedpriv.server.tls import write_node_key
 
 from fedpriv.data import data_dir
 from fedpriv.privacy.node_approval import list_pending
 from fedpriv.privacy.node_audit import AuditLog, verify_audit_log
 from fedpriv.privacy.node_budget import STATE_DIR, read_ledger
-from server.cli import main as fedpriv
-from server.deploy import SMALL_JOB, Federation
-from server.launch import resolve_run
-from server.tls import write_node_key
 
 SMALL = {"num-clients": 3, "depth": 3, "epsilon": 2.0, "seed": 3, "round-timeout": 300.0}
 

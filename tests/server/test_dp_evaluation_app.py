@@ -10,6 +10,9 @@ import json
 
 import numpy as np
 import pytest
+from fedpriv.server.dp_evaluation import NOISE_STREAM, budget_split
+from fedpriv.server.launch import result_line
+from fedpriv.strategies.evaluation import LABEL
 
 from fedpriv.artefact import ARTEFACT_NAME, load_model
 from fedpriv.data import DataError, load_heart
@@ -20,9 +23,6 @@ from fedpriv.evaluation_dp import estimate_metrics, score_histogram
 from fedpriv.federation.settings import RunSettings, SettingError
 from fedpriv.methods import get_method
 from fedpriv.privacy import GaussianMechanism, PrivacyBudget
-from server.dp_evaluation import NOISE_STREAM, budget_split
-from server.launch import result_line
-from strategies.evaluation import LABEL
 from tests.keys import key_for
 from tests.server.test_flower_loopback import BOUND, KEY, run_app
 

@@ -3,9 +3,8 @@
 import inspect
 
 import pytest
-
-from server.estimators import DPBoostingClassifier, DPLogisticClassifier, DPMLPClassifier
-from server.forest_estimators import DPRandomForestClassifier, LumberjackClassifier
+from fedpriv.server.estimators import DPBoostingClassifier, DPLogisticClassifier, DPMLPClassifier
+from fedpriv.server.forest_estimators import DPRandomForestClassifier, LumberjackClassifier
 
 ESTIMATORS = [
     DPBoostingClassifier,

@@ -3,9 +3,9 @@ extreme accepted budgets: each fit stays within the PLD point budget or is refus
 
 import numpy as np
 import pytest
+from fedpriv.server.estimators import DPRandomForestClassifier, LumberjackClassifier
 
 from fedpriv.privacy import pld_size
-from server.estimators import DPRandomForestClassifier, LumberjackClassifier
 from tests.keys import key_for
 
 RNG = np.random.default_rng(0)

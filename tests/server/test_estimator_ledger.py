@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from fedpriv.server.estimator_base import SCOPE_SHARED, SCOPE_THIS_FIT
+from fedpriv.server.estimators import DPRandomForestClassifier
 from sklearn.base import clone
 
 from fedpriv.privacy import (
@@ -15,8 +17,6 @@ from fedpriv.privacy import (
     PrivacyLedger,
 )
 from fedpriv.privacy.record_count import COUNT_LABEL
-from server.estimator_base import SCOPE_SHARED, SCOPE_THIS_FIT
-from server.estimators import DPRandomForestClassifier
 from tests.keys import key_for
 
 RNG = np.random.default_rng(0)

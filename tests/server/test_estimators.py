@@ -5,12 +5,12 @@ import math
 import numpy as np
 import pytest
 import torch
+from fedpriv.server.estimators import DPLogisticClassifier, DPMLPClassifier
 from sklearn.metrics import roc_auc_score
 from torch import nn
 
 from fedpriv.data import box_standardisation, load_heart, load_synthetic
 from fedpriv.data.node import declared_max_records
-from server.estimators import DPLogisticClassifier, DPMLPClassifier
 from tests.keys import key_for
 
 KEY = key_for(3)

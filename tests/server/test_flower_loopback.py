@@ -1,6 +1,6 @@
 """The ServerApp and ClientApp of every method, in one process: same model as in process.
 
-``server.app.main`` (the real ServerApp: run config, launcher defaults,
+``fedpriv.server.app.main`` (the real ServerApp: run config, launcher defaults,
 Flower's round loop, the files it writes) runs over a loopback grid whose
 nodes are the real ClientApp handlers (``clients/app.py``, one ``Context``
 per node), so a whole Flower run of a method takes about a second instead of
@@ -16,6 +16,10 @@ import json
 
 import numpy as np
 import pytest
+from fedpriv.server import app as server_app
+from fedpriv.server.estimators import DPRandomForestClassifier, LumberjackClassifier
+from fedpriv.server.launch import default_config, resolve_run
+from fedpriv.server.simulate import simulation_defaults
 from flwr.app import Context, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
@@ -26,10 +30,6 @@ from fedpriv.methods import get_method
 from fedpriv.privacy.distributed import DERIVED_KEYS_CAVEAT
 from fedpriv.privacy.node_budget import read_ledger
 from fedpriv.privacy.randomness import KEY_ENV
-from server import app as server_app
-from server.estimators import DPRandomForestClassifier, LumberjackClassifier
-from server.launch import default_config, resolve_run
-from server.simulate import simulation_defaults
 from tests.keys import key_for, key_hex
 from tests.server.loopback import RUN_ID, LoopbackGrid
 
@@ -40,7 +40,7 @@ BOUND = declared_max_records("heart", 4, 0)
 
 
 def run_app(monkeypatch, tmp_path, overrides: dict, *, tamper=None, node_config=None, forge=None):
-    """``server.app.main`` as ``server.simulate`` configures it; returns the result folder."""
+    """``fedpriv.server.app.main`` as ``fedpriv.server.simulate`` configures it; returns the result folder."""
     monkeypatch.setattr(TaskIdentity, "_run_id", RUN_ID)
     monkeypatch.setattr(TaskIdentity, "_node_id", 0, raising=False)
     monkeypatch.setattr(TaskIdentity, "_task_id", 1, raising=False)
@@ -190,9 +190,10 @@ def test_random_forest_app_releases_the_in_process_forest(monkeypatch, tmp_path)
 
 @pytest.mark.parametrize("pairs", [{}, {"interactions": 1, "interaction_rounds": 4}])
 def test_dp_gam_app_releases_the_in_process_model(monkeypatch, tmp_path, pairs):
+    from fedpriv.server.estimators import DPGAMClassifier
+
     from fedpriv.artefact import ARTEFACT_NAME, load_model
     from fedpriv.models.gam import GAMModel
-    from server.estimators import DPGAMClassifier
 
     job = {
         "dataset": "heart",
@@ -215,7 +216,7 @@ def test_dp_gam_app_releases_the_in_process_model(monkeypatch, tmp_path, pairs):
         epsilon=2.0,
         seed=5,
         column_order="gain",
-        learning_rate=0.5,  # the main job's dp_gam settings (server.simulate.MAIN_JOB_GAM)
+        learning_rate=0.5,  # the main job's dp_gam settings (fedpriv.server.simulate.MAIN_JOB_GAM)
         lam=10.0,
         secret_key=key_for(KEY),
         max_records=BOUND,
@@ -231,8 +232,9 @@ def test_dp_gam_app_releases_the_in_process_model(monkeypatch, tmp_path, pairs):
 
 
 def test_bdpe_app_releases_the_in_process_ensemble(monkeypatch, tmp_path):
+    from fedpriv.server.estimators import BDPEClassifier
+
     from fedpriv.models.bdpe_model import BDPEModel
-    from server.estimators import BDPEClassifier
 
     job = {
         "dataset": "heart",

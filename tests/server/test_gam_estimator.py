@@ -4,10 +4,10 @@ import math
 
 import numpy as np
 import pytest
+from fedpriv.server.estimators import DPGAMClassifier
 from sklearn.metrics import brier_score_loss, roc_auc_score
 
 from fedpriv.data import load_adult
-from server.estimators import DPGAMClassifier
 from tests.keys import key_for
 
 

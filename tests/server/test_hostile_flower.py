@@ -1,6 +1,6 @@
 """Hostile nodes over Flower messages: the real ServerApp, every case with its outcome.
 
-The ServerApp (``server.app.main``) runs over the loopback grid
+The ServerApp (``fedpriv.server.app.main``) runs over the loopback grid
 (``tests/server/loopback.py``) whose node 1 tampers with its round-2 reply (Flower
 rounds count from 1) before the server sees it. A reply is bound to its sender by
 its source node id and the message it answers, never by its content, and is checked

@@ -15,17 +15,17 @@ import re
 import subprocess
 
 import pytest
+from fedpriv.server import deploy as deploy_mod
+from fedpriv.server import simulate as simulate_mod
+from fedpriv.server.cli import main as fedpriv
+from fedpriv.server.cli_logs import quiet_flower
+from fedpriv.server.launch import resolve_run, step_error, step_timeout
+from fedpriv.server.local_federation import Federation
+from fedpriv.server.preflight import check_data_file
+from fedpriv.server.progress import RoundProgress, milestone
+from fedpriv.server.simulate import ray_failure_line, ray_start_failure
 
 from fedpriv.federation.settings import SettingError
-from server import deploy as deploy_mod
-from server import simulate as simulate_mod
-from server.cli import main as fedpriv
-from server.cli_logs import quiet_flower
-from server.launch import resolve_run, step_error, step_timeout
-from server.local_federation import Federation
-from server.preflight import check_data_file
-from server.progress import RoundProgress, milestone
-from server.simulate import ray_failure_line, ray_start_failure
 from tests.data.test_csv_errors import HEADER, SCHEMA
 
 ROUND = "[fedpriv] round %d/%d: 4/4 replies%s\n"
@@ -185,11 +185,11 @@ def test_a_step_that_timed_out_says_how_long_it_had_and_what_to_raise():
 
 
 def test_run_forwards_timeout_to_the_simulation_only(monkeypatch):
-    import server.cli
+    import fedpriv.server.cli
 
     seen = []
     monkeypatch.setattr(
-        server.cli, "quiet_flower", lambda e, argv, d, *, verbose: seen.append(argv) or 0
+        fedpriv.server.cli, "quiet_flower", lambda e, argv, d, *, verbose: seen.append(argv) or 0
     )
     assert fedpriv(["run", "--flower", "--timeout", "7200", "--set", "rounds=2"]) == 0
     assert seen[0][seen[0].index("--timeout") + 1] == "7200.0"

@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from fedpriv.server.grid_runtime import GridTransport
 from flwr.app import ConfigRecord, RecordDict
 
 from fedpriv.federation import secagg_consistency
 from fedpriv.federation.secagg_server import SecAggServer
-from server.grid_runtime import GridTransport
 from tests.server.test_flower_loopback import run_app
 
 ATTACK = 1  # the strategy's round 1 (Flower's round 2)

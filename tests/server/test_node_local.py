@@ -1,6 +1,6 @@
 """Node-local data: each node reads its own file; the ServerApp never opens a private row.
 
-The ServerApp (``server.app.main``) runs over the loopback grid whose nodes are
+The ServerApp (``fedpriv.server.app.main``) runs over the loopback grid whose nodes are
 the real ClientApp handlers, each given its own ``data-path`` (files exported
 from the public Adult corpus with :mod:`fedpriv.data.export`). Reads are
 watched at pandas and at the corpus loaders: a read made outside the ClientApp
@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from fedpriv.server.deploy import node_files, supernode_command
+from fedpriv.server.estimators import DPBoostingClassifier
 
 import fedpriv.data.dataset as dataset_module
 import fedpriv.data.node as node_module
@@ -35,8 +37,6 @@ from fedpriv.data.node import (
 from fedpriv.data.schema import Schema
 from fedpriv.evaluation import binary_metrics
 from fedpriv.federation.settings import RunSettings, SettingError
-from server.deploy import node_files, supernode_command
-from server.estimators import DPBoostingClassifier
 from tests.keys import key_for
 from tests.server.test_flower_loopback import KEY, run_app
 
@@ -170,7 +170,7 @@ def test_a_bad_node_file_fails_the_run_at_the_key_exchange_with_its_code(
             run_app(monkeypatch, tmp_path, job, node_config=_nodes(files))
     status = json.loads((tmp_path / "4242" / "status.json").read_text())
     assert status["status"] == "failed"
-    server = "\n".join(r.getMessage() for r in caplog.records if r.name != "clients.app")
+    server = "\n".join(r.getMessage() for r in caplog.records if r.name != "fedpriv.clients.app")
     assert code in server and "forty" not in server
     assert not (tmp_path / "4242" / "model.fedpriv.npz").exists()  # failed before round 1
 

@@ -1,13 +1,13 @@
 """The README's "Your own data" walk-through, run as written on three small hospital files.
 
 The commands are the README's own (the bash block of that section), run in order
-through ``server.cli.main`` in a folder holding the files it names; the draft's
+through ``fedpriv.server.cli.main`` in a folder holding the files it names; the draft's
 placeholders are filled with the README's own filled tables (its toml block), so
 neither can drift from the product. The test only adds fast settings (few rounds).
 
 The deployment is the README's command as written: TLS with node authentication,
 each SuperNode given only its own file in its own folder, the ServerApp no data
-path. It runs through ``server.deploy.main`` (what ``fedpriv deploy`` calls, less
+path. It runs through ``fedpriv.server.deploy.main`` (what ``fedpriv deploy`` calls, less
 the redirection of Flower's output) so that the third node can start late, after
 the run's ServerApp, and be waited for; under an injected secret key the released
 model equals the in-process fit on the same three files, bit for bit.
@@ -22,15 +22,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fedpriv.server import deploy as deploy_mod
+from fedpriv.server.cli import main
+from fedpriv.server.estimators import DPBoostingClassifier
+from fedpriv.strategies.boosting import BoostingConfig
 
 from fedpriv.artefact import load_model
 from fedpriv.data.draft import PLACEHOLDER
 from fedpriv.data.node import files_dataset, run_schema
 from fedpriv.privacy.randomness import KEY_ENV
-from server import deploy as deploy_mod
-from server.cli import main
-from server.estimators import DPBoostingClassifier
-from strategies.boosting import BoostingConfig
 from tests.keys import key_for, key_hex
 
 README = Path(__file__).resolve().parents[2] / "README.md"

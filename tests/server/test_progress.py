@@ -1,10 +1,9 @@
-"""server.progress: round lines become a bar on a terminal and stay plain lines elsewhere."""
+"""fedpriv.server.progress: round lines become a bar on a terminal and stay plain lines elsewhere."""
 
 import io
 
+from fedpriv.server.progress import RoundProgress, parse_round
 from rich.console import Console
-
-from server.progress import RoundProgress, parse_round
 
 # The ServerApp's round line (server/grid_runtime.py, GridRuntime.log_round).
 ROUND_FMT = "[fedpriv] round %d/%d: %d/%d replies%s\n"

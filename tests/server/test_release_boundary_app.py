@@ -7,11 +7,11 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from fedpriv.server.app import communication_report
+from fedpriv.server.grid_runtime import GridReport
 
 from fedpriv.federation.runtime import Communication
 from fedpriv.federation.settings import RunSettings
-from server.app import communication_report
-from server.grid_runtime import GridReport
 
 
 def _report():

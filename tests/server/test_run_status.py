@@ -9,13 +9,13 @@ import logging
 
 import numpy as np
 import pytest
+from fedpriv.clients.boosting import BoostingClient
+from fedpriv.server.estimators import DPBoostingClassifier, LumberjackClassifier
 
-from clients.boosting import BoostingClient
 from fedpriv.federation.protocol import make_clients
 from fedpriv.federation.runtime import InProcessRuntime
 from fedpriv.federation.settings import SettingError
 from fedpriv.federation.status import RunFailedError, RunStatus
-from server.estimators import DPBoostingClassifier, LumberjackClassifier
 from tests.keys import key_for
 
 #: ρ = 0.3, K = 3 under test key 1: 15 of 20 rounds ask fewer than two clients.

@@ -4,10 +4,10 @@ import json
 
 import numpy as np
 import pytest
+from fedpriv.strategies.boosting import DPBoostingStrategy
 
 from fedpriv.artefact import load_model
 from fedpriv.federation.status import RunFailedError
-from strategies.boosting import DPBoostingStrategy
 from tests.server.test_flower_loopback import RUN_ID, run_app
 
 JOB = {

@@ -5,6 +5,14 @@ import warnings
 
 import numpy as np
 import pytest
+from fedpriv.server.estimator_base import expected_failed_checks
+from fedpriv.server.estimators import (
+    BDPEClassifier,
+    DPBoostingClassifier,
+    DPLogisticClassifier,
+    DPMLPClassifier,
+)
+from fedpriv.server.forest_estimators import DPRandomForestClassifier, LumberjackClassifier
 from sklearn.base import clone
 from sklearn.model_selection import cross_val_score
 from sklearn.utils import get_tags
@@ -12,14 +20,6 @@ from sklearn.utils.estimator_checks import check_estimator
 
 from fedpriv.data import load_synthetic
 from fedpriv.errors import DataError
-from server.estimator_base import expected_failed_checks
-from server.estimators import (
-    BDPEClassifier,
-    DPBoostingClassifier,
-    DPLogisticClassifier,
-    DPMLPClassifier,
-)
-from server.forest_estimators import DPRandomForestClassifier, LumberjackClassifier
 from tests.keys import key_for
 
 # Small and fast; a generous ε (these test the plumbing, not the privacy).

@@ -4,9 +4,9 @@ import math
 
 import numpy as np
 import pytest
+from fedpriv.server.estimators import DPLogisticClassifier, DPMLPClassifier
+from fedpriv.server.method_estimator import MethodEstimator
 
-from server.estimators import DPLogisticClassifier, DPMLPClassifier
-from server.method_estimator import MethodEstimator
 from tests.keys import key_for
 
 

@@ -1,6 +1,6 @@
 """What crosses the wire in a Flower run: no seed, no key, no timing, in any message.
 
-A loopback grid hands every message of :class:`server.grid_runtime.GridRuntime`
+A loopback grid hands every message of :class:`fedpriv.server.grid_runtime.GridRuntime`
 straight to the real ClientApp handlers (``clients/app.py``, each node with its
 own ``Context``), so the whole Flower code path runs in milliseconds, without
 Ray or a SuperLink, and every message either way can be inspected. The run
@@ -12,6 +12,9 @@ from __future__ import annotations
 import json
 
 import numpy as np
+from fedpriv.server.app import build_strategy
+from fedpriv.server.estimators import DPBoostingClassifier
+from fedpriv.server.grid_runtime import GridRuntime
 from flwr.app import ConfigRecord
 from flwr.supercore.task_identity import TaskIdentity
 
@@ -19,9 +22,6 @@ from fedpriv.data import load_heart
 from fedpriv.data.node import declared_max_records
 from fedpriv.federation.settings import RunSettings
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
-from server.app import build_strategy
-from server.estimators import DPBoostingClassifier
-from server.grid_runtime import GridRuntime
 from tests.keys import key_for, key_hex
 from tests.server.loopback import HANDLERS, RUN_ID, LoopbackGrid
 

@@ -5,18 +5,18 @@ import math
 import numpy as np
 import pytest
 from dp_accounting import dp_event
+from fedpriv.clients.bdpe import BDPEClient
+from fedpriv.experiments.audit.runs import run_fit
+from fedpriv.server.estimators import BDPEClassifier
+from fedpriv.strategies.bdpe import BDPEConfig, BDPEStrategy
 from scipy import stats
 
-from clients.bdpe import BDPEClient
-from experiments.audit.runs import run_fit
 from fedpriv.data import load_heart
 from fedpriv.data.node import declared_max_records
 from fedpriv.federation.protocol import ClientData
 from fedpriv.models.bdpe import score_sensitivity, split_scores
 from fedpriv.privacy import BoundedRangeDpEvent, PrivacyBudget, PrivacyLedger
 from fedpriv.privacy.selection import ExponentialMechanism
-from server.estimators import BDPEClassifier
-from strategies.bdpe import BDPEConfig, BDPEStrategy
 from tests.keys import key_for, private_rng
 
 #: Heart's public per-hospital bound (a bundled corpus): no record count is released.

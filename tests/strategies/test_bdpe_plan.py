@@ -5,12 +5,12 @@ import logging
 
 import numpy as np
 import pytest
+from fedpriv.strategies import bdpe_plan
+from fedpriv.strategies.bdpe import BDPEConfig, BDPEStrategy
+from fedpriv.strategies.bdpe_plan import releases, shares
 
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
 from fedpriv.privacy.calibration_plan import calibrate_pure_plan
-from strategies import bdpe_plan
-from strategies.bdpe import BDPEConfig, BDPEStrategy
-from strategies.bdpe_plan import releases, shares
 from tests.keys import private_rng
 
 DELTA = 1e-5
@@ -67,7 +67,7 @@ def test_a_plan_of_few_releases_keeps_the_basic_split():
 def test_a_plan_that_cannot_spend_its_budget_says_why(monkeypatch, caplog):
     capped = functools.partial(calibrate_pure_plan, max_scale=1.2)
     monkeypatch.setattr(bdpe_plan, "calibrate_pure_plan", capped)
-    with caplog.at_level(logging.WARNING, logger="strategies.bdpe_plan"):
+    with caplog.at_level(logging.WARNING, logger="fedpriv.strategies.bdpe_plan"):
         s, ledger = _begun(BDPEConfig(trees=5, depth=2), 2.0)
     assert not s.plan_.scale.reached and ledger.planned_epsilon() < 0.99 * 2.0
     assert "largest scale allowed, 1.2" in s.plan_.scale.shortfall

@@ -4,21 +4,21 @@ import math
 
 import numpy as np
 import pytest
-from sklearn.metrics import roc_auc_score
-
-from clients.boosting import BoostingClient
-from fedpriv.data import iid
-from fedpriv.federation.protocol import make_clients
-from fedpriv.federation.runtime import InProcessRuntime
-from fedpriv.privacy import PrivacyBudget, PrivacyLedger
-from server.estimators import DPBoostingClassifier
-from server.method_estimator import MethodEstimator
-from strategies.boosting import (
+from fedpriv.clients.boosting import BoostingClient
+from fedpriv.server.estimators import DPBoostingClassifier
+from fedpriv.server.method_estimator import MethodEstimator
+from fedpriv.strategies.boosting import (
     L2_SENSITIVITY,
     SOFTMAX_L2_SENSITIVITY,
     BoostingConfig,
     DPBoostingStrategy,
 )
+from sklearn.metrics import roc_auc_score
+
+from fedpriv.data import iid
+from fedpriv.federation.protocol import make_clients
+from fedpriv.federation.runtime import InProcessRuntime
+from fedpriv.privacy import PrivacyBudget, PrivacyLedger
 from tests.keys import key_for, private_rng
 
 

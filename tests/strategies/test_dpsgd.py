@@ -3,9 +3,10 @@
 import numpy as np
 import pytest
 from dp_accounting import dp_event
+from fedpriv.clients.dpsgd import DPSGDClient
+from fedpriv.strategies.dpsgd import DPSGDStrategy, LogisticConfig, MLPConfig
 from scipy import stats
 
-from clients.dpsgd import DPSGDClient
 from fedpriv.federation.protocol import ClientData
 from fedpriv.models.networks import InputMap
 from fedpriv.privacy import (
@@ -17,7 +18,6 @@ from fedpriv.privacy import (
     ks_noise_test,
 )
 from fedpriv.privacy.pld import flatten
-from strategies.dpsgd import DPSGDStrategy, LogisticConfig, MLPConfig
 from tests.keys import private_rng
 
 DELTA = 1e-5

@@ -1,7 +1,7 @@
 """DP-SGD on wide public bounds: the mean prediction stays at the base rate.
 
 The toy is the public-bounds-skewed table of the calibration analysis
-(:mod:`strategies.dpsgd`, "Calibration"): amounts with the public box
+(:mod:`fedpriv.strategies.dpsgd`, "Calibration"): amounts with the public box
 [0, 1e6] whose values sit near 1e4 (≈ −1.7 after the box map, on every row)
 and one-hot columns. Without the centring round and the separately clipped
 bias, logistic regression's last iterate predicted a mean of 0.001 without
@@ -12,13 +12,13 @@ import math
 
 import numpy as np
 import pytest
+from fedpriv.clients.dpsgd import DPSGDClient
+from fedpriv.strategies.dpsgd import DPSGDStrategy, LogisticConfig
 
-from clients.dpsgd import DPSGDClient
 from fedpriv.federation.protocol import make_clients
 from fedpriv.federation.runtime import InProcessRuntime
 from fedpriv.models.networks import InputMap
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
-from strategies.dpsgd import DPSGDStrategy, LogisticConfig
 from tests.keys import key_for
 
 N = 10_000

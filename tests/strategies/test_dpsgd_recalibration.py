@@ -5,14 +5,14 @@ import math
 
 import numpy as np
 import pytest
+from fedpriv.server.estimators import DPLogisticClassifier, DPMLPClassifier
+from fedpriv.server.method_estimator import MethodEstimator
+from fedpriv.strategies.dpsgd_recalibration import WALK_LIMIT, noise_walk, resolve
 from sklearn.metrics import brier_score_loss
 
 from fedpriv.models import sgd_recalibration as recal
 from fedpriv.models.trees import sigmoid
 from fedpriv.options import Recalibration
-from server.estimators import DPLogisticClassifier, DPMLPClassifier
-from server.method_estimator import MethodEstimator
-from strategies.dpsgd_recalibration import WALK_LIMIT, noise_walk, resolve
 from tests.keys import key_for
 
 

@@ -2,9 +2,11 @@
 
 import numpy as np
 import pytest
+from fedpriv.clients.evaluation import EvaluationClient, load_scorer
+from fedpriv.strategies.evaluation import LABEL, EvaluationConfig, EvaluationStrategy
+from fedpriv.strategies.random_forest import RandomForestModel
 from sklearn.linear_model import LogisticRegression
 
-from clients.evaluation import EvaluationClient, load_scorer
 from fedpriv.data import load_adult
 from fedpriv.evaluation import binary_metrics
 from fedpriv.evaluation_dp import estimate_metrics, score_histogram
@@ -16,8 +18,6 @@ from fedpriv.models.trees import TreeEnsemble, sample_tree
 from fedpriv.privacy import GaussianMechanism, PrivacyBudget, PrivacyLedger
 from fedpriv.privacy.ledger import PrivacyBudgetExceededError
 from fedpriv.privacy.range_guard import ReleaseOutOfRange
-from strategies.evaluation import LABEL, EvaluationConfig, EvaluationStrategy
-from strategies.random_forest import RandomForestModel
 from tests.keys import key_for, private_rng
 
 

@@ -3,14 +3,14 @@
 import numpy as np
 import pytest
 from dp_accounting import dp_event
+from fedpriv.clients.gam import GAMClient
+from fedpriv.strategies.gam import DPGAMStrategy, GAMConfig
 
-from clients.gam import GAMClient
 from fedpriv.federation.protocol import ClientData
 from fedpriv.models.gam import INTERCEPT_SENSITIVITY, L2_SENSITIVITY, Terms, newton_bin_updates
 from fedpriv.models.gam_smooth import smoothing_matrix
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger, calibrate_gaussian_noise_multiplier
 from fedpriv.privacy.ledger import PrivacyBudgetExceededError
-from strategies.gam import DPGAMStrategy, GAMConfig
 from tests.keys import private_rng
 
 DELTA = 1e-5

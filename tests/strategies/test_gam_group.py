@@ -4,12 +4,12 @@ ledger's events, exact non-private steps, the gain of the group as a unit, refus
 import numpy as np
 import pytest
 from dp_accounting import dp_event
+from fedpriv.clients.gam import GAMClient
+from fedpriv.strategies.gam import GROUP, DPGAMStrategy, GAMConfig
 
-from clients.gam import GAMClient
 from fedpriv.federation.protocol import ClientData
 from fedpriv.models.gam import Terms, bin_sums, newton_bin_updates
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
-from strategies.gam import GROUP, DPGAMStrategy, GAMConfig
 from tests.keys import private_rng
 
 DELTA = 1e-5

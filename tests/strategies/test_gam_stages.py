@@ -6,14 +6,14 @@ import math
 import numpy as np
 import pytest
 from dp_accounting import dp_event
+from fedpriv.server.estimators import DPGAMClassifier
+from fedpriv.strategies.gam import DPGAMStrategy, GAMConfig
 
 from fedpriv.artefact import load_model
 from fedpriv.models.gam import GAMModel
 from fedpriv.models.gam_pairs import coarse_map, pair_gain
 from fedpriv.models.gam_softmax import intercept_sensitivity, sum_zero, term_sensitivity
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
-from server.estimators import DPGAMClassifier
-from strategies.gam import DPGAMStrategy, GAMConfig
 from tests.keys import key_for
 from tests.strategies.test_gam import DELTA, _run, private_rng
 
@@ -186,7 +186,7 @@ def test_pair_config_ranges_and_coarse_bins():
 
 @pytest.mark.parametrize("n_classes", [2, 3])
 def test_one_record_moves_the_selection_reply_by_at_most_its_sensitivity(n_classes):
-    from clients.gam import GAMClient
+    from fedpriv.clients.gam import GAMClient
 
     X, y = _three_classes(n=200, seed=3)
     if n_classes == 2:

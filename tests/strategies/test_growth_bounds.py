@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fedpriv.clients.lumberjack import LumberjackClient
+from fedpriv.strategies.lumberjack import LumberjackConfig, LumberjackStrategy, build, feature_space
 
-from clients.lumberjack import LumberjackClient
 from fedpriv.data import load_heart
 from fedpriv.federation.protocol import ClientData
 from fedpriv.federation.runtime import InProcessRuntime
 from fedpriv.methods import StrategyContext
 from fedpriv.models.lumberjack_bounds import heavy_level_cap
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger, SparseThreshold
-from strategies.lumberjack import LumberjackConfig, LumberjackStrategy, build, feature_space
 from tests.keys import key_for, private_rng
 
 # Small enough to run in well under a second per fit; ε = 8 puts τ ≈ 29 below +50.

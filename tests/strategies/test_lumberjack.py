@@ -4,15 +4,15 @@ import math
 
 import numpy as np
 import pytest
+from fedpriv.clients.lumberjack import LumberjackClient
+from fedpriv.server.estimators import LumberjackClassifier
+from fedpriv.strategies.lumberjack import LumberjackConfig, LumberjackStrategy
 
-from clients.lumberjack import LumberjackClient
 from fedpriv.data import load_heart
 from fedpriv.data.node import declared_max_records
 from fedpriv.federation.protocol import ClientData
 from fedpriv.models.lumberjack import FeatureSpace
 from fedpriv.privacy import ApproxDpEvent, BoundedRangeDpEvent
-from server.estimators import LumberjackClassifier
-from strategies.lumberjack import LumberjackConfig, LumberjackStrategy
 from tests.keys import key_for, private_rng
 
 KEY = key_for(1)

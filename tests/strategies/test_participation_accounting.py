@@ -3,6 +3,9 @@
 import numpy as np
 import pytest
 from dp_accounting import dp_event
+from fedpriv.server.estimators import DPBoostingClassifier, DPLogisticClassifier
+from fedpriv.strategies.boosting import BoostingConfig
+from fedpriv.strategies.dpsgd import DPSGDStrategy, LogisticConfig
 
 from fedpriv.data.corpora import schema as public_schema
 from fedpriv.federation.settings import RunSettings
@@ -12,9 +15,6 @@ from fedpriv.privacy import (
     ParticipationDpEvent,
     calibrate_participation_noise_multiplier,
 )
-from server.estimators import DPBoostingClassifier, DPLogisticClassifier
-from strategies.boosting import BoostingConfig
-from strategies.dpsgd import DPSGDStrategy, LogisticConfig
 from tests.keys import key_for
 
 RHO = 0.5
@@ -116,7 +116,7 @@ def test_dpsgd_divides_by_the_expected_batch_in_every_mode(mode):
 
 def test_flower_server_builds_strategies_from_the_run_config_key():
     pytest.importorskip("flwr")
-    from server.app import build_strategy
+    from fedpriv.server.app import build_strategy
 
     schema = public_schema("heart")
     for method in ("boosting", "logistic"):

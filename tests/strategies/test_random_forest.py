@@ -5,10 +5,18 @@ import math
 import numpy as np
 import pytest
 from dp_accounting import dp_event
+from fedpriv.clients.random_forest import RandomForestClient, tree_of_rows
+from fedpriv.experiments.audit.runs import RecordingLedger
+from fedpriv.server.estimators import DPRandomForestClassifier
+from fedpriv.strategies.random_forest import (
+    MAX_AUTO_DEPTH,
+    RandomForestConfig,
+    RandomForestStrategy,
+    auto_depth,
+    random_complete_tree,
+)
 from scipy import stats
 
-from clients.random_forest import RandomForestClient, tree_of_rows
-from experiments.audit.runs import RecordingLedger
 from fedpriv.data import feature_space_numeric, load_heart
 from fedpriv.data.node import declared_max_records
 from fedpriv.federation.protocol import ClientData
@@ -24,14 +32,6 @@ from fedpriv.privacy import (
 from fedpriv.privacy.audit import ks_noise_test
 from fedpriv.privacy.randomness import rounding_margin
 from fedpriv.privacy.range_guard import ReleaseOutOfRange, laplace_margin, noise_margin
-from server.estimators import DPRandomForestClassifier
-from strategies.random_forest import (
-    MAX_AUTO_DEPTH,
-    RandomForestConfig,
-    RandomForestStrategy,
-    auto_depth,
-    random_complete_tree,
-)
 from tests.keys import key_for, private_rng
 
 

@@ -2,18 +2,18 @@
 
 import numpy as np
 import pytest
+from fedpriv.clients.lumberjack import LumberjackClient
+from fedpriv.server.estimators import LumberjackClassifier
+from fedpriv.server.method_estimator import MethodEstimator
+from fedpriv.strategies.lumberjack import LumberjackConfig, LumberjackStrategy
 from sklearn.metrics import brier_score_loss
 
-from clients.lumberjack import LumberjackClient
 from fedpriv.data import load_synthetic
 from fedpriv.federation.protocol import ClientData, Query
 from fedpriv.models import recalibration as maths
 from fedpriv.models.lumberjack import FeatureSpace
 from fedpriv.privacy.ledger import PrivacyBudget, PrivacyLedger
 from fedpriv.records import class_codes
-from server.estimators import LumberjackClassifier
-from server.method_estimator import MethodEstimator
-from strategies.lumberjack import LumberjackConfig, LumberjackStrategy
 from tests.keys import key_for, private_rng
 
 

@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fedpriv.clients.boosting import BoostingClient
+from fedpriv.clients.dpsgd import DPSGDClient
+from fedpriv.clients.random_forest import RandomForestClient
+from fedpriv.strategies.boosting import BoostingConfig, DPBoostingStrategy
+from fedpriv.strategies.dpsgd import DPSGDStrategy, LogisticConfig
+from fedpriv.strategies.random_forest import RandomForestConfig, RandomForestStrategy
 
-from clients.boosting import BoostingClient
-from clients.dpsgd import DPSGDClient
-from clients.random_forest import RandomForestClient
 from fedpriv.data import load_heart
 from fedpriv.federation.protocol import Query, make_clients
 from fedpriv.models.lumberjack import FeatureSpace
-from strategies.boosting import BoostingConfig, DPBoostingStrategy
-from strategies.dpsgd import DPSGDStrategy, LogisticConfig
-from strategies.random_forest import RandomForestConfig, RandomForestStrategy
 from tests.strategies.release_boundary import differences, run, with_canary
 
 EPS, DELTA = 2.0, 1e-5

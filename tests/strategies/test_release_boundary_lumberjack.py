@@ -17,13 +17,13 @@ import pickle
 
 import numpy as np
 import pytest
+from fedpriv.clients.lumberjack import LumberjackClient
+from fedpriv.server.forest_estimators import LumberjackClassifier, _fit_forest
+from fedpriv.strategies.lumberjack import LumberjackConfig, LumberjackStrategy
 
-from clients.lumberjack import LumberjackClient
 from fedpriv.data import load_heart
 from fedpriv.federation.protocol import make_clients
 from fedpriv.models.lumberjack import FeatureSpace
-from server.forest_estimators import LumberjackClassifier, _fit_forest
-from strategies.lumberjack import LumberjackConfig, LumberjackStrategy
 from tests.keys import key_for
 from tests.strategies.release_boundary import differences, flatten, run, with_canary
 

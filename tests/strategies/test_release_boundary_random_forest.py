@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fedpriv.clients.random_forest import RandomForestClient, tree_of_rows
+from fedpriv.strategies.random_forest import RandomForestConfig, RandomForestStrategy
 
-from clients.random_forest import RandomForestClient, tree_of_rows
 from fedpriv.data import load_heart
 from fedpriv.federation.protocol import ClientData, make_clients
 from fedpriv.models.lumberjack import FeatureSpace, splitmix64
 from fedpriv.models.trees import RandomTree, route
 from fedpriv.privacy import chi_square_selection_test
-from strategies.random_forest import RandomForestConfig, RandomForestStrategy
 from tests.keys import key_for, private_rng
 from tests.strategies.release_boundary import differences, run, with_canary
 

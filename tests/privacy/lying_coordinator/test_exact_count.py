@@ -14,6 +14,8 @@ import math
 
 import numpy as np
 import pytest
+from fedpriv.server.estimators import DPBoostingClassifier
+from fedpriv.server.forest_estimators import DPRandomForestClassifier
 
 import fedpriv.privacy.record_count as record_count
 from fedpriv.privacy.record_count import (
@@ -23,8 +25,6 @@ from fedpriv.privacy.record_count import (
     count_mechanism,
     count_upper_bound,
 )
-from server.estimators import DPBoostingClassifier
-from server.forest_estimators import DPRandomForestClassifier
 from tests.keys import key_for
 
 EPS = 1.0

@@ -47,7 +47,7 @@ def test_the_twin_bound_that_ignores_the_sampling_rate_lets_the_forgery_move_pre
     monkeypatch,
 ):
     """The same attack against the bound record_bound · n (q ignored): released."""
-    import strategies.boosting as boosting
+    import fedpriv.strategies.boosting as boosting
 
     def old(record_bound, n_records, *, sampling_rate):  # the twin ignores q
         return float(record_bound) * float(n_records)

@@ -21,6 +21,7 @@ import math
 
 import numpy as np
 import pytest
+from fedpriv.server.dp_evaluation import NOISE_STREAM
 from flwr.app import ConfigRecord, Message, RecordDict
 
 from fedpriv.federation.node_stage import NodeStage
@@ -29,7 +30,6 @@ from fedpriv.federation.status import RunFailedError
 from fedpriv.privacy import node_budget
 from fedpriv.privacy.node_budget import NodeRefusal, read_ledger
 from fedpriv.privacy.node_plan import derive_stage
-from server.dp_evaluation import NOISE_STREAM
 from tests.federation.test_secagg_consistency import (
     _claim,
     _low_threshold_attack,

@@ -14,8 +14,11 @@ from __future__ import annotations
 import math
 
 import pytest
+from fedpriv.clients import app as client_app
+from fedpriv.server import local_federation, node_keys
+from fedpriv.server.estimators import DPBoostingClassifier
+from fedpriv.server.grid_runtime import GridRuntime
 
-from clients import app as client_app
 from fedpriv.artefact import load_model
 from fedpriv.data import load_heart
 from fedpriv.privacy.distributed import (
@@ -26,9 +29,6 @@ from fedpriv.privacy.distributed import (
     check_key_origin,
 )
 from fedpriv.privacy.randomness import KEY_ENV
-from server import local_federation, node_keys
-from server.estimators import DPBoostingClassifier
-from server.grid_runtime import GridRuntime
 from tests.keys import key_for, key_hex
 from tests.server.test_flower_loopback import _json, run_app
 
