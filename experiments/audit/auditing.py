@@ -36,12 +36,28 @@ from fedpriv.privacy.randomness import SecretKey
 KEY_MODES = ("fresh", "injected", "debug")
 
 
-def section1_statistic(audit: LearnerAudit) -> Callable[[Run], float]:
-    """The statistic of the §1 attacker: released minus its seed replay on D."""
+def section1_statistic(
+    audit: LearnerAudit, replays: dict[int, float] | None = None
+) -> Callable[[Run], float]:
+    """The statistic of the §1 attacker: released minus its seed replay on D.
+
+    The replay is a function of the public seed alone (D, the key the old code
+    derived from the seed), so ``replays`` (seed → the replay's statistic) may be
+    shared by every audit of ``audit`` that attacks the same seeds. It runs on plain
+    sums where they release the same (:meth:`LearnerAudit.fit`).
+    """
+    memo: dict[int, float] = {} if replays is None else replays
 
     def statistic(run: Run) -> float:
-        replay = audit.fit(canary=False, seed=run.seed, key=SecretKey.from_public_seed(run.seed))
-        return audit.statistic(run) - audit.statistic(replay)
+        if run.seed not in memo:
+            replay = audit.fit(
+                canary=False,
+                seed=run.seed,
+                key=SecretKey.from_public_seed(run.seed),
+                secure_aggregation=not audit.plain_sums_release_the_same,
+            )
+            memo[run.seed] = audit.statistic(replay)
+        return audit.statistic(run) - memo[run.seed]
 
     return statistic
 
@@ -84,16 +100,24 @@ def collect_scores(
     twin: bool = False,
     keys: str = "fresh",
     base_key: SecretKey | None = None,
+    secure_aggregation: bool = True,
 ) -> dict[str, Scores]:
     """Run ``n_trials`` fits per side; every statistic on every fit.
 
     Public seeds are 0 .. n−1 on D and n .. 2n−1 on D' (trial index = seed).
+    ``secure_aggregation=False``: plain sums (:meth:`LearnerAudit.fit`).
     """
     values: dict[str, list[list[float]]] = {name: [[], []] for name in statistics}
     for side, canary in enumerate((False, True)):
         for i in range(n_trials):
             t = side * n_trials + i
-            run = audit.fit(canary=canary, seed=t, key=trial_key(keys, t, t, base_key), twin=twin)
+            run = audit.fit(
+                canary=canary,
+                seed=t,
+                key=trial_key(keys, t, t, base_key),
+                twin=twin,
+                secure_aggregation=secure_aggregation,
+            )
             for name, stat in statistics.items():
                 values[name][side].append(stat(run))
     return {
@@ -145,18 +169,30 @@ def audit_learner(
     keys: str = "fresh",
     base_key: SecretKey | None = None,
     section1: bool = False,
+    replays: dict[int, float] | None = None,
     extra: Mapping[str, Callable[[Run], float]] | None = None,
     confidence: float = 0.95,
+    secure_aggregation: bool = True,
 ) -> dict[str, AuditOutcome]:
     """ε̂ of the plain statistic (with ``section1``, also of the §1 attacker; and of any
-    ``extra`` statistics), all on one set of fits."""
+    ``extra`` statistics), all on one set of fits.
+
+    ``replays``: the §1 attacker's replays, shared between audits of the same seeds
+    (:func:`section1_statistic`); ``secure_aggregation=False``: the fits on plain sums
+    (:meth:`LearnerAudit.fit`)."""
     stats: dict[str, Callable[[Run], float]] = {"plain": audit.statistic}
     if section1:
-        stats["section1"] = section1_statistic(audit)
+        stats["section1"] = section1_statistic(audit, replays)
     stats.update(extra or {})
     t0 = time.perf_counter()
     scores = collect_scores(
-        audit, stats, n_trials=n_trials, twin=twin, keys=keys, base_key=base_key
+        audit,
+        stats,
+        n_trials=n_trials,
+        twin=twin,
+        keys=keys,
+        base_key=base_key,
+        secure_aggregation=secure_aggregation,
     )
     seconds = time.perf_counter() - t0
     return {

@@ -62,6 +62,10 @@ D under the key derived from that seed (what the code did before commit
 it subtracts the replayed noise. With a secret key the replay is independent
 of the run and only adds variance; in debug mode the replay *is* the run
 whenever the canary is absent, and D separates from D' perfectly.
+
+The twins and the §1 replays of central-noise learners run on plain sums,
+whose releases are bit for bit those of the secure sums, at a third to a half
+of the cost; a seed's replay serves both the secret-key and the debug audit.
 """
 
 

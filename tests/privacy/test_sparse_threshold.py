@@ -58,10 +58,18 @@ def _gsh_delta(eps, sigma, gap, counts_d, counts_dp):
         cdf = stats.norm.cdf(edges, count, sigma)
         return np.concatenate([[cdf[0]], np.diff(cdf)])  # [⊥, cells]
 
-    p, q = np.ones(1), np.ones(1)
-    for a, b in zip(counts_d, counts_dp, strict=True):
-        p, q = np.multiply.outer(p, law(a)).ravel(), np.multiply.outer(q, law(b)).ravel()
-    return float(np.sum(np.maximum(0.0, p - math.exp(eps) * q)))
+    c = math.exp(eps)
+    (p1, *p_rest), (q1, *q_rest) = map(law, counts_d), map(law, counts_dp)
+    if not p_rest:
+        return float(np.sum(np.maximum(0.0, p1 - c * q1)))
+    (p2,), (q2,) = p_rest, q_rest
+    # m = 2: the product laws' 4,002² cells, a block of rows at a time (the same sum,
+    # without the 16M-cell temporaries: ~40× faster).
+    total = 0.0
+    for i in range(0, p1.size, 256):
+        block = np.outer(p1[i : i + 256], p2) - c * np.outer(q1[i : i + 256], q2)
+        total += float(np.maximum(block, 0.0).sum())
+    return total
 
 
 @pytest.mark.parametrize("m", [1, 2])
