@@ -15,7 +15,7 @@ learners, every one accounted by the same ledger and calibrated per (ε, q, T):
 Each stage shows a progress bar; finished cells are cached under
 ``OUT/cache`` by a hash of their config, so an interrupted run resumes. Cells
 run in a pool of ``processes`` (≤ 2) spawned workers. Outputs in ``OUT``:
-``results.csv`` (long format: stage, dataset, learner, variant, config, ε,
+``results.csv.gz`` (long format, gzip-compressed: stage, dataset, learner, variant, config, ε,
 seed, metric, value), one CSV per analysis table, ``report.md`` and PNGs.
 
 Usage::
@@ -81,7 +81,7 @@ def run(config: Path, *, quick: bool, out: Path, processes: int | None = None) -
         if pool is not None:
             pool.shutdown()
     df = pd.DataFrame(rows, columns=list(stages.ROW_KEYS))
-    df.to_csv(out / "results.csv", index=False)
+    df.to_csv(out / "results.csv.gz", index=False)  # the raw rows, compressed
     tables, figs = _analyse(df, cfg, out, ctx)
     for name, table in tables.items():
         table.to_csv(out / f"{name}.csv", index=False)

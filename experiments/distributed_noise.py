@@ -2,7 +2,7 @@
 
 Rows. For each dataset and ε of the matched benchmark, and each learner with a
 distributed form (boosting, DP-SGD logistic), the configuration the benchmark
-selected (its ``results.csv``, stage ``main``) is fitted per seed under one secret
+selected (its ``results.csv.gz``, stage ``main``) is fitted per seed under one secret
 key with ``noise = "central"`` (plain sums, as the benchmark: the same sum) and with
 ``noise = "distributed"`` (K = 5, one tolerated dropout, secure aggregation;
 :mod:`fedpriv.privacy.distributed`): test AUC and ε spent of each, in a pool.
@@ -143,7 +143,7 @@ def _fit_cell(cell: tuple) -> dict:
 
 
 def run(*, seeds: int, repeats: int, processes: int, quick: bool, out: Path) -> Path:
-    picks = selected(out / "results.csv")
+    picks = selected(out / "results.csv.gz")
     datasets, epsilons = (DATASETS[:1], EPSILONS[1:2]) if quick else (DATASETS, EPSILONS)
     cells = []
     for d in datasets:

@@ -34,6 +34,7 @@ import numpy as np
 
 from fedpriv.models.gam_softmax import clip_rows
 from fedpriv.models.networks import NetworkSpec
+from fedpriv.models.recalibration import RATE_FLOOR
 from fedpriv.models.recalibration import STAGE as linear_stage
 from fedpriv.records import class_codes
 
@@ -46,8 +47,8 @@ ROUNDS = 2
 #: Largest bias shift of one round (logits): a public bound, so noise in a
 #: tiny class cannot move the model far.
 MAX_SHIFT = 4.0
-#: Class rates are clipped to [RATE_FLOOR, 1 − RATE_FLOOR] before the logarithm.
-RATE_FLOOR = 1e-4
+# Class rates are clipped to [RATE_FLOOR, 1 − RATE_FLOOR] before the logarithm (the
+# linear recalibration's floor, one constant for both: fedpriv.models.recalibration).
 
 
 def sensitivity(n_outputs: int) -> float:

@@ -35,7 +35,7 @@ def check_outputs(out: Path) -> None:
     assert [p.name for p in pngs] == sorted(f"fig_{s}.png" for s in STUDIES)
     assert all(0 < p.stat().st_size < 300_000 for p in pngs)
 
-    rows = pd.read_csv(out / "results.csv")
+    rows = pd.read_csv(out / "results.csv.gz")
     assert set(rows["study"]) == set(STUDIES)
     assert {"learner", "participation", "alpha", "accounting", "seed", "metric"} <= set(rows)
     auc = rows[rows["metric"].isin(["auc", "auc_macro_within"])]["value"]

@@ -53,7 +53,7 @@ def test_quick_run_writes_a_sane_report(tmp_path):
         assert 0 < png.stat().st_size < 300_000
     assert len(list(out.glob("*.png"))) == 4
 
-    rows = pd.read_csv(out / "results.csv")
+    rows = pd.read_csv(out / "results.csv.gz")
     assert set(rows.columns) >= {
         "stage",
         "dataset",
