@@ -57,13 +57,13 @@ they certify at or below ε (within 1 %).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 from fedpriv.strategies.bdpe_nodes import BDPENodeStages
 from fedpriv.strategies.bdpe_plan import plan_for
 
+from fedpriv.federation.constraints import Interval, check_fields, setting
 from fedpriv.federation.protocol import Query, Strategy
 from fedpriv.methods import StrategyContext
 from fedpriv.models.bdpe import (
@@ -110,40 +110,24 @@ class BDPEConfig:
     of the calibration round (0: none, probabilities ψ_Mat⁻¹(H)).
     """
 
-    trees: int = 20
-    depth: int = 4
-    alpha: float = 1.0
+    trees: int = setting(20, Interval(1, 1000, kind=int))
+    depth: int = setting(4, Interval(1, 10, kind=int))
+    alpha: float = setting(1.0, Interval(0, 1, closed="right"))
     objective: Objective = Objective.CALIBRATED
-    beta_tree: float = 0.5
-    split_levels: int = 10
+    beta_tree: float = setting(0.5, Interval(0, 1, closed="neither"))
+    split_levels: int = setting(10, Interval(1, 255, kind=int))
     monotone_scores: bool = True
-    oc_edge: float = 0.1
-    oc_k: float = 1.0
-    calibrate_share: float = 0.1
+    oc_edge: float = setting(0.1, Interval(0, 1, closed="right"))
+    oc_k: float = setting(1.0, Interval(0, None, closed="left"))
+    calibrate_share: float = setting(
+        0.1, Interval(0, 1, closed="left", zero="0: no calibration round")
+    )
 
     def __post_init__(self) -> None:
-        check_count("trees", self.trees)
-        if self.trees > 1000:
-            raise ValueError(f"trees must lie in [1, 1000]; got {self.trees}")
-        check_count("depth", self.depth)
-        if self.depth > 10:
-            raise ValueError(f"depth must lie in [1, 10]; got {self.depth}")
-        if not 0.0 < self.alpha <= 1.0:
-            raise ValueError(f"alpha must lie in (0, 1]; got {self.alpha!r}")
+        check_fields(self)
         object.__setattr__(self, "objective", Objective.parse(self.objective))
-        if not 0.0 < self.beta_tree < 1.0:
-            raise ValueError(f"beta_tree must lie in (0, 1); got {self.beta_tree!r}")
-        check_count("split_levels", self.split_levels)
-        if self.split_levels > 255:
-            raise ValueError(f"split_levels must lie in [1, 255]; got {self.split_levels}")
         if not isinstance(self.monotone_scores, bool):
             raise TypeError(f"monotone_scores must be true or false; got {self.monotone_scores!r}")
-        if not 0.0 < self.oc_edge <= 1.0:
-            raise ValueError(f"oc_edge must lie in (0, 1]; got {self.oc_edge!r}")
-        if not (math.isfinite(self.oc_k) and self.oc_k >= 0):
-            raise ValueError(f"oc_k must lie in [0, inf); got {self.oc_k!r}")
-        if not 0.0 <= self.calibrate_share < 1.0:
-            raise ValueError(f"calibrate_share must lie in [0, 1); got {self.calibrate_share!r}")
 
     @property
     def rounds(self) -> int:

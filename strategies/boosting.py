@@ -58,12 +58,13 @@ reports ε as not certified.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 from dp_accounting import dp_event
 
+from fedpriv.federation.constraints import Interval, check_fields, setting
+from fedpriv.federation.limits import SIZE_LIMITS
 from fedpriv.federation.node_stage import NodeStage
 from fedpriv.federation.protocol import Query, Strategy
 from fedpriv.methods import StrategyContext
@@ -86,7 +87,6 @@ from fedpriv.privacy.randomness import check_private
 from fedpriv.privacy.range_guard import sum_bound
 from fedpriv.validation import (
     check_count,
-    check_positive,
     check_probability,
 )
 
@@ -138,12 +138,21 @@ class BoostingConfig:
     ``max_update``) never bound at ``lam`` ≥ 2.5 there, so there is none.
     """
 
-    rounds: int = 75
-    depth: int = 5
-    learning_rate: float = 0.4
-    sampling_rate: float = 0.05
-    lam: float = 10.0
-    reg_lambda: float = 1.0
+    rounds: int = setting(
+        75,
+        Interval(
+            1,
+            None,
+            kind=int,
+            most=SIZE_LIMITS["boosting"]["rounds"],
+            note="and rounds × 2^depth ≤ 2^23",
+        ),
+    )
+    depth: int = setting(5, Interval(1, 12, kind=int))
+    learning_rate: float = setting(0.4, Interval(0, None, closed="neither"))
+    sampling_rate: float = setting(0.05, Interval(0, 1, closed="right"))
+    lam: float = setting(10.0, Interval(0, None, closed="left"))
+    reg_lambda: float = setting(1.0, Interval(0, None, closed="neither"))
     intercept: bool = True
     split_features: SplitFeatures = SplitFeatures.COLUMNS
     participation_accounting: ParticipationAccounting = ParticipationAccounting.VALID
@@ -153,15 +162,7 @@ class BoostingConfig:
             self, "participation_accounting", parse_accounting(self.participation_accounting)
         )
         object.__setattr__(self, "split_features", SplitFeatures.parse(self.split_features))
-        check_count("rounds", self.rounds)
-        check_count("depth", self.depth)
-        if self.depth > 12:
-            raise ValueError(f"depth must lie in [1, 12]; got {self.depth}")
-        check_positive("learning_rate", self.learning_rate)
-        check_probability("sampling_rate", self.sampling_rate)
-        if not (math.isfinite(self.lam) and self.lam >= 0):
-            raise ValueError(f"lam must lie in [0, inf); got {self.lam!r}")
-        check_positive("reg_lambda", self.reg_lambda)
+        check_fields(self)
         if not isinstance(self.intercept, bool):
             raise TypeError(f"intercept must be true or false; got {self.intercept!r}")
 

@@ -16,15 +16,25 @@ from typing import ClassVar
 
 from fedpriv.strategies.dpsgd_schedule import AUTO, schedule
 
+from fedpriv.federation.constraints import Interval, check_fields, integers, setting
+from fedpriv.federation.limits import SIZE_LIMITS
 from fedpriv.models import sgd_recalibration as recal
 from fedpriv.models.networks import ModelKind
 from fedpriv.options import Backend, Recalibration
 from fedpriv.privacy.participation import ParticipationAccounting, parse_accounting
-from fedpriv.validation import check_count, check_positive, check_probability
+from fedpriv.validation import check_count
 
 #: ``rounds`` / ``sampling_rate`` / ``learning_rate`` of 0: automatic
 #: (:mod:`fedpriv.strategies.dpsgd_schedule`).
 AUTO_ROUNDS, AUTO_RATE = AUTO, float(AUTO)
+_AUTO = "0: automatic"
+_SCHEDULE = "from the public record bound, fedpriv.strategies.dpsgd_schedule"
+_ROUNDS = integers(
+    1, zero=_AUTO, most=SIZE_LIMITS["logistic"]["rounds"],
+    note=f"{_SCHEDULE}; and at least a step plus the centring and recalibration rounds, "
+    "4 at the defaults",
+)  # fmt: skip
+_RECALIBRATE_SHARE = Interval(0, 1, closed="left", note="and below 1 − centre-share")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,15 +76,19 @@ class LogisticConfig:
     model: ClassVar[ModelKind] = ModelKind.LOGISTIC
     #: The paper's learning rate (Table 5), η₀ of the automatic one.
     paper_learning_rate: ClassVar[float] = 2.0
-    rounds: int = AUTO_ROUNDS
-    learning_rate: float = AUTO_RATE
-    sampling_rate: float = AUTO_RATE
-    clip_norm: float = 3.0
+    rounds: int = setting(AUTO_ROUNDS, _ROUNDS)
+    learning_rate: float = setting(
+        AUTO_RATE, Interval(0, None, closed="neither", zero=_AUTO, note=_SCHEDULE)
+    )
+    sampling_rate: float = setting(
+        AUTO_RATE, Interval(0, 1, closed="right", zero=_AUTO, note=_SCHEDULE)
+    )
+    clip_norm: float = setting(3.0, Interval(0, None, closed="neither"))
     backend: Backend = Backend.FAST
     standardise: bool = True
     participation_accounting: ParticipationAccounting = ParticipationAccounting.VALID
-    centre_share: float = 0.05
-    recalibrate_share: float = 0.05
+    centre_share: float = setting(0.05, Interval(0, 1, closed="left"))
+    recalibrate_share: float = setting(0.05, _RECALIBRATE_SHARE)
     recalibration: Recalibration = Recalibration.BIAS
 
     def __post_init__(self) -> None:
@@ -83,17 +97,10 @@ class LogisticConfig:
         )
         object.__setattr__(self, "backend", Backend.parse(self.backend))
         object.__setattr__(self, "recalibration", Recalibration.parse(self.recalibration))
-        check_positive("clip_norm", self.clip_norm)
-        check_count("hidden", self.hidden)
-        share = self.centre_share
-        if not (isinstance(share, int | float) and not isinstance(share, bool) and 0 <= share < 1):
-            raise ValueError(f"centre_share must lie in [0, 1); got {share!r}")
-        rs = self.recalibrate_share
-        if not (isinstance(rs, int | float) and not isinstance(rs, bool) and 0 <= rs < 1 - share):
+        check_fields(self)
+        share, rs = self.centre_share, self.recalibrate_share
+        if not rs < 1 - share:
             raise ValueError(f"recalibrate_share must lie in [0, 1 − centre_share); got {rs!r}")
-        # 0: automatic (for_records); else the value's own range.
-        _auto_or(check_positive, "learning_rate", self.learning_rate, "(0, inf)")
-        _auto_or(check_probability, "sampling_rate", self.sampling_rate, "(0, 1]")
         least = self.least_rounds
         takes = [f"centre_share={share} takes the first" if share > 0 else ""]
         takes.append(f"recalibrate_share={rs} the last {recal.ROUNDS}" if rs > 0 else "")
@@ -156,8 +163,8 @@ class MLPConfig(LogisticConfig):
 
     model: ClassVar[ModelKind] = ModelKind.MLP
     paper_learning_rate: ClassVar[float] = 3.0
-    hidden: int = 16
-    recalibrate_share: float = 0.1
+    hidden: int = setting(16, integers(1, most=SIZE_LIMITS["mlp"]["hidden"]))
+    recalibrate_share: float = setting(0.1, _RECALIBRATE_SHARE)
     recalibration: Recalibration = Recalibration.AUTO
 
 

@@ -3,16 +3,19 @@ ranges are stated (the learner: :mod:`fedpriv.strategies.gam`)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from fedpriv.federation.constraints import Interval, Options, check_fields, integers, setting
+from fedpriv.federation.limits import SIZE_LIMITS
 from fedpriv.models.gam import FINE_GRID
-from fedpriv.validation import check_count, check_positive
 
 #: How round t ≥ 1 picks its term: ``cyclic`` in schema order; ``gain``: one
 #: cyclic pass, then the term with the largest residual Newton gain estimated
 #: from its latest released sums (:func:`fedpriv.models.gam.residual_gain`).
 COLUMN_ORDERS = ("cyclic", "gain")
+_LIMITS = SIZE_LIMITS["dp_gam"]
+_POSITIVE = Interval(0, None, closed="neither")
+_NONNEGATIVE = Interval(0, None, closed="left")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,48 +55,25 @@ class GAMConfig:
     and BRFSS (ε = 0.5: 0.8180 → 0.8168, within the 4 seeds' spread).
     """
 
-    rounds: int = 71
-    bins: int = 16
+    rounds: int = setting(71, integers(2, most=_LIMITS["rounds"]))
+    bins: int = setting(16, integers(2, FINE_GRID))
     quantile_bins: bool = True
-    learning_rate: float = 1.0
-    lam: float = 5.0
-    reg_lambda: float = 1.0
-    max_update: float = 2.0
-    column_order: str = "cyclic"
-    interactions: int = 0
-    interaction_rounds: int = 15
-    interaction_candidates: int = 6
-    interaction_bins: int = 8
-    smooth: float = 2.0
-    binary_group: int = 4
+    learning_rate: float = setting(1.0, _POSITIVE)
+    lam: float = setting(5.0, _NONNEGATIVE)
+    reg_lambda: float = setting(1.0, _POSITIVE)
+    max_update: float = setting(2.0, _POSITIVE)
+    column_order: str = setting("cyclic", Options(COLUMN_ORDERS))
+    interactions: int = setting(0, integers(0, note="at most the candidates' pairs"))
+    interaction_rounds: int = setting(15, integers(2, note="at most rounds − 2 with interactions"))
+    interaction_candidates: int = setting(6, integers(2, most=_LIMITS["interaction_candidates"]))
+    interaction_bins: int = setting(8, integers(2, FINE_GRID))
+    smooth: float = setting(2.0, Interval(0, None, closed="left", unit="bins"))
+    binary_group: int = setting(4, integers(0, zero="0: one round per binary column"))
 
     def __post_init__(self) -> None:
-        check_count("rounds", self.rounds, minimum=2)
-        check_count("bins", self.bins, minimum=2)
-        if self.bins > FINE_GRID:
-            raise ValueError(f"bins must lie in [2, {FINE_GRID}]; got {self.bins}")
+        check_fields(self)
         if not isinstance(self.quantile_bins, bool):
             raise TypeError(f"quantile_bins must be true or false; got {self.quantile_bins!r}")
-        check_positive("learning_rate", self.learning_rate)
-        if not (math.isfinite(self.lam) and self.lam >= 0):
-            raise ValueError(f"lam must lie in [0, inf); got {self.lam!r}")
-        check_positive("reg_lambda", self.reg_lambda)
-        check_positive("max_update", self.max_update)
-        if self.column_order not in COLUMN_ORDERS:
-            raise ValueError(
-                f"column_order must be one of {list(COLUMN_ORDERS)}; got {self.column_order!r}"
-            )
-        if not (math.isfinite(self.smooth) and self.smooth >= 0):
-            raise ValueError(f"smooth must lie in [0, inf) bins; got {self.smooth!r}")
-        check_count("binary_group", self.binary_group, minimum=0)
-        check_count("interactions", self.interactions, minimum=0)
-        check_count("interaction_rounds", self.interaction_rounds, minimum=2)
-        check_count("interaction_candidates", self.interaction_candidates, minimum=2)
-        check_count("interaction_bins", self.interaction_bins, minimum=2)
-        if self.interaction_bins > FINE_GRID:
-            raise ValueError(
-                f"interaction_bins must lie in [2, {FINE_GRID}]; got {self.interaction_bins}"
-            )
         if self.interactions:
             if self.interaction_rounds > self.rounds - 2:
                 raise ValueError(

@@ -23,21 +23,14 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from fedpriv.federation.constraints import Interval, check_fields, integers, setting
+from fedpriv.federation.limits import SIZE_LIMITS
 from fedpriv.models.lumberjack import STAGE_HEIGHT, lumberjack_rounds, stage_heights
 from fedpriv.models.lumberjack_sizes import AUTO, PAPER_DEPTH, PAPER_TREES, auto_size
 from fedpriv.options import LeafMechanism, SplitFeatures
 from fedpriv.privacy import calibrate_sparse_threshold, staged_queries_per_record
-from fedpriv.validation import check_count, check_int, check_open_unit
 
-
-def _check_size(name: str, value: object, most: int | None) -> int:
-    """``trees`` or ``depth``: an integer in [0, ``most``], 0 meaning automatic."""
-    allowed = f"[0, {'inf)' if most is None else f'{most}]'}"
-    try:
-        return check_int(name, value, minimum=0, maximum=most)
-    except (TypeError, ValueError) as exc:
-        raise type(exc)(f"{name} must be an integer in {allowed} (0: automatic); "
-                        f"got {value!r}") from None  # fmt: skip
+_LIMITS = SIZE_LIMITS["lumberjack"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,38 +56,29 @@ class LumberjackConfig:
     hence off by default.
     """
 
-    trees: int = AUTO
-    depth: int = AUTO
-    structure_fraction: float = 0.75
+    trees: int = setting(AUTO, integers(
+        0, zero="0: automatic", most=_LIMITS["trees"],
+        note="and trees × max-frontier × 2^stage-height ≤ 2^23",
+    ))  # fmt: skip
+    depth: int = setting(AUTO, integers(0, 200, zero="0: automatic"))
+    structure_fraction: float = setting(0.75, Interval(0, 1, closed="neither"))
     leaf_mechanism: LeafMechanism = LeafMechanism.GAUSSIAN
     split_features: SplitFeatures = SplitFeatures.COLUMNS
     two_sided: bool = False
     #: Algorithm 2's deterministic gate: counts ≤ ``gate`` answer ⊥ without noise
     #: (τ = gate + 1 + Δ; the paper's τ = 1 + Δ is 0). It no longer steers growth.
-    gate: int = 0
+    gate: int = setting(0, integers(0))
     #: Levels per stage (:mod:`fedpriv.strategies.lumberjack`): m = k·Σ_s (1 + ⌊log₂ h_s⌋).
-    stage_height: int = STAGE_HEIGHT
+    stage_height: int = setting(STAGE_HEIGHT, integers(1, 10))
     #: Most Heavy bottom nodes a stage grows from, per tree (a public memory bound;
     #: the record bound's cap B may be lower: :mod:`fedpriv.models.lumberjack_bounds`).
-    max_frontier: int = 128
-    recalibrate_share: float = 0.0
+    max_frontier: int = setting(128, integers(1, most=_LIMITS["max_frontier"]))
+    recalibrate_share: float = setting(0.0, Interval(0, 1, closed="left"))
 
     def __post_init__(self) -> None:
-        _check_size("trees", self.trees, None)
-        _check_size("depth", self.depth, 200)
-        check_open_unit("structure_fraction", self.structure_fraction)
+        check_fields(self)
         object.__setattr__(self, "leaf_mechanism", LeafMechanism.parse(self.leaf_mechanism))
         object.__setattr__(self, "split_features", SplitFeatures.parse(self.split_features))
-        check_count("gate", self.gate, minimum=0)
-        check_count("stage_height", self.stage_height)
-        if self.stage_height > 10:
-            raise ValueError(
-                f"stage_height must lie in [1, 10] (2^h nodes per root); got {self.stage_height}"
-            )
-        check_count("max_frontier", self.max_frontier)
-        rs = self.recalibrate_share
-        if not (isinstance(rs, int | float) and not isinstance(rs, bool) and 0 <= rs < 1):
-            raise ValueError(f"recalibrate_share must lie in [0, 1); got {rs!r}")
 
     @property
     def automatic(self) -> bool:

@@ -38,6 +38,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedpriv.federation.constraints import check_fields, integers, setting
+from fedpriv.federation.limits import SIZE_LIMITS
 from fedpriv.federation.node_stage import NodeStage, StageMechanism
 from fedpriv.federation.protocol import Query, Strategy
 from fedpriv.methods import StrategyContext
@@ -103,20 +105,16 @@ class RandomForestConfig:
     calibrated noise).
     """
 
-    trees: int = 10
-    depth: int = AUTO_DEPTH
+    trees: int = setting(10, integers(
+        1, most=SIZE_LIMITS["random_forest"]["trees"], note="and trees × 2^depth ≤ 2^23"
+    ))  # fmt: skip
+    depth: int = setting(AUTO_DEPTH, integers(0, 16, zero="0: automatic"))
     mode: ForestMode = ForestMode.ALL
     leaf_mechanism: ForestLeafMechanism = ForestLeafMechanism.GAUSSIAN
     split_features: SplitFeatures = SplitFeatures.COLUMNS
 
     def __post_init__(self) -> None:
-        check_count("trees", self.trees)
-        check_count("depth", self.depth, minimum=0)
-        if self.depth > 16:
-            raise ValueError(
-                f"depth must be 0 (automatic) or lie in [1, 16] (2^depth leaves per tree); "
-                f"got {self.depth}"
-            )
+        check_fields(self)
         object.__setattr__(self, "mode", ForestMode.parse(self.mode))
         object.__setattr__(self, "leaf_mechanism", ForestLeafMechanism.parse(self.leaf_mechanism))
         object.__setattr__(self, "split_features", SplitFeatures.parse(self.split_features))

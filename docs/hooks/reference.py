@@ -315,8 +315,8 @@ def run_config_page() -> str:
         "Give a key with `--set key=value` (`fedpriv run`, `fedpriv cv`, the launchers) "
         "or `--run-config` (`flwr run`). The estimators take the same settings as "
         "keyword arguments, snake_case. Defaults and ranges below are read from "
-        "`RunSettings`, each method's configuration dataclass and "
-        "`fedpriv.federation.ranges`, as `fedpriv run --help` prints them.\n",
+        "`RunSettings` and each method's configuration dataclass: each field's declared "
+        "constraint (`fedpriv.federation.constraints`), as `fedpriv run --help` prints them.\n",
         "## The run's own keys\n",
         table(("key", "default", "allowed", "what"), rows),
         "## Each method's keys\n",

@@ -58,9 +58,9 @@ FOREST_MAX_AUTO_DEPTH = 10
 
 #: Upper bound of each built-in method's size settings (snake_case), and why: each
 #: would otherwise allocate in proportion to its value before any round runs (a
-#: boosting run of 1e9 rounds asked for 231 GiB of tree arrays). Lower bounds stay
-#: with the configuration dataclasses. :data:`fedpriv.federation.ranges.METHOD_RANGES`
-#: states them for ``--help``.
+#: boosting run of 1e9 rounds asked for 231 GiB of tree arrays). Each size field's
+#: declared constraint (:mod:`fedpriv.federation.constraints`, ``most``) refers to its
+#: entry here; :func:`check_sizes` and ``--help`` read it there.
 SIZE_LIMITS: dict[str, dict[str, tuple[int, str]]] = {
     # One tree of 2^depth leaves kept per round: 10,000 trees of the default depth 5
     # are 330 k leaves (the paper uses 50–75); deeper trees meet MAX_MODEL_ENTRIES.
@@ -70,10 +70,7 @@ SIZE_LIMITS: dict[str, dict[str, tuple[int, str]]] = {
     "logistic": {"rounds": (100_000, "the ledger keeps an event per step")},
     # The MLP's width: NetworkSpec's own bound (per-example gradients of a
     # (d + 2)·h-parameter model for every sampled row).
-    "mlp": {
-        "rounds": (100_000, "the ledger keeps an event per step"),
-        "hidden": (4_096, "the model and its per-example gradients grow with it"),
-    },
+    "mlp": {"hidden": (4_096, "the model and its per-example gradients grow with it")},
     # A stage grows at most trees × max-frontier × 2^stage-height nodes (released
     # counts for each): 512 trees or a frontier of 2,048 at the other defaults.
     "lumberjack": {
@@ -143,15 +140,19 @@ def check_run_sizes(values: Mapping[str, Any]) -> None:
 
 
 def check_sizes(method: str, values: Mapping[str, Any], *, spell=kebab) -> None:
-    """Refuse a size setting above its :data:`SIZE_LIMITS` bound, before any allocation."""
-    from fedpriv.federation.ranges import method_range
+    """Refuse a size setting above its declared memory bound (the field's constraint's
+    ``most``, from :data:`SIZE_LIMITS`), before any allocation."""
+    from fedpriv.federation.constraints import constraints
+    from fedpriv.methods import get_method
 
-    for key, (most, why) in SIZE_LIMITS.get(method, {}).items():
+    for key, c in constraints(get_method(method).config_class).items():
+        if getattr(c, "most", None) is None:
+            continue
+        most, why = c.most
         value = values.get(key)
         if isinstance(value, Integral) and not isinstance(value, bool) and value > most:
-            allowed = method_range(method, kebab(key))
             raise SettingError(
-                f"{spell(key)} must be an integer in {allowed}; got {value!r} ({why}: a "
+                f"{spell(key)} must be an integer in {c.text(run=True)}; got {value!r} ({why}: a "
                 f"larger value does not fit in memory)"
             )
 

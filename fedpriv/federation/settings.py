@@ -29,8 +29,13 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
 
+from fedpriv.federation.constraints import Interval, Text, constraint_of, constraints, setting
 from fedpriv.federation.limits import (  # noqa: F401 (parse_override(s): re-exported)
+    DELTA_MAX,
+    DELTA_MIN,
+    EPSILON_MAX,
     MIN_CLIENTS,
+    RUN_SIZE_LIMITS,
     SettingError,
     check_model_size,
     check_run_sizes,
@@ -53,11 +58,24 @@ from fedpriv.federation.setting_values import (  # noqa: F401 (re-exported)
 from fedpriv.federation.status import DEFAULT_MAX_ABORTED_SHARE
 from fedpriv.methods import Method, get_method, methods
 from fedpriv.options import NoiseMode
-from fedpriv.validation import check_count, check_probability
 
 #: Values of ``participation-accounting`` (:mod:`fedpriv.privacy.participation`;
 #: "paper" is not a valid guarantee, comparison only).
 PARTICIPATION_ACCOUNTINGS = ("valid", "tight", "paper")
+
+
+#: A run's waits, in seconds.
+_SECONDS = Interval(0, 86_400, closed="right", unit="seconds")
+#: Checked by their own code, each with its reason: the budget (check_supported_budget),
+#: the sizes (check_run_sizes) and the dropouts (whose bound is another setting).
+_OWN_CHECKS = ("epsilon", "delta", "num_clients", "max_records", "ping_rounds",
+               "tolerated_dropouts")  # fmt: skip
+
+
+def _sized(key: str, note: str = "") -> Interval:
+    """A run size setting's range (:data:`fedpriv.federation.limits.RUN_SIZE_LIMITS`)."""
+    lo, hi, _ = RUN_SIZE_LIMITS[key]
+    return Interval(lo, hi, kind=int, note=note)
 
 
 def check_run_values(values: Mapping[str, Any]) -> None:
@@ -69,28 +87,16 @@ def check_run_values(values: Mapping[str, Any]) -> None:
     if "epsilon" in values:
         check_budget(values["epsilon"], values.get("delta"))
     check_run_sizes(values)  # num-clients, max-records, ping-rounds: what fits in memory
-    for key in ("seed", "split_seed"):
-        if key in values:
-            check_count(key, values[key], minimum=0)
     dropouts = values.get("tolerated_dropouts")
     if dropouts is not None and dropouts < 0:
         # Checked whatever the noise mode: a value that only distributed noise reads
         # is still refused where it is wrong, not when the mode changes.
-        raise SettingError(
-            "tolerated-dropouts must be an integer in [0, num-clients − 2] (read by "
-            f"distributed noise; unused under central noise); got {dropouts!r}"
-        )
-    if "participation" in values:
-        check_probability("participation", values["participation"])
-    if not 0.0 < (poll := values.get("poll_interval", 0.1)) <= 10.0:
-        raise ValueError(f"poll_interval must lie in (0, 10] seconds; got {poll}")
-    if "max_aborted_share" in values and not 0.0 <= values["max_aborted_share"] <= 1.0:
-        raise ValueError(f"max_aborted_share must lie in [0, 1]; got {values['max_aborted_share']}")
-    for key in ("round_timeout", "setup_timeout", "node_wait_timeout"):
-        if key in values and not 0.0 < values[key] <= 86_400.0:
-            raise ValueError(f"{key} must lie in (0, 86400] seconds; got {values[key]}")
-    if not 0.0 <= values.get("secagg_threshold", 0.5) < 1.0:
-        raise ValueError(f"secagg_threshold must lie in [0, 1); got {values['secagg_threshold']}")
+        allowed = constraint_of(RunSettings, "tolerated_dropouts").text(run=True)
+        raise SettingError(f"tolerated-dropouts must be an integer in {allowed}; got {dropouts!r}")
+    declared = constraints(RunSettings)
+    for key, value in values.items():
+        if key in declared and key not in _OWN_CHECKS and value is not None:
+            declared[key].check(key, value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,55 +114,76 @@ class RunSettings:
     dataset: str = "diabetes130"
     #: The public schema the nodes read their rows with: a bundled schema name (adult,
     #: heart, diabetes130, brfss) or a schema TOML path; "" = the ``dataset``'s.
-    schema: str = ""
+    schema: str = setting("", Text("a bundled schema name or a schema TOML path"))
     #: Simulation on one CSV (split by the schema's client column, else IID): its path.
-    csv: str = ""
+    csv: str = setting("", Text("a CSV path"))
     #: Declared public bound on records per client (never counted from the data): the
     #: codec's range and the public total n = num_clients × max_records. Unset: the
     #: bundled corpus's largest client (public); on your own files a Flower run needs
     #: it declared (the launchers refuse it unset, and so do the nodes), an in-process
     #: fit releases a record count instead (:mod:`fedpriv.server.resolve`).
-    max_records: int | None = None
+    max_records: int | None = setting(
+        None, _sized("max_records", "and max-records × num-clients × a record's bound < 2^31")
+    )
     #: A public file (same schema) the server may hold and scores the model on;
     #: "" = a bundled corpus's public test split, or no evaluation.
-    eval_path: str = ""
+    eval_path: str = setting("", Text("a CSV path"))
     #: The DP federated evaluation's share of ε (0: none). After training, the nodes
     #: score their held-out rows and the run releases their score histograms once,
     #: through the same ledger (:mod:`fedpriv.server.dp_evaluation`); training then
     #: calibrates to the rest, (ε − eval-epsilon, δ − δ·eval-epsilon/ε).
-    eval_epsilon: float = 0.0
-    num_clients: int = 5
-    epsilon: float = 2.0
-    delta: float | None = None
-    participation: float = 1.0
-    seed: int = 0
-    split_seed: int = 0
-    out_dir: str = ""
+    eval_epsilon: float = setting(
+        0.0,
+        Interval(
+            0, None, closed="left", shown="[0, epsilon)", zero="0: none", note="a private run"
+        ),
+    )
+    num_clients: int = setting(5, _sized("num_clients"))
+    epsilon: float = setting(
+        2.0,
+        Interval(0, EPSILON_MAX, closed="right", inf=True, note="inf: the non-private reference"),
+    )
+    delta: float | None = setting(
+        None, Interval(DELTA_MIN, DELTA_MAX, closed="right", note="a private run")
+    )
+    participation: float = setting(1.0, Interval(0, 1, closed="right"))
+    seed: int = setting(0, Interval(0, None, kind=int))
+    split_seed: int = setting(0, Interval(0, None, kind=int))
+    out_dir: str = setting("", Text("a directory"))
     secure_aggregation: bool = True
     #: Where the Gaussian noise is added: "central" (the server, to the exact sum) or
     #: "distributed" (each client's integer share inside secure aggregation).
     noise: NoiseMode = NoiseMode.CENTRAL
     #: Distributed noise: clients of a round that may drop out with the sum still
     #: carrying the target noise (shares are sized for n − f survivors; fewer: abort).
-    tolerated_dropouts: int = 1
+    tolerated_dropouts: int = setting(
+        1,
+        Interval(
+            0,
+            None,
+            kind=int,
+            shown="[0, num-clients − 2]",
+            note="read by distributed noise; unused under central noise",
+        ),
+    )
     #: Shamir t = max(2, ⌊secagg_threshold·n⌋ + 1) of a round's n participants.
-    secagg_threshold: float = 0.5
+    secagg_threshold: float = setting(0.5, Interval(0, 1, closed="left"))
     #: Seconds the server waits for a round's replies (each of its two exchanges). A
     #: round of in-memory work takes ~0.3 s in simulation (the README job) and a few
     #: seconds in a deployment (a ClientApp process per message); a node that died
     #: stalls its rounds for this long, until Flower declares it offline.
-    round_timeout: float = 30.0
+    round_timeout: float = setting(30.0, _SECONDS)
     #: Seconds the server waits for the key exchange, where each node first loads its
     #: rows and compiles its kernels (one-off work, far slower than a round).
-    setup_timeout: float = 300.0
-    node_wait_timeout: float = 300.0
+    setup_timeout: float = setting(300.0, _SECONDS)
+    node_wait_timeout: float = setting(300.0, _SECONDS)
     #: Largest share of the rounds that may release nothing before the run counts as
     #: failed (:mod:`fedpriv.federation.status`; in [0, 1]).
-    max_aborted_share: float = DEFAULT_MAX_ABORTED_SHARE
+    max_aborted_share: float = setting(DEFAULT_MAX_ABORTED_SHARE, Interval(0, 1))
     #: Empty rounds timed before training (a same-run baseline).
-    ping_rounds: int = 0
+    ping_rounds: int = setting(0, _sized("ping_rounds"))
     #: Seconds between the server's pulls for replies.
-    poll_interval: float = 0.1
+    poll_interval: float = setting(0.1, Interval(0, 10, closed="right", unit="seconds"))
     #: Write per-round wall times (communication.json) and the run time (log). They
     #: track the clients' work on their rows, a release no mechanism accounts for,
     #: so the privacy report then says ``certified: false``. For benchmarks only.

@@ -36,8 +36,8 @@ REFUSED = {
     ),
     "logistic-rounds": (
         {"method": "logistic", "rounds": 100_001},
-        r"^rounds must be an integer in \[4, 100000\] or 0 \(automatic: from the public record "
-        r"bound, fedpriv.strategies.dpsgd_schedule\); got 100001",
+        r"^rounds must be an integer in \[1, 100000\] or 0 \(0: automatic; from the public "
+        r"record bound, fedpriv.strategies.dpsgd_schedule; .*\); got 100001",
     ),
     "mlp-hidden": (
         {"method": "mlp", "hidden": 10**6},

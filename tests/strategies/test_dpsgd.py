@@ -56,11 +56,11 @@ def test_config_defaults_are_automatic_and_ranges_are_checked():
     with pytest.raises(ValueError, match=r"clip_norm must lie in \(0, inf\); got -1"):
         LogisticConfig(clip_norm=-1)
     with pytest.raises(
-        ValueError, match=r"^sampling_rate must be 0 \(automatic\) or lie in \(0, 1\]; got 1.5$"
+        ValueError, match=r"^sampling_rate must lie in \(0, 1\] or 0 \(0: automatic\); got 1.5$"
     ):
         LogisticConfig(sampling_rate=1.5)
     with pytest.raises(
-        ValueError, match=r"^learning_rate must be 0 \(automatic\) or lie in \(0, inf\); got -2"
+        ValueError, match=r"^learning_rate must lie in \(0, inf\) or 0 \(0: automatic\); got -2"
     ):
         LogisticConfig(learning_rate=-2)
     with pytest.raises(
@@ -69,7 +69,10 @@ def test_config_defaults_are_automatic_and_ranges_are_checked():
         r"the first and recalibrate_share=0.05 the last 2 of the rounds, and a step\); got 3$",
     ):
         LogisticConfig(rounds=3)
-    with pytest.raises(TypeError, match=r"^sampling_rate must be 0 \(automatic\) .*got True$"):
+    with pytest.raises(
+        TypeError,
+        match=r"^sampling_rate must be a real .* \(0: automatic\); got True \(bool\)$",
+    ):
         LogisticConfig(sampling_rate=True)
     with pytest.raises(ValueError, match="backend must be one of"):
         LogisticConfig(backend="jax")

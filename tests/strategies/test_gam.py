@@ -53,7 +53,7 @@ def test_config_ranges_are_checked_and_every_record_counts():
     assert (cfg.rounds, cfg.bins, cfg.quantile_bins, cfg.sampling_rate) == (71, 16, True, 1.0)
     with pytest.raises(ValueError, match=r"rounds must be an integer in \[2, inf\); got 1"):
         GAMConfig(rounds=1)
-    with pytest.raises(ValueError, match=r"bins must lie in \[2, 256\]; got 300"):
+    with pytest.raises(ValueError, match=r"bins must be an integer in \[2, 256\]; got 300"):
         GAMConfig(bins=300)
     with pytest.raises(ValueError, match=r"lam must lie in \[0, inf\); got -1"):
         GAMConfig(lam=-1.0)

@@ -145,7 +145,7 @@ def test_non_private_and_validation(heart):
     clf = _fit(heart, epsilon=math.inf, trees=30, depth=6)
     X, y = heart.xy("test")
     assert np.mean(clf.predict(X) == y) > 0.7
-    with pytest.raises(ValueError, match=r"depth must be 0 \(automatic\) or lie in \[1, 16\]"):
+    with pytest.raises(ValueError, match=r"depth must be an integer in \[0, 16\] \(0: automatic\)"):
         RandomForestConfig(depth=20)
     with pytest.raises(ValueError, match="mode must be one of"):
         RandomForestConfig(mode="bootstrap")
