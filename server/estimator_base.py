@@ -41,22 +41,9 @@ Tags. ``non_deterministic=True`` (without ``secret_key`` every fit draws
 fresh noise), ``requires_fit=True``, ``poor_score=True`` (a DP model on a
 few dozen rows is noise), ``multi_class`` for the forests and DP-EBM.
 
-scikit-learn's ``check_estimator`` (1.9; ``tests/server/test_sklearn_contract.py``
-runs every check on every estimator, with an injected ``secret_key`` so that
-two fits can be compared). The API checks pass (clone, repr, no attributes
-set in ``__init__``, parameters not overwritten, fit returns self,
-``NotFittedError``, ``n_features_in_``, mixin order, tags), as do the
-input-validation checks (dtypes, NaN/inf, complex, object, sparse refused,
-empty data, one sample, 2-D ``y``, read-only memmaps, lists), pickling,
-``check_fit_idempotent`` (same key, same model) and, for the binary
-learners, ``check_classifier_not_supporting_multiclass`` and
-``check_classifiers_train``. :func:`expected_failed_checks` lists the
-failures by design and why; they share one cause: the checks read the label
-set off the data (``np.unique(y)``), which a DP learner must not do.
-
-The sample-order and subset invariance checks are not run
-(``non_deterministic``); there is no ``sample_weight`` (a weight would scale
-a record's contribution beyond its sensitivity).
+scikit-learn's ``check_estimator``: what passes, and which checks a DP learner
+fails by design and why, is :mod:`fedpriv.server.sklearn_checks`; the training
+rows are assembled by :mod:`fedpriv.server.training_data`.
 """
 
 from __future__ import annotations
@@ -70,6 +57,8 @@ from typing import Any, ClassVar
 import numpy as np
 from dp_accounting import dp_event
 from fedpriv.server.fit_size import FitSize, fit_size
+from fedpriv.server.sklearn_checks import expected_failed_checks  # noqa: F401 - re-exported
+from fedpriv.server.training_data import check_features, federated_training_data
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import (
     check_consistent_length,
@@ -78,7 +67,7 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
-from fedpriv.data import TabularDataset, check_training_classes, iid
+from fedpriv.data import TabularDataset, check_training_classes
 from fedpriv.data.node import check_bound
 from fedpriv.federation.engine import RoundDone
 from fedpriv.federation.limits import check_run_sizes, run_size_range
@@ -96,12 +85,9 @@ from fedpriv.privacy import PrivacyBudget, PrivacyLedger
 from fedpriv.privacy.randomness import SecretKey
 from fedpriv.records import (
     BINARY_LABELS,
-    check_labels,
-    check_partition,
     encode_labels,
     public_label_set,
 )
-from fedpriv.seeding import derive_generator
 
 log = get_logger(__name__)
 
@@ -119,115 +105,6 @@ _BINARY_NOTE = (
     "Only binary classification is supported by this learner: pass its two "
     "labels as classes=[negative, positive]"
 )
-
-
-def check_features(X: np.ndarray, *, box: bool = True) -> np.ndarray:
-    """Refuse a NaN or infinite feature, naming its row and column; count values outside the box.
-
-    A CSV's missing cells are declared by its schema (``missing = "indicator"``
-    imputes and flags them); bare arrays have no schema, so a non-finite value
-    is a ``ValueError`` naming the first (row, column) index. Array features
-    are meant to lie in the public box [0, 1] (trees draw their thresholds
-    there): with ``box``, values outside it are counted per column and logged
-    as a WARNING (the curator's own log; never a value, only counts), not clipped.
-    """
-    X = np.asarray(X)
-    if X.ndim == 2 and X.dtype.kind == "f":
-        bad = ~np.isfinite(X)
-        if bad.any():
-            i, j = (int(k) for k in np.argwhere(bad)[0])
-            what = "NaN" if np.isnan(X[i, j]) else "infinity"
-            raise ValueError(
-                f"X contains {what} at row {i}, column {j} ({int(bad.sum())} non-finite "
-                "value(s) in all): features must be finite; impute or drop missing values "
-                "first, or load the data with a schema that declares them "
-                '(missing = "indicator")'
-            )
-        if box:
-            outside = ((X < 0.0) | (X > 1.0)).sum(axis=0)
-            if outside.any():
-                cols = np.flatnonzero(outside)
-                log.warning(
-                    "X has %d value(s) outside the public box [0, 1] in column(s) %s: "
-                    "trees draw thresholds in [0, 1] and send them to the nearest edge; "
-                    "scale each feature by public bounds (a schema does this)",
-                    int(outside.sum()),
-                    cols[:10].tolist() + (["..."] if cols.size > 10 else []),
-                )
-    return X
-
-
-def federated_training_data(
-    data: TabularDataset | np.ndarray,
-    y: np.ndarray | None,
-    partition: list[np.ndarray] | None,
-    n_clients: int,
-    part: str = "train",
-    *,
-    classes: Sequence = BINARY_LABELS,
-) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-    """Training rows, their class indices and who holds them.
-
-    The labels must lie in the public label set: the schema's for a dataset,
-    else ``classes`` (the learner's: {0, 1} for a binary learner); each
-    becomes its index into the sorted label set. A partition must give each
-    row to at most one client (default: the dataset's
-    :meth:`TabularDataset.client_partition`, or an IID split of the arrays).
-    Both are refused with a :class:`~fedpriv.errors.DataError` naming the bad
-    label or the shared row.
-    """
-    if isinstance(data, TabularDataset):
-        X, yy = data.xy(part)
-        target = data.schema.target
-        yy = check_labels(yy, target.classes, column=target.column)
-        if partition is None:
-            partition = data.client_partition(n_clients, part)
-        return X, yy, check_partition(partition, yy.size)
-    if y is None:
-        raise ValueError("fit(X, y): y is required with an array X")
-    X = check_features(np.asarray(data, dtype=np.float64), box=False)
-    yy = encode_labels(y, public_label_set(classes))
-    if X.ndim != 2 or X.shape[0] != yy.size:
-        raise ValueError(f"fit(X, y): X must be (n, d) with n = len(y); got {X.shape}, {yy.shape}")
-    if partition is None:
-        partition = iid(yy.size, n_clients=n_clients, rng=derive_generator(0, "partition", "iid"))
-    return X, yy, check_partition(partition, yy.size)
-
-
-_FROM_DATA = "the check reads the label set off the data; a DP learner takes it from `classes`"
-_NOT_BINARY = "the check's labels {0, 1, 2} are not the binary learner's public label set {0, 1}"
-
-
-def expected_failed_checks(estimator: Estimator) -> dict[str, str]:
-    """scikit-learn checks ``estimator`` fails by design, and why (``check_estimator``'s
-    ``expected_failed_checks``). For a multiclass learner, with ``classes=[0, 1, 2]``
-    (the checks' multiclass labels); for a binary learner, with the default {0, 1}.
-    ``check_decision_proba_consistency`` (listed for K-logit models) may also pass:
-    on two of three classes it compares P(class 1) with the mean of each row's
-    three logits, whose order is up to the fit."""
-    out = {
-        "check_classifiers_classes": f"string labels: {_FROM_DATA}",
-        "check_classifiers_regression_target": (
-            "a continuous target is refused label by label against the public label set "
-            "(DataError naming the first), not typed from the private rows"
-        ),
-    }
-    if estimator._multi_class:
-        out |= {
-            "check_classifiers_train": f"binary and 3-class problems alike: {_FROM_DATA}",
-            "check_dtype_object": f"labels 0..3 against classes [0, 1, 2]: {_FROM_DATA}",
-        }
-        if estimator._class_logits:
-            out["check_decision_proba_consistency"] = (
-                "it ranks decision_function as one binary score; with the public classes "
-                "[0, 1, 2] it is the (n, 3) logits of the softmax model"
-            )
-        return out
-    return out | {
-        "check_estimators_dtypes": _NOT_BINARY,
-        "check_classifier_data_not_an_array": _NOT_BINARY,
-        "check_fit2d_1feature": _NOT_BINARY,
-    }
 
 
 class _Hidden:
