@@ -1,0 +1,89 @@
+"""The command lines of Flower's SuperLink and SuperNodes, as fedpriv runs them.
+
+:func:`superlink_command` and :func:`supernode_command` are used by the
+loopback launcher (:class:`fedpriv.server.local_federation.Federation`) and
+checked against ``docker-compose.yml``. Pure functions of their arguments,
+kept apart from the process management of
+:mod:`fedpriv.server.local_federation`, which re-exports them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+from fedpriv.server.tls import TlsFiles
+
+
+def superlink_command(*, host: str, port: int, tls: TlsFiles | None) -> list[str]:
+    """The SuperLink's command line (the loopback launcher's and ``docker-compose.yml``'s).
+
+    With ``tls`` it serves HTTPS and admits only registered SuperNodes;
+    without, plain HTTP and anyone (debugging only).
+    """
+    args = ["flower-superlink", "--host", host, "--port", str(port)]
+    if tls is None:
+        return [*args, "--insecure"]
+    return [
+        *args,
+        "--ssl-ca-certfile",
+        str(tls.ca_cert),
+        "--ssl-certfile",
+        str(tls.server_cert),
+        "--ssl-keyfile",
+        str(tls.server_key),
+        "--enable-supernode-auth",
+    ]
+
+
+def supernode_command(
+    *,
+    index: int,
+    num_clients: int,
+    superlink: str,
+    host: str,
+    port: int,
+    ca_cert: Path | None,
+    auth_key: Path | None,
+    data_path: str | Path | None = None,
+    eval_data_path: str | Path | None = None,
+    extra_config: Mapping[str, object] | None = None,
+) -> list[str]:
+    """SuperNode ``index``'s command line (loopback launcher and ``docker-compose.yml``).
+
+    ``ca_cert=None`` and ``auth_key=None`` together mean ``--insecure``; one of
+    them alone is a misconfiguration the tests use on purpose. ``data_path``:
+    the node's own file (node-config ``data-path``, a quoted TOML string);
+    ``eval_data_path`` its held-out file (``eval-data-path``).
+    """
+    node_config = f"partition-id={index} num-partitions={num_clients}"
+    if data_path is not None:
+        node_config += f" data-path={json.dumps(str(data_path))}"
+    if eval_data_path is not None:
+        node_config += f" eval-data-path={json.dumps(str(eval_data_path))}"
+    for k, v in (extra_config or {}).items():  # e.g. the node's budget policy and state-dir
+        node_config += f" {k}={json.dumps(v)}"
+    args = [
+        "flower-supernode",
+        "--superlink",
+        superlink,
+        "--node-config",
+        node_config,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        # A refused node gives up within seconds instead of retrying forever.
+        "--max-retries",
+        "3",
+        "--max-wait-time",
+        "20",
+    ]
+    if ca_cert is None and auth_key is None:
+        return [*args, "--insecure"]
+    if ca_cert is not None:
+        args += ["--root-certificates", str(ca_cert)]
+    if auth_key is not None:
+        args += ["--auth-supernode-private-key", str(auth_key)]
+    return args
