@@ -22,7 +22,7 @@ level or 0/1) feature.
 
 Calibration (``calibrate_share`` s > 0, one last round): each client counts
 its records of each class in public bins of the released margin H
-(:func:`fedpriv.models.bdpe.calibration_edges`, from the released trees and leaf sums);
+(:func:`fedpriv.models.bdpe_calibration.calibration_edges`, from the released trees and leaf sums);
 the counts are released by the Laplace mechanism (L1 sensitivity 1: a record
 is one count) with s·ε, and the server fits Platt's σ(aH + b), a > 0, to them
 (post-processing). The trees' own probabilities (ψ_Mat⁻¹(H)) rank well but sit

@@ -4,7 +4,7 @@ H(x) = Σ_t β_t h_t(x), h_t(x) the value of the leaf of tree t that x reaches
 (heap order, x ≤ threshold goes left, as :func:`fedpriv.models.trees.route`).
 Probabilities are σ(aH + b) when the run released a calibration (``platt`` =
 (a, b), a > 0: Platt scaling on the calibration round's released bin counts,
-:func:`fedpriv.models.bdpe.platt_fit`), else ψ_Mat⁻¹(H), Matsushita's inverse
+:func:`fedpriv.models.bdpe_calibration.platt_fit`), else ψ_Mat⁻¹(H), Matsushita's inverse
 link. Both are strictly increasing, so ranking metrics equal H's; the M_α
 link's flat zone (α < 1) would tie every record with |H| ≤ 2(1 − α) at ½.
 """
