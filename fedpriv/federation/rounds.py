@@ -107,7 +107,7 @@ class Transport(Protocol):
 
     Implementations: :class:`fedpriv.federation.runtime.InProcessTransport`
     (handlers and ``SecAggClient`` objects in this process) and
-    ``fedpriv.server.grid_runtime.GridTransport`` (Flower messages over a Grid).
+    ``fedpriv.server.grid_transport.GridTransport`` (Flower messages over a Grid).
     """
 
     def setup_keys(self) -> None:
