@@ -109,7 +109,9 @@ class ListConfig:
     widths: list = dataclasses.field(default_factory=list)
 
 
-class ArraylessModel(ReleasedModel):
+class _Scores:
+    """predict_proba, decision_function and to_arrays of a model releasing nothing."""
+
     def predict_proba(self, X):
         return np.zeros(len(X))
 
@@ -120,15 +122,12 @@ class ArraylessModel(ReleasedModel):
         return {}
 
 
-class StaticModel:
-    def predict_proba(self, X):
-        return np.zeros(len(X))
+class ArraylessModel(_Scores, ReleasedModel):
+    """Every part of the model contract but ``from_arrays``."""
 
-    def decision_function(self, X):
-        return np.zeros(len(X))
 
-    def to_arrays(self):
-        return {}
+class StaticModel(_Scores):
+    """Every method of a model, but not a :class:`ReleasedModel` subclass."""
 
     def from_arrays(self, arrays):
         return self
