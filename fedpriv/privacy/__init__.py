@@ -20,12 +20,11 @@ _SOURCES = {
         "clopper_pearson",
         "ks_noise_test",
     ),
+    "analytic_gaussian": ("analytic_gaussian_noise_multiplier", "gaussian_delta"),
     "calibration": (
         "Calibration",
-        "analytic_gaussian_noise_multiplier",
         "calibrate_gaussian_noise_multiplier",
         "calibrate_noise_multiplier",
-        "gaussian_delta",
         "subsampled_gaussian_event",
     ),
     "events": (
@@ -38,13 +37,8 @@ _SOURCES = {
         "event_from_dict",
         "event_to_dict",
     ),
-    "ledger": (
-        "LedgerEntry",
-        "PrivacyBudget",
-        "PrivacyBudgetExceededError",
-        "PrivacyLedger",
-        "PrivacyReport",
-    ),
+    "ledger": ("PrivacyBudgetExceededError", "PrivacyLedger"),
+    "ledger_report": ("LedgerEntry", "PrivacyBudget", "PrivacyReport"),
     "mechanisms": ("GaussianMechanism", "LaplaceMechanism", "Mechanism"),
     "participation": (
         "ParticipationAccounting",
@@ -89,6 +83,10 @@ if TYPE_CHECKING:
         rdp_curve,
         rdp_epsilon,
     )
+    from fedpriv.privacy.analytic_gaussian import (
+        analytic_gaussian_noise_multiplier,
+        gaussian_delta,
+    )
     from fedpriv.privacy.audit import (
         AuditResult,
         audit_epsilon,
@@ -98,10 +96,8 @@ if TYPE_CHECKING:
     )
     from fedpriv.privacy.calibration import (
         Calibration,
-        analytic_gaussian_noise_multiplier,
         calibrate_gaussian_noise_multiplier,
         calibrate_noise_multiplier,
-        gaussian_delta,
         subsampled_gaussian_event,
     )
     from fedpriv.privacy.events import (
@@ -114,13 +110,8 @@ if TYPE_CHECKING:
         event_from_dict,
         event_to_dict,
     )
-    from fedpriv.privacy.ledger import (
-        LedgerEntry,
-        PrivacyBudget,
-        PrivacyBudgetExceededError,
-        PrivacyLedger,
-        PrivacyReport,
-    )
+    from fedpriv.privacy.ledger import PrivacyBudgetExceededError, PrivacyLedger
+    from fedpriv.privacy.ledger_report import LedgerEntry, PrivacyBudget, PrivacyReport
     from fedpriv.privacy.mechanisms import GaussianMechanism, LaplaceMechanism, Mechanism
     from fedpriv.privacy.participation import (
         ParticipationAccounting,
