@@ -56,6 +56,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 from dp_accounting import dp_event
+from fedpriv.server.estimator_sklearn import SklearnPlumbing
 from fedpriv.server.fit_size import FitSize, fit_size
 from fedpriv.server.sklearn_checks import expected_failed_checks  # noqa: F401 - re-exported
 from fedpriv.server.training_data import check_features, federated_training_data
@@ -82,7 +83,6 @@ from fedpriv.federation.status import (
 )
 from fedpriv.logs import get_logger
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
-from fedpriv.privacy.randomness import SecretKey
 from fedpriv.records import (
     BINARY_LABELS,
     encode_labels,
@@ -107,17 +107,7 @@ _BINARY_NOTE = (
 )
 
 
-class _Hidden:
-    """What the repr shows for a secret key."""
-
-    def __repr__(self) -> str:
-        return "<hidden>"
-
-
-_HIDDEN = _Hidden()
-
-
-class Estimator(ClassifierMixin, BaseEstimator):
+class Estimator(SklearnPlumbing, ClassifierMixin, BaseEstimator):
     """The scikit-learn contract, the in-process run, and prediction from ``model_``.
 
     Subclasses store their parameters in ``__init__`` (among them ``classes``,
@@ -130,47 +120,6 @@ class Estimator(ClassifierMixin, BaseEstimator):
     _multi_class: ClassVar[bool] = False
     #: Whether ``decision_function`` gives K logits for K > 2 classes (DP-SGD's softmax).
     _class_logits: ClassVar[bool] = False
-
-    # -- scikit-learn plumbing -------------------------------------------
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.non_deterministic = True  # fresh noise at every fit without a secret_key
-        tags.requires_fit = True
-        tags.input_tags.allow_nan = False
-        tags.classifier_tags.multi_class = self._multi_class
-        tags.classifier_tags.poor_score = True  # DP noise swamps the checks' tiny data
-        return tags
-
-    def _public_view(self) -> Estimator:
-        """This estimator with its secret key replaced by a ``<hidden>`` marker (for display)."""
-        if getattr(self, "secret_key", None) is None:
-            return self
-        view = object.__new__(type(self))
-        view.__dict__.update(self.__dict__, secret_key=_HIDDEN)
-        return view
-
-    def __repr__(self, N_CHAR_MAX: int = 700) -> str:
-        return BaseEstimator.__repr__(self._public_view(), N_CHAR_MAX)
-
-    def _get_params_html(self, deep: bool = True, doc_link: str = ""):
-        return BaseEstimator._get_params_html(self._public_view(), deep, doc_link)
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
-        key = state.get("secret_key")
-        if isinstance(key, (bytes, bytearray)):
-            # A SecretKey pickles as a redacted placeholder; raw bytes would be stored as is.
-            state = {**state, "secret_key": SecretKey.coerce(key)}
-        return state
-
-    def set_params(self, **params: Any) -> Estimator:
-        allowed = self.get_params(deep=False)
-        for k in params:
-            if k.split("__", 1)[0] not in allowed:
-                raise ValueError(
-                    f"unknown parameter {k!r} of {type(self).__name__}; allowed: {sorted(allowed)}"
-                )
-        return super().set_params(**params)
 
     # -- fit --------------------------------------------------------------
     def _shared_ledger(self) -> PrivacyLedger | None:

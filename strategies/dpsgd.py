@@ -97,14 +97,14 @@ from typing import Any
 import numpy as np
 from dp_accounting import dp_event
 from fedpriv.strategies.dpsgd_config import LogisticConfig, MLPConfig  # noqa: F401 (re-exported)
+from fedpriv.strategies.dpsgd_nodes import DPSGDNodeStages
 from fedpriv.strategies.dpsgd_plan import SGDShape, plan_noise
 
-from fedpriv.federation.node_stage import NodeStage
 from fedpriv.federation.protocol import Query, Strategy
 from fedpriv.methods import StrategyContext
 from fedpriv.models import sgd_recalibration as recal
 from fedpriv.models.networks import InputMap, ModelKind, NetworkSpec
-from fedpriv.models.sgd_sums import CENTRE, STEP, clipped_sum_sensitivity
+from fedpriv.models.sgd_sums import clipped_sum_sensitivity
 from fedpriv.privacy.ledger import PrivacyLedger
 from fedpriv.privacy.randomness import check_private
 from fedpriv.validation import (
@@ -115,7 +115,7 @@ from fedpriv.validation import (
 log = logging.getLogger(__name__)
 
 
-class DPSGDStrategy(Strategy):
+class DPSGDStrategy(DPSGDNodeStages, Strategy):
     """Server half of DP-SGD; speaks only :class:`Query` and aggregates.
 
     Parameters
@@ -262,43 +262,6 @@ class DPSGDStrategy(Strategy):
     @property
     def _model_name(self) -> str:
         return self.spec.kind_name if self.custom_spec is not None else self.config.model.value
-
-    def node_stages(self) -> list[NodeStage]:
-        """The plan a node enforces (after :meth:`begin`; ``[]`` in a non-private run):
-        the centring round, the steps and the recalibration rounds, each with the
-        sensitivity-setting config its queries carry."""
-        if self._noise is None:
-            return []
-        parts = [
-            (self._centre_noise, self._map.n_features, self.row_bound, self._centre_config),
-            (self._noise, self.spec.n_params, self.sensitivity, self._step_config),
-        ]
-        if (last := self._recal_rounds) is not None:
-            parts.append((last.noise, last.reply_length, last.sensitivity, self._recal_config))
-        stages = []
-        for noise, length, bound, settings in parts:
-            if noise is not None:  # no centring: no centring stage
-                config = settings()
-                stage = noise.node_stage(
-                    name=config["stage"],
-                    method=self.method,
-                    reply_length=length,
-                    record_bound=bound,
-                    config=config,
-                )
-                stages.append(stage)
-        return stages
-
-    # The sensitivity-setting config of each stage's queries (fedpriv.clients.dpsgd reads it).
-    def _centre_config(self) -> dict:
-        return {"stage": CENTRE, "clip_norm": self.row_bound}
-
-    def _step_config(self) -> dict:
-        cfg = self.config
-        return {"stage": STEP, "clip_norm": cfg.clip_norm, "bias_bound": self.bias_bound}
-
-    def _recal_config(self) -> dict:
-        return {"stage": self._recal_rounds.stage, "n_classes": self.n_classes}
 
     def noise_std(self, query: Query) -> float | None:
         """The std the release of ``query``'s sum needs (distributed noise's shares)."""

@@ -76,13 +76,14 @@ from dp_accounting import dp_event
 from fedpriv.strategies.lumberjack_config import LumberjackConfig
 from fedpriv.strategies.lumberjack_leaves import LumberjackLeaves
 from fedpriv.strategies.lumberjack_nodes import LumberjackNodeStages
+from fedpriv.strategies.lumberjack_queries import LumberjackQueries
 from fedpriv.strategies.recalibration import LinearRecalibrationRound
 
 from fedpriv import logs
 from fedpriv.federation.protocol import Query, Strategy
 from fedpriv.methods import StrategyContext
 from fedpriv.models.heavy_hitters import ForestModel, PrunedTree, assemble
-from fedpriv.models.lumberjack import FeatureSpace, Layer, Stage, children, expand, root_layer
+from fedpriv.models.lumberjack import FeatureSpace, Layer, Stage, children, root_layer
 from fedpriv.models.lumberjack_bounds import GrowthCaps, growth_caps, heavy_bits
 from fedpriv.options import SplitFeatures
 from fedpriv.privacy import calibrate_sparse_threshold, largest_rho
@@ -104,7 +105,7 @@ METHOD = "lumberjack"
 LEAF_SCALE_MAX = 4.0
 
 
-class LumberjackStrategy(LumberjackNodeStages, LumberjackLeaves, Strategy):
+class LumberjackStrategy(LumberjackNodeStages, LumberjackQueries, LumberjackLeaves, Strategy):
     """Server half of Lumberjack; speaks only :class:`Query` and aggregates."""
 
     method = METHOD
@@ -272,59 +273,6 @@ class LumberjackStrategy(LumberjackNodeStages, LumberjackLeaves, Strategy):
                 round=t, method=METHOD, arrays=self._model.to_arrays(), config={}
             )
         return None
-
-    def _stage_query(self, t: int, height: int) -> Query:
-        """Every node of the stage's complete subtrees (public), the released bottom bits."""
-        cfg = self.config
-        self._stages = [
-            expand(roots, height, self.space, int(salt))
-            for roots, salt in zip(self._roots, self._salts, strict=True)
-        ]
-        arrays = {
-            "roots": np.array([st.n_roots for st in self._stages], dtype=np.int64),
-            "feature": np.concatenate([f for st in self._stages for f in st.feature]),
-            "threshold": np.concatenate([f for st in self._stages for f in st.threshold]),
-        }
-        if self._grow is not None:
-            # The sparse threshold's released outcome for the last stage's bottom
-            # nodes (Heavy and grown, or not): never why a node is not grown.
-            arrays["grow"] = np.concatenate(self._grow).astype(np.uint8)
-            arrays["grow_sizes"] = np.array([g.size for g in self._grow], dtype=np.int64)
-        return Query(
-            round=t,
-            method=METHOD,
-            sampling_rate=1.0,  # every row, every round: no subsampling to account
-            reply_length=sum(st.size for st in self._stages),  # public given released bits
-            record_bound=1.0,  # one record adds 1 to one node per level per tree
-            arrays=arrays,
-            config={
-                "kind": "stage",
-                "height": height,
-                "n_classes": self.n_classes,
-                "n_trees": cfg.trees,
-            },
-        )
-
-    def _leaf_query(self, t: int) -> Query:
-        """The released structure; clients return the class counts of its leaves."""
-        cfg, trees = self.config, self._trees
-        cat = lambda f: np.concatenate([getattr(tr, f) for tr in trees])  # noqa: E731
-        n_leaves = sum(int(tr.is_leaf.sum()) for tr in trees)
-        return Query(
-            round=t,
-            method=METHOD,
-            sampling_rate=1.0,
-            reply_length=self.n_classes * n_leaves,
-            record_bound=1.0,  # one record, one leaf per tree
-            arrays={
-                "tree_sizes": np.array([tr.left.size for tr in trees], dtype=np.int64),
-                "feature": cat("feature"),
-                "threshold": cat("threshold"),
-                "left": cat("left"),
-                "right": cat("right"),
-            },
-            config={"kind": "leaves", "n_classes": self.n_classes, "n_trees": cfg.trees},
-        )
 
     def update(self, query: Query, aggregate: np.ndarray | None) -> None:
         if query.round != self._t:

@@ -36,7 +36,7 @@ only private randomness the audit has to beat).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -45,6 +45,14 @@ from fedpriv.clients.dpsgd import DPSGDClient
 from fedpriv.clients.lumberjack import LumberjackClient
 from fedpriv.clients.random_forest import RandomForestClient
 from fedpriv.experiments.audit.runs import Run, run_fit
+from fedpriv.experiments.audit.twins import (  # noqa: F401 - re-exported
+    ExactCountForest,
+    ExactCountLumberjack,
+    ExactRelease,
+    UnderNoisedGaussian,
+    honest_or_twin,
+    noise_cut,
+)
 from fedpriv.strategies.boosting import BoostingConfig, DPBoostingStrategy
 from fedpriv.strategies.dpsgd import DPSGDStrategy, LogisticConfig, MLPConfig
 from fedpriv.strategies.lumberjack import LumberjackConfig, LumberjackStrategy
@@ -53,92 +61,10 @@ from fedpriv.strategies.random_forest import RandomForestConfig, RandomForestStr
 from fedpriv.federation.protocol import ClientData
 from fedpriv.models.lumberjack import FeatureSpace
 from fedpriv.models.networks import NetworkSpec, clipped_gradient_sum
-from fedpriv.privacy import GaussianMechanism, Mechanism
 from fedpriv.privacy.randomness import SecretKey
 from fedpriv.seeding import derive_generator
 
 N_FEATURES = 2
-
-
-# -- broken twins --------------------------------------------------------------
-@dataclass(frozen=True)
-class UnderNoisedGaussian:
-    """Claims ``claimed``'s DpEvent but adds ``1/factor`` of its noise (a twin's bug)."""
-
-    claimed: GaussianMechanism
-    factor: float
-
-    @property
-    def dp_event(self):
-        return self.claimed.dp_event
-
-    @property
-    def std(self) -> float:
-        """The noise it really adds (the range check's margin is the real noise's)."""
-        return self.claimed.std / self.factor
-
-    def apply(self, value, *, rng: np.random.Generator) -> np.ndarray:
-        z = self.claimed.noise_multiplier / self.factor
-        real = GaussianMechanism(l2_sensitivity=self.claimed.l2_sensitivity, noise_multiplier=z)
-        return real.apply(value, rng=rng)
-
-
-@dataclass(frozen=True)
-class ExactRelease:
-    """Claims ``claimed``'s DpEvent but releases its input exactly (the exact-count leak)."""
-
-    claimed: Mechanism
-
-    @property
-    def dp_event(self):
-        return self.claimed.dp_event
-
-    std = 0.0  # no noise at all: the range check's margin is nil
-
-    def apply(self, value, *, rng: np.random.Generator) -> np.ndarray:
-        return np.array(value, dtype=np.float64)
-
-
-def _cut_noise(strategy: Any, factor: float) -> None:
-    # The noise stage keeps its calibrated event (the ledger says the honest ε)
-    # and releases through a mechanism with 1/factor of the noise.
-    stage = strategy._noise
-    strategy._noise = replace(stage, mechanism=UnderNoisedGaussian(stage.mechanism, factor))
-
-
-def noise_cut(cls: type, factor: float) -> type:
-    """``cls`` (a strategy with a Gaussian noise stage) whose noise is divided by
-    ``factor`` after calibration: the ledger still says the honest ε (a twin's bug)."""
-
-    class NoiseCut(cls):
-        def begin(self, **kwargs: Any) -> None:
-            super().begin(**kwargs)
-            _cut_noise(self, factor)
-
-    NoiseCut.__name__ = NoiseCut.__qualname__ = f"NoiseCut{cls.__name__}"
-    return NoiseCut
-
-
-def honest_or_twin(cls: type, factor: float, *args: Any, **kwargs: Any):
-    """``make_strategy(twin)`` of an audit: ``cls(*args, **kwargs)``, or its noise-cut twin."""
-    twin_cls = noise_cut(cls, factor)
-    return lambda twin: (twin_cls if twin else cls)(*args, **kwargs)
-
-
-class ExactCountForest(RandomForestStrategy):
-    """Random forest releasing exact leaf counts; the ledger records the Gaussian (Laplace)."""
-
-    def begin(self, **kwargs: Any) -> None:
-        super().begin(**kwargs)
-        self._mechanism = ExactRelease(self._mechanism)
-
-
-class ExactCountLumberjack(LumberjackStrategy):
-    """Lumberjack releasing exact leaf counts; the ledger records the Gaussian leaves."""
-
-    def begin(self, **kwargs: Any) -> None:
-        super().begin(**kwargs)
-        self.leaf_std_ = 0.0  # noise skipped: rint(0 · N) = 0 on the grid
 
 
 # -- data ----------------------------------------------------------------------

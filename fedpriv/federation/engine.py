@@ -43,18 +43,16 @@ from fedpriv.federation.planning import (
     round_plan,
 )
 from fedpriv.federation.protocol import Query, Strategy
-from fedpriv.federation.replies import check_answer, check_masked, check_plain
+from fedpriv.federation.replies import check_masked, check_plain
+from fedpriv.federation.round_sums import RoundSums, _plain_sum
 from fedpriv.federation.rounds import Communication, Replies, RoundDone, RoundPlan, Transport
 from fedpriv.federation.secagg import (
     FixedPointCodec,
-    SecAggAbort,
     SecAggConfig,
-    SecAggServer,
-    sum_plain,
 )
 from fedpriv.federation.secagg_consistency import VERIFY_KEY_BYTES
 from fedpriv.federation.status import RoundAbortedError
-from fedpriv.privacy.distributed import DistributedNoise, DistributedSum, round_shares
+from fedpriv.privacy.distributed import DistributedNoise, round_shares
 from fedpriv.privacy.node_budget import strategy_plan
 from fedpriv.privacy.randomness import PrivateStreams, SecretKey
 from fedpriv.privacy.range_guard import ReleaseOutOfRange
@@ -96,7 +94,7 @@ def _update_aborted(strategy: Strategy, query: Query) -> None:
         raise RoundAbortedError(query.round, err) from err
 
 
-class RoundEngine:
+class RoundEngine(RoundSums):
     """Runs rounds over a :class:`Transport`: the abort rules and counts live here only.
 
     Parameters
@@ -349,84 +347,3 @@ class RoundEngine:
             if on_round is not None:
                 on_round(RoundDone(round=query.round, released=released, ledger=self._ledger))
         return strategy
-
-    def _secure_sum(self, plan: RoundPlan, replies: Replies) -> np.ndarray | None:
-        r, asked = plan.query.round, plan.asked
-        server = SecAggServer(codec=plan.codec, config=self.secagg)
-        masked = {u: replies.masked[u] for u in replies.senders}
-        try:
-            survivors, dropped = server.unmask_plan(round_id=r, participants=asked, masked=masked)
-            inboxes = server.inboxes(survivors, {u: m.shares for u, m in masked.items()})
-        except (SecAggAbort, ValueError):
-            return None  # fewer than t survivors, or a malformed upload: release nothing
-        if plan.noise is not None and len(survivors) < plan.noise.min_survivors:
-            # Their shares fall short of the target noise: unmask nothing, release nothing.
-            log.warning(
-                "round %d: %d survivors < %d, the minimum for the target noise; aborted "
-                "before the unmask",
-                r,
-                len(survivors),
-                plan.noise.min_survivors,
-            )
-            return None
-        comm = self.communication
-        # The consistency round (Bonawitz §4): every survivor signs the list it is shown;
-        # t signatures on this very list travel with the unmask request, else abort.
-        signed = self.transport.consistency(plan, survivors, dropped)
-        comm.round_trips += 1
-        for u in sorted(set(signed) & set(survivors)):
-            comm.bytes_uploaded[u] += len(signed[u])
-        try:
-            signed = server.check_signatures(
-                round_id=r, participants=asked, survivors=survivors, dropped=dropped,
-                signatures=signed, key_book=self.transport.key_book,
-            )  # fmt: skip
-        except (SecAggAbort, ValueError):
-            return None  # a server-side view the survivors did not sign: release nothing
-        # The unmask exchange, every round: survivors return shares of the survivors'
-        # self-mask seeds and their pair masks with the dropped clients.
-        answers = self.transport.unmask(plan, survivors, dropped, inboxes, signed)
-        comm.round_trips += 1
-        comm.recoveries += bool(dropped)
-        n = plan.query.reply_length
-        for u in sorted(answers):
-            why = check_answer(answers[u], survivors=survivors, dropped=dropped, n=n)
-            if u not in survivors or why is not None:
-                comm.rejected_replies += 1
-                log.warning(
-                    "round %d: unmask answer of client %d refused (%s)",
-                    r,
-                    u,
-                    why or "not a survivor",
-                )
-                del answers[u]  # as if silent: the shim aborts if it needs that answer
-                continue
-            comm.bytes_uploaded[u] += answers[u].nbytes
-        vectors = {u: m.vector for u, m in masked.items()}
-        try:
-            total = server.aggregate(
-                round_id=r, participants=asked, masked=vectors, answers=answers
-            )
-        except (SecAggAbort, ValueError):
-            return None  # too few or inconsistent answers: the sum would be noise
-        if plan.noise is None:
-            return total
-        return DistributedSum.wrap(
-            total, survivors=len(survivors), min_survivors=plan.noise.min_survivors
-        )
-
-
-def _plain_sum(plan: RoundPlan, replies: Replies) -> np.ndarray:
-    """The plain ring sum (the same ring as the secure path, so the same bits)."""
-    n, codec = plan.query.reply_length, plan.codec
-    if not replies.senders:
-        return np.zeros(n)
-    if isinstance(replies.plain, np.ndarray) and replies.plain.ndim == 2:
-        return sum_plain(replies.plain, codec)
-    if len(replies.senders) > codec.max_summands:
-        raise ValueError(f"{len(replies.senders)} replies for {codec.max_summands} summands")
-    # One vector at a time: memory O(n), not O(K·n).
-    acc = np.zeros(n, dtype=np.uint64)
-    for vec in replies.plain:
-        acc += codec.encode(vec)
-    return codec.decode(acc)

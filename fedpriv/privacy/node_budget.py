@@ -6,7 +6,7 @@ own, persisted in its state directory across runs, and answers nothing its own
 policy does not allow:
 
 1. **The plan.** After a strategy reserves its whole plan, the server declares it
-   to every node as stages (:func:`strategy_plan`,
+   to every node as stages (:func:`~fedpriv.privacy.node_declaration.strategy_plan`,
    :class:`~fedpriv.federation.node_stage.NodeStage`): per stage the method, the
    kind of query, the sampling rate, the settings that fix one record's
    influence, the mechanism and its absolute noise, the rounds. The node derives
@@ -54,6 +54,7 @@ from fedpriv.privacy.node_approval import (
     record_pending,
 )
 from fedpriv.privacy.node_audit import AuditLog, plan_hash
+from fedpriv.privacy.node_declaration import declared_plan, strategy_plan  # re-exported
 from fedpriv.privacy.node_plan import (
     AdmittedStage,
     HandlerOf,
@@ -90,40 +91,6 @@ __all__ = [
     "node_policy_config",
     "strategy_plan",
 ]
-
-
-def declared_plan(
-    ledger: Any, *, stage: str, rounds: int | None, stages: list[dict]
-) -> dict[str, Any]:
-    """What the server declares to the nodes for one strategy: its stages and, as a
-    cross-check, its ledger's reserved events and ε.
-
-    ``ledger`` ``None`` is the non-private reference: ε = ∞, which any node refuses.
-    ``stages``: each :class:`~fedpriv.federation.node_stage.NodeStage`'s ``to_dict()``.
-    """
-    if ledger is None:
-        return {"stage": stage, "epsilon": math.inf, "delta": 1.0, "rounds": rounds,
-                "events": [], "stages": []}  # fmt: skip
-    from fedpriv.privacy.events import event_to_dict
-
-    reserved = ledger.planned_items()  # the stage's ledger: fresh (or scoped) at its begin
-    return {
-        "stage": stage,
-        "epsilon": float(ledger.planned_epsilon()),
-        "delta": float(ledger.budget.delta),
-        "accounting_delta": float(ledger.accounting_delta),
-        "rounds": None if rounds is None else int(rounds),
-        "events": [[event_to_dict(ev), int(n)] for ev, n in reserved],
-        "stages": stages,
-    }
-
-
-def strategy_plan(strategy: Any, ledger: Any, *, stage: str) -> dict[str, Any]:
-    """The plan a begun ``strategy`` declares (:func:`declared_plan`): its node stages
-    (``strategy.node_stages()``), their total rounds, and its ledger's reservations."""
-    stages = [s.to_dict() for s in strategy.node_stages()] if ledger is not None else []
-    rounds = sum(s["rounds"] for s in stages) if stages else None
-    return declared_plan(ledger, stage=stage, rounds=rounds, stages=stages)
 
 
 class NodeLedger:
