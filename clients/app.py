@@ -37,23 +37,21 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from functools import lru_cache
 
 import numpy as np
 from fedpriv.clients.evaluation import EvaluationClient
+from fedpriv.clients.node_data import (  # noqa: F401 (the tests reach them here)
+    _node_data,
+    _node_eval_data,
+    _source_data,
+    _source_eval_data,
+)
 from fedpriv.clients.node_rules import admit_plan, admit_query, handler, node_ledger
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedpriv.data.node import (
-    DATA_PATH,
-    EVAL_DATA_PATH,
-    DataSource,
-    node_eval_rows,
-    node_rows,
-)
 from fedpriv.errors import public_error
-from fedpriv.federation.protocol import ClientData, poisson_sample
+from fedpriv.federation.protocol import poisson_sample
 from fedpriv.federation.runtime import client_key
 from fedpriv.federation.secagg import FixedPointCodec, SecAggClient, SecAggConfig
 from fedpriv.federation.secagg_common import node_config_floor
@@ -73,34 +71,6 @@ from fedpriv.privacy.randomness import KEY_ENV, SecretKey, key_from_environment
 
 log = logging.getLogger(__name__)
 app = ClientApp()
-
-
-@lru_cache(maxsize=16)
-def _source_data(source: DataSource, data_path: str, pid: int) -> ClientData:
-    X, y = node_rows({DATA_PATH: data_path} if data_path else {}, source, pid)
-    return ClientData(client_id=pid, X=X, y=y)
-
-
-def _node_data(context: Context, s: RunSettings, pid: int) -> ClientData:
-    """This node's rows: its own ``data-path`` file, else its slice of the run's data,
-    refused (``too_many_records``) beyond the declared bound."""
-    path = str(context.node_config.get(DATA_PATH, "") or "")
-    return _source_data(DataSource.of(s), path, pid)
-
-
-@lru_cache(maxsize=16)
-def _source_eval_data(source: DataSource, data_path: str, eval_path: str, pid: int) -> ClientData:
-    config = {k: v for k, v in ((DATA_PATH, data_path), (EVAL_DATA_PATH, eval_path)) if v}
-    X, y = node_eval_rows(config, source, pid)
-    return ClientData(client_id=pid, X=X, y=y)
-
-
-def _node_eval_data(context: Context, s: RunSettings, pid: int) -> ClientData:
-    """This node's held-out rows (DP federated evaluation): its ``eval-data-path`` file,
-    else its slice of the run's test split (none for a node with only a ``data-path``)."""
-    path = str(context.node_config.get(DATA_PATH, "") or "")
-    eval_path = str(context.node_config.get(EVAL_DATA_PATH, "") or "")
-    return _source_eval_data(DataSource.of(s), path, eval_path, pid)
 
 
 def sanitised(fn):

@@ -31,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -207,11 +206,6 @@ def resolve_in_process(
     return resolve(given, preset=preset, flower=False, whole=whole)
 
 
-def _bound(eps: float) -> str:
-    """An upper bound on ε as shown: rounded up to three decimals."""
-    return "inf" if math.isinf(eps) else f"{math.ceil(eps * 1e3) / 1e3:.3f}"
-
-
 def _fit_config(resolved: dict[str, Any], est: Any) -> dict[str, Any]:
     """The run config as the fit ran it: ``resolved`` with the method's settings from
     ``est.config_`` (DP-SGD's automatic schedule resolved), where the fit got that far."""
@@ -228,56 +222,6 @@ def rounds_text(settings: Any) -> str:
     if getattr(settings.config, "automatic", False) and settings.config.rounds == 0:
         return "automatic rounds (from the public record bound)"
     return f"{settings.rounds} rounds"
-
-
-class _Rounds:
-    """The bar's view of an in-process fit: rounds done and an upper bound on ε spent.
-
-    The estimator's progress callback (``fit(on_round=...)``) reports each round
-    done. About every tenth round (as the ServerApp's round lines,
-    :meth:`fedpriv.server.grid_runtime.GridRuntime.log_round`) the line carries
-    ``PrivacyLedger.epsilon_upper_bound()`` of the fit's ledger: one coarse
-    PLD each (shown by the bar, or as a plain line without a terminal).
-    :meth:`finish` shows the last round with the fit's accounted ε.
-    """
-
-    def __init__(self, progress: Any, total: int | Callable[[], int]) -> None:
-        # ``total`` may be known only once the fit resolved it (a callable, read when a
-        # round is done): DP-SGD's and Lumberjack's automatic settings follow the fit's
-        # public record bound, which a released count gives only inside the fit.
-        self._progress, self._total_of, self.done = progress, total, 0
-
-    @property
-    def _total(self) -> int:
-        total = self._total_of
-        return total if isinstance(total, int) else int(total())
-
-    @property
-    def _every(self) -> int:
-        return max(1, self._total // 10)  # (0 before the fit resolves it: every round)
-
-    def _line(self, done: int, eps: float | None) -> None:
-        extra = "" if eps is None else f", ε spent ≤ {_bound(eps)}"
-        total = self._total or "?"  # 0: automatic, resolved when the fit knows its n
-        self._progress.on_line(f"[fedpriv] round {done}/{total}{extra}\n")
-
-    def start(self) -> None:
-        """The fit's start: no round done."""
-        self._line(0, None)
-
-    def on_round(self, done: Any) -> None:
-        """A :class:`~fedpriv.federation.engine.RoundDone`: its round is done."""
-        self.done = max(self.done, done.round + 1)
-        if self.done >= self._total:
-            return  # the last round: finish() shows it, with the fit's accounted ε
-        eps = None
-        if done.ledger is not None and self.done % self._every == 0:
-            eps = float(done.ledger.epsilon_upper_bound())
-        self._line(self.done, eps)
-
-    def finish(self, epsilon: float | None) -> None:
-        """The fit's end: its last round done, ``epsilon`` its accounted ε (if private)."""
-        self._line(self.done, epsilon)
 
 
 def choose_data(
@@ -348,7 +292,7 @@ def run_in_process(
     maps each to one line); a failed fit's privacy report is written to ``out`` first."""
     from fedpriv.server.cli_split import brier_text, fmt_score, held_out_scores
     from fedpriv.server.method_estimator import MethodEstimator
-    from fedpriv.server.progress import RoundProgress
+    from fedpriv.server.progress import FitRounds, RoundProgress
 
     from fedpriv.federation.status import RunFailedError
     from fedpriv.privacy.card import spent_text
@@ -365,7 +309,7 @@ def run_in_process(
     bar = RoundProgress(thin=True)  # no terminal: a plain line about every tenth round
     # The fit's own rounds (est.config_, once the fit resolved its automatic settings;
     # before, the settings' own: 0 when they follow a count the fit releases).
-    rounds = _Rounds(bar, lambda: getattr(est, "config_", settings.config).rounds)
+    rounds = FitRounds(bar, lambda: getattr(est, "config_", settings.config).rounds)
     log.info(
         "%s in process on %s: %s, ε=%s, δ=%g",
         settings.method, source, rounds_text(settings), _fmt(settings.epsilon), settings.delta,

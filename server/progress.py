@@ -13,10 +13,11 @@ minutes still prints a plain progress line about every 10 %.
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from collections.abc import Callable
-from typing import TextIO
+from typing import Any, TextIO
 
 ROUND = re.compile(r"\[fedpriv\] round (\d+)/(\d+)\b")
 EPSILON = re.compile(r"ε spent ≤ (\S+)")
@@ -117,3 +118,58 @@ class RoundProgress:
         eps = EPSILON.search(line)
         extra = {"description": f"rounds, ε spent ≤ {eps.group(1)}"} if eps else {}
         self._progress.update(self._task, completed=r, total=total, **extra)
+
+
+def _bound(eps: float) -> str:
+    """An upper bound on ε as shown: rounded up to three decimals."""
+    return "inf" if math.isinf(eps) else f"{math.ceil(eps * 1e3) / 1e3:.3f}"
+
+
+class FitRounds:
+    """The bar's view of an in-process fit: rounds done and an upper bound on ε spent.
+
+    The estimator's progress callback (``fit(on_round=...)``) reports each round
+    done. About every tenth round (as the ServerApp's round lines,
+    :meth:`fedpriv.server.grid_runtime.GridRuntime.log_round`) the line carries
+    ``PrivacyLedger.epsilon_upper_bound()`` of the fit's ledger: one coarse
+    PLD each (shown by the bar, or as a plain line without a terminal).
+    :meth:`finish` shows the last round with the fit's accounted ε.
+    """
+
+    def __init__(self, progress: Any, total: int | Callable[[], int]) -> None:
+        # ``total`` may be known only once the fit resolved it (a callable, read when a
+        # round is done): DP-SGD's and Lumberjack's automatic settings follow the fit's
+        # public record bound, which a released count gives only inside the fit.
+        self._progress, self._total_of, self.done = progress, total, 0
+
+    @property
+    def _total(self) -> int:
+        total = self._total_of
+        return total if isinstance(total, int) else int(total())
+
+    @property
+    def _every(self) -> int:
+        return max(1, self._total // 10)  # (0 before the fit resolves it: every round)
+
+    def _line(self, done: int, eps: float | None) -> None:
+        extra = "" if eps is None else f", ε spent ≤ {_bound(eps)}"
+        total = self._total or "?"  # 0: automatic, resolved when the fit knows its n
+        self._progress.on_line(f"[fedpriv] round {done}/{total}{extra}\n")
+
+    def start(self) -> None:
+        """The fit's start: no round done."""
+        self._line(0, None)
+
+    def on_round(self, done: Any) -> None:
+        """A :class:`~fedpriv.federation.engine.RoundDone`: its round is done."""
+        self.done = max(self.done, done.round + 1)
+        if self.done >= self._total:
+            return  # the last round: finish() shows it, with the fit's accounted ε
+        eps = None
+        if done.ledger is not None and self.done % self._every == 0:
+            eps = float(done.ledger.epsilon_upper_bound())
+        self._line(self.done, eps)
+
+    def finish(self, epsilon: float | None) -> None:
+        """The fit's end: its last round done, ``epsilon`` its accounted ε (if private)."""
+        self._line(self.done, epsilon)
