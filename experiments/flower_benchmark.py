@@ -26,19 +26,18 @@ from fedpriv import logs
 log = logs.get_logger(__name__)
 
 
-def client_compute_per_round(config: dict) -> float:
-    """Seconds all clients spend answering one round (sequential), measured in process."""
+def client_compute_per_round(s) -> float:
+    """Seconds all clients spend answering one round of the run ``s`` (its resolved
+    :class:`~fedpriv.federation.settings.RunSettings`; sequential), measured in process
+    with the method's own client half."""
     import dataclasses
 
-    from fedpriv.clients.boosting import BoostingClient
     from fedpriv.experiments.keys import secret_key_for
     from fedpriv.server.app import build_strategy
 
     from fedpriv.data import load_for_run
     from fedpriv.federation.protocol import make_clients, poisson_sample
-    from fedpriv.federation.settings import RunSettings
 
-    s = RunSettings.from_run_config(config)
     ds = load_for_run(s.dataset, num_clients=s.num_clients, split_seed=s.split_seed)
     X, y = ds.xy("train")
     clients = make_clients(X, y, ds.client_partition(s.num_clients))
@@ -56,7 +55,7 @@ def client_compute_per_round(config: dict) -> float:
         secret_rng=secret_key_for("speed", "flower").generator("noise"),  # unused: no noise
     )
     handler, states, rng, spent = (
-        BoostingClient(),
+        s.method_record.client_handler(),
         [{} for _ in clients],
         secret_key_for("speed", "flower").generator("coins"),
         0.0,
@@ -73,8 +72,8 @@ def client_compute_per_round(config: dict) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from fedpriv.server.launch import default_config, parse_set
-    from fedpriv.server.simulate import simulate
+    from fedpriv.server.launch import parse_set
+    from fedpriv.server.simulate import resolve_simulation, simulate
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -87,10 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     logs.configure(tag="flower_benchmark")
-    job = {**default_config(), **parse_set(args.set)}
+    given = parse_set(args.set)
+    job = resolve_simulation(given).settings  # the job as the simulation resolves it
     overrides = {
-        **parse_set(args.set),
-        "ping-rounds": args.ping_rounds if args.ping_rounds is not None else int(job["rounds"]),
+        **given,
+        "ping-rounds": args.ping_rounds if args.ping_rounds is not None else job.rounds,
         "out-dir": tempfile.mkdtemp(prefix="fedpriv-flower-bench-"),
         "timings": True,  # round times are this benchmark's output (an uncertified run)
     }
@@ -102,8 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     comm = json.loads((out / "communication.json").read_text())
     metrics = json.loads((out / "metrics.json").read_text())
-    config = {**default_config(), **overrides}
-    compute = client_compute_per_round(config)
+    run = resolve_simulation(overrides)
+    config = run.run_config
+    compute = client_compute_per_round(run.settings)
     ours, empty = comm["mean_round_seconds"], comm["mean_empty_round_seconds"]
     budget = 1.2 * empty + compute
     print(
