@@ -27,6 +27,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from fedpriv.server.flower_project import default_config  # noqa: F401 (the launchers')
+
 from fedpriv import logs
 from fedpriv.federation.limits import parse_overrides
 from fedpriv.federation.settings import RunSettings, SettingError
@@ -93,14 +95,6 @@ def wait_healthy(
         except OSError:
             time.sleep(0.2)
     raise StepTimeout(f"flower-superlink not healthy after {timeout:.0f} s")
-
-
-def default_config() -> dict:
-    """Every run-config key, ``""`` for its default (the generated Flower App's keys,
-    :mod:`fedpriv.server.flower_project`)."""
-    from fedpriv.server.flower_project import default_config as app_config
-
-    return app_config()
 
 
 def _toml_value(v) -> str:

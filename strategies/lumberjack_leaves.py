@@ -24,7 +24,7 @@ def _one_hot(labels: np.ndarray, like: np.ndarray) -> np.ndarray:
     return out
 
 
-def _majority(mine: np.ndarray, n_classes: int) -> np.ndarray:
+def _majority(mine: np.ndarray) -> np.ndarray:
     """Each leaf's majority class, one-hot (the non-private reference)."""
     return _one_hot(np.argmax(mine, axis=1), mine)
 
@@ -38,7 +38,7 @@ class LumberjackLeaves:
         cfg = self.config
         counts = counts.reshape(-1, self.n_classes)
         if self._budget is None:  # the non-private reference: each leaf's majority class
-            scores = self._leaf_scores(counts, lambda mine: _majority(mine, self.n_classes))
+            scores = self._leaf_scores(counts, _majority)
             self._model = ForestModel(tuple(self._trees), tuple(scores), pooled=False)
             return
         gaussian = cfg.leaf_mechanism == "gaussian"

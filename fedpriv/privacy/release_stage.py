@@ -131,9 +131,8 @@ class ReleaseStage:
         ``margin(d)`` for its d values (default: the mechanism's noise margin).
         """
         labels = [label] * events if isinstance(label, str) else list(label)
-        check_private("rng", self.rng)  # before the budget check: a seeded rng is a defect
         for name in labels:
-            self.ledger.spend(self.planned_event, label=name)
+            self.charge(label=name)
         out = draw(self.rng)
         if bound is not None:
             parts = out if isinstance(out, list | tuple) else [out]
