@@ -56,10 +56,8 @@ def init(hosts: tuple[str, ...], port: int, root: Path) -> int:
     from fedpriv.server.coordinator import Coordinator
 
     coord = _settings(lambda: Coordinator.init(root, hosts=hosts, port=port))
-    click.echo(
-        f"coordinator folder {coord.root}: SuperLink {coord.address}\n"
-        f"give every node {coord.tls.ca_cert} (its --ca) and the address {coord.address}"
-    )
+    click.echo(f"coordinator folder {coord.root}: SuperLink {coord.address}")
+    click.echo(f"give every node {coord.tls.ca_cert} (its --ca) and the address {coord.address}")
     return 0
 
 

@@ -176,3 +176,36 @@ def test_a_submission_names_the_schemas_digest_and_the_registered_k(tmp_path):
         job_overrides(coord, {"schema": SCHEMA})
     assert fedpriv(["coordinator", "submit", "--dir", str(coord.root), "--schema", SCHEMA]) == 2
     assert json.loads((coord.root / "nodes.json").read_text())[3]["index"] == 3
+
+
+class _Proc:
+    def __init__(self, code):
+        self.returncode, self.pid = code, 1
+
+    def poll(self):
+        return self.returncode
+
+
+@pytest.mark.parametrize(
+    "log, cause",
+    [
+        (OTHER_CA_LOG, "does not trust the SuperLink's certificate"),
+        (UNREGISTERED_LOG, "not registered"),
+    ],
+)
+def test_the_launcher_names_a_node_flower_stopped_instead_of_waiting(tmp_path, log, cause):
+    # The loopback launcher's wait for its nodes ends at once on a node that exited, with
+    # one line naming it and the cause; the twin (the node still running) keeps waiting.
+    from fedpriv.server.launch import StepTimeout
+    from fedpriv.server.local_federation import Federation, Node, NodeFailed
+
+    fed = Federation(workdir=tmp_path, num_clients=3, wait=5.0)
+    fed.superlink = _Proc(None)
+    fed.online = lambda: 0
+    (tmp_path / "node-1.log").write_text(log)
+    fed.nodes = {1: Node(index=1, proc=_Proc(305), tracker=None)}
+    with pytest.raises(NodeFailed, match=rf"^node 1: .*{cause}"):
+        fed.wait_online(3, timeout=60.0)
+    fed.nodes = {1: Node(index=1, proc=_Proc(None), tracker=None)}
+    with pytest.raises(StepTimeout, match="0 of 3 SuperNodes online"):
+        fed.wait_online(3, timeout=0.5)
