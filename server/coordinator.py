@@ -164,7 +164,7 @@ class Coordinator:
         rest = [n for n in nodes if n.name != name]
         listed = sorted([*rest, node], key=lambda n: n.index)
         write_json_atomic(self.root / "nodes.json", [vars(n) for n in listed])
-        if self.running():
+        if self.running() or self.answers():
             self._flwr_register([node])
         return node
 
@@ -261,6 +261,23 @@ class Coordinator:
         """Whether this folder's SuperLink runs (its PID, with the same start time)."""
         pid, start = self._pid()
         return bool(pid) and start is not None and _start_time(pid) == start
+
+    def answers(self, *, timeout: float = 2.0) -> bool:
+        """Whether a SuperLink answers ``/health`` on this folder's port on 127.0.0.1 (one
+        started here, or by another process on this host or in this container: its PID
+        file need not be ours)."""
+        import ssl
+        import urllib.request
+
+        scheme, context = "http", None
+        if not self.insecure:
+            scheme, context = "https", ssl.create_default_context(cafile=str(self.tls.ca_cert))
+        try:
+            url = f"{scheme}://127.0.0.1:{self.port}/health"
+            with urllib.request.urlopen(url, timeout=timeout, context=context) as r:
+                return r.status == 200
+        except OSError:
+            return False
 
     def stop_process(
         self, proc: subprocess.Popen | None, tracker: ProcessTracker | None

@@ -17,12 +17,14 @@ from fedpriv.server.cli import main as fedpriv
 from fedpriv.server.coordinator import Coordinator
 from fedpriv.server.coordinator_runs import job_overrides
 from fedpriv.server.hospital import NodeSetup, diagnose, file_digest, keygen
+from fedpriv.server.processes import free_port
 from fedpriv.server.tls import fingerprint
 
 from fedpriv.data import DataError
 from fedpriv.federation.settings import SettingError
 
 SCHEMA = "experiments/schemas/example.toml"
+PORT = free_port()  # no SuperLink answers there
 
 #: What Flower 1.42's SuperNode logged, seen on this project's loopback federation.
 UNREGISTERED_LOG = """ERROR :     Exit Code: 305
@@ -50,7 +52,7 @@ def test_keygen_keeps_the_private_key_private_and_never_overwrites_it(tmp_path, 
 
 
 def test_the_allow_list_assigns_indices_and_refuses_duplicates_and_strangers(tmp_path):
-    coord = Coordinator.init(tmp_path / "co", hosts=("coord.example",), port=9093)
+    coord = Coordinator.init(tmp_path / "co", hosts=("coord.example",), port=PORT)
     keys = [keygen(tmp_path / f"h{i}", f"h{i}")[0] for i in range(3)]
     listed = [coord.register(k.public, name=f"hospital-{i}") for i, k in enumerate(keys)]
     assert [n.index for n in listed] == [0, 1, 2]
@@ -78,21 +80,21 @@ def test_the_allow_list_assigns_indices_and_refuses_duplicates_and_strangers(tmp
 
 
 def test_init_refuses_an_existing_folder_and_a_missing_host(tmp_path):
-    Coordinator.init(tmp_path / "co", hosts=("a",), port=9093)
+    Coordinator.init(tmp_path / "co", hosts=("a",), port=PORT)
     with pytest.raises(SettingError, match="already; not overwritten"):
-        Coordinator.init(tmp_path / "co", hosts=("a",), port=9093)
+        Coordinator.init(tmp_path / "co", hosts=("a",), port=PORT)
     assert fedpriv(["coordinator", "status", "--dir", str(tmp_path / "none")]) == 2
 
 
 def _setup(tmp_path, **kw):
     key, _ = keygen(tmp_path / "key")
-    co = Coordinator.init(tmp_path / "co", hosts=("127.0.0.1",), port=9093)
+    co = Coordinator.init(tmp_path / "co", hosts=("127.0.0.1",), port=PORT)
     data = tmp_path / "patients.csv"
     data.write_text(SCHEMA_CSV := open("experiments/schemas/example_hospitals.csv").read())
     assert SCHEMA_CSV
     (tmp_path / "policy.toml").write_text("[policy]\nmax-epsilon = 2.0\n")
     args = dict(
-        superlink="127.0.0.1:9093", index=0, nodes=3, ca=co.tls.ca_cert, key=key.private,
+        superlink=f"127.0.0.1:{PORT}", index=0, nodes=3, ca=co.tls.ca_cert, key=key.private,
         data=data, schema=SCHEMA, policy=tmp_path / "policy.toml", state=tmp_path / "state",
     )  # fmt: skip
     return NodeSetup(**{**args, **kw})
@@ -166,7 +168,7 @@ def test_a_node_with_its_own_schema_refuses_a_run_naming_another(tmp_path):
 
 
 def test_a_submission_names_the_schemas_digest_and_the_registered_k(tmp_path):
-    coord = Coordinator.init(tmp_path / "co", hosts=("a",), port=9093)
+    coord = Coordinator.init(tmp_path / "co", hosts=("a",), port=PORT)
     for i in range(4):
         coord.register(keygen(tmp_path / f"h{i}", f"h{i}")[0].public, name=f"h{i}")
     job = job_overrides(coord, {"schema": SCHEMA, "max-records": 100})
