@@ -28,7 +28,14 @@ from pathlib import Path
 
 from fedpriv.server.flower_commands import superlink_command
 from fedpriv.server.hospital import read_public_key
-from fedpriv.server.launch import BIN, flwr, flwr_env, wait_healthy, write_connection
+from fedpriv.server.launch import (
+    BIN,
+    flwr,
+    flwr_env,
+    step_timeout,
+    wait_healthy,
+    write_connection,
+)
 from fedpriv.server.processes import ProcessTracker, _start_time
 from fedpriv.server.tls import TlsFiles, fingerprint, write_tls
 
@@ -168,8 +175,15 @@ class Coordinator:
             self._flwr_register([node])
         return node
 
-    def _flwr_register(self, nodes: list[Registered], *, wait: float = 120.0) -> None:
-        """``flwr supernode register`` for each node, all at once (one deadline)."""
+    def step(self) -> float:
+        """Each step's time (s) without ``--timeout``: :func:`~fedpriv.server.launch.
+        step_timeout` of a default run and the registered nodes (it grows with K)."""
+        return step_timeout(1800.0, max(1, len(self.nodes())))
+
+    def _flwr_register(self, nodes: list[Registered], *, wait: float | None = None) -> None:
+        """``flwr supernode register`` for each node, all at once (one deadline, default
+        :meth:`step`)."""
+        wait = self.step() if wait is None else wait
         calls = {
             n.name: subprocess.Popen(
                 [
@@ -218,10 +232,14 @@ class Coordinator:
         args[0] = str(BIN / args[0])
         return args
 
-    def launch(self, *, bind: str = "0.0.0.0", wait: float = 120.0, popen=None) -> subprocess.Popen:
+    def launch(
+        self, *, bind: str = "0.0.0.0", wait: float | None = None, popen=None
+    ) -> subprocess.Popen:
         """Start the SuperLink (its PID file written), wait for its health, register
         every allow-listed key; returns its process. Refused if one runs already.
-        ``popen(args, home, name)``: how to start it (default: here, its log beside)."""
+        ``popen(args, home, name)``: how to start it (default: here, its log beside).
+        ``wait``: each step's time (default :meth:`step`, growing with K)."""
+        wait = self.step() if wait is None else wait
         if self.running():
             raise SettingError(f"a SuperLink of {self.root} runs already (pid {self._pid()[0]})")
         args = self.superlink_command(bind=bind)
@@ -308,10 +326,11 @@ class Coordinator:
         (self.root / "superlink.pid").unlink(missing_ok=True)
         return True
 
-    def online(self, *, wait: float = 120.0) -> int:
+    def online(self, *, wait: float | None = None) -> int:
         """How many SuperNodes the SuperLink reports online (``flwr supernode ls``)."""
         from fedpriv.server.local_federation import _count_online
 
+        wait = self.step() if wait is None else wait
         cp = flwr(["supernode", "ls", CONNECTION, "--format", "json"], self.env,
                   capture_output=True, timeout=wait)  # fmt: skip
         try:

@@ -172,11 +172,12 @@ def result(out: Path) -> str:
 
 
 def status_lines(
-    coord: Coordinator, run_id: str | None = None, *, wait: float = 120.0
+    coord: Coordinator, run_id: str | None = None, *, wait: float | None = None
 ) -> list[str]:
     """``fedpriv coordinator status``: the SuperLink, the allow-list and who is online,
     and the runs (or one run) with the status Flower reports."""
     nodes = coord.nodes()
+    wait = coord.step() if wait is None else wait
     lines = [f"coordinator {coord.root}: SuperLink at {coord.address}"]
     up = coord.running() or coord.answers()
     if not up:

@@ -17,6 +17,7 @@ from fedpriv.server.cli import main as fedpriv
 from fedpriv.server.coordinator import Coordinator
 from fedpriv.server.coordinator_runs import job_overrides
 from fedpriv.server.hospital import NodeSetup, diagnose, file_digest, keygen
+from fedpriv.server.launch import step_timeout
 from fedpriv.server.processes import free_port
 from fedpriv.server.tls import fingerprint
 
@@ -171,6 +172,8 @@ def test_a_submission_names_the_schemas_digest_and_the_registered_k(tmp_path):
     coord = Coordinator.init(tmp_path / "co", hosts=("a",), port=PORT)
     for i in range(4):
         coord.register(keygen(tmp_path / f"h{i}", f"h{i}")[0].public, name=f"h{i}")
+    # Every wait of the coordinator's commands grows with its registered nodes.
+    assert coord.step() == step_timeout(1800.0, 4) > step_timeout(1800.0, 1)
     job = job_overrides(coord, {"schema": SCHEMA, "max-records": 100})
     assert job["num-clients"] == 4 and job["schema-sha256"] == file_digest(SCHEMA)
     assert job["out-dir"] == str(coord.results)
