@@ -34,8 +34,8 @@ the 256-bit ChaCha20 key that HKDF-SHA256 derives from it
 (:func:`fedpriv.federation.secagg_common.self_mask`). Each limb is shared by its
 own polynomial with fresh coefficients, so the argument above holds per limb,
 and, the polynomials being independent, t − 1 shares of the whole seed are
-uniform on GF(p)^{5(t−1)} whatever the seed: the 305 bits stay hidden
-information-theoretically, as with one element of a larger field. A share of a
+uniform on GF(p)^{5(t−1)} whatever the seed: the seed stays hidden
+information-theoretically, as one element of a larger field would. A share of a
 seed is 5 elements, :data:`SHARE_BYTES` = 40 bytes (:func:`to_bytes`).
 The functions are pure apart from :func:`split` and :func:`draw_seed`, which
 draw from the OS CSPRNG; :func:`evaluate` takes the coefficients explicitly,
@@ -146,7 +146,11 @@ def evaluate(
     c = _check_elements("coefficients", coefficients, prime)
     if c.ndim != s.ndim + 1 or c.shape[1:] != s.shape:
         raise ValueError(f"coefficients must have shape (t - 1, *{s.shape}); got {c.shape}")
-    points = _check_points(xs, prime)
+    return _evaluate(s, c, _check_points(xs, prime), prime)
+
+
+def _evaluate(s: np.ndarray, c: np.ndarray, points: tuple[int, ...], prime: int) -> np.ndarray:
+    # Y = V·[s; c] for checked arguments: one matrix product for the whole batch.
     stacked = np.concatenate([s[None], c]).reshape(c.shape[0] + 1, -1)
     ys = field.matmul(vandermonde(points, stacked.shape[0], prime), stacked, prime)
     return ys.reshape(len(points), *s.shape)
@@ -166,7 +170,7 @@ def split(
     points = _check_points(xs, field.check_prime(prime))
     t = _check_threshold(threshold, len(points))
     s = _check_elements("secrets", secrets, prime)
-    return evaluate(s, field.random_elements((t - 1, *s.shape), prime), points, prime=prime)
+    return _evaluate(s, field.random_elements((t - 1, *s.shape), prime), points, prime)
 
 
 def reconstruct(
