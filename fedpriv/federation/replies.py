@@ -18,10 +18,11 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from fedpriv.federation import shamir
 from fedpriv.federation.secagg_common import MaskedInput, UnmaskAnswer
 
-#: One Shamir share: an element of GF(2^255 − 19) in 32 bytes (``shamir.to_bytes``).
-SHARE_BYTES = 32
+#: One Shamir share of a seed: 5 elements of GF(2^61 − 1) in 40 bytes (``shamir.to_bytes``).
+SHARE_BYTES = shamir.SHARE_BYTES
 #: One share sealed by ChaCha20-Poly1305: the share and its 16-byte tag.
 SEALED_SHARE_BYTES = SHARE_BYTES + 16
 
@@ -76,7 +77,7 @@ def check_answer(
 ) -> str | None:
     """Why ``answer`` is not an unmask answer for (survivors, dropped) (or ``None``).
 
-    One 32-byte share of each survivor's seed, one ring vector per dropped client.
+    One 40-byte share of each survivor's seed, one ring vector per dropped client.
     """
     if not isinstance(answer, UnmaskAnswer):
         return f"not an unmask answer ({type(answer).__name__})"

@@ -24,17 +24,18 @@ distributed noise the node also knows m = n − f, the survivors its noise share
 sized for (:mod:`fedpriv.privacy.distributed`).
 
 1. Masked input. u encodes x_u in Z_{2^64} (:class:`~fedpriv.federation.fixedpoint.
-   FixedPointCodec`), draws a fresh self-mask seed b_u^r uniform in GF(2^255 − 19) from
-   ``secrets`` (never from a seed), splits it t-of-n (Shamir 1979,
-   :mod:`fedpriv.federation.shamir`; party v holds f(v + 1)) and uploads
+   FixedPointCodec`), draws a fresh self-mask seed b_u^r, 5 uniform elements of
+   GF(2^61 − 1) (≈ 305 bits) from ``secrets`` (never from a seed), splits each t-of-n
+   (Shamir 1979, :mod:`fedpriv.federation.shamir`; party v holds f(v + 1)) and uploads
 
        y_u = x_u + PRG(b_u^r) + Σ_{v∈P, v>u} m_uv^r − Σ_{v∈P, v<u} m_uv^r   (mod 2^64)
 
    (Bonawitz §4, "double masking"), together with its share for each v ≠ u
    encrypted by ChaCha20-Poly1305 (RFC 8439) under k_{u→v}, nonce (tag, r), associated
    data (u, v, r). PRG(·) and m_uv^r are ChaCha20 keystreams under b_u^r resp. s_uv with
-   a nonce holding a domain tag and r, so round-r pair masks say nothing about any
-   other round. u keeps its own share and forgets b_u^r.
+   a nonce holding a domain tag and r (the self-mask key is HKDF-SHA256 of b_u^r), so
+   round-r pair masks say nothing about any other round. u keeps its own share and
+   forgets b_u^r.
 2. Consistency (one exchange, every round; :mod:`fedpriv.federation.secagg_consistency`).
    S = those whose y arrived, D = P \\ S. If |S| < t (or |S| < m) the round is aborted
    (:class:`SecAggAbort`) and nothing is released. Otherwise each u ∈ S receives (S, D)
@@ -49,9 +50,11 @@ sized for (:mod:`fedpriv.privacy.distributed`).
    else it returns its shares of b_w^r for every w ∈ S and its signed round-r pair masks
    with every v ∈ D (:meth:`SecAggClient.unmask`).
 4. The server needs answers from ≥ t survivors (all of them if D ≠ ∅, to remove
-   every pair mask with D), reconstructs each b_w^r (checking every extra share lies
-   on the same polynomial), and outputs Σ_{u∈S} y_u − Σ_{u∈S} PRG(b_u^r) − (pair
-   masks with D) = Σ_{u∈S} x_u exactly in Z_{2^64} (:meth:`SecAggServer.aggregate`).
+   every pair mask with D), reconstructs every b_w^r at once (one Lagrange weight
+   computation and one matrix product mod p for the seeds whose shares come from the
+   same answers, checking every extra share lies on the same polynomial), and outputs
+   Σ_{u∈S} y_u − Σ_{u∈S} PRG(b_u^r) − (pair masks with D) = Σ_{u∈S} x_u exactly in
+   Z_{2^64} (:meth:`SecAggServer.aggregate`).
 
 Threat model. A server that may deviate from the protocol (the coordinator also
 writes the run config), possibly colluding with c clients (who hand it their keys,
@@ -84,7 +87,6 @@ sum depends on the inputs alone.
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -125,6 +127,10 @@ __all__ = [
 ]
 
 _MASK_TAG = b"fpSA"  # nonce domain tag: pair-mask keystreams and nothing else
+
+
+def _slices(raw: bytes, size: int) -> list[bytes]:
+    return [raw[k : k + size] for k in range(0, len(raw), size)]
 
 
 class SecAggClient(ClientKeys):
@@ -179,7 +185,7 @@ class SecAggClient(ClientKeys):
         raw = b"".join([self._prgs[j].encrypt(nonce, zeros, None) for j in peers])
         return np.frombuffer(raw, dtype="<u8").reshape(len(peers), n + 2)[:, :n]
 
-    def _self_mask(self, seed: int, round_id: int, n: int) -> np.ndarray:
+    def _self_mask(self, seed: np.ndarray, round_id: int, n: int) -> np.ndarray:
         return self_mask(seed, round_id, n)
 
     def mask(
@@ -233,8 +239,10 @@ class SecAggClient(ClientKeys):
                     f"noise must be int64 of shape {out.shape}; got {share.dtype}{share.shape}"
                 )
             out += share.view(np.uint64)  # two's complement: addition mod 2^64
-        seed = secrets.randbelow(shamir.PRIME)  # b_u^r: OS CSPRNG, fresh every round
-        shares = shamir.split(seed, xs=[point(j) for j in peers], threshold=t)
+        seed = shamir.draw_seed()  # b_u^r: OS CSPRNG, fresh every round
+        # All limbs at once: row k is the share for peers[k], one 40-byte slice of ``raw``.
+        raw = shamir.to_bytes(shamir.split(seed, xs=[point(j) for j in peers], threshold=t))
+        share = dict(zip(peers, _slices(raw, shamir.SHARE_BYTES), strict=True))
         out += self._self_mask(seed, r, out.size)
         up = [j for j in peers if j > self.client_id]
         down = [j for j in peers if j < self.client_id]
@@ -244,14 +252,12 @@ class SecAggClient(ClientKeys):
         out -= masks[len(up) :].sum(axis=0, dtype=np.uint64)
         sealed = {
             j: ChaCha20Poly1305(self._keys[j][1]).encrypt(
-                share_nonce(r), shamir.to_bytes(shares[point(j)]), share_ad(self.client_id, j, r)
+                share_nonce(r), share[j], share_ad(self.client_id, j, r)
             )
             for j in peers
             if j != self.client_id
         }
-        self._rounds[r] = ClientRound(
-            frozenset(peers), out.size, t, shares[point(self.client_id)], m
-        )
+        self._rounds[r] = ClientRound(frozenset(peers), out.size, t, share[self.client_id], m)
         return MaskedInput(vector=out, shares=sealed, round_id=r)
 
     def _view(self, r: int, survivors: Sequence[int], dropped: Sequence[int]):
@@ -328,7 +334,7 @@ class SecAggClient(ClientKeys):
             keys=self._vkeys, survivors=live, threshold=rnd.threshold, round_id=r,
             known=[self.client_id] if r in self._views else [],  # it signed this very list
         )  # fmt: skip
-        shares = {self.client_id: shamir.to_bytes(rnd.own_share)}
+        shares = {self.client_id: rnd.own_share}
         for w in sorted(senders):
             try:
                 plain = ChaCha20Poly1305(self._keys[w][2]).decrypt(

@@ -12,13 +12,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from fedpriv.federation import shamir
 from fedpriv.validation import check_count
 
 _SELF_TAG = b"fpSM"  # nonce domain tag: self-mask keystreams and nothing else
 _SHARE_TAG = b"fpSS"  # nonce domain tag: encrypted shares
+_SEED_INFO = b"fedpriv-secagg-self-mask"  # HKDF info: the self-mask key of a seed
 #: Node-config key of a node's own Shamir threshold floor (:class:`SecAggConfig`).
 MIN_THRESHOLD_KEY = "secagg-min-threshold"
 
@@ -106,7 +109,7 @@ class MaskedInput:
 
     @property
     def nbytes(self) -> int:
-        """Bytes uploaded: the vector plus every ciphertext (32-byte share + 16-byte tag)."""
+        """Bytes uploaded: the vector plus every ciphertext (40-byte share + 16-byte tag)."""
         return int(self.vector.nbytes) + sum(len(c) for c in self.shares.values())
 
 
@@ -114,7 +117,7 @@ class MaskedInput:
 class UnmaskAnswer:
     """A survivor's step-2 upload: shares of survivors' seeds, pair masks with the dropped."""
 
-    shares: Mapping[int, bytes]  # survivor w -> this client's share of b_w^r (32 bytes)
+    shares: Mapping[int, bytes]  # survivor w -> this client's share of b_w^r (40 bytes)
     masks: Mapping[int, np.ndarray]  # dropped v -> signed round-r pair mask (uint64)
 
     @property
@@ -131,17 +134,19 @@ class ClientRound:
     peers: frozenset[int]
     size: int
     threshold: int
-    own_share: int | None  # this client's share of its own b^r; dropped once answered
+    own_share: bytes | None  # this client's share of its own b^r (40 bytes); dropped once answered
     min_survivors: int = 0  # m the noise share was sized for (0: central noise)
 
     def state(self) -> list:
-        """A JSON-able form, read back by :meth:`of`."""
-        return [sorted(self.peers), self.size, self.threshold, self.own_share, self.min_survivors]
+        """A JSON-able form (the share in hex), read back by :meth:`of`."""
+        share = None if self.own_share is None else self.own_share.hex()
+        return [sorted(self.peers), self.size, self.threshold, share, self.min_survivors]
 
     @classmethod
     def of(cls, v: list) -> ClientRound:
         """From :meth:`state` (a state without m: central noise)."""
-        return cls(frozenset(v[0]), int(v[1]), int(v[2]), v[3], int([*v, 0][4]))
+        share = None if v[3] is None else bytes.fromhex(v[3])
+        return cls(frozenset(v[0]), int(v[1]), int(v[2]), share, int([*v, 0][4]))
 
 
 def check_u64(name: str, value: object) -> int:
@@ -176,7 +181,12 @@ def check_ring(name: str, value: object, n: int | None = None) -> np.ndarray:
 
 
 def point(client_id: int) -> int:
-    """Client ``client_id``'s Shamir evaluation point, id + 1 (never 0, which is the secret)."""
+    """Client ``client_id``'s Shamir evaluation point, id + 1 (never 0, which is the secret).
+
+    A point must lie in [1, p), p = 2^61 − 1 (:mod:`fedpriv.federation.shamir`): ids
+    up to 2^61 − 3 share seeds (partition ids do), a larger one is refused at
+    :meth:`~fedpriv.federation.secagg.SecAggClient.mask`.
+    """
     return client_id + 1
 
 
@@ -202,6 +212,17 @@ def keystream(aead: ChaCha20Poly1305, tag: bytes, round_id: int, n: int) -> np.n
     return np.frombuffer(raw, dtype="<u8", count=n)
 
 
-def self_mask(seed: int, round_id: int, n: int) -> np.ndarray:
-    """PRG(b_u^r): n uint64 words of the keystream under the 32-byte seed b_u^r."""
-    return keystream(ChaCha20Poly1305(shamir.to_bytes(seed)), _SELF_TAG, round_id, n)
+def self_mask_key(seed: np.ndarray) -> bytes:
+    """The 32-byte ChaCha20 key of seed b_u^r: HKDF-SHA256 (RFC 5869) of its 40 bytes.
+
+    The seed's :data:`~fedpriv.federation.shamir.LIMBS` uniform elements of
+    GF(2^61 − 1) carry ≈ 305 bits of entropy but are not uniform bytes (each
+    word's top 3 bits are 0); HKDF's extract step turns them into a uniform key.
+    """
+    kdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_SEED_INFO)
+    return kdf.derive(shamir.to_bytes(seed))
+
+
+def self_mask(seed: np.ndarray, round_id: int, n: int) -> np.ndarray:
+    """PRG(b_u^r): n uint64 words of the keystream under the key of seed b_u^r."""
+    return keystream(ChaCha20Poly1305(self_mask_key(seed)), _SELF_TAG, round_id, n)

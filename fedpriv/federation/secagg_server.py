@@ -172,14 +172,7 @@ class SecAggServer:
                 )
             if set(got.shares) != set(live) or set(got.masks) != set(gone):
                 raise self._abort(r, f"client {i}'s unmask answer is incomplete")
-        for u in live:
-            try:
-                pts = {point(i): shamir.from_bytes(answers[i].shares[u]) for i in told}
-                seed = shamir.reconstruct(pts, threshold=t)
-            except ValueError as err:  # ShamirError included: a wrong or malformed share
-                raise self._abort(
-                    r, f"the self-mask seed of client {u} is unrecoverable: {err}"
-                ) from err
+        for seed in self._seeds(r, told, live, answers, t).values():
             np.subtract(total, self_mask(seed, r, n), out=total)
         for i in told:
             for v in gone:
@@ -187,3 +180,60 @@ class SecAggServer:
                 np.subtract(total, mask, out=total)
         self._closed.add(r)
         return self.codec.decode(total)
+
+    def _seeds(
+        self,
+        r: int,
+        told: Sequence[int],
+        live: Sequence[int],
+        answers: Mapping[int, UnmaskAnswer],
+        t: int,
+    ) -> dict[int, np.ndarray]:
+        """Every survivor's seed b_u^r (all limbs), one Lagrange computation and one matrix
+        product per group of :func:`share_holders`; aborts naming a seed that cannot be
+        recovered (a malformed share, or extra shares off the polynomial)."""
+        for i in told:
+            if set(map(len, answers[i].shares.values())) != {shamir.SHARE_BYTES}:
+                raise self._abort(
+                    r, f"client {i}'s unmask answer holds a share that is not "
+                    f"{shamir.SHARE_BYTES} bytes",
+                )  # fmt: skip
+        seeds: dict[int, np.ndarray] = {}
+        for holders, group in share_holders(told, live, answers).items():
+            # ys[k, g] = holder k's share of group[g]'s seed, one row of LIMBS words.
+            raw = b"".join(b"".join(map(answers[i].shares.__getitem__, group)) for i in holders)
+            ys = np.frombuffer(raw, dtype="<u8").astype(np.uint64)
+            try:
+                got = shamir.reconstruct(
+                    [point(i) for i in holders],
+                    ys.reshape(len(holders), len(group), shamir.LIMBS),
+                    threshold=t,
+                )
+            except ValueError as err:  # ShamirError included: a wrong or malformed share
+                index = getattr(err, "index", None)
+                who = f"client {group[index[0]]}" if index else f"clients {group}"
+                raise self._abort(
+                    r, f"the self-mask seed of {who} is unrecoverable: {err}"
+                ) from err
+            seeds.update(zip(group, got, strict=True))
+        return seeds
+
+
+def share_holders(
+    told: Sequence[int], live: Sequence[int], answers: Mapping[int, UnmaskAnswer]
+) -> dict[tuple[int, ...], list[int]]:
+    """Survivors grouped by the answers that hold a share of their seed (ids sorted).
+
+    Each group costs one Lagrange computation (cached per point set) and one
+    matrix product for all its seeds. Here every answer holds a share of every
+    survivor's seed (:meth:`SecAggServer.aggregate` aborts otherwise): one
+    group. A sparser sharing (each seed shared within a neighbourhood) gives one
+    group per distinct set of holders.
+    """
+    held = [set(answers[i].shares) for i in told]
+    if all(h.issuperset(live) for h in held):
+        return {tuple(told): list(live)}
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for u in live:
+        groups.setdefault(tuple(i for i, h in zip(told, held, strict=True) if u in h), []).append(u)
+    return groups

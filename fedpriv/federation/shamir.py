@@ -1,4 +1,4 @@
-"""Shamir secret sharing over a prime field, with Python integers (Shamir 1979).
+"""Shamir secret sharing of many secrets at once, over GF(2^61 − 1) in numpy (Shamir 1979).
 
 Shamir, A. (1979). "How to share a secret". Communications of the ACM 22(11),
 612–613. A secret s ∈ GF(p) is the constant term of a random polynomial
@@ -14,33 +14,62 @@ fixed s the map (c_1, …, c_{t−1}) ↦ (f(x_1), …, f(x_{t−1})) is a bijec
 < t and refuses inconsistent (wrong or tampered) shares; exactly t shares
 cannot be checked, and a wrong one then yields a wrong, uniformly shifted secret.
 
-The default field is GF(2^255 − 19), the prime of Curve25519 (RFC 7748): a
-secret drawn uniformly from it has 255 bits of entropy and fits a 32-byte
-key, so a 32-byte seed is one field element, not several. The functions are
-pure apart from :func:`split`, which draws the coefficients from the OS CSPRNG
-(``secrets``); :func:`evaluate` takes them explicitly, for tests.
+Batches. Every function acts on a batch of B secrets with B independent
+polynomials at once. Their shares at n points are one matrix product,
+
+    Y = V·C   (mod p),   V[i, k] = x_i^k (n × t),   C = [s; c_1; …; c_{t−1}] (t × B),
+
+with V cached per point set, and the secrets are s = λ(0)·Y_base, where
+Y_base holds the shares at the t smallest points and the Lagrange weights
+λ_j(0) are computed once per point set (cached) and reused for every secret of
+the batch. Checking the extra shares is the same product at their points:
+Y_extra = Λ(x_extra)·Y_base, row by row. The arithmetic is
+:mod:`fedpriv.federation.field` (uint64 arrays, no Python integer per share).
+
+Field and seeds. p = 2^61 − 1, a Mersenne prime. One element carries
+log2(p) ≈ 61 bits, fewer than a 256-bit key, so a secure-aggregation seed is
+:data:`LIMBS` = 5 independent uniform elements (:func:`draw_seed`, OS CSPRNG):
+5·log2(2^61 − 1) ≈ 305 bits of entropy (short of 305 by < 10^−17), more than
+the 256-bit ChaCha20 key that HKDF-SHA256 derives from it
+(:func:`fedpriv.federation.secagg_common.self_mask`). Each limb is shared by its
+own polynomial with fresh coefficients, so the argument above holds per limb,
+and, the polynomials being independent, t − 1 shares of the whole seed are
+uniform on GF(p)^{5(t−1)} whatever the seed: the seed stays hidden
+information-theoretically, as one element of a larger field would. A share of a
+seed is 5 elements, :data:`SHARE_BYTES` = 40 bytes (:func:`to_bytes`).
+The functions are pure apart from :func:`split` and :func:`draw_seed`, which
+draw from the OS CSPRNG; :func:`evaluate` takes the coefficients explicitly,
+for tests. ``prime`` may also be a small prime (< 2^31), for exhaustive tests.
 """
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
-#: The field's prime p = 2^255 − 19 (RFC 7748 §4.1).
-PRIME = 2**255 - 19
-#: Bytes of one field element of GF(PRIME), little-endian.
-ELEMENT_BYTES = 32
+import numpy as np
+
+from fedpriv.federation import field
+
+#: The field's prime p = 2^61 − 1.
+PRIME = field.PRIME
+#: Field elements per seed: LIMBS·log2(p) ≈ 305 ≥ 256 bits of entropy.
+LIMBS = 5
+#: Bytes of one field element, little-endian uint64.
+ELEMENT_BYTES = 8
+#: Bytes of one share of a seed: :data:`LIMBS` elements.
+SHARE_BYTES = LIMBS * ELEMENT_BYTES
 
 
 class ShamirError(ValueError):
-    """Shares that cannot be reconstructed: too few, or not on one polynomial."""
+    """Shares that cannot be reconstructed: too few, malformed, or not on one polynomial.
 
+    ``index``: the batch position of the first secret concerned (``None`` if all).
+    """
 
-def _check_field(prime: int, value: int, name: str) -> int:
-    if type(value) is not int or not 0 <= value < prime:
-        raise ValueError(f"{name} must be an int in [0, {prime}) (the field); got {value!r}")
-    return value
+    def __init__(self, message: str, *, index: tuple[int, ...] | None = None) -> None:
+        super().__init__(message)
+        self.index = index
 
 
 def _check_points(xs: Iterable[int], prime: int) -> tuple[int, ...]:
@@ -58,97 +87,157 @@ def _check_threshold(threshold: int, n: int) -> int:
     return threshold
 
 
-def evaluate(
-    secret: int, coefficients: Sequence[int], xs: Iterable[int], *, prime: int = PRIME
-) -> dict[int, int]:
-    """Shares f(x) for each x in ``xs``, f(x) = secret + Σ_k coefficients[k−1]·x^k mod p.
-
-    Deterministic: the coefficients are given, so tests can enumerate them.
-    The threshold is ``len(coefficients) + 1``.
-    """
-    _check_field(prime, secret, "secret")
-    for k, c in enumerate(coefficients, start=1):
-        _check_field(prime, c, f"coefficient {k}")
-    out = {}
-    for x in _check_points(xs, prime):
-        acc = 0
-        for c in reversed(coefficients):  # Horner: ((c_{t−1}·x + c_{t−2})·x + …)·x + s
-            acc = (acc + c) * x % prime
-        out[x] = (acc + secret) % prime
-    return out
+def _check_elements(name: str, values: object, prime: int) -> np.ndarray:
+    arr = np.asarray(values)
+    if arr.dtype != np.uint64 or np.any(arr >= np.uint64(prime)):
+        raise ValueError(f"{name} must be uint64 elements of GF({prime}), each in [0, {prime})")
+    return arr
 
 
-def split(secret: int, *, xs: Sequence[int], threshold: int, prime: int = PRIME) -> dict[int, int]:
-    """Shamir shares of ``secret`` at the points ``xs``: any ``threshold`` of them recover it.
+def _frozen(arr: np.ndarray) -> np.ndarray:
+    arr.flags.writeable = False  # cached: shared by every caller
+    return arr
 
-    The t − 1 coefficients come from the OS CSPRNG (``secrets.randbelow``),
-    never from a seeded generator: predictable coefficients would give the
-    secret away from fewer than t shares.
-    """
-    points = _check_points(xs, prime)
-    _check_threshold(threshold, len(points))
-    coefficients = [secrets.randbelow(prime) for _ in range(threshold - 1)]
-    return evaluate(secret, coefficients, points, prime=prime)
+
+@lru_cache(maxsize=64)
+def vandermonde(xs: tuple[int, ...], degree: int, prime: int = PRIME) -> np.ndarray:
+    """V[i, k] = x_i^k mod p for k < ``degree`` (read-only, cached per point set)."""
+    points = np.array(_check_points(xs, field.check_prime(prime)), dtype=np.uint64)
+    out = np.ones((points.size, degree), dtype=np.uint64)
+    for k in range(1, degree):
+        out[:, k] = field.mulmod(out[:, k - 1], points, prime)
+    return _frozen(out)
 
 
 @lru_cache(maxsize=256)
-def lagrange_coefficients(xs: tuple[int, ...], at: int, prime: int = PRIME) -> tuple[int, ...]:
-    """λ_j with f(at) = Σ_j λ_j·f(x_j) for every f of degree < len(xs) (Lagrange basis at ``at``).
+def lagrange_weights(xs: tuple[int, ...], at: tuple[int, ...], prime: int = PRIME) -> np.ndarray:
+    """Λ[a, j] with f(at_a) = Σ_j Λ[a, j]·f(x_j) for every f of degree < len(xs).
 
-    λ_j = Π_{m≠j} (at − x_m) / (x_j − x_m) mod p. Cached: a round reconstructs
-    every survivor's secret from the same points.
+    Λ[a, j] = Π_{m≠j} (at_a − x_m) / Π_{m≠j} (x_j − x_m) mod p (Lagrange basis),
+    for all targets at once: the numerators and denominators are exclusive
+    products along m (:func:`fedpriv.federation.field.exclusive_products`), the
+    t denominators are inverted together. Read-only, cached: a round
+    reconstructs every survivor's seed from the same points.
     """
-    points = _check_points(xs, prime)
-    out = []
-    for j, xj in enumerate(points):
-        num = den = 1
-        for m, xm in enumerate(points):
-            if m != j:
-                num = num * (at - xm) % prime
-                den = den * (xj - xm) % prime
-        out.append(num * pow(den, -1, prime) % prime)
-    return tuple(out)
+    points = np.array(_check_points(xs, field.check_prime(prime)), dtype=np.uint64)
+    targets = reduce_ints(at, prime)
+    num = field.exclusive_products(field.submod(targets[:, None], points[None, :], prime), prime)
+    den = field.exclusive_products(field.submod(points[:, None], points[None, :], prime), prime)
+    inv = field.inverse(np.diagonal(den).copy(), prime)  # x_j − x_m ≠ 0 for m ≠ j
+    return _frozen(field.mulmod(num, inv[None, :], prime))
 
 
-def reconstruct(shares: Mapping[int, int], *, threshold: int, prime: int = PRIME) -> int:
-    """The secret f(0) from at least ``threshold`` shares {x: f(x)}.
+def reduce_ints(values: Iterable[int], prime: int = PRIME) -> np.ndarray:
+    """Python ints in [0, 2^64) as canonical uint64 elements (points and targets)."""
+    return field.reduce(np.array(list(values), dtype=np.uint64).reshape(-1), prime)
+
+
+def evaluate(
+    secrets: np.ndarray, coefficients: np.ndarray, xs: Sequence[int], *, prime: int = PRIME
+) -> np.ndarray:
+    """Shares f_b(x) for each x in ``xs`` and each secret b of the batch, shape (n, *batch).
+
+    f_b(x) = secrets[b] + Σ_k coefficients[k − 1, b]·x^k mod p; ``coefficients``
+    has shape (t − 1, *batch), so the threshold is t. Deterministic: the
+    coefficients are given, so tests can enumerate them.
+    """
+    field.check_prime(prime)
+    s = _check_elements("secrets", secrets, prime)
+    c = _check_elements("coefficients", coefficients, prime)
+    if c.ndim != s.ndim + 1 or c.shape[1:] != s.shape:
+        raise ValueError(f"coefficients must have shape (t - 1, *{s.shape}); got {c.shape}")
+    return _evaluate(s, c, _check_points(xs, prime), prime)
+
+
+def _evaluate(s: np.ndarray, c: np.ndarray, points: tuple[int, ...], prime: int) -> np.ndarray:
+    # Y = V·[s; c] for checked arguments: one matrix product for the whole batch.
+    stacked = np.concatenate([s[None], c]).reshape(c.shape[0] + 1, -1)
+    ys = field.matmul(vandermonde(points, stacked.shape[0], prime), stacked, prime)
+    return ys.reshape(len(points), *s.shape)
+
+
+def split(
+    secrets: np.ndarray, *, xs: Sequence[int], threshold: int, prime: int = PRIME
+) -> np.ndarray:
+    """Shamir shares of every secret of the batch at the points ``xs``, shape (n, *batch):
+    any ``threshold`` rows recover the batch.
+
+    The (t − 1)·B coefficients come in one draw from the OS CSPRNG
+    (:func:`fedpriv.federation.field.random_elements`), never from a seeded
+    generator: predictable coefficients would give the secrets away from
+    fewer than t shares.
+    """
+    points = _check_points(xs, field.check_prime(prime))
+    t = _check_threshold(threshold, len(points))
+    s = _check_elements("secrets", secrets, prime)
+    return _evaluate(s, field.random_elements((t - 1, *s.shape), prime), points, prime)
+
+
+def reconstruct(
+    xs: Sequence[int], ys: np.ndarray, *, threshold: int, prime: int = PRIME
+) -> np.ndarray:
+    """The secrets f_b(0), shape ``ys.shape[1:]``, from ``ys[i]`` = the shares at ``xs[i]``.
 
     Interpolates through the ``threshold`` shares with the smallest x and
-    checks every further share against that polynomial.
+    checks every further share against that polynomial, for all secrets at once.
 
     Raises
     ------
     ShamirError
-        Fewer than ``threshold`` shares, or shares that do not lie on one
-        polynomial of degree < ``threshold`` (some share is wrong).
+        Fewer than ``threshold`` points, a share that is not a field element,
+        or shares that do not lie on one polynomial of degree < ``threshold``
+        (some share is wrong); ``index`` names the first secret concerned.
     """
     if type(threshold) is not int or threshold < 1:
         raise ValueError(f"threshold must be an int >= 1; got {threshold!r}")
-    if len(shares) < threshold:
-        raise ShamirError(f"need at least threshold = {threshold} shares; got {len(shares)}")
-    xs = tuple(sorted(shares))
-    _check_points(xs, prime)
-    ys = [_check_field(prime, shares[x], f"share at x = {x}") for x in xs]
-    base, base_ys = xs[:threshold], ys[:threshold]
-    for x, y in zip(xs[threshold:], ys[threshold:], strict=True):
-        lam = lagrange_coefficients(base, x, prime)
-        if sum(a * b for a, b in zip(lam, base_ys, strict=True)) % prime != y:
-            raise ShamirError(
-                f"share at x = {x} is not on the polynomial through x = {list(base)}: "
-                f"some share is wrong"
-            )
-    lam = lagrange_coefficients(base, 0, prime)
-    return sum(a * b for a, b in zip(lam, base_ys, strict=True)) % prime
+    points = _check_points(xs, field.check_prime(prime))
+    if len(points) < threshold:
+        raise ShamirError(f"need at least threshold = {threshold} shares; got {len(points)}")
+    ys = np.asarray(ys)
+    if ys.dtype != np.uint64 or ys.ndim < 1 or ys.shape[0] != len(points):
+        raise ValueError(
+            f"ys must be uint64 of shape ({len(points)}, ...); got {ys.dtype}{ys.shape}"
+        )
+    batch = ys.shape[1:]
+    order = np.argsort(points, kind="stable")
+    flat = ys[order].reshape(len(points), -1)
+    ranked = [points[i] for i in order]
+    if (outside := flat >= np.uint64(prime)).any():
+        row, col = np.argwhere(outside)[0]
+        raise ShamirError(
+            f"share at x = {ranked[row]} is not an element of GF({prime})",
+            index=tuple(int(i) for i in np.unravel_index(col, batch)),
+        )
+    base, extra = tuple(ranked[:threshold]), tuple(ranked[threshold:])
+    out = field.matmul(lagrange_weights(base, (0, *extra), prime), flat[:threshold], prime)
+    if extra and (off := out[1:] != flat[threshold:]).any():
+        col = int(np.flatnonzero(off.any(axis=0))[0])
+        row = int(np.flatnonzero(off[:, col])[0])
+        raise ShamirError(
+            f"share at x = {extra[row]} is not on the polynomial through x = {list(base)}: "
+            f"some share is wrong",
+            index=tuple(int(i) for i in np.unravel_index(col, batch)),
+        )
+    return out[0].reshape(batch)
 
 
-def to_bytes(value: int) -> bytes:
-    """A GF(:data:`PRIME`) element as :data:`ELEMENT_BYTES` little-endian bytes."""
-    return _check_field(PRIME, value, "field element").to_bytes(ELEMENT_BYTES, "little")
+def draw_seed(prime: int = PRIME) -> np.ndarray:
+    """A fresh seed: :data:`LIMBS` independent uniform elements of GF(p), OS CSPRNG."""
+    return field.random_elements(LIMBS, prime)
 
 
-def from_bytes(raw: bytes) -> int:
-    """Inverse of :func:`to_bytes`; refuses a wrong length or a value ≥ p."""
+def to_bytes(elements: np.ndarray) -> bytes:
+    """Elements of GF(:data:`PRIME`) as little-endian uint64 words (a seed's share: 40 bytes)."""
+    return _check_elements("field elements", elements, PRIME).astype("<u8").tobytes()
+
+
+def from_bytes(raw: bytes, *, count: int = LIMBS) -> np.ndarray:
+    """Inverse of :func:`to_bytes` for ``count`` elements; refuses a wrong length or a value ≥ p."""
     raw = bytes(raw)
-    if len(raw) != ELEMENT_BYTES:
-        raise ValueError(f"a field element takes {ELEMENT_BYTES} bytes; got {len(raw)}")
-    return _check_field(PRIME, int.from_bytes(raw, "little"), "field element")
+    if len(raw) != count * ELEMENT_BYTES:
+        raise ValueError(
+            f"{count} field elements take {count * ELEMENT_BYTES} bytes; got {len(raw)}"
+        )
+    return _check_elements(
+        "field elements", np.frombuffer(raw, dtype="<u8").astype(np.uint64), PRIME
+    )

@@ -4,7 +4,6 @@ Protocol and threat model: ``fedpriv/federation/secagg.py`` (Bonawitz et al., CC
 §4). Shamir sharing: ``fedpriv/federation/shamir.py`` (Shamir 1979).
 """
 
-import itertools
 import time
 
 import numpy as np
@@ -30,6 +29,7 @@ from fedpriv.federation.secagg import (
     UnmaskAnswer,
     sum_plain,
 )
+from fedpriv.federation.secagg_server import share_holders
 
 ALPHA = 1e-3  # false-alarm rate of the chi-square uniformity tests (fixed keys: deterministic)
 # Self-mask seeds come from the OS CSPRNG, so tests on them vary run to run: a smaller
@@ -535,10 +535,31 @@ def test_unmask_answers_only_well_formed_requests():
     got = c.unmask(
         round_id=5, survivors=[1, 2, 3, 4], dropped=[5], n=10, inbox=inbox, signatures=sigs
     )
-    assert isinstance(got, UnmaskAnswer) and got.nbytes == 4 * 32 + 8 * 10
+    assert isinstance(got, UnmaskAnswer) and got.nbytes == 4 * shamir.SHARE_BYTES + 8 * 10
 
 
-def test_inconsistent_shares_are_detected_and_abort_the_round():
+def _forge_limb(raw, value):
+    share = shamir.from_bytes(raw)
+    share[3] = value(share[3])  # one limb of five
+    return share.astype("<u8").tobytes()
+
+
+FORGED_SHARES = {
+    # answer 2's share of client 4's seed -> the abort it must cause
+    "off_the_polynomial": (
+        lambda raw: _forge_limb(raw, lambda v: (v + np.uint64(1)) % np.uint64(shamir.PRIME)),
+        r"seed of client 4 is unrecoverable.*some share is wrong",
+    ),
+    "not_a_field_element": (
+        lambda raw: _forge_limb(raw, lambda v: np.uint64(shamir.PRIME)),
+        r"seed of client 4 is unrecoverable.*x = 3 is not an element of GF",
+    ),
+    "too_short": (lambda raw: raw[:-1], r"client 2's unmask answer holds a share that is not 40"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FORGED_SHARES))
+def test_inconsistent_or_malformed_shares_are_detected_and_abort_the_round(case):
     clients, ups, server = _masked_round()
     live = [1, 2, 3, 4, 5]
     inboxes = server.inboxes(live, {i: u.shares for i, u in ups.items()})
@@ -549,13 +570,29 @@ def test_inconsistent_shares_are_detected_and_abort_the_round():
         )
         for i in live
     }
-    bad = shamir.to_bytes((shamir.from_bytes(answers[2].shares[4]) + 1) % shamir.PRIME)
+    forge, why = FORGED_SHARES[case]
+    bad = forge(answers[2].shares[4])
     answers[2] = UnmaskAnswer(shares={**answers[2].shares, 4: bad}, masks={})
     masked = {i: u.vector for i, u in ups.items()}
-    with pytest.raises(
-        SecAggAbort, match=r"seed of client 4 is unrecoverable.*some share is wrong"
-    ):
+    with pytest.raises(SecAggAbort, match=why):
         server.aggregate(round_id=5, participants=live, masked=masked, answers=answers)
+    assert not server.accept_late(5, 4)  # the round is closed: nothing is released for it
+
+
+def test_survivors_are_grouped_by_the_answers_holding_their_shares():
+    # One Lagrange computation per group: every answer holds every survivor's share here
+    # (one group); a sparser sharing, as within neighbourhoods, gives one per holder set.
+    def answers(held):
+        return {i: UnmaskAnswer(shares=dict.fromkeys(us, b""), masks={}) for i, us in held.items()}
+
+    full = answers({1: [1, 2, 3], 2: [1, 2, 3], 3: [1, 2, 3]})
+    assert share_holders((1, 2, 3), (1, 2, 3), full) == {(1, 2, 3): [1, 2, 3]}
+    sparse = answers({1: [1, 2, 4], 2: [1, 2, 3, 4], 3: [2, 3], 4: [1, 3, 4]})
+    assert share_holders((1, 2, 3, 4), (1, 2, 3, 4), sparse) == {
+        (1, 2, 4): [1, 4],
+        (1, 2, 3): [2],
+        (2, 3, 4): [3],
+    }
 
 
 def test_server_sees_only_bytes_and_routes_shares_between_survivors_only():
@@ -563,8 +600,8 @@ def test_server_sees_only_bytes_and_routes_shares_between_survivors_only():
     payload = {i: bytes(u.vector) for i, u in ups.items()}  # as sent on the wire
     masked = {i: np.frombuffer(b, dtype=np.uint64) for i, b in payload.items()}
     for u in ups.values():
-        assert all(len(ct) == 32 + 16 for ct in u.shares.values())  # share + Poly1305 tag
-        assert u.nbytes == 8 * 20 + 2 * 48
+        assert all(len(ct) == 40 + 16 for ct in u.shares.values())  # share + Poly1305 tag
+        assert u.nbytes == 8 * 20 + 2 * 56
     inboxes = server.inboxes([1, 3], {i: u.shares for i, u in ups.items()})
     assert inboxes == {1: {3: ups[3].shares[1]}, 3: {1: ups[1].shares[3]}}
     with pytest.raises(ValueError, match="survivor 1 sent no encrypted share for survivor 3"):
@@ -698,74 +735,6 @@ def test_a_stricter_threshold_aborts_where_the_default_recovers():
         c.config = strict
     with pytest.raises(SecAggAbort, match="below threshold t = 5"):
         _round(clients, xs, 1, server=SecAggServer(codec=CODEC, config=strict))
-
-
-# --- Shamir (Shamir 1979) ------------------------------------------------------
-@settings(max_examples=30, deadline=None, derandomize=True)
-@given(
-    secret=st.integers(0, shamir.PRIME - 1),
-    t=st.integers(1, 6),
-    extra=st.integers(0, 4),
-    data=st.data(),
-)
-def test_any_t_shares_reconstruct_the_secret(secret, t, extra, data):
-    ids = data.draw(
-        st.lists(st.integers(0, 2**64 - 2), min_size=t + extra, max_size=t + extra, unique=True)
-    )
-    shares = shamir.split(secret, xs=[i + 1 for i in ids], threshold=t)
-    subset = data.draw(st.lists(st.sampled_from(sorted(shares)), min_size=t, unique=True))
-    assert shamir.reconstruct({x: shares[x] for x in subset}, threshold=t) == secret
-    assert shamir.from_bytes(shamir.to_bytes(shares[subset[0]])) == shares[subset[0]]
-
-
-@settings(max_examples=20, deadline=None, derandomize=True)
-@given(
-    t=st.integers(2, 4),
-    secrets_=st.lists(st.integers(0, 12), min_size=2, max_size=2),
-    data=st.data(),
-)
-def test_t_minus_one_shares_are_uniform_whatever_the_secret(t, secrets_, data):
-    # Exact, over GF(13): for each secret, enumerating all 13^(t-1) coefficient vectors
-    # gives every (t-1)-tuple of share values exactly once, i.e. the shares are uniform
-    # and independent of the secret (Shamir 1979's perfect secrecy).
-    p = 13
-    xs = data.draw(st.lists(st.integers(1, p - 1), min_size=t - 1, max_size=t - 1, unique=True))
-    for s in secrets_:
-        seen = [
-            tuple(shamir.evaluate(s, list(c), xs, prime=p)[x] for x in xs)
-            for c in itertools.product(range(p), repeat=t - 1)
-        ]
-        assert sorted(seen) == sorted(itertools.product(range(p), repeat=t - 1))
-
-
-def test_wrong_shares_are_detected_beyond_t_and_give_garbage_at_exactly_t():
-    secret = shamir.PRIME - 12345
-    shares = shamir.split(secret, xs=[1, 2, 3, 4, 5], threshold=3)
-    for x in (1, 3, 5):  # a wrong share among more than t: detected wherever it sits
-        bad = {**shares, x: (shares[x] + 1) % shamir.PRIME}
-        with pytest.raises(shamir.ShamirError, match="some share is wrong"):
-            shamir.reconstruct(bad, threshold=3)
-    exact = {x: shares[x] for x in (1, 2, 3)}
-    bad = {**exact, 2: (exact[2] + 1) % shamir.PRIME}
-    assert shamir.reconstruct(bad, threshold=3) != secret  # undetectable, but not the secret
-    with pytest.raises(shamir.ShamirError, match="need at least threshold = 3 shares; got 2"):
-        shamir.reconstruct({1: shares[1], 2: shares[2]}, threshold=3)
-
-
-def test_shamir_refuses_bad_parameters_and_draws_fresh_coefficients():
-    with pytest.raises(ValueError, match="distinct ints"):
-        shamir.split(5, xs=[1, 1, 2], threshold=2)
-    with pytest.raises(ValueError, match="distinct ints"):
-        shamir.split(5, xs=[0, 1, 2], threshold=2)  # x = 0 would be the secret itself
-    with pytest.raises(ValueError, match=r"threshold must be an int in \[1, 3\]"):
-        shamir.split(5, xs=[1, 2, 3], threshold=4)
-    with pytest.raises(ValueError, match="secret must be an int in"):
-        shamir.split(shamir.PRIME, xs=[1, 2], threshold=2)
-    with pytest.raises(ValueError, match="takes 32 bytes"):
-        shamir.from_bytes(bytes(31))
-    with pytest.raises(ValueError, match="field element must be an int in"):
-        shamir.from_bytes((2**256 - 1).to_bytes(32, "little"))
-    assert shamir.split(5, xs=[1, 2], threshold=2) != shamir.split(5, xs=[1, 2], threshold=2)
 
 
 # --- the Flower ClientApp handlers ----------------------------------------------

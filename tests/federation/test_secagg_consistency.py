@@ -101,8 +101,10 @@ CODEC_N = 64
 
 def _unmask_victim(y1, answers, r=0):
     """y_1 − PRG(b_1) − (every pair mask of client 1), from the equivocation's answers."""
-    pts = {point(i): shamir.from_bytes(answers[i].shares[1]) for i in (1, 4, 5)}
-    out = y1 - self_mask(shamir.reconstruct(pts, threshold=3), r, y1.size)
+    ys = np.stack([shamir.from_bytes(answers[i].shares[1]) for i in (1, 4, 5)])
+    out = y1 - self_mask(
+        shamir.reconstruct([point(i) for i in (1, 4, 5)], ys, threshold=3), r, y1.size
+    )
     out -= answers[1].masks[4] + answers[1].masks[5]  # +m_14, +m_15 as they enter y_1
     out += answers[2].masks[1] + answers[3].masks[1]  # −m_12, −m_13 as they enter y_2, y_3
     return out
