@@ -10,15 +10,19 @@ else leaves it; its weights are a function of the query and its rows, so a
 runtime may drop the handler's state (caches of the rows' candidate bins
 and of their margin under the trees released so far).
 The calibration round asks for each class's record count in public bins of
-the released margin H (:func:`calibration_counts`).
+the released margin H (:func:`calibration_counts`). In process,
+:meth:`BDPEClient.answer_many` answers every client at once, bit for bit as each
+would (:mod:`fedpriv.clients.batched`).
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from fedpriv.clients.batched import ClientRows, answering, client_rows
 from fedpriv.clients.reply_settings import require_rate, setting_choice, setting_int
 
 from fedpriv.federation.protocol import (
@@ -110,23 +114,53 @@ class BDPEClient(ClientHandler):
         return out
 
     def _level(self, query, arrays, model, data: ClientData, y, w, state) -> np.ndarray:
-        d = data.XT.shape[0]
-        level = int(query.config["level"])
-        if model.depth != int(query.config["depth"]):  # what the node's stage is read from
-            raise ValueError(f"the query's trees have depth {model.depth}, its config says "
-                             f"{query.config['depth']}")  # fmt: skip
-        feature = np.asarray(arrays["tree_feature"], dtype=np.int64)
-        threshold = np.asarray(arrays["tree_threshold"], dtype=np.float64)
-        if not 0 <= level < max(model.depth, 1) or feature.size != (1 << model.depth) - 1:
-            raise ValueError(f"level must lie in [0, {model.depth}); got {level}")
-        thresholds = thresholds_of(arrays["cand_feature"], arrays["cand_threshold"], d)
-        if sum(t.size for t in thresholds) != int(query.config["candidates"]):
-            raise ValueError(f"the query holds {sum(t.size for t in thresholds)} candidates; "
-                             f"its config says {query.config['candidates']}")  # fmt: skip
+        level, feature, threshold, thresholds = _level_query(query, arrays, model, data.XT.shape[0])
         node = node_of_rows(feature, threshold, level, data.X)
         bins = self._bins(arrays, thresholds, data, state)
         left, total = level_sums(bins, thresholds, node, 1 << level, y, w)
         return np.concatenate([total.ravel(), left.ravel()])
+
+    def answer_many(
+        self,
+        query: Query,
+        datas: Sequence[ClientData],
+        samples: Sequence[np.ndarray],
+        state: dict[str, Any],
+        keys: Sequence[SecretKey] | None = None,
+    ) -> np.ndarray:
+        """All clients' replies (rows), each bit-identical to :meth:`answer`'s.
+
+        The rows are scored, routed and binned once, end to end
+        (:mod:`fedpriv.clients.batched`), the margins continued as :meth:`answer`
+        continues them (same trees, same order); each client's sums are the slots
+        of one histogram that carry its position (:func:`level_sums_many`,
+        :func:`calibration_counts_many`). A client the round did not ask (an
+        empty sample) gets zeros; ``state`` is the runtime's one shared state.
+        """
+        active = answering(datas, samples, "bdpe counts every record in every level")
+        rows = client_rows(datas, state)
+        arrays = dict(query.arrays)
+        model = BDPEModel.from_arrays(arrays)
+        y = class_codes(rows.data.y, 2)
+        H = self._margins(model, rows.data, state)
+        phase = str(query.config.get("phase"))
+        if phase == "calibrate":
+            out = calibration_counts_many(H, y, arrays["edges"], rows)
+        elif phase == "level":
+            w = example_weights(H, np.maximum(y, 0), model.alpha)
+            d = rows.data.XT.shape[0]
+            level, feature, threshold, thresholds = _level_query(query, arrays, model, d)
+            node = node_of_rows(feature, threshold, level, rows.data.X)
+            bins = self._bins(arrays, thresholds, rows.data, state)
+            out = level_sums_many(bins, thresholds, node, 1 << level, y, w, rows)
+        else:
+            raise ValueError(f"phase must be one of ['level', 'calibrate']; got {phase!r}")
+        if out.shape[1] != query.reply_length:
+            raise ValueError(
+                f"reply has {out.shape[1]} values; the query asks for {query.reply_length}"
+            )
+        out[~active] = 0.0
+        return out
 
     @staticmethod
     def _margins(model: BDPEModel, data: ClientData, state: dict[str, Any]) -> np.ndarray:
@@ -171,3 +205,85 @@ def _prefix_key(model: BDPEModel, k: int) -> str:
     for a in (model.feature[:k], model.threshold[:k], model.leaf_values[:k], model.beta[:k]):
         h.update(np.ascontiguousarray(a).tobytes())
     return h.hexdigest()
+
+
+def calibration_counts_many(margins: np.ndarray, y: np.ndarray, edges, rows: ClientRows):
+    """(K, 2B): each client's :func:`calibration_counts` over its block of ``rows``
+    (counts: exact in any order)."""
+    e = np.asarray(edges, dtype=np.float64)
+    if e.ndim != 1 or np.any(np.diff(e) <= 0):
+        raise ValueError("calibration edges must be strictly increasing")
+    keep = (y == 0) | (y == 1)
+    width = 2 * (e.size + 1)
+    b = np.searchsorted(e, margins[keep], side="left")
+    cell = rows.owner[keep] * width + b * 2 + (1 - y[keep])
+    counts = np.bincount(cell, minlength=rows.clients * width).astype(np.float64)
+    return counts.reshape(rows.clients, width)
+
+
+#: Most histogram slots one batch of clients fills at once (8 bytes each): K clients'
+#: (feature, node, class, bin) histograms at depth 10 would not fit in memory at once.
+HIST_SLOTS = 1 << 22
+
+
+def level_sums_many(
+    bins: np.ndarray,
+    thresholds: list[np.ndarray],
+    node: np.ndarray,
+    n_nodes: int,
+    y: np.ndarray,
+    w: np.ndarray,
+    rows: ClientRows,
+) -> np.ndarray:
+    """(K, ·): each client's level reply ``[total | left]`` from :func:`level_sums` over
+    its block of ``rows``, as rows.
+
+    The same histogram with the client's position as its outer index, filled by
+    one ``np.bincount`` per batch of clients (:data:`HIST_SLOTS`): each slot
+    accumulates its client's rows in their order, as that client's own call
+    does; then the same cumulative sum over bins.
+    """
+    w = np.clip(np.asarray(w, dtype=np.float64), 0.0, 1.0)
+    keep = (y == 0) | (y == 1)
+    w = np.where(keep, w, 0.0)
+    cls = np.where(keep, y, 0)
+    d = bins.shape[1]
+    V = max(len(t) for t in thresholds) + 1 if thresholds else 1
+    width = n_nodes * 2 * V  # one feature's slots
+    cell = (node * 2 + (1 - cls)) * V  # class 1 first: (w¹, w⁰)
+    K, G = rows.clients, sum(len(t) for t in thresholds)
+    out = np.empty((K, n_nodes * 2 * (1 + G)))
+    step = max(1, HIST_SLOTS // max(d * width, 1))
+    for c0 in range(0, K, step):
+        c = min(K, c0 + step) - c0
+        r = slice(int(rows.starts[c0]), int(rows.starts[c0 + c]))
+        local = rows.owner[r] - c0
+        idx = (local[:, None] * d + np.arange(d, dtype=np.int64)[None, :]) * width
+        idx += cell[r][:, None] + bins[r]
+        hist = np.bincount(idx.ravel(), weights=np.repeat(w[r], d), minlength=c * d * width)
+        cum = np.cumsum(hist.reshape(c, d, n_nodes, 2, V), axis=4)
+        total = np.bincount(
+            (local * n_nodes + node[r]) * 2 + (1 - cls[r]), weights=w[r], minlength=c * n_nodes * 2
+        )
+        parts = [cum[:, j, :, :, : len(t)].transpose(0, 1, 3, 2) for j, t in enumerate(thresholds)]
+        left = np.concatenate(parts, axis=2) if parts else np.zeros((c, n_nodes, 0, 2))
+        out[c0 : c0 + c] = np.concatenate([total.reshape(c, -1), left.reshape(c, -1)], axis=1)
+    return out
+
+
+def _level_query(query: Query, arrays, model: BDPEModel, d: int):
+    """A level round's public inputs, checked: the level, the tree being grown (heap
+    features and thresholds) and the candidates (one threshold array per feature)."""
+    level = int(query.config["level"])
+    if model.depth != int(query.config["depth"]):  # what the node's stage is read from
+        raise ValueError(f"the query's trees have depth {model.depth}, its config says "
+                         f"{query.config['depth']}")  # fmt: skip
+    feature = np.asarray(arrays["tree_feature"], dtype=np.int64)
+    threshold = np.asarray(arrays["tree_threshold"], dtype=np.float64)
+    if not 0 <= level < max(model.depth, 1) or feature.size != (1 << model.depth) - 1:
+        raise ValueError(f"level must lie in [0, {model.depth}); got {level}")
+    thresholds = thresholds_of(arrays["cand_feature"], arrays["cand_threshold"], d)
+    if sum(t.size for t in thresholds) != int(query.config["candidates"]):
+        raise ValueError(f"the query holds {sum(t.size for t in thresholds)} candidates; "
+                         f"its config says {query.config['candidates']}")  # fmt: skip
+    return level, feature, threshold, thresholds

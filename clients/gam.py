@@ -23,15 +23,19 @@ the released sums back.
 
 The handler keeps only a cache of its rows' bins (keyed by the public
 binning), which a runtime may drop: the reply is a function of the query and
-the rows alone, so every runtime gets the same floats.
+the rows alone, so every runtime gets the same floats. In process,
+:meth:`GAMClient.answer_many` answers every client at once, bit for bit as each
+would (:mod:`fedpriv.clients.batched`).
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from fedpriv.clients.batched import ClientRows, answering, client_rows
 from fedpriv.clients.reply_settings import require_rate, setting_choice, setting_int
 
 from fedpriv.federation.protocol import (
@@ -114,54 +118,19 @@ class GAMClient(ClientHandler):
         phase = str(query.config["phase"])
         C = int(query.config["n_classes"])
         if phase == "intercept":
-            # Each block divided by its sensitivity (fedpriv.models.gam_sensitivity).
-            out = intercept_sums(data.y) if C == 2 else softmax_intercept_sums(data.y, C)
-            out = out / head_sensitivity(C)
-            grid = int(query.config["grid"])
-            if grid > 0:
-                terms = Terms.from_arrays(dict(query.arrays))
-                terms.check_features(data.XT.shape[0])
-                numeric = int(terms.numeric.sum())
-                if numeric < 1:
-                    raise ValueError("a fine-grid sketch needs at least one numeric term")
-                hist = fine_histograms(terms, data.XT, grid) / np.sqrt(numeric)
-                out = np.concatenate([out, hist])
-        elif phase in ("term", "group", "pair", "select"):
-            arrays = dict(query.arrays)
-            model = GAMModel.from_arrays(arrays)
-            if model.n_classes != C:
-                raise ValueError(f"the query's model has {model.n_classes} classes; its "
-                                 f"config says {C}")  # fmt: skip
+            out = _intercept(query, C, _fine_terms(query, data.XT.shape[0]), data)
+        elif phase in SCORED:
+            model, arrays = _model(query, C)
             bins = self._bins(model.terms, data, state)
             f = model.margins(bins)
-            if phase == "group":
-                group = np.asarray(arrays["group"], dtype=np.int64)
-                if model.n_classes != 2 or not set(group.tolist()) <= set(
-                    binary_terms(model.terms).tolist()
-                ):
-                    raise ValueError("a group round needs two classes and binary terms only")
-                s = int(query.config["sparsity"])
-                scale = column_sensitivity(2) / group_sensitivity(s)  # 1/√s
-                out = group_sums(f, data.y, bins[group] == 1, s) * scale
-            elif phase == "term":
-                k = int(query.config["term"])
-                if not 0 <= k < model.terms.m:
-                    raise ValueError(f"term must lie in [0, {model.terms.m}); got {k}")
-                out = _sums(model, f, data.y, bins[k], model.terms.n_bins(k))
-            elif phase == "pair":
-                j = int(query.config["pair"])
-                if not 0 <= j < len(model.pairs):
-                    raise ValueError(f"pair must lie in [0, {len(model.pairs)}); got {j}")
-                pair = model.pairs[j]
-                out = _sums(model, f, data.y, pair.cells(bins), pair.n_cells)
-            else:
-                cands = pairs_from_arrays(arrays, model.terms.n_bins, prefix="candidate")
-                if len(cands) != int(query.config["candidates"]):
-                    raise ValueError(f"the query holds {len(cands)} candidate pairs; its "
-                                     f"config says {query.config['candidates']}")  # fmt: skip
-                out = np.concatenate(
-                    [_sums(model, f, data.y, p.cells(bins), p.n_cells) for p in cands]
-                ) / np.sqrt(len(cands))
+            out = _scored(
+                query,
+                model,
+                arrays,
+                bins,
+                lambda cells, n: _sums(model, f, data.y, cells, n),
+                lambda positive, s: group_sums(f, data.y, positive, s),
+            )
         else:
             raise ValueError(
                 f"phase must be one of ['intercept', 'term', 'group', 'pair', 'select']; "
@@ -173,6 +142,71 @@ class GAMClient(ClientHandler):
             )
         return out
 
+    def answer_many(
+        self,
+        query: Query,
+        datas: Sequence[ClientData],
+        samples: Sequence[np.ndarray],
+        state: dict[str, Any],
+        keys: Sequence[SecretKey] | None = None,
+    ) -> np.ndarray:
+        """All clients' replies (rows), each bit-identical to :meth:`answer`'s.
+
+        The rows are binned and scored once, end to end (:mod:`fedpriv.clients.batched`);
+        each client's bin sums are the slots of one histogram that carry its position,
+        accumulated over its rows in its own order. Round 0's totals and a group round's
+        weighted sums (a matrix product, whose order is BLAS's) are each client's own
+        call on its block of the scored rows. A client the round did not ask (an empty
+        sample) gets zeros; ``state`` is the runtime's one shared state.
+        """
+        active = answering(datas, samples, "DP-EBM counts every record in every round")
+        rows = client_rows(datas, state)
+        phase = str(query.config["phase"])
+        C = int(query.config["n_classes"])
+        out = np.zeros((len(datas), query.reply_length))
+        if phase == "intercept":
+            terms = _fine_terms(query, rows.data.XT.shape[0])
+            replies = {i: _intercept(query, C, terms, datas[i]) for i in np.flatnonzero(active)}
+            width = {r.size for r in replies.values()} or {query.reply_length}
+            if width != {query.reply_length}:
+                raise ValueError(
+                    f"reply has {width.pop()} values; the query asks for {query.reply_length}"
+                )
+            for i, reply in replies.items():
+                out[i] = reply
+            return out
+        if phase not in SCORED:
+            raise ValueError(
+                f"phase must be one of ['intercept', 'term', 'group', 'pair', 'select']; "
+                f"got {phase!r}"
+            )
+        model, arrays = _model(query, C)
+        bins = self._bins(model.terms, rows.data, state)
+        f, y = model.margins(bins), rows.data.y
+
+        def group(positive: np.ndarray, s: int) -> np.ndarray:
+            sums = {}
+            for i in np.flatnonzero(active):
+                b = rows.block(i)
+                sums[i] = group_sums(f[b], y[b], np.ascontiguousarray(positive[:, b]), s)
+            width = next(iter(sums.values())).size if sums else 2 * positive.shape[0]
+            return np.stack([sums.get(i, np.zeros(width)) for i in range(len(datas))])
+
+        got = _scored(
+            query,
+            model,
+            arrays,
+            bins,
+            lambda cells, n: _sums_many(model, f, y, cells, n, rows),
+            group,
+        )
+        if got.shape[1] != query.reply_length:
+            raise ValueError(
+                f"reply has {got.shape[1]} values; the query asks for {query.reply_length}"
+            )
+        out[active] = got[active]
+        return out
+
     @staticmethod
     def _bins(terms: Terms, data: ClientData, state: dict[str, Any]) -> np.ndarray:
         key = _binning_key(terms)
@@ -180,3 +214,88 @@ class GAMClient(ClientHandler):
             state["bins"] = bin_matrix(terms, data.XT)
             state["bins_key"] = key
         return state["bins"]
+
+
+#: The phases whose reply scores the rows with the query's released model.
+SCORED = ("term", "group", "pair", "select")
+
+
+def _fine_terms(query: Query, n_features: int) -> Terms | None:
+    """Round 0's numeric terms for the fine-grid sketch (``None``: ``grid`` is 0)."""
+    if int(query.config["grid"]) <= 0:
+        return None
+    terms = Terms.from_arrays(dict(query.arrays))
+    terms.check_features(n_features)
+    if int(terms.numeric.sum()) < 1:
+        raise ValueError("a fine-grid sketch needs at least one numeric term")
+    return terms
+
+
+def _intercept(query: Query, C: int, terms: Terms | None, data: ClientData) -> np.ndarray:
+    """Round 0's reply: the totals at margin 0, then the fine-grid sketch when ``terms``."""
+    # Each block divided by its sensitivity (fedpriv.models.gam_sensitivity).
+    out = intercept_sums(data.y) if C == 2 else softmax_intercept_sums(data.y, C)
+    out = out / head_sensitivity(C)
+    if terms is not None:
+        grid = int(query.config["grid"])
+        hist = fine_histograms(terms, data.XT, grid) / np.sqrt(int(terms.numeric.sum()))
+        out = np.concatenate([out, hist])
+    return out
+
+
+def _model(query: Query, C: int) -> tuple[GAMModel, dict[str, np.ndarray]]:
+    """The query's released model, refused unless it has the config's ``C`` classes."""
+    arrays = dict(query.arrays)
+    model = GAMModel.from_arrays(arrays)
+    if model.n_classes != C:
+        raise ValueError(f"the query's model has {model.n_classes} classes; its config says {C}")
+    return model, arrays
+
+
+def _scored(query: Query, model: GAMModel, arrays, bins: np.ndarray, sums, group) -> np.ndarray:
+    """The reply of a scored phase from ``sums(cells, n)``, the ``[Σg | Σh]`` over ``n``
+    bins or cells of the rows' ``cells``, and ``group(positive, s)``, the group sums
+    (:func:`~fedpriv.models.gam_group.group_sums`): one client's reply, or every
+    client's as rows, as the two callables give them. Each scaled by its sensitivity
+    (:mod:`fedpriv.models.gam_sensitivity`)."""
+    phase = query.config["phase"]
+    if phase == "group":
+        members = np.asarray(arrays["group"], dtype=np.int64)
+        if model.n_classes != 2 or not set(members.tolist()) <= set(
+            binary_terms(model.terms).tolist()
+        ):
+            raise ValueError("a group round needs two classes and binary terms only")
+        s = int(query.config["sparsity"])
+        scale = column_sensitivity(2) / group_sensitivity(s)  # 1/√s
+        return group(bins[members] == 1, s) * scale
+    if phase == "term":
+        k = int(query.config["term"])
+        if not 0 <= k < model.terms.m:
+            raise ValueError(f"term must lie in [0, {model.terms.m}); got {k}")
+        return sums(bins[k], model.terms.n_bins(k))
+    if phase == "pair":
+        j = int(query.config["pair"])
+        if not 0 <= j < len(model.pairs):
+            raise ValueError(f"pair must lie in [0, {len(model.pairs)}); got {j}")
+        pair = model.pairs[j]
+        return sums(pair.cells(bins), pair.n_cells)
+    cands = pairs_from_arrays(arrays, model.terms.n_bins, prefix="candidate")
+    if len(cands) != int(query.config["candidates"]):
+        raise ValueError(f"the query holds {len(cands)} candidate pairs; its "
+                         f"config says {query.config['candidates']}")  # fmt: skip
+    parts = [sums(p.cells(bins), p.n_cells) for p in cands]
+    return np.concatenate(parts, axis=-1) / np.sqrt(len(cands))
+
+
+def _sums_many(model: GAMModel, f, y, cells: np.ndarray, n: int, rows: ClientRows):
+    """(K, ·): each client's :func:`_sums` over its rows' ``cells``, as rows.
+
+    One histogram of K·n slots (client, cell): a slot accumulates its client's
+    rows in their order, as the client's own ``np.bincount`` / ``np.add.at`` does.
+    """
+    b = np.asarray(cells, dtype=np.int64)
+    if b.size and (b.min() < 0 or b.max() >= n):
+        raise ValueError(f"bins must lie in [0, {n}); got {b.min()}..{b.max()}")
+    K = rows.clients
+    flat = _sums(model, f, y, rows.owner * n + b, K * n)  # [Σg of K·n slots | Σh of K·n]
+    return flat.reshape(2, K, -1).transpose(1, 0, 2).reshape(K, -1)

@@ -19,14 +19,20 @@ clients' rows; it cannot tell why a node was not grown.
 
 State: each row's last candidate in every tree, a (k, n) integer array.
 Without it (a fresh Flower process with the state dropped) the client
-cannot replay the walk, so the handler keeps it in the runtime's state.
+cannot replay the walk, so the handler keeps it in the runtime's state. In
+process, :meth:`LumberjackClient.answer_many` answers every client at once, bit
+for bit as each would, its state every client's walk in one (k, N) array
+(:mod:`fedpriv.clients.batched`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+from fedpriv.clients.batched import answering, client_rows
 from fedpriv.clients.reply_settings import require_rate, setting_choice, setting_int
 
 from fedpriv.federation.protocol import (
@@ -110,23 +116,115 @@ class LumberjackClient(ClientHandler):
         return self._stage_counts(query, data, state, k)
 
     def _stage_counts(self, query: Query, data: ClientData, state, k: int) -> np.ndarray:
-        a = query.arrays
-        roots = np.ascontiguousarray(a["roots"], dtype=np.int64)
-        height = int(query.config["height"])
-        if roots.size != k:
-            raise ValueError(f"query holds {roots.size} trees; config says {k}")
-        first = query.round == 0
-        if first:
-            if np.any(roots != 1):
-                raise ValueError("the first stage must start at each tree's root")
+        stage = _Stage.of(query, k, data.X.shape[1])
+        if stage.first:
             cand = np.zeros((k, data.n), dtype=np.int64)
-            rank = np.full(1, -1, dtype=np.int64)
-            starts = np.zeros(k, dtype=np.int64)
         else:
             cand = state.get("candidate")
             if cand is None or state.get("round") != query.round - 1:
                 raise ValueError(f"round {query.round}: the client's walk state is missing")
             cand = np.array(cand, dtype=np.int64)  # writable, C order
+            stage.check_walk(cand)
+        out = np.zeros(int(stage.offsets[-1]))
+        stage.walk(data.X_rows, cand, np.array([0, data.n]), out[None])
+        state.update(candidate=cand, round=query.round)
+        return out
+
+    def _leaf_counts(self, query: Query, data: ClientData, y, n_classes: int, k: int):
+        leaves = _Leaves.of(query, k, data.X.shape[1])
+        return leaves.counts(data.X_rows, y, np.zeros(data.n, dtype=np.int64), 1, n_classes)[0]
+
+    def answer_many(
+        self,
+        query: Query,
+        datas: Sequence[ClientData],
+        samples: Sequence[np.ndarray],
+        state: dict[str, Any],
+        keys: Sequence[SecretKey] | None = None,
+    ) -> np.ndarray:
+        """All clients' replies (rows), each bit-identical to :meth:`answer`'s.
+
+        The answering clients' rows are walked once, end to end
+        (:mod:`fedpriv.clients.batched`), each row's visits and leaf counted in its
+        client's row (counts: exact in any order). The walk state is every
+        client's candidates in one (trees, rows) array plus the round each
+        client's walk reached: a client that missed a stage is refused as
+        :meth:`answer` refuses it. The recalibration sums are each client's own
+        call on its block of the scored rows. A client the round did not ask (an
+        empty sample) gets zeros and keeps its walk; ``state`` is the runtime's one
+        shared state.
+        """
+        active = answering(datas, samples, "Lumberjack counts every row")
+        rows = client_rows(datas, state)
+        cfg, K = query.config, len(datas)
+        if cfg["kind"] == recalibration.STAGE:
+            scores = ForestModel.from_arrays(query.arrays).raw_scores(rows.data.X)
+            codes = class_codes(rows.data.y, int(cfg["n_classes"]))
+            out = np.zeros((K, query.reply_length))
+            for i in np.flatnonzero(active):
+                b = rows.block(i)
+                out[i] = recalibration.record_sums(scores[b], codes[b])
+            return out
+        n_classes, k = int(cfg["n_classes"]), int(cfg["n_trees"])
+        d = rows.data.X.shape[1]
+        mine = rows.row_mask(active)
+        every = bool(mine.all())
+        X = rows.data.X_rows if every else rows.data.X_rows[mine]
+        if cfg["kind"] == "leaves":
+            y = class_codes(rows.data.y if every else rows.data.y[mine], n_classes)
+            owner = rows.owner if every else rows.owner[mine]
+            return _Leaves.of(query, k, d).counts(X, y, owner, K, n_classes)
+        stage = _Stage.of(query, k, d)
+        walked = state.get("walked", np.full(K, -1, dtype=np.int64))
+        if stage.first:
+            cand_all = np.zeros((k, mine.size), dtype=np.int64)
+        else:
+            cand_all = state.get("candidate")
+            if cand_all is None or np.any(walked[active] != query.round - 1):
+                raise ValueError(f"round {query.round}: the client's walk state is missing")
+            cand_all = np.array(cand_all, dtype=np.int64)  # writable, C order
+        cand = cand_all if every else np.ascontiguousarray(cand_all[:, mine])
+        if not stage.first:
+            stage.check_walk(cand)
+        out = np.zeros((K, int(stage.offsets[-1])))
+        sizes = np.diff(rows.starts) * active  # the walked rows: the answering clients'
+        stage.walk(X, cand, np.concatenate([[0], np.cumsum(sizes)]), out)
+        if not every:
+            cand_all[:, mine] = cand
+        walked = walked.copy()
+        walked[active] = query.round
+        state.update(candidate=cand_all, walked=walked)
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Stage:
+    """A structure stage's public walk, checked (:func:`_forest_kernels.route_stage`)."""
+
+    first: bool
+    roots: np.ndarray
+    height: int
+    rank: np.ndarray
+    rank_starts: np.ndarray
+    grown: np.ndarray | None  # bottom nodes of the previous stage per tree (later stages)
+    offsets: np.ndarray
+    feature: np.ndarray
+    threshold: np.ndarray
+
+    @classmethod
+    def of(cls, query: Query, k: int, width: int) -> _Stage:
+        a = query.arrays
+        roots = np.ascontiguousarray(a["roots"], dtype=np.int64)
+        height = int(query.config["height"])
+        if roots.size != k:
+            raise ValueError(f"query holds {roots.size} trees; config says {k}")
+        first, sizes = query.round == 0, None
+        if first:
+            if np.any(roots != 1):
+                raise ValueError("the first stage must start at each tree's root")
+            rank = np.full(1, -1, dtype=np.int64)
+            starts = np.zeros(k, dtype=np.int64)
+        else:
             grow = np.asarray(a["grow"]).astype(bool)
             sizes = np.asarray(a["grow_sizes"], dtype=np.int64)
             starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
@@ -136,63 +234,75 @@ class LumberjackClient(ClientHandler):
                 if 2 * int(mine.sum()) != roots[t]:
                     raise ValueError(f"tree {t}: {roots[t]} roots for {int(mine.sum())} grown")
                 rank[starts[t] : starts[t] + sizes[t]][mine] = np.arange(int(mine.sum()))
-            if cand.size and np.any(cand.max(axis=1) >= 2 * sizes):
-                raise ValueError("the query's grow bits are fewer than the client's candidates")
         per_tree = roots * ((1 << height) - 1)
         offsets = np.concatenate([[0], np.cumsum(per_tree)]).astype(np.int64)
-        feature = _check_features(a["feature"], data.X.shape[1])
+        feature = _check_features(a["feature"], width)
         if feature.size != offsets[-1] or np.any(feature < 0):
             raise ValueError(f"the stage needs {offsets[-1]} splits; got {feature.size}")
-        out = np.zeros(int(offsets[-1]))
-        ok = _forest_kernels.route_stage(
-            data.X_rows,
-            cand,
-            rank,
-            starts,
-            first,
-            roots,
-            height,
-            feature,
-            np.ascontiguousarray(a["threshold"], dtype=np.float64),
-            offsets,
-            out,
-        )
+        threshold = np.ascontiguousarray(a["threshold"], dtype=np.float64)
+        return cls(first=first, roots=roots, height=height, rank=rank, rank_starts=starts,
+                   grown=sizes, offsets=offsets, feature=feature,
+                   threshold=threshold)  # fmt: skip
+
+    def check_walk(self, cand: np.ndarray) -> None:
+        """Refuse candidates past the query's grow bits (a later stage's walk)."""
+        if cand.size and np.any(cand.max(axis=1) >= 2 * self.grown):
+            raise ValueError("the query's grow bits are fewer than the client's candidates")
+
+    def walk(self, X: np.ndarray, cand: np.ndarray, starts: np.ndarray, out: np.ndarray) -> None:
+        """Walk the rows ``X`` on from ``cand`` (updated), client c's rows
+        ``starts[c]:starts[c + 1]`` counting in ``out[c]``."""
+        ok = _forest_kernels.route_stage_clients(
+            X, cand, self.rank, self.rank_starts, self.first, self.roots, self.height,
+            self.feature, self.threshold, self.offsets, starts.astype(np.int64), out,
+        )  # fmt: skip
         if not ok:
             raise ValueError("a row maps to no root of this stage: inconsistent grow bits")
-        state.update(candidate=cand, round=query.round)
-        return out
 
-    def _leaf_counts(self, query: Query, data: ClientData, y, n_classes: int, k: int):
+
+@dataclass(frozen=True, kw_only=True)
+class _Leaves:
+    """The leaf query's released pruned trees, checked (:func:`_forest_kernels.apply_forest`)."""
+
+    offsets: np.ndarray
+    feature: np.ndarray
+    threshold: np.ndarray
+    left: np.ndarray
+    right: np.ndarray
+
+    @classmethod
+    def of(cls, query: Query, k: int, width: int) -> _Leaves:
         a = query.arrays
         sizes = np.asarray(a["tree_sizes"], dtype=np.int64)
         if sizes.size != k or np.any(sizes < 1):
             raise ValueError(f"query holds {sizes.size} trees; config says {k}")
         offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        feature = _check_features(a["feature"], data.X.shape[1])
+        feature = _check_features(a["feature"], width)
         left = np.ascontiguousarray(a["left"], dtype=np.int64)
         if feature.size != offsets[-1] or left.size != offsets[-1]:
             raise ValueError("the trees' arrays disagree on their sizes")
         if np.any((left >= 0) != (feature >= 0)):
             raise ValueError("a split node without a feature (or a leaf with one)")
-        node = np.zeros((k, data.n), dtype=np.int64)
+        return cls(offsets=offsets, feature=feature,
+                   threshold=np.ascontiguousarray(a["threshold"], dtype=np.float64), left=left,
+                   right=np.ascontiguousarray(a["right"], dtype=np.int64))  # fmt: skip
+
+    def counts(self, X, y, owner: np.ndarray, clients: int, n_classes: int) -> np.ndarray:
+        """(clients, ·): each leaf's class counts, tree after tree, of the rows ``X``
+        (labels ``y``) in their client's row ``owner``."""
+        k = self.offsets.size - 1
+        node = np.zeros((k, X.shape[0]), dtype=np.int64)
         ok = _forest_kernels.apply_forest(
-            data.X_rows,
-            feature,
-            np.ascontiguousarray(a["threshold"], dtype=np.float64),
-            left,
-            np.ascontiguousarray(a["right"], dtype=np.int64),
-            offsets,
-            node,
+            X, self.feature, self.threshold, self.left, self.right, self.offsets, node
         )
         if not ok:
             raise ValueError("a child index points outside its tree")
+        keep = y >= 0  # a label outside the class set counts in no slot
         out = []
         for t in range(k):
-            is_leaf = left[offsets[t] : offsets[t + 1]] < 0
+            is_leaf = self.left[self.offsets[t] : self.offsets[t + 1]] < 0
             leaf = (np.cumsum(is_leaf) - 1)[node[t]]
-            n_leaves = int(is_leaf.sum())
-            keep = y >= 0  # a label outside the class set counts in no slot
-            out.append(
-                np.bincount(leaf[keep] * n_classes + y[keep], minlength=n_leaves * n_classes)
-            )
-        return np.concatenate(out).astype(np.float64)
+            slots = int(is_leaf.sum()) * n_classes
+            cell = owner[keep] * slots + leaf[keep] * n_classes + y[keep]
+            out.append(np.bincount(cell, minlength=clients * slots).reshape(clients, slots))
+        return np.concatenate(out, axis=1).astype(np.float64)

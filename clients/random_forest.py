@@ -13,13 +13,17 @@ later row's tree (81 counts in L1 on heart's first client at 5 trees × depth 4,
 A label that is not a class index in [0, C) (validated where the data enters,
 but a caller may bypass that) counts in no slot: bincount of leaf·C + y would
 otherwise put it in a neighbouring leaf's or tree's counts, or past the end.
+In process, :meth:`RandomForestClient.answer_many` answers every client at once,
+bit for bit as each would, each client drawing its rows' trees from its own key.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from fedpriv.clients.batched import answering, client_rows
 from fedpriv.clients.reply_settings import require_rate, setting_choice, setting_int
 
 from fedpriv.federation.protocol import (
@@ -82,25 +86,73 @@ class RandomForestClient(ClientHandler):
         key: SecretKey | None = None,
     ) -> np.ndarray:
         require_every_record(sample, data, "the random forest counts every row")
-        cfg = query.config
-        depth, n_classes = int(cfg["depth"]), int(cfg["n_classes"])
-        features, thresholds = query.arrays["feature"], query.arrays["threshold"]
-        k, leaves = features.shape[0], 1 << depth
-        if k != int(cfg["trees"]):  # the count the node's sensitivity is derived from
-            raise ValueError(f"query holds {k} trees; its config says {cfg['trees']}")
-        y = class_codes(data.y, n_classes)  # −1: not a class, counted nowhere
+        trees = _trees(query, data.XT.shape[0])
         owner = None
-        if cfg["mode"] == "disjoint":
-            owner = tree_of_rows(key, data.n, k)
-        out = np.zeros((k, leaves, n_classes))
-        for t in range(k):
-            tree = RandomTree(features[t], thresholds[t])
-            if tree.depth != depth:
-                raise ValueError(f"tree {t} has depth {tree.depth}; the query says {depth}")
-            check_routable(tree, data.XT.shape[0])
-            leaf = route(tree, data.X)
-            keep = y >= 0 if owner is None else (owner == t) & (y >= 0)
-            out[t] = np.bincount(
-                leaf[keep].astype(np.int64) * n_classes + y[keep], minlength=leaves * n_classes
-            ).reshape(leaves, n_classes)
-        return out.ravel()
+        if query.config["mode"] == "disjoint":
+            owner = tree_of_rows(key, data.n, len(trees))
+        y = class_codes(data.y, int(query.config["n_classes"]))  # −1: not a class, nowhere
+        return _counts(query, trees, data.X, y, owner, np.zeros(data.n, dtype=np.int64), 1)[0]
+
+    def answer_many(
+        self,
+        query: Query,
+        datas: Sequence[ClientData],
+        samples: Sequence[np.ndarray],
+        state: dict[str, Any],
+        keys: Sequence[SecretKey] | None = None,
+    ) -> np.ndarray:
+        """All clients' replies (rows), each bit-identical to :meth:`answer`'s.
+
+        The rows are routed once, end to end (:mod:`fedpriv.clients.batched`), each
+        row's leaf counted in its client's row (counts: exact in any order). In
+        ``disjoint`` mode each client draws its rows' trees from its own key
+        (``keys[i]``), as :meth:`answer` does; never one draw for all. A client the
+        round did not ask (an empty sample) gets zeros; no state is kept but the
+        cached rows.
+        """
+        active = answering(datas, samples, "the random forest counts every row")
+        rows = client_rows(datas, state)
+        trees = _trees(query, rows.data.XT.shape[0])
+        owner = None
+        if query.config["mode"] == "disjoint":
+            if keys is None or len(keys) != len(datas):
+                raise ValueError("disjoint mode needs every client's secret key (keys=...)")
+            owner = np.full(rows.owner.size, -1, dtype=np.int64)  # an unasked row: no tree
+            for i in np.flatnonzero(active):
+                owner[rows.block(i)] = tree_of_rows(keys[i], datas[i].n, len(trees))
+        y = class_codes(rows.data.y, int(query.config["n_classes"]))
+        y = np.where(rows.row_mask(active), y, -1)  # an unasked client's rows count nowhere
+        return _counts(query, trees, rows.data.X, y, owner, rows.owner, len(datas))
+
+
+def _trees(query: Query, n_features: int) -> list[RandomTree]:
+    """The query's k complete trees, checked against its ``trees`` and ``depth``."""
+    cfg = query.config
+    depth = int(cfg["depth"])
+    features, thresholds = query.arrays["feature"], query.arrays["threshold"]
+    k = features.shape[0]
+    if k != int(cfg["trees"]):  # the count the node's sensitivity is derived from
+        raise ValueError(f"query holds {k} trees; its config says {cfg['trees']}")
+    trees = []
+    for t in range(k):
+        tree = RandomTree(features[t], thresholds[t])
+        if tree.depth != depth:
+            raise ValueError(f"tree {t} has depth {tree.depth}; the query says {depth}")
+        check_routable(tree, n_features)
+        trees.append(tree)
+    return trees
+
+
+def _counts(query: Query, trees, X, y, tree_of_row, client_of_row, clients: int) -> np.ndarray:
+    """(clients, k · 2^D · C): each client's leaf class counts, tree after tree, of the
+    rows ``X`` (class codes ``y``; −1 counts nowhere) it holds (``client_of_row``),
+    each row in every tree or only in its ``tree_of_row`` (disjoint mode)."""
+    leaves, n_classes = 1 << int(query.config["depth"]), int(query.config["n_classes"])
+    slots = leaves * n_classes
+    out = np.zeros((clients, len(trees), slots))
+    for t, tree in enumerate(trees):
+        leaf = route(tree, X)
+        keep = y >= 0 if tree_of_row is None else (tree_of_row == t) & (y >= 0)
+        cell = client_of_row[keep] * slots + leaf[keep].astype(np.int64) * n_classes + y[keep]
+        out[:, t] = np.bincount(cell, minlength=clients * slots).reshape(clients, slots)
+    return out.reshape(clients, -1)

@@ -105,37 +105,58 @@ def route_stage(
     back to ``cand``. Returns False on an inconsistent query (a rank past the
     roots).
     """
-    k, n = cand.shape
-    for t in range(k):
-        n_roots = roots[t]
-        base = offsets[t]
-        for i in range(n):
-            if first_stage:
-                j = 0
-            else:
-                prev = cand[t, i]
-                if prev < 0:
-                    continue
-                r = rank[rank_starts[t] + prev // 2]
-                if r < 0:
-                    cand[t, i] = -1
-                    continue
-                j = 2 * r + prev % 2
-            if j >= n_roots:
-                return False
-            level_start = base
-            width = n_roots
-            side = 0
-            for level in range(height):
-                node = level_start + j
-                out[node] += 1.0
-                side = 1 if X[i, feature[node]] > threshold[node] else 0
-                if level + 1 < height:
-                    j = 2 * j + side
-                level_start += width
-                width *= 2
-            cand[t, i] = 2 * j + side
+    starts = np.array([0, cand.shape[1]], dtype=np.int64)
+    return route_stage_clients(
+        X, cand, rank, rank_starts, first_stage, roots, height, feature, threshold, offsets,
+        starts, out.reshape((1, out.size)),
+    )  # fmt: skip
+
+
+@numba.njit(**_JIT)
+def route_stage_clients(
+    X, cand, rank, rank_starts, first_stage, roots, height, feature, threshold, offsets, starts, out
+):  # pragma: no cover - compiled
+    """:func:`route_stage` for the rows of several clients laid end to end: client c's
+    rows ``starts[c]:starts[c + 1]`` count in ``out[c]``. Client by client, so its
+    rows stay in cache through every tree, as in its own call."""
+    k = cand.shape[0]
+    for c in range(starts.size - 1):
+        counts = out[c]
+        for t in range(k):
+            n_roots = roots[t]
+            base = offsets[t]
+            for i in range(starts[c], starts[c + 1]):
+                if first_stage:
+                    j = 0
+                else:
+                    prev = cand[t, i]
+                    if prev < 0:
+                        continue
+                    r = rank[rank_starts[t] + prev // 2]
+                    if r < 0:
+                        cand[t, i] = -1
+                        continue
+                    j = 2 * r + prev % 2
+                if j >= n_roots:
+                    return False
+                level_start = base
+                width = n_roots
+                side = 0
+                for level in range(height):
+                    node = level_start + j
+                    counts[node] += 1.0
+                    side = 1 if X[i, feature[node]] > threshold[node] else 0
+                    if level + 1 < height:
+                        j = 2 * j + side
+                    level_start += width
+                    width *= 2
+                cand[t, i] = 2 * j + side
     return True
+
+
+#: Rows :func:`apply_forest` walks through every tree before the next rows (the rows
+#: of a block stay in cache).
+ROW_BLOCK = 1024
 
 
 @numba.njit(**_JIT)
@@ -148,22 +169,23 @@ def apply_forest(X, feature, threshold, left, right, offsets, out):  # pragma: n
     """
     k = offsets.size - 1
     n = X.shape[0]
-    for t in range(k):
-        base = offsets[t]
-        size = offsets[t + 1] - base
-        for i in range(n):
-            node = 0
-            for _ in range(size):
-                lo = left[base + node]
-                if lo < 0:
-                    break
-                if X[i, feature[base + node]] > threshold[base + node]:
-                    node = right[base + node]
-                else:
-                    node = lo
-                if node < 0 or node >= size:
-                    return False
-            out[t, i] = node
+    for block in range(0, n, ROW_BLOCK):
+        for t in range(k):
+            base = offsets[t]
+            size = offsets[t + 1] - base
+            for i in range(block, min(n, block + ROW_BLOCK)):
+                node = 0
+                for _ in range(size):
+                    lo = left[base + node]
+                    if lo < 0:
+                        break
+                    if X[i, feature[base + node]] > threshold[base + node]:
+                        node = right[base + node]
+                    else:
+                        node = lo
+                    if node < 0 or node >= size:
+                        return False
+                out[t, i] = node
     return True
 
 

@@ -354,9 +354,10 @@ def level_sums(
     cell = (node * 2 + (1 - cls)) * V  # class 1 first: (w¹, w⁰)
     idx = (np.arange(d, dtype=np.int64)[None, :] * (n_nodes * 2 * V)) + cell[:, None] + bins
     hist = np.bincount(idx.ravel(), weights=np.repeat(w, d), minlength=d * n_nodes * 2 * V)
+    hist = hist.astype(np.float64, copy=False)  # np.bincount of no rows is int64
     hist = hist.reshape(d, n_nodes, 2, V)
     cum = np.cumsum(hist, axis=3)
-    total = np.bincount(node * 2 + (1 - cls), weights=w, minlength=n_nodes * 2)
+    total = np.bincount(node * 2 + (1 - cls), weights=w, minlength=n_nodes * 2).astype(np.float64)
     parts = [cum[j, :, :, : len(t)].transpose(0, 2, 1) for j, t in enumerate(thresholds)]
     left = np.concatenate(parts, axis=1) if parts else np.zeros((n_nodes, 0, 2))
     return left, total.reshape(n_nodes, 2)

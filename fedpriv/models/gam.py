@@ -236,9 +236,11 @@ def bin_sums(margin: np.ndarray, y: np.ndarray, bins: np.ndarray, n_bins: int) -
     b = np.asarray(bins, dtype=np.int64)
     if b.size and (b.min() < 0 or b.max() >= n_bins):
         raise ValueError(f"bins must lie in [0, {n_bins}); got {b.min()}..{b.max()}")
+    # float64 even without rows (np.bincount of nothing is int64, which a node would
+    # refuse to upload: a client without rows would count as a dropout).
     return np.concatenate(
         [np.bincount(b, weights=g, minlength=n_bins), np.bincount(b, weights=h, minlength=n_bins)]
-    )
+    ).astype(np.float64, copy=False)
 
 
 def intercept_sums(y: np.ndarray) -> np.ndarray:

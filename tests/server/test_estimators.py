@@ -1,11 +1,18 @@
-"""In-process DP-SGD estimators: runtime paths agree, seeds, backends, custom modules."""
+"""In-process estimators: runtime paths agree (DP-SGD and the histogram learners); DP-SGD's
+seeds, backends, custom modules."""
 
 import math
 
 import numpy as np
 import pytest
 import torch
-from fedpriv.server.estimators import DPLogisticClassifier, DPMLPClassifier
+from fedpriv.server.estimators import (
+    BDPEClassifier,
+    DPGAMClassifier,
+    DPLogisticClassifier,
+    DPMLPClassifier,
+)
+from fedpriv.server.forest_estimators import DPRandomForestClassifier, LumberjackClassifier
 from sklearn.metrics import roc_auc_score
 from torch import nn
 
@@ -48,6 +55,37 @@ def test_secure_plain_and_per_client_paths_release_the_same_model(heart, model, 
     monkeypatch.setattr(runtime.InProcessRuntime, "__init__", per_client)
     one_by_one = _fit(heart, model=model)
     np.testing.assert_array_equal(one_by_one.model_.params, secure.model_.params)
+
+
+#: The histogram learners on Heart's schema, small: every client answers at once in process.
+HISTOGRAM = {
+    "dp_gam": (DPGAMClassifier, {"rounds": 20, "interactions": 1, "interaction_rounds": 4}),
+    "bdpe": (BDPEClassifier, {"trees": 3, "depth": 3}),
+    "lumberjack": (LumberjackClassifier, {"trees": 4, "depth": 14, "recalibrate_share": 0.1}),
+    "random_forest": (DPRandomForestClassifier, {"trees": 5, "depth": 4, "mode": "disjoint"}),
+}
+
+
+@pytest.mark.parametrize("method", sorted(HISTOGRAM))
+def test_histogram_learners_fit_all_clients_at_once_as_one_by_one(heart, method, monkeypatch):
+    from fedpriv.federation import runtime
+
+    cls, settings = HISTOGRAM[method]
+    args = {"epsilon": 2.0, "seed": 3, "secret_key": KEY, "max_records": HEART_BOUND, **settings}
+    fits = {secure: cls(**args, secure_aggregation=secure).fit(heart) for secure in (True, False)}
+    original = runtime.InProcessRuntime.__init__
+
+    def per_client(self, **kw):
+        original(self, **{**kw, "vectorised": False})
+        assert not self.vectorised
+
+    monkeypatch.setattr(runtime.InProcessRuntime, "__init__", per_client)
+    one_by_one = cls(**args).fit(heart).model_.to_arrays()
+    for fit in fits.values():
+        got = fit.model_.to_arrays()
+        assert got.keys() == one_by_one.keys()
+        for name, value in got.items():
+            np.testing.assert_array_equal(value, one_by_one[name], err_msg=name)
 
 
 def test_same_seed_and_key_same_model_other_key_or_seed_other_model(heart):
