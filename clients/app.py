@@ -46,7 +46,13 @@ from fedpriv.clients.node_data import (  # noqa: F401 (the tests reach them here
     _source_data,
     _source_eval_data,
 )
-from fedpriv.clients.node_rules import admit_plan, admit_query, handler, node_ledger
+from fedpriv.clients.node_rules import (
+    admit_plan,
+    admit_query,
+    handler,
+    node_ledger,
+    node_settings,
+)
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
@@ -96,7 +102,7 @@ def sanitised(fn):
 
 
 def _settings_and_pid(context: Context) -> tuple[RunSettings, int]:
-    s = RunSettings.from_run_config(context.run_config)
+    s = node_settings(context)
     pid = int(context.node_config["partition-id"])
     if int(context.node_config["num-partitions"]) != s.num_clients:
         raise ValueError(

@@ -26,6 +26,42 @@ from fedpriv.privacy.node_budget import STATE_DIR, NodeLedger, NodePolicy, node_
 log = logging.getLogger(__name__)
 
 
+#: Node-config key: the node's own copy of the consortium's public schema.
+SCHEMA_PATH = "schema-path"
+
+
+def node_settings(context: Context) -> RunSettings:
+    """The run's settings as this node applies them: with its own copy of the public
+    schema (node-config ``schema-path``), the node reads its rows with that copy and
+    refuses a run whose ``schema-sha256`` is another (or unnamed): the coordinator's
+    path means nothing on this machine, and a node does not read its rows with a
+    schema it has not checked."""
+    s = RunSettings.from_run_config(context.run_config)
+    own = str(context.node_config.get(SCHEMA_PATH, "") or "")
+    if not own:
+        return s
+    from dataclasses import replace
+
+    from fedpriv.data import DataError
+
+    digest = _digest(own)
+    if s.schema_sha256.lower() != digest:
+        raise DataError(
+            f"the run's schema (sha256 {s.schema_sha256[:12] or 'not given'}) is not this "
+            f"node's own copy (sha256 {digest[:12]}): refused before any row is read",
+            code="schema_mismatch",
+            source=own,
+        )
+    return replace(s, schema=own)
+
+
+def _digest(path: str) -> str:
+    import hashlib
+    from pathlib import Path
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
 @lru_cache(maxsize=8)
 def handler(method: str):
     """The method's client half, from the registry (one per process)."""
@@ -57,7 +93,7 @@ def admit_plan(msg: Message, context: Context) -> tuple[float, float] | None:
     declared = json.loads(str(config["plan"]))
     context.state["node-stage"] = ConfigRecord({"stage": str(declared["stage"])})
     ledger = node_ledger(context)
-    s = RunSettings.from_run_config(context.run_config)
+    s = node_settings(context)
     schema = run_schema(s.schema, s.dataset)  # public: the columns the run would read
     columns = (*schema.column_names, schema.target.column)
     eps = ledger.admit_plan(str(context.run_id), declared, node_handler, columns=columns)

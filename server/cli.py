@@ -34,6 +34,7 @@ from typing import Any
 
 import click
 from fedpriv.server import cli_errors
+from fedpriv.server.cli_consortium import coordinator
 from fedpriv.server.cli_cv import cv
 from fedpriv.server.cli_logs import quiet_flower
 from fedpriv.server.cli_node import inspect_path, node
@@ -368,6 +369,7 @@ def draft(file: Path, out: Path | None, target, client_column, sep) -> int:
 
 
 cli.add_command(node)
+cli.add_command(coordinator)
 cli.add_command(cv)
 
 

@@ -83,7 +83,7 @@ def cv(method, preset, dataset, csv, schema, client_column, folds, sets, out,
 def _public_size(est: Any, ledger: Any, n_rows: int, k: int, key: Any):
     """Every fold's public size: the declared bound, else one released count (module
     docstring) charged to ``ledger``; ``None`` for a non-private run (no ledger)."""
-    from fedpriv.server.cli_split import PublicSize
+    from fedpriv.server.fit_size import PublicSize
 
     from fedpriv.privacy.record_count import COUNT_SHARE, release_count
 
@@ -171,11 +171,9 @@ def run_cv(
     results: list[dict[str, Any]] = []
     for j in range(folds):
         fit = clone(est).set_params(ledger=ledger, secret_key=key.derive("fold", j))
-        if size is not None:
-            fit._fit_size = split.fold_size(fit, size)
         part = split.fold_data(data, fold_of, j)
         try:
-            fit.fit(part)
+            fit.fit(part, public_size=size)
         except (RunFailedError, PrivacyBudgetExceededError) as exc:
             log.error("fold %d of %d failed: %s; %s", j + 1, folds, exc, _spent(ledger))
             return 1

@@ -47,6 +47,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from fedpriv.server.fit_size import PublicSize
 
 from fedpriv.federation.settings import SettingError
 from fedpriv.privacy.scale_search import OutOfReach, largest_within
@@ -57,15 +58,6 @@ RTOL = 0.01
 MIN_SHARE = 1e-4
 #: Largest: past it a plan's ε is taken as saturated (the search stops there).
 MAX_SHARE = 64.0
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class PublicSize:
-    """Public bounds of every fold's fit: ``n_records`` on all its records,
-    ``max_records`` on one client's (declared, or a released count's bound)."""
-
-    n_records: int
-    max_records: int
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -136,24 +128,6 @@ def fold_data(data: Any, fold_of: np.ndarray, j: int) -> Any:
         rule=f"cross-validation fold {j + 1}",
     )
     return dataclasses.replace(data, split=split)
-
-
-def fold_size(est: Any, size: PublicSize) -> Callable[[list[np.ndarray]], Any]:
-    """``est``'s ``_fit_size`` for a fold: the public ``size`` instead of a fit's own count
-    (each client is checked against ``size.max_records``, naming the bound only)."""
-    from fedpriv.server.fit_size import FitSize
-
-    from fedpriv.data.node import check_bound
-    from fedpriv.privacy.randomness import SecretKey
-
-    def prepared(partition: list[np.ndarray]) -> FitSize:
-        for rows in partition:
-            check_bound(len(rows), size.max_records, source="fit")
-        ledger = est._fit_ledger()
-        key = SecretKey.coerce(est.secret_key)
-        return FitSize(ledger, ledger, key, size.n_records, size.max_records)
-
-    return prepared
 
 
 # -- the budget --------------------------------------------------------------------

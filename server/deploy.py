@@ -48,6 +48,13 @@ from pathlib import Path
 from typing import Any
 
 from fedpriv.server import node_budgets, node_keys
+from fedpriv.server.coordinator_runs import (
+    RUN_LIMIT_BASE,
+    check_file_job,
+    run_limit,
+    schema_setting,
+)
+from fedpriv.server.flower_commands import superlink_command, supernode_command
 from fedpriv.server.launch import (
     parse_set,
     result_line,
@@ -55,16 +62,14 @@ from fedpriv.server.launch import (
     step_error,
     step_timeout,
 )
-from fedpriv.server.local_federation import Federation, superlink_command, supernode_command
+from fedpriv.server.local_federation import Federation
 from fedpriv.server.preflight import check_data_file
 from fedpriv.server.resolve import resolve
 
 from fedpriv import logs
 from fedpriv.atomic import point_latest
-from fedpriv.data import DataError, SchemaError
-from fedpriv.data.node import run_schema
 from fedpriv.federation.presets import DEPLOY_DEMO, DEPLOY_FILES, get_preset
-from fedpriv.federation.settings import SettingError, run_size_range
+from fedpriv.federation.settings import SettingError
 
 __all__ = ["FILES_JOB", "SMALL_JOB", "Federation", "deploy", "main", "node_files",
            "superlink_command", "supernode_command"]  # fmt: skip
@@ -75,48 +80,21 @@ SMALL_JOB = dict(get_preset(DEPLOY_DEMO).values)
 #: The job on the nodes' own files (``--data``; preset ``deploy-files``): the method's
 #: defaults, as ``fedpriv run`` fits them in process, the deployed round timeout added.
 FILES_JOB = dict(get_preset(DEPLOY_FILES).values)
-#: The run's time limit without ``--timeout``: this much for start-up and the rest,
-#: plus each round's timeout (the demo: 2400 s; the files' job of T = 75: 3 h).
-RUN_LIMIT_BASE = 1800.0
-
-
-def run_limit(settings) -> float:
-    """The default ``--timeout`` of a deployment (s): :data:`RUN_LIMIT_BASE` plus T ×
-    ``round-timeout``, so a run progressing at its rounds' pace is never stopped."""
-    return RUN_LIMIT_BASE + settings.rounds * settings.round_timeout
-
-
 log = logs.get_logger(__name__)
 
 
 def node_files(data: list[str | Path], overrides: Mapping, *, key: str = "--data") -> list[Path]:
     """The nodes' own files (absolute), checked before anything starts: K = their
-    number agrees with any ``num-clients``, ``max-records`` is declared (a bound the
-    server may not count from the files) and so is the files' schema (``schema``, or
-    the ``dataset`` whose schema they follow), never the default corpus's by accident;
-    the schema loads (a draft with placeholders left is refused here); every file is
-    there, readable and text (or Parquet by suffix; ``key`` names them in the error)."""
+    number agrees with any ``num-clients``, the job is one a node's own file can run
+    (:func:`check_file_job`); every file is there, readable and text (or Parquet by
+    suffix; ``key`` names them in the error)."""
     files = [Path(d).resolve() for d in data]
     k = overrides.get("num-clients")
     if k not in (None, "", len(files)):
         raise SettingError(
             f"num-clients must equal the number of --data files ({len(files)}); got {k!r}"
         )
-    if overrides.get("max-records") in (None, ""):
-        raise SettingError(
-            "max-records must be declared (--set max-records=N, an integer in "
-            f"{run_size_range('max_records')}: the public bound on records per node) for a run "
-            "on --data files; got unset"
-        )
-    if overrides.get("schema") in (None, "") and overrides.get("dataset") in (None, ""):
-        raise SettingError(
-            "schema must be set for a run on --data files (--set schema=FILE.toml: the files' "
-            "public schema; or --set dataset=NAME for a bundled corpus's export); got unset"
-        )
-    try:  # loaded now: a schema the nodes would refuse (e.g. a draft) starts no federation
-        schema = run_schema(schema_setting(overrides), str(overrides.get("dataset") or ""))
-    except (SchemaError, DataError) as exc:
-        raise SettingError(str(exc)) from None
+    schema = check_file_job(overrides, what="a run on --data files")
     return [check_data_file(f, key, encoding=schema.encoding) for f in files]
 
 
@@ -124,13 +102,6 @@ def job(data: list | None) -> str:
     """The launcher's default preset: ``deploy-files`` on the nodes' own files, else the
     demo ``deploy-demo`` (:mod:`fedpriv.federation.presets`)."""
     return DEPLOY_FILES if data else DEPLOY_DEMO
-
-
-def schema_setting(overrides: Mapping) -> str:
-    """The run's ``schema`` value, a schema file's path made absolute (every process
-    of the run, and its ``config.json``, names the same file)."""
-    schema = str(overrides.get("schema") or "")
-    return str(Path(schema).resolve()) if schema and Path(schema).is_file() else schema
 
 
 def deploy(
@@ -221,9 +192,7 @@ def deploy(
     late = threading.Thread(target=start_late_nodes, daemon=True)
     try:
         with fed:
-            fed.start_superlink()
-            if not insecure:
-                fed.register(*range(K))
+            fed.start_superlink()  # every node's key registered
             for i in range(K - late_nodes):
                 fed.start_node(i, env=node_env.get(i, {}))
             fed.wait_online(K - late_nodes)

@@ -57,7 +57,7 @@ from typing import Any, ClassVar
 import numpy as np
 from dp_accounting import dp_event
 from fedpriv.server.estimator_sklearn import SklearnPlumbing
-from fedpriv.server.fit_size import FitSize, fit_size
+from fedpriv.server.fit_size import FitSize, PublicSize, fit_size
 from fedpriv.server.sklearn_checks import expected_failed_checks  # noqa: F401 - re-exported
 from fedpriv.server.training_data import check_features, federated_training_data
 from sklearn.base import BaseEstimator, ClassifierMixin
@@ -230,10 +230,11 @@ class Estimator(SklearnPlumbing, ClassifierMixin, BaseEstimator):
             check_bound(len(rows), int(bound), source="fit")
         return int(bound)
 
-    def _fit_size(self, partition: list[np.ndarray]) -> FitSize:
+    def _fit_size(self, partition: list[np.ndarray], public: PublicSize | None = None) -> FitSize:
         """This fit's ledger and key, and the public bounds on its records
-        (:func:`fedpriv.server.fit_size.fit_size`: declared, or a released count's bound)."""
-        return fit_size(self, partition)
+        (:func:`fedpriv.server.fit_size.fit_size`: the caller's, declared, or a released
+        count's bound)."""
+        return fit_size(self, partition, public)
 
     def _distributed_noise(self, n_clients: int):
         """The distributed-noise setting of this fit (``None``: central noise)."""

@@ -20,6 +20,16 @@ from fedpriv.privacy import PrivacyBudget, PrivacyLedger
 from fedpriv.privacy.randomness import SecretKey
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PublicSize:
+    """Public bounds on a fit's records, declared by its caller: ``n_records`` on all
+    of them, ``max_records`` on one client's (e.g. cross-validation gives every fold
+    the whole table's bounds, so no fold's own count decides anything)."""
+
+    n_records: int
+    max_records: int
+
+
 @dataclasses.dataclass(frozen=True)
 class FitSize:
     """A fit's ledger (``None``: non-private), the ledger its learner charges (the same,
@@ -46,9 +56,10 @@ def learner_epsilon(epsilon: float) -> float:
     return on_grid if on_grid >= (1.0 - 2.0 * COUNT_SHARE) * epsilon else share
 
 
-def fit_size(est: Any, partition: list[np.ndarray]) -> FitSize:
+def fit_size(est: Any, partition: list[np.ndarray], public: PublicSize | None = None) -> FitSize:
     """``est``'s fit ledger, key and public record bounds.
 
+    ``public`` given: its bounds, each client checked against ``public.max_records``.
     Declared ``max_records``: n = clients × the bound. Undeclared, the exact count is
     never used: a private fit first releases it
     (:func:`~fedpriv.privacy.record_count.release_count`,
@@ -61,6 +72,10 @@ def fit_size(est: Any, partition: list[np.ndarray]) -> FitSize:
 
     key = SecretKey.coerce(est.secret_key)  # None: fresh OS entropy, once per fit
     ledger = est._fit_ledger()
+    if public is not None:
+        for rows in partition:
+            check_bound(len(rows), public.max_records, source="fit")
+        return FitSize(ledger, ledger, key, public.n_records, public.max_records)
     bound = est._record_bound(partition)
     if bound is not None:
         return FitSize(ledger, ledger, key, len(partition) * bound, bound)

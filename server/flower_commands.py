@@ -49,13 +49,16 @@ def supernode_command(
     data_path: str | Path | None = None,
     eval_data_path: str | Path | None = None,
     extra_config: Mapping[str, object] | None = None,
+    retry_for: float = 20.0,
+    max_retries: int | None = 3,
 ) -> list[str]:
     """SuperNode ``index``'s command line (loopback launcher and ``docker-compose.yml``).
 
     ``ca_cert=None`` and ``auth_key=None`` together mean ``--insecure``; one of
     them alone is a misconfiguration the tests use on purpose. ``data_path``:
     the node's own file (node-config ``data-path``, a quoted TOML string);
-    ``eval_data_path`` its held-out file (``eval-data-path``).
+    ``eval_data_path`` its held-out file (``eval-data-path``). ``retry_for`` (s) and
+    ``max_retries`` (``None``: no limit): how long a node retries a lost connection.
     """
     node_config = f"partition-id={index} num-partitions={num_clients}"
     if data_path is not None:
@@ -74,12 +77,12 @@ def supernode_command(
         host,
         "--port",
         str(port),
-        # A refused node gives up within seconds instead of retrying forever.
-        "--max-retries",
-        "3",
-        "--max-wait-time",
-        "20",
     ]
+    # A lost SuperLink is retried this long, not forever (a refused key or a CA the node
+    # does not trust stops it at once: Flower's exit code 305).
+    if max_retries is not None:
+        args += ["--max-retries", str(max_retries)]
+    args += ["--max-wait-time", f"{retry_for:g}"]
     if ca_cert is None and auth_key is None:
         return [*args, "--insecure"]
     if ca_cert is not None:

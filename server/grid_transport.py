@@ -10,7 +10,8 @@ that module (the round engine over these messages), which re-exports it.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 from fedpriv.server.grid_messages import (
@@ -25,6 +26,7 @@ from flwr.serverapp import Grid
 
 from fedpriv import logs
 from fedpriv.federation.engine import Replies, RoundPlan
+from fedpriv.federation.rounds import UnmaskRequest
 from fedpriv.federation.secagg import MaskedInput, SecAggConfig, UnmaskAnswer
 from fedpriv.federation.settings import RunSettings
 from fedpriv.federation.wire import query_to_wire
@@ -228,49 +230,49 @@ class GridTransport:
         cfg = self._view(plan, survivors, dropped)
         cfg["verify-keys"] = [self.verify_keys[p] for p in plan.asked]  # checked against pins
         content = {self.node_of[p]: RecordDict({"config": ConfigRecord(cfg)}) for p in survivors}
-        signatures: dict[int, bytes] = {}
-        for node, rep in self._send("consistency", content).items():
-            pid = self.pid_of.get(node)
-            if pid not in survivors or pid in signatures:
-                self._refuse(f"a signature from node {node}, not a survivor's first")
-                continue
-            try:
-                signatures[pid] = bytes(rep.content["meta"]["signature"])
-            except (KeyError, TypeError, ValueError) as err:
-                self._refuse(f"partition {pid}'s signature is malformed ({type(err).__name__})")
-        return signatures
+        return self._survivor_replies(
+            "consistency", content, survivors, "signature",
+            lambda rep: bytes(rep.content["meta"]["signature"]),
+        )  # fmt: skip
 
-    def unmask(
-        self,
-        plan: RoundPlan,
-        survivors: list[int],
-        dropped: list[int],
-        inboxes: Mapping[int, Mapping[int, bytes]],
-        signatures: Mapping[int, bytes],
-    ) -> dict[int, UnmaskAnswer]:
+    def unmask(self, request: UnmaskRequest) -> dict[int, UnmaskAnswer]:
+        plan, signatures = request.plan, request.signatures
         signers = sorted(signatures)
         content = {}
-        for p in survivors:
-            cfg = self._view(plan, survivors, dropped)
+        for p in request.survivors:
+            cfg = self._view(plan, request.survivors, request.dropped)
             cfg.update({"n": plan.query.reply_length, "signers": signers})
             cfg["signatures"] = [bytes(signatures[j]) for j in signers]
-            cfg.update({"from": list(inboxes[p]), "ct": list(inboxes[p].values())})
+            box = request.inboxes[p]
+            cfg.update({"from": list(box), "ct": list(box.values())})
             content[self.node_of[p]] = RecordDict({"config": ConfigRecord(cfg)})
-        answers = {}
-        for node, rep in self._send("unmask", content).items():
+
+        def answer(rep: Message) -> UnmaskAnswer:
+            got, rec = rep.content["unmask"], rep.content["masks"]
+            return UnmaskAnswer(
+                shares=dict(zip(got["of"], got["share"], strict=True)),
+                masks={int(k): rec[k].numpy() for k in rec.keys()},
+            )
+
+        return self._survivor_replies("unmask", content, request.survivors, "unmask answer", answer)
+
+    def _survivor_replies(
+        self, kind: str, content: dict, survivors: list[int], what: str, read: Callable
+    ) -> dict[int, Any]:
+        """Send ``content`` (a ``kind`` message per survivor's node) and read each
+        survivor's first reply with ``read``; any other reply, or one ``read`` cannot
+        parse, is refused and left out."""
+        out: dict[int, Any] = {}
+        for node, rep in self._send(kind, content).items():
             pid = self.pid_of.get(node)
-            if pid not in survivors or pid in answers:
-                self._refuse(f"an unmask answer from node {node}, not a survivor's first")
+            if pid not in survivors or pid in out:
+                self._refuse(f"a {what} from node {node}, not a survivor's first")
                 continue
             try:
-                got, rec = rep.content["unmask"], rep.content["masks"]
-                answers[pid] = UnmaskAnswer(
-                    shares=dict(zip(got["of"], got["share"], strict=True)),
-                    masks={int(k): rec[k].numpy() for k in rec.keys()},
-                )
+                out[pid] = read(rep)
             except (KeyError, TypeError, ValueError) as err:
-                self._refuse(f"partition {pid}'s unmask answer is malformed ({type(err).__name__})")
-        return answers
+                self._refuse(f"partition {pid}'s {what} is malformed ({type(err).__name__})")
+        return out
 
 
 def _arr(v: np.ndarray):

@@ -1,9 +1,12 @@
 """The processes of a local Flower federation: a SuperLink and K SuperNodes on loopback.
 
-:class:`Federation` starts, registers, watches and stops them (by PID), and
-submits runs to them; :func:`superlink_command` and :func:`supernode_command`
-(:mod:`fedpriv.server.flower_commands`) are the command lines it and
-``docker-compose.yml`` use. The launcher on top is :mod:`fedpriv.server.deploy`.
+:class:`Federation` is a consortium on one machine, composed of the consortium's
+own steps: a coordinator folder (:class:`fedpriv.server.coordinator.Coordinator`:
+CA, allow-list, the SuperLink and its registrations), one key per node
+(:func:`fedpriv.server.hospital.keygen`), each SuperNode started from a
+:class:`fedpriv.server.hospital.NodeSetup`, runs submitted and followed by
+:mod:`fedpriv.server.coordinator_runs`. It watches and stops every process it
+started (by PID). The launcher on top is :mod:`fedpriv.server.deploy`.
 """
 
 from __future__ import annotations
@@ -16,33 +19,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedpriv.server import node_keys
-from fedpriv.server.flower_commands import superlink_command, supernode_command
+from fedpriv.server.coordinator import CONNECTION, SUPEREXEC_POLL, Coordinator
+from fedpriv.server.coordinator_runs import follow_run, submit_resolved
+from fedpriv.server.hospital import NodeSetup, early_failure, keygen
 from fedpriv.server.launch import (
     BIN,
     StepTimeout,
-    exit_code,
     flwr,
     flwr_env,
-    follow,
     step_timeout,
-    submit,
-    wait_healthy,
-    write_connection,
 )
 from fedpriv.server.processes import ProcessTracker, _descendants, free_port, stop_trees
-from fedpriv.server.progress import RoundProgress
-from fedpriv.server.tls import NodeKey, TlsFiles, write_node_key, write_tls
+from fedpriv.server.tls import NodeKey, TlsFiles
 
 from fedpriv import logs
 from fedpriv.federation.settings import RunSettings
 
-CONNECTION = "fedpriv-deploy"
-
-#: SuperExecs pick up ClientApp/ServerApp tasks this often (Flower's default is 1 s).
-SUPEREXEC_POLL = "0.1"
-
-
 log = logs.get_logger(__name__)
+
+
+class NodeFailed(RuntimeError):
+    """A SuperNode stopped while the federation was coming up: its one line."""
 
 
 @dataclass
@@ -88,21 +85,20 @@ class Federation:
         self.data = data
         #: Each node's own held-out file (``eval-data-path``), or ``None``.
         self.eval_data = eval_data
-        self.home = workdir / "cli"
-        self.env = flwr_env(self.home)
-        self.port = free_port()
-        self.tls: TlsFiles | None = None if insecure else write_tls(workdir / "tls")
-        self.keys: list[NodeKey] = (
-            []
-            if insecure
-            else [write_node_key(workdir / "keys", f"node-{i}") for i in range(num_clients)]
-        )
-        write_connection(
-            self.home,
-            CONNECTION,
-            f"127.0.0.1:{self.port}",
-            ca_cert=None if self.tls is None else self.tls.ca_cert,
-        )
+        #: The coordinator's folder: CA, allow-list, SuperLink, results' pointers.
+        self.coordinator = Coordinator.init(
+            workdir / "coordinator", hosts=("127.0.0.1",), port=free_port(), days=30,
+            insecure=insecure,
+        )  # fmt: skip
+        self.home, self.port = self.coordinator.home, self.coordinator.port
+        self.env = self.coordinator.env
+        self.tls: TlsFiles | None = None if insecure else self.coordinator.tls
+        self.keys: list[NodeKey] = []
+        if not insecure:  # each node's key, its public half on the allow-list
+            for i in range(num_clients):
+                key, _ = keygen(workdir / "keys" / f"node-{i}", f"node-{i}")
+                self.coordinator.register(key.public, name=f"node-{i}")
+                self.keys.append(key)
         self.superlink: subprocess.Popen | None = None
         self._link_tracker: ProcessTracker | None = None
         self.nodes: dict[int, Node] = {}
@@ -133,71 +129,12 @@ class Federation:
             )
 
     def start_superlink(self, *, timeout: float | None = None) -> None:
-        """Start the SuperLink and wait (``timeout``, default :attr:`wait`) until its
-        API answers ``/health``."""
-        args = superlink_command(host="127.0.0.1", port=self.port, tls=self.tls)
-        args[0] = str(BIN / args[0])
-        self.superlink = self._popen(args, self.workdir / "superlink", "superlink")
+        """Start the SuperLink (:meth:`Coordinator.launch`: health, then every node's key
+        registered), within ``timeout`` (default :attr:`wait`) for each step."""
+        wait = self.wait if timeout is None else timeout
+        self.superlink = self.coordinator.launch(bind="127.0.0.1", wait=wait, popen=self._popen)
         self._link_tracker = ProcessTracker(self.superlink.pid)
-        wait_healthy(
-            self.port,
-            self.superlink,
-            self.wait if timeout is None else timeout,
-            ca_cert=None if self.tls is None else self.tls.ca_cert,
-        )
         log.info(f"SuperLink pid {self.superlink.pid} on 127.0.0.1:{self.port}")
-
-    def register(self, *indices: int, timeout: float | None = None) -> None:
-        """Add the public keys of nodes ``indices`` to the SuperLink's allow-list.
-
-        One ``flwr supernode register`` per node, all started together (each
-        CLI call spends seconds starting Python): K nodes cost about one call,
-        on a loaded machine more, so the deadline (``timeout``, default
-        :attr:`wait`) grows with K.
-        """
-        calls = {
-            i: subprocess.Popen(
-                [
-                    str(BIN / "flwr"),
-                    "supernode",
-                    "register",
-                    str(self.keys[i].public),
-                    CONNECTION,
-                    "--format",
-                    "json",
-                ],
-                env=self.env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for i in indices
-        }
-        timeout = self.wait if timeout is None else timeout
-        deadline = time.monotonic() + timeout
-        failed = []
-        try:
-            for i, call in calls.items():
-                try:
-                    out, err = call.communicate(timeout=max(0.0, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    raise StepTimeout(
-                        f"registering {len(calls)} node keys (`flwr supernode register`) took "
-                        f"over {timeout:.0f} s"
-                    ) from None
-                try:
-                    ok = call.returncode == 0 and json.loads(out or "{}").get("success")
-                except json.JSONDecodeError:
-                    ok = False
-                if not ok:
-                    failed.append(f"node {i}: {out.strip()} {err.strip()}")
-        finally:
-            for call in calls.values():  # on a timeout: no CLI call outlives the launcher
-                if call.poll() is None:
-                    call.kill()
-                    call.wait()
-        if failed:
-            raise RuntimeError("registering " + "; ".join(failed))
 
     def start_node(
         self,
@@ -207,33 +144,39 @@ class Federation:
         trust_ca: bool = True,
         env: Mapping[str, str] | None = None,
     ) -> Node:
-        """Start SuperNode ``index`` (partition ``index`` of K).
+        """Start SuperNode ``index`` (partition ``index`` of K) from its :class:`NodeSetup`.
 
         ``key`` overrides its authentication key (tests use an unregistered
         one); ``trust_ca=False`` starts it without the CA (tests); ``env``
         adds to its environment (e.g. its own ``FEDPRIV_DATA_DIR``).
         """
-        port = free_port()
-        args = supernode_command(
-            index=index,
-            num_clients=self.num_clients,
-            superlink=f"127.0.0.1:{self.port}",
-            host="127.0.0.1",
-            port=port,
-            ca_cert=None if self.tls is None or not trust_ca else self.tls.ca_cert,
-            auth_key=None if self.tls is None else (key or self.keys[index].private),
-            data_path=None if self.data is None else self.data[index],
-            eval_data_path=None if self.eval_data is None else self.eval_data[index],
-            extra_config={
+        setup = NodeSetup(
+            superlink=f"127.0.0.1:{self.port}", index=index, nodes=self.num_clients,
+            ca=None if self.tls is None or not trust_ca else self.tls.ca_cert,
+            key=None if self.tls is None else (key or self.keys[index].private),
+            data=None if self.data is None else self.data[index],
+            eval_data=None if self.eval_data is None else self.eval_data[index],
+            node_config={
                 **self.node_config.get(index, {}),
                 **node_keys.node_config(self.share_secret_key),
             },
-        )
+            max_retries=3,
+        )  # fmt: skip
+        args = setup.command(port=free_port())
         args[0] = str(BIN / args[0])
         proc = self._popen(args, self.workdir / f"node-{index}", f"node-{index}", env, node=True)
         node = Node(index=index, proc=proc, tracker=ProcessTracker(proc.pid))
         self.nodes[index] = node
         return node
+
+    def failed_node(self) -> str | None:
+        """A started SuperNode that has exited, and why (:func:`early_failure`): one
+        line naming it; ``None`` while all run."""
+        for index, node in sorted(self.nodes.items()):
+            why = early_failure(node.proc, self.workdir / f"node-{index}.log")
+            if why is not None:
+                return f"node {index}: {why}"
+        return None
 
     def online(self) -> int:
         """How many SuperNodes the SuperLink reports online."""
@@ -274,6 +217,8 @@ class Federation:
         while True:
             if self.superlink is None or self.superlink.poll() is not None:
                 raise RuntimeError("the SuperLink stopped while nodes were connecting")
+            if (failed := self.failed_node()) is not None:
+                raise NodeFailed(failed)
             if self._connected() >= n or time.monotonic() - asked >= every:
                 asked = time.monotonic()
                 if (k := self.online()) >= n:
@@ -307,10 +252,12 @@ class Federation:
         on_submit: Callable[[Federation], None] | None = None,
     ) -> int:
         """Submit one run (its resolved ``settings`` and ``config``) and follow it to its
-        end; returns the launcher's exit code (module docstring). ``run_id`` is set once
-        it is submitted; ``hook`` and ``on_submit`` as in :func:`deploy`. The federation
-        keeps running: several runs may follow one another on it."""
-        self.run_id = submit(CONNECTION, self.env, config, wait=self.wait)
+        end, as ``fedpriv coordinator submit`` and ``follow`` do
+        (:mod:`fedpriv.server.coordinator_runs`); returns the launcher's exit code (module
+        docstring). ``run_id`` is set once it is submitted; ``hook`` and ``on_submit`` as
+        in :func:`deploy`. The federation keeps running: several runs may follow one
+        another on it."""
+        self.run_id = submit_resolved(self.coordinator, settings, config, limit=timeout)
         where = settings.dataset if self.data is None else "the nodes' own files"
         log.info(
             f"run {self.run_id} submitted: {settings.method} on {where}, "
@@ -319,26 +266,12 @@ class Federation:
         )
         if on_submit is not None:
             on_submit(self)
-        progress = RoundProgress(bar=False if quiet else None)
-
-        def on_line(line: str) -> None:
-            if not quiet and ("[fedpriv]" in line or "ERROR" in line):
-                progress.on_line(line)
-            if hook is not None:
-                hook(self, line)
-
-        with progress:
-            status, details = follow(
-                self.run_id,
-                CONNECTION,
-                self.env,
-                timeout=timeout,
-                wait=self.wait,
-                on_line=on_line,
-                healthy=lambda: self.superlink is not None and self.superlink.poll() is None,
-            )
-        log.info(f"run {self.run_id}: {status} {details}".rstrip())
-        return exit_code(status, Path(settings.out_dir) / self.run_id)
+        code, _ = follow_run(
+            self.coordinator, self.run_id, quiet=quiet,
+            hook=None if hook is None else (lambda line: hook(self, line)),
+            healthy=lambda: self.superlink is not None and self.superlink.poll() is None,
+        )  # fmt: skip
+        return code
 
     def stop_node(self, index: int, *, kill: bool = False) -> None:
         """Stop one SuperNode and its ClientApps (``kill``: SIGKILL at once, a crash)."""

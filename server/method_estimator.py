@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 from fedpriv.server.estimator_base import Estimator
+from fedpriv.server.fit_size import PublicSize
 
 from fedpriv import logs
 from fedpriv.data import TabularDataset
@@ -207,6 +208,7 @@ class MethodEstimator(Estimator):
         partition: list[np.ndarray] | None = None,
         part: str = "train",
         on_round: Callable[[RoundDone], None] | None = None,
+        public_size: PublicSize | None = None,
     ):
         """Train on ``part`` of a dataset (``"train"``, or ``"train+val"`` once tuned)
         or on arrays ``X, y``; returns ``self``.
@@ -214,14 +216,17 @@ class MethodEstimator(Estimator):
         ``on_round``: a progress callback, called after each round with its
         :class:`~fedpriv.federation.engine.RoundDone` (public facts: the round's index,
         whether it released, and this fit's ledger, whose ``epsilon_upper_bound()`` bounds
-        ε spent so far); it may not change the fit."""
+        ε spent so far); it may not change the fit. ``public_size``: public bounds on this
+        fit's records (:class:`~fedpriv.server.fit_size.PublicSize`) declared by the
+        caller, e.g. the whole table's for each cross-validation fold; ``None``: clients ×
+        ``max_records``, or a released count's bound."""
         config = self._config()  # every parameter checked before any data is touched
         self._check_run_params()
         self._shared_ledger()
         X, yy, partition = self._training_data(data, y, partition, part)
         # The public n: clients × the declared max_records (as a Flower run uses it), or
         # the upper bound of a released count; never the rows' exact count (_fit_size).
-        size = self._fit_size(partition)
+        size = self._fit_size(partition, public_size)
         # Automatic sizes (Lumberjack's trees and depth) from the learner's budget and that
         # public n, before the rounds are counted; the strategy resolves them the same way.
         budget = None if size.learner is None else size.learner.budget

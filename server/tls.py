@@ -68,7 +68,8 @@ def _san(hosts: tuple[str, ...]) -> x509.SubjectAlternativeName:
 
 
 def write_tls(out: Path, *, extra_hosts: tuple[str, ...] = (), days: int = 30) -> TlsFiles:
-    """A fresh CA and a server certificate for the loopback hosts plus ``extra_hosts``."""
+    """A fresh CA and a server certificate for the loopback hosts plus ``extra_hosts``
+    (a coordinator's: ``days=365``, its host names)."""
     out.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC)
     validity = (now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=days))
@@ -127,9 +128,14 @@ def write_tls(out: Path, *, extra_hosts: tuple[str, ...] = (), days: int = 30) -
     )
 
 
-def write_node_key(out: Path, name: str) -> NodeKey:
-    """A SuperNode authentication key pair ``<name>`` / ``<name>.pub`` (OpenSSH, EC P-384)."""
+def write_node_key(out: Path, name: str, *, stem: str | None = None) -> NodeKey:
+    """A SuperNode authentication key pair ``<stem>`` / ``<stem>.pub`` (OpenSSH, EC P-384;
+    ``stem`` defaults to ``name``, the public key's comment). An existing private key is
+    never overwritten (``FileExistsError``)."""
+    stem = stem or name
     out.mkdir(parents=True, exist_ok=True)
+    if (out / stem).exists():
+        raise FileExistsError(f"{out / stem} exists: a node key is never overwritten")
     key = ec.generate_private_key(ec.SECP384R1())
     private = key.private_bytes(
         serialization.Encoding.PEM,
@@ -140,9 +146,37 @@ def write_node_key(out: Path, name: str) -> NodeKey:
         serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
     )
     return NodeKey(
-        private=_write(out / name, private, private=True),
-        public=_write(out / f"{name}.pub", public + f" {name}\n".encode()),
+        private=_write(out / stem, private, private=True),
+        public=_write(out / f"{stem}.pub", public + f" {name}\n".encode()),
     )
+
+
+def fingerprint(public_key: str) -> str:
+    """``SHA256:<base64>`` of an OpenSSH public key line, as ``ssh-keygen -l`` prints it:
+    what a node operator reads to the coordinator to confirm the key arrived intact."""
+    import base64
+    import hashlib
+
+    fields = public_key.split()
+    try:
+        blob = base64.b64decode(fields[1], validate=True)
+    except (IndexError, ValueError):
+        raise ValueError("not an OpenSSH public key line ('<type> <base64> [comment]')") from None
+    digest = base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+    return f"SHA256:{digest}"
+
+
+def check_public_key(text: str) -> str:
+    """The OpenSSH public key line of ``text`` if it is a NIST EC key Flower accepts,
+    else ``ValueError`` saying what it is."""
+    line = text.strip()
+    try:
+        key = serialization.load_ssh_public_key(line.encode())
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"not an OpenSSH public key ({exc})") from None
+    if not isinstance(key, ec.EllipticCurvePublicKey):
+        raise ValueError(f"a {type(key).__name__}: Flower accepts NIST EC keys only")
+    return line
 
 
 def main(argv: list[str] | None = None) -> int:

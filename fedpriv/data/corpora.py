@@ -24,6 +24,7 @@ from fedpriv.data.encode import LoadReport, encode
 from fedpriv.data.errors import DataError
 from fedpriv.data.schema import Schema, Target
 from fedpriv.data.split import make_split, stratified_indices
+from fedpriv.data.synthetic import load_synthetic
 from fedpriv.data.table import read_table
 from fedpriv.validation import check_count
 
@@ -303,6 +304,7 @@ LOADERS = {
     "diabetes130": load_diabetes130,
     "brfss": load_brfss,
     "brfss3": functools.partial(load_brfss, multiclass=True),
+    "synthetic": load_synthetic,
 }
 
 
@@ -359,56 +361,3 @@ def load_dataset(name: str, **options) -> TabularDataset:
     except KeyError:
         raise unknown_dataset(name) from None
     return loader(**options)
-
-
-def load_synthetic(
-    *,
-    n: int = 4_800,
-    seed: int = 0,
-    n_clients: int = 5,
-    covariate_shift: float = 0.0,
-    split_seed: int = 0,
-    val_fraction: float = 0.2,
-) -> TabularDataset:
-    """The benchmark paper's synthetic task as a dataset (15 features, 8 informative, 30 %).
-
-    Features already live in the public box [0, 1]. With ``covariate_shift``
-    γ > 0 each row's generating client is its natural client; with γ = 0 there
-    are no natural clients (the paper partitions with Dirichlet(0.5), K = 5:
-    ``client_partition(5, alpha=0.5)``).
-    """
-    from fedpriv.data.schema import NumericColumn, Target
-    from fedpriv.data.synthetic import SyntheticConfig, make_synthetic
-
-    cfg = SyntheticConfig(n_clients=n_clients, covariate_shift=covariate_shift)
-    data = make_synthetic(n=n, seed=seed, config=cfg)
-    sch = Schema(
-        name="synthetic",
-        columns=tuple(NumericColumn(name=f, lo=0.0, hi=1.0) for f in data.feature_names),
-        target=Target(column="y", positive=("1",), labels=("0", "1")),
-        description="synthetic: 15 features, 8 informative, 30 % positive",
-    )
-    report = LoadReport(source=f"synthetic(n={n}, seed={seed}, covariate_shift={covariate_shift})")
-    report.n_rows = n
-    shifted = covariate_shift > 0
-    split = make_split(
-        data.y,
-        seed=split_seed,
-        val_fraction=val_fraction,
-        strata=data.client * 2 + data.y if shifted else None,
-    )
-    return TabularDataset(
-        name="synthetic",
-        schema=sch,
-        X=data.X,
-        X_ordinal=data.X.copy(),
-        y=data.y.astype(np.float64),
-        feature_names=tuple(data.feature_names),
-        split=split,
-        report=report,
-        clients=data.client if shifted else None,
-        client_names=tuple(f"client {k}" for k in range(n_clients)) if shifted else (),
-    )
-
-
-LOADERS["synthetic"] = load_synthetic

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,7 @@ import numpy as np
 from fedpriv.errors import public_error
 from fedpriv.federation.engine import Replies, RoundPlan
 from fedpriv.federation.protocol import ClientData, ClientHandler, poisson_sample
+from fedpriv.federation.rounds import UnmaskRequest
 from fedpriv.federation.secagg import SecAggClient, SecAggConfig, UnmaskAnswer
 from fedpriv.privacy.distributed import draw_share, share_streams
 from fedpriv.privacy.node_budget import NodeLedger, NodeRefusal
@@ -209,26 +210,17 @@ class InProcessTransport:
                 )  # fmt: skip
         return signatures
 
-    def unmask(
-        self,
-        plan: RoundPlan,
-        survivors: list[int],
-        dropped: list[int],
-        inboxes: Mapping[int, Mapping[int, bytes]],
-        signatures: Mapping[int, bytes],
-    ) -> dict[int, UnmaskAnswer]:
-        answers, r = {}, plan.query.round
+    def unmask(self, request: UnmaskRequest) -> dict[int, UnmaskAnswer]:
+        answers, r = {}, request.plan.query.round
+        survivors, dropped = request.survivors, request.dropped
         for u in survivors:
             led = self.node_ledgers[u]
             try:
                 answers[u] = self.parties[u].unmask(
-                    round_id=r,
-                    survivors=survivors,
-                    dropped=dropped,
-                    n=plan.query.reply_length,
-                    inbox=inboxes[u],
-                    signatures=signatures,
-                )
+                    round_id=r, survivors=survivors, dropped=dropped,
+                    n=request.plan.query.reply_length, inbox=request.inboxes[u],
+                    signatures=request.signatures,
+                )  # fmt: skip
             except ValueError as err:  # a refusal: that survivor stays silent
                 logger.warning("client %d refused the unmask of round %d: %s", u, r, err)
                 if led is not None:

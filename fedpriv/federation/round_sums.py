@@ -14,7 +14,7 @@ import numpy as np
 
 from fedpriv import logs
 from fedpriv.federation.replies import check_answer
-from fedpriv.federation.rounds import Replies, RoundPlan
+from fedpriv.federation.rounds import Replies, RoundPlan, UnmaskRequest
 from fedpriv.federation.secagg import SecAggAbort, SecAggServer, sum_plain
 from fedpriv.privacy.distributed import DistributedSum
 
@@ -60,7 +60,11 @@ class RoundSums:
             return None  # a server-side view the survivors did not sign: release nothing
         # The unmask exchange, every round: survivors return shares of the survivors'
         # self-mask seeds and their pair masks with the dropped clients.
-        answers = self.transport.unmask(plan, survivors, dropped, inboxes, signed)
+        answers = self.transport.unmask(
+            UnmaskRequest(
+                plan=plan, survivors=survivors, dropped=dropped, inboxes=inboxes, signatures=signed
+            )
+        )
         comm.round_trips += 1
         comm.recoveries += bool(dropped)
         n = plan.query.reply_length

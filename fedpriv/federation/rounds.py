@@ -102,6 +102,19 @@ class Replies:
     errors: int = 0
 
 
+@dataclass(frozen=True, kw_only=True)
+class UnmaskRequest:
+    """What the unmask exchange sends (Bonawitz §4, Unmasking): the round's plan, the
+    server's view (survivors S, dropped D), each survivor's inbox of encrypted shares
+    (by sender) and the survivors' signatures on (S, D)."""
+
+    plan: RoundPlan
+    survivors: list[int]
+    dropped: list[int]
+    inboxes: Mapping[int, Mapping[int, bytes]]
+    signatures: Mapping[int, bytes]
+
+
 class Transport(Protocol):
     """What carries a round: the engine calls these and nothing else.
 
@@ -131,17 +144,10 @@ class Transport(Protocol):
         signature on them; returns the signatures that arrived, by survivor."""
         ...
 
-    def unmask(
-        self,
-        plan: RoundPlan,
-        survivors: list[int],
-        dropped: list[int],
-        inboxes: Mapping[int, Mapping[int, bytes]],
-        signatures: Mapping[int, bytes],
-    ) -> dict[int, UnmaskAnswer]:
-        """The round's one unmask exchange with ``survivors`` (each gets its inbox of
-        encrypted shares and the survivors' signatures on (S, D)); returns the answers
-        that arrived, by survivor."""
+    def unmask(self, request: UnmaskRequest) -> dict[int, UnmaskAnswer]:
+        """The round's one unmask exchange with ``request.survivors`` (each gets its
+        inbox of encrypted shares and the survivors' signatures on (S, D)); returns the
+        answers that arrived, by survivor."""
         ...
 
 

@@ -86,7 +86,6 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 from cryptography.exceptions import InvalidTag
@@ -96,6 +95,7 @@ from fedpriv.federation import secagg_consistency as consistency
 from fedpriv.federation import shamir
 from fedpriv.federation.fixedpoint import FixedPointCodec, SecAggOverflowError, sum_plain
 from fedpriv.federation.secagg_common import (
+    ClientRound,
     MaskedInput,
     SecAggAbort,
     SecAggConfig,
@@ -105,6 +105,7 @@ from fedpriv.federation.secagg_common import (
     check_u64,
     point,
     self_mask,
+    share_ad,
     share_nonce,
 )
 from fedpriv.federation.secagg_keys import ClientKeys
@@ -124,15 +125,6 @@ __all__ = [
 ]
 
 _MASK_TAG = b"fpSA"  # nonce domain tag: pair-mask keystreams and nothing else
-
-
-@dataclass
-class _Round:
-    peers: frozenset[int]
-    size: int
-    threshold: int
-    own_share: int | None  # this client's share of its own b^r; dropped once answered
-    min_survivors: int = 0  # m the noise share was sized for (0: central noise)
 
 
 class SecAggClient(ClientKeys):
@@ -159,7 +151,7 @@ class SecAggClient(ClientKeys):
             signing_key_bytes=signing_key_bytes,
         )
         self.config = config or SecAggConfig()
-        self._rounds: dict[int, _Round] = {}
+        self._rounds: dict[int, ClientRound] = {}
         self._answered: set[int] = set()  # rounds whose unmask this client answered
         self._views: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # signed (S, D)
 
@@ -252,12 +244,14 @@ class SecAggClient(ClientKeys):
         out -= masks[len(up) :].sum(axis=0, dtype=np.uint64)
         sealed = {
             j: ChaCha20Poly1305(self._keys[j][1]).encrypt(
-                share_nonce(r), shamir.to_bytes(shares[point(j)]), _ad(self.client_id, j, r)
+                share_nonce(r), shamir.to_bytes(shares[point(j)]), share_ad(self.client_id, j, r)
             )
             for j in peers
             if j != self.client_id
         }
-        self._rounds[r] = _Round(frozenset(peers), out.size, t, shares[point(self.client_id)], m)
+        self._rounds[r] = ClientRound(
+            frozenset(peers), out.size, t, shares[point(self.client_id)], m
+        )
         return MaskedInput(vector=out, shares=sealed, round_id=r)
 
     def _view(self, r: int, survivors: Sequence[int], dropped: Sequence[int]):
@@ -338,7 +332,7 @@ class SecAggClient(ClientKeys):
         for w in sorted(senders):
             try:
                 plain = ChaCha20Poly1305(self._keys[w][2]).decrypt(
-                    share_nonce(r), bytes(inbox[w]), _ad(w, self.client_id, r)
+                    share_nonce(r), bytes(inbox[w]), share_ad(w, self.client_id, r)
                 )
             except InvalidTag:
                 raise ValueError(
@@ -364,10 +358,7 @@ class SecAggClient(ClientKeys):
         round's seed travel too: they are as secret as the private key and live in
         the same node-local state.
         """
-        rounds = {
-            str(r): [sorted(x.peers), x.size, x.threshold, x.own_share, x.min_survivors]
-            for r, x in self._rounds.items()
-        }
+        rounds = {str(r): x.state() for r, x in self._rounds.items()}
         views = {str(r): [list(s), list(d)] for r, (s, d) in self._views.items()}
         state = {"rounds": rounds, "answered": sorted(self._answered), "views": views}
         return self._sk.private_bytes_raw(), json.dumps({**state, **self._keys_state()})
@@ -389,19 +380,10 @@ class SecAggClient(ClientKeys):
             config=config,
             signing_key_bytes=bytes.fromhex(data["signing"]) if "signing" in data else None,
         )
-        client._rounds = {
-            int(r): _Round(frozenset(v[0]), int(v[1]), int(v[2]), v[3], int([*v, 0][4]))
-            for r, v in data.get("rounds", {}).items()  # (a state without m: central noise)
-        }
+        client._rounds = {int(r): ClientRound.of(v) for r, v in data.get("rounds", {}).items()}
         client._answered = set(data.get("answered", []))
         client._views = {
             int(r): (tuple(s), tuple(d)) for r, (s, d) in data.get("views", {}).items()
         }
         client._load_keys(data)
         return client
-
-
-def _ad(sender: int, recipient: int, round_id: int) -> bytes:
-    # Associated data of a share ciphertext: the server cannot move it to another
-    # sender, recipient or round without failing authentication.
-    return b"fpSS" + b"".join(v.to_bytes(8, "big") for v in (sender, recipient, round_id))

@@ -124,6 +124,26 @@ class UnmaskAnswer:
         )
 
 
+@dataclass
+class ClientRound:
+    """A client's bookkeeping of one round (kept in its node state between messages)."""
+
+    peers: frozenset[int]
+    size: int
+    threshold: int
+    own_share: int | None  # this client's share of its own b^r; dropped once answered
+    min_survivors: int = 0  # m the noise share was sized for (0: central noise)
+
+    def state(self) -> list:
+        """A JSON-able form, read back by :meth:`of`."""
+        return [sorted(self.peers), self.size, self.threshold, self.own_share, self.min_survivors]
+
+    @classmethod
+    def of(cls, v: list) -> ClientRound:
+        """From :meth:`state` (a state without m: central noise)."""
+        return cls(frozenset(v[0]), int(v[1]), int(v[2]), v[3], int([*v, 0][4]))
+
+
 def check_u64(name: str, value: object) -> int:
     """``value`` as an int in [0, 2^64), or ValueError/TypeError naming it."""
     if type(value) is int and 0 <= value < 2**64:  # fast path; the full check names the problem
@@ -164,6 +184,12 @@ def share_nonce(round_id: int) -> bytes:
     """12-byte AEAD nonce of round r's shares: tag ‖ le64(r). Each directional key
     k_{u→v} encrypts one share per round, so a nonce is never reused under a key."""
     return _SHARE_TAG + round_id.to_bytes(8, "little")
+
+
+def share_ad(sender: int, recipient: int, round_id: int) -> bytes:
+    """Associated data of a share ciphertext: the server cannot move it to another
+    sender, recipient or round without failing authentication."""
+    return _SHARE_TAG + b"".join(v.to_bytes(8, "big") for v in (sender, recipient, round_id))
 
 
 def keystream(aead: ChaCha20Poly1305, tag: bytes, round_id: int, n: int) -> np.ndarray:

@@ -115,6 +115,10 @@ class RunSettings:
     #: The public schema the nodes read their rows with: a bundled schema name (adult,
     #: heart, diabetes130, brfss) or a schema TOML path; "" = the ``dataset``'s.
     schema: str = setting("", Text("a bundled schema name or a schema TOML path"))
+    #: SHA-256 (hex) of the schema file's bytes. A node holding its own copy of the
+    #: public schema (node-config ``schema-path``) reads its rows with its copy and
+    #: refuses a run whose digest differs (``fedpriv coordinator submit`` sets it).
+    schema_sha256: str = setting("", Text("64 hex digits"))
     #: Simulation on one CSV (split by the schema's client column, else IID): its path.
     csv: str = setting("", Text("a CSV path"))
     #: Declared public bound on records per client (never counted from the data): the

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from fedpriv.server import cli_split
 from fedpriv.server.cli import main
+from fedpriv.server.fit_size import PublicSize
 from fedpriv.server.method_estimator import MethodEstimator
 
 from fedpriv.data import load_csv_whole
@@ -58,7 +59,7 @@ def test_cv_charges_all_folds_to_one_ledger_within_epsilon(hospitals, tmp_path, 
     data = load_csv_whole(hospitals, SCHEMA, use_cache=False)
     settings = RunSettings.from_run_config({"method": "dp_gam", "rounds": ROUNDS, "epsilon": EPS})
     est = MethodEstimator.from_settings(settings, num_clients=3)
-    size = cli_split.PublicSize(n_records=240 * 2, max_records=240 * 2)
+    size = PublicSize(n_records=240 * 2, max_records=240 * 2)
     plan = cli_split.fit_plan(est, data, size, 3)
     fixed = [(count_event(0.01 * EPS), 1)]
 

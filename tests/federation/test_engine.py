@@ -82,19 +82,19 @@ class ScriptedTransport:
             for u in survivors
         }
 
-    def unmask(self, plan, survivors, dropped, inboxes, signatures):
-        r = plan.query.round
+    def unmask(self, req):
+        r = req.plan.query.round
         self.unmasked.append(r)
         return {
             u: self.parties[u].unmask(
                 round_id=r,
-                survivors=survivors,
-                dropped=dropped,
+                survivors=req.survivors,
+                dropped=req.dropped,
                 n=N,
-                inbox=inboxes[u],
-                signatures=signatures,
+                inbox=req.inboxes[u],
+                signatures=req.signatures,
             )
-            for u in survivors
+            for u in req.survivors
             if u not in self.silent.get(r, set())
         }
 

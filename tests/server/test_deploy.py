@@ -289,8 +289,7 @@ def test_one_federation_through_four_faults(tmp_path):
     approver = Approver(Path(policies[0][STATE_DIR]))
     approver.on.set()
     with Federation(workdir=tmp_path / "fed", num_clients=3, node_config=policies) as fed:
-        fed.start_superlink()
-        fed.register(0, 1, 2)
+        fed.start_superlink()  # and registers the three nodes' keys
         _strangers_are_refused_and_never_get_a_message(fed, tmp_path)
         for i in range(3):
             fed.start_node(i, env=node_1 if i == 1 else {})

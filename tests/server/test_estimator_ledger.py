@@ -83,3 +83,22 @@ def test_a_non_private_fit_is_charged_as_a_non_private_event():
 def test_the_ledger_parameter_must_be_a_privacy_ledger():
     with pytest.raises(TypeError, match=r"ledger must be a fedpriv\.privacy\.PrivacyLedger"):
         _forest(ledger={"epsilon": 1.0}).fit(np.full((2, 3), np.nan), [0, 1])  # before the rows
+
+
+def test_a_callers_public_size_decides_the_fit_and_no_count_is_released():
+    """``fit(public_size=)``: the caller's bounds are the fit's public n (no count
+    released, nothing read from the rows' count); a client over its bound is refused."""
+    from fedpriv.server.fit_size import PublicSize
+
+    from fedpriv.data import DataError
+
+    ledger = _shared(1.0)
+    est = _forest(ledger=ledger).fit(X, Y, public_size=PublicSize(n_records=500, max_records=200))
+    assert est.context_.n_records == 500  # not 120 (the rows), not a released bound
+    assert COUNT_LABEL not in [e.label for e in ledger.entries]
+    # The twin: without it the same fit releases the count first.
+    other = _shared(1.0)
+    _forest(ledger=other).fit(X, Y)
+    assert other.entries[0].label == COUNT_LABEL
+    with pytest.raises(DataError, match="max-records = 10"):
+        _forest().fit(X, Y, public_size=PublicSize(n_records=40, max_records=10))

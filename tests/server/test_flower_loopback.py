@@ -172,6 +172,13 @@ def test_the_automatic_schedule_is_what_every_part_of_the_run_sees(monkeypatch, 
     np.testing.assert_array_equal(saved.params, ref.model_.params)  # the same run
 
 
+def _lumberjack_on_heart(**settings):
+    """The in-process fit a Lumberjack App run must equal (same key, bound and seed)."""
+    return LumberjackClassifier(
+        seed=5, secure_aggregation=True, secret_key=key_for(KEY), max_records=BOUND, **settings
+    ).fit(load_heart())
+
+
 def test_lumberjack_app_releases_the_in_process_forest(monkeypatch, tmp_path):
     job = {
         "dataset": "heart",
@@ -184,15 +191,7 @@ def test_lumberjack_app_releases_the_in_process_forest(monkeypatch, tmp_path):
     }
     out = run_app(monkeypatch, tmp_path, job)
     saved = load_model(out / "model.fedpriv.npz").model.to_arrays()
-    ref = LumberjackClassifier(
-        trees=3,
-        depth=8,
-        epsilon=4.0,
-        seed=5,
-        secure_aggregation=True,
-        secret_key=key_for(KEY),
-        max_records=BOUND,
-    ).fit(load_heart())
+    ref = _lumberjack_on_heart(trees=3, depth=8, epsilon=4.0)
     for key, value in ref.model_.to_arrays().items():
         np.testing.assert_array_equal(saved[key], value, err_msg=key)
     privacy = _json(out, "privacy")
@@ -210,14 +209,7 @@ def test_lumberjack_app_resolves_automatic_sizes_as_the_in_process_fit(monkeypat
     job = {"dataset": "heart", "num-clients": 4, "method": "lumberjack", "epsilon": 2.0,
            "seed": 5}  # fmt: skip
     out = run_app(monkeypatch, tmp_path, job)
-    ref = LumberjackClassifier(
-        epsilon=2.0,
-        seed=5,
-        num_clients=4,
-        secure_aggregation=True,
-        secret_key=key_for(KEY),
-        max_records=BOUND,
-    ).fit(load_heart())
+    ref = _lumberjack_on_heart(epsilon=2.0, num_clients=4)
     assert (ref.config_.trees, ref.config_.depth) == (30, 7)
     saved = load_model(out / "model.fedpriv.npz")
     for key, value in ref.model_.to_arrays().items():

@@ -70,9 +70,10 @@ class Liar:
             liar.signed = sorted(sigs)
             return sigs
 
-        def unmask(self, plan, survivors, dropped, inboxes, signatures):
+        def unmask(self, request):
+            plan, inboxes, signatures = request.plan, request.inboxes, request.signatures
             if plan.query.round != ATTACK:
-                return honest_unmask(self, plan, survivors, dropped, inboxes, signatures)
+                return honest_unmask(self, request)
             signers, content = sorted(signatures), {}
             for p, (live, gone) in VIEWS.items():
                 cfg = self._view(plan, live, gone)
