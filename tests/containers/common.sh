@@ -24,6 +24,7 @@ T_START=$(date +%s)
 say() { printf '[containers] %s\n' "$*"; }
 fail() { printf '[containers] FAILED: %s\n' "$*" >&2; exit 1; }
 now() { date +%s.%N; }
+secs() { if [ -n "$1" ]; then echo "$1 s"; else echo "$2"; fi; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
 common_usage() {
@@ -70,6 +71,8 @@ on_exit() {
     exit "$rc"
 }
 trap on_exit EXIT
+set -E
+trap 'say "failed: line $LINENO: $BASH_COMMAND"' ERR
 trap 'exit 130' INT TERM
 
 # -- tools --------------------------------------------------------------------

@@ -64,7 +64,7 @@ RUN_ID=$(sed -n 's/^submitted run \([0-9]*\).*/\1/p' "$WORK/submit.log")
 OUT=$COORD/results/$RUN_ID
 [ -n "$RUN_ID" ] && [ -d "$OUT" ] || fail "no results folder for run '$RUN_ID'"
 STATUS=$(json_get "$OUT/status.json" 'd["status"]')
-RELEASED=$(json_get "$OUT/status.json" 'f"{d[\"rounds_released\"]} of {d[\"rounds_planned\"]}"')
+RELEASED="$(json_get "$OUT/status.json" 'd["rounds_released"]') of $(json_get "$OUT/status.json" 'd["rounds_planned"]')"
 [ "$STATUS" = completed ] || fail "run $RUN_ID: status.json says $STATUS"
 [ "$RELEASED" = "5 of 5" ] || fail "run $RUN_ID: $RELEASED rounds released"
 AUC=$(json_get "$OUT/metrics.json" 'round(d["auc"], 4)')
@@ -103,7 +103,7 @@ in_container() {  # in_container SERVICE: the node files its filesystem holds
     docker exec "$("${DC[@]}" ps -q "$1")" sh -c \
         "find / -xdev \\( -name 'fedpriv-node-*' -o -name node.key -o -name patients.csv \\) \
          -type f 2>/dev/null; find /node /coordinator \\( -name 'fedpriv-node-*' -o \
-         -name node.key -o -name patients.csv \\) -type f 2>/dev/null" | sort -u | tr '\n' ' '
+         -name node.key -o -name patients.csv \\) -type f 2>/dev/null; true" | sort -u | tr '\n' ' '
 }
 mounts() {  # mounts SERVICE: its mounts, SOURCE:DESTINATION
     docker inspect -f '{{range .Mounts}}{{if eq .Type "volume"}}{{.Name}}{{else}}{{.Source}}{{end}}:{{.Destination}} {{end}}' \
@@ -129,6 +129,6 @@ done
 say "node files: each hospital's ledger, audit log and key in its own folder and container only"
 
 echo
-say "RESULT compose run: dockerd start ${DOCKERD_SECONDS:-n/a (running)} s | base image build ${BASE_SECONDS:-n/a (present)} s | image build ${BUILD_SECONDS:-n/a} s | compose run ${RUN_SECONDS} s"
+say "RESULT compose run: dockerd start $(secs "${DOCKERD_SECONDS:-}" "n/a (running)") | base image build $(secs "${BASE_SECONDS:-}" "n/a (present)") | image build $(secs "${BUILD_SECONDS:-}" "n/a (--no-build)") | compose run ${RUN_SECONDS} s"
 say "RESULT run $RUN_ID: $STATUS, $RELEASED rounds released | AUC $AUC | ε $EPS (PLD)"
 say "PASSED"
