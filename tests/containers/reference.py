@@ -7,7 +7,8 @@ Run on the host, under the reproduction key the run was given
 hospitals' files are the ones its nodes held (file i is node i's), and the fit is
 ``DPBoostingClassifier(...).fit(files_dataset(...))``, the estimator a user calls.
 Every array of the released ``model.fedpriv.npz`` must equal the fit's exactly,
-and ε must agree. Exit code 0 equal, 1 not (each differing array named).
+and ε must agree; the same fit under a fresh key must differ (the control).
+Exit code 0 equal, 1 not (each differing array named).
 Called by ``tests/containers/two_machines.sh``; not part of pytest's suite.
 """
 
@@ -73,6 +74,17 @@ def main(argv: list[str] | None = None) -> int:
                   len(differ), len(mine), ", ".join(differ))  # fmt: skip
         return 1
     log.info("bit-for-bit equal: all %d arrays of the released model", len(mine))
+    # The control: under another key the same fit differs, so the comparison can fail.
+    other = DPBoostingClassifier(
+        rounds=settings["rounds"], depth=settings["depth"], epsilon=settings["epsilon"],
+        seed=settings["seed"], max_records=settings["max-records"],
+        secret_key=SecretKey.generate(),
+    ).fit(files_dataset(list(args.files), schema))  # fmt: skip
+    theirs = other.model_.to_arrays()
+    if all(np.array_equal(released[k], theirs[k]) for k in released):
+        log.error("the fit under a fresh key equals the release too: the comparison proves nothing")
+        return 1
+    log.info("control: the fit under a fresh key differs from the release")
     return 0
 
 
