@@ -95,6 +95,8 @@ def sanitised(fn):
             return fn(msg, context)
         except Exception as exc:  # every failure: its text may quote private data
             failure = public_error(exc)
+            pid = str(context.node_config.get("partition-id", ""))
+            failure = failure.at_node(int(pid)) if pid.isdigit() else failure  # public
             log.error("fedpriv %s failed locally (%s): %s", fn.__name__, failure, exc, exc_info=exc)
         raise failure
 

@@ -65,10 +65,18 @@ class ClientFailure(RuntimeError):
     carries no cell value, line number, file path or free text.
     """
 
-    def __init__(self, *, code: str, column: str | None = None, kind: str = "DataError") -> None:
-        self.code, self.column, self.kind = code, column, kind
+    def __init__(
+        self, *, code: str, column: str | None = None, kind: str = "DataError",
+        node: int | None = None,
+    ) -> None:  # fmt: skip
+        self.code, self.column, self.kind, self.node = code, column, kind, node
         parts = [f"code={code!r}"] + ([f"column={column!r}"] if column is not None else [])
+        parts += [f"node={node}"] if node is not None else []  # its public partition id
         super().__init__(f"{kind}({', '.join(parts)})")
+
+    def at_node(self, node: int) -> ClientFailure:
+        """The same failure naming the node (partition id) it happened on."""
+        return ClientFailure(code=self.code, column=self.column, kind=self.kind, node=node)
 
 
 class Refusal(PermissionError):
@@ -91,7 +99,7 @@ def public_error(exc: BaseException) -> ClientFailure:
     e.g. a label range or a reply value).
     """
     if isinstance(exc, ClientFailure):
-        return ClientFailure(code=exc.code, column=exc.column, kind=exc.kind)
+        return ClientFailure(code=exc.code, column=exc.column, kind=exc.kind, node=exc.node)
     if isinstance(exc, Refusal):
         return ClientFailure(code=exc.code, kind=type(exc).__name__)
     if isinstance(exc, DataError):

@@ -56,10 +56,8 @@ def init(hosts: tuple[str, ...], port: int, root: Path) -> int:
     from fedpriv.server.coordinator import Coordinator
 
     coord = _settings(lambda: Coordinator.init(root, hosts=hosts, port=port))
-    click.echo(
-        f"coordinator folder {coord.root}: SuperLink {coord.address}\n"
-        f"give every node {coord.tls.ca_cert} (its --ca) and the address {coord.address}"
-    )
+    click.echo(f"coordinator folder {coord.root}: SuperLink {coord.address}")
+    click.echo(f"give every node {coord.tls.ca_cert} (its --ca) and the address {coord.address}")
     return 0
 
 
@@ -82,8 +80,9 @@ def register(public_key: Path, name: str | None, rotate: bool, root: Path) -> in
 @coordinator.command()
 @click.option("--bind", default="0.0.0.0", show_default=True, help="The address to listen on.")
 @click.option("--detach", is_flag=True, help="Return once it runs (stop: coordinator stop).")
-@click.option("--timeout", type=float, default=120.0, show_default=True,
-              help="How long start-up and registration may take (s).")  # fmt: skip
+@click.option("--timeout", type=float, default=None,
+              help="How long start-up and registration may each take (s) [default: "
+              "120 + 15 s per registered node].")  # fmt: skip
 @DIR_OPTION
 def start(bind: str, detach: bool, timeout: float, root: Path) -> int:
     """Start the SuperLink (TLS, node authentication) and register every allowed key."""

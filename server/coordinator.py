@@ -28,7 +28,14 @@ from pathlib import Path
 
 from fedpriv.server.flower_commands import superlink_command
 from fedpriv.server.hospital import read_public_key
-from fedpriv.server.launch import BIN, flwr, flwr_env, wait_healthy, write_connection
+from fedpriv.server.launch import (
+    BIN,
+    flwr,
+    flwr_env,
+    step_timeout,
+    wait_healthy,
+    write_connection,
+)
 from fedpriv.server.processes import ProcessTracker, _start_time
 from fedpriv.server.tls import TlsFiles, fingerprint, write_tls
 
@@ -164,12 +171,19 @@ class Coordinator:
         rest = [n for n in nodes if n.name != name]
         listed = sorted([*rest, node], key=lambda n: n.index)
         write_json_atomic(self.root / "nodes.json", [vars(n) for n in listed])
-        if self.running():
+        if self.running() or self.answers():
             self._flwr_register([node])
         return node
 
-    def _flwr_register(self, nodes: list[Registered], *, wait: float = 120.0) -> None:
-        """``flwr supernode register`` for each node, all at once (one deadline)."""
+    def step(self) -> float:
+        """Each step's time (s) without ``--timeout``: :func:`~fedpriv.server.launch.
+        step_timeout` of a default run and the registered nodes (it grows with K)."""
+        return step_timeout(1800.0, max(1, len(self.nodes())))
+
+    def _flwr_register(self, nodes: list[Registered], *, wait: float | None = None) -> None:
+        """``flwr supernode register`` for each node, all at once (one deadline, default
+        :meth:`step`)."""
+        wait = self.step() if wait is None else wait
         calls = {
             n.name: subprocess.Popen(
                 [
@@ -218,10 +232,14 @@ class Coordinator:
         args[0] = str(BIN / args[0])
         return args
 
-    def launch(self, *, bind: str = "0.0.0.0", wait: float = 120.0, popen=None) -> subprocess.Popen:
+    def launch(
+        self, *, bind: str = "0.0.0.0", wait: float | None = None, popen=None
+    ) -> subprocess.Popen:
         """Start the SuperLink (its PID file written), wait for its health, register
         every allow-listed key; returns its process. Refused if one runs already.
-        ``popen(args, home, name)``: how to start it (default: here, its log beside)."""
+        ``popen(args, home, name)``: how to start it (default: here, its log beside).
+        ``wait``: each step's time (default :meth:`step`, growing with K)."""
+        wait = self.step() if wait is None else wait
         if self.running():
             raise SettingError(f"a SuperLink of {self.root} runs already (pid {self._pid()[0]})")
         args = self.superlink_command(bind=bind)
@@ -262,6 +280,23 @@ class Coordinator:
         pid, start = self._pid()
         return bool(pid) and start is not None and _start_time(pid) == start
 
+    def answers(self, *, timeout: float = 2.0) -> bool:
+        """Whether a SuperLink answers ``/health`` on this folder's port on 127.0.0.1 (one
+        started here, or by another process on this host or in this container: its PID
+        file need not be ours)."""
+        import ssl
+        import urllib.request
+
+        scheme, context = "http", None
+        if not self.insecure:
+            scheme, context = "https", ssl.create_default_context(cafile=str(self.tls.ca_cert))
+        try:
+            url = f"{scheme}://127.0.0.1:{self.port}/health"
+            with urllib.request.urlopen(url, timeout=timeout, context=context) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
     def stop_process(
         self, proc: subprocess.Popen | None, tracker: ProcessTracker | None
     ) -> list[int]:
@@ -291,10 +326,11 @@ class Coordinator:
         (self.root / "superlink.pid").unlink(missing_ok=True)
         return True
 
-    def online(self, *, wait: float = 120.0) -> int:
+    def online(self, *, wait: float | None = None) -> int:
         """How many SuperNodes the SuperLink reports online (``flwr supernode ls``)."""
         from fedpriv.server.local_federation import _count_online
 
+        wait = self.step() if wait is None else wait
         cp = flwr(["supernode", "ls", CONNECTION, "--format", "json"], self.env,
                   capture_output=True, timeout=wait)  # fmt: skip
         try:

@@ -95,8 +95,8 @@ def submit_run(
     coord: Coordinator, overrides: Mapping, *, preset: str | None = None, files: bool = True
 ) -> tuple[str, object]:
     """Submit one run; returns (run id, its resolved settings)."""
-    if not coord.running():
-        raise SettingError(f"no SuperLink of {coord.root} runs (fedpriv coordinator start)")
+    if not (coord.running() or coord.answers()):
+        raise SettingError(f"no SuperLink of {coord.root} answers (fedpriv coordinator start)")
     registered = len(coord.nodes())
     job = job_overrides(coord, overrides, files=files)
     run = resolve(job, preset=DEPLOY_FILES if preset is None else preset)
@@ -153,7 +153,7 @@ def follow_run(
     with progress:
         status, details = follow(
             run_id, CONNECTION, coord.env, timeout=limit, wait=wait, on_line=on_line,
-            healthy=healthy or coord.running,
+            healthy=healthy or (lambda: coord.running() or coord.answers()),
         )  # fmt: skip
     log.info(f"run {run_id}: {status} {details}".rstrip())
     out = Path(known["out"])
@@ -172,16 +172,18 @@ def result(out: Path) -> str:
 
 
 def status_lines(
-    coord: Coordinator, run_id: str | None = None, *, wait: float = 120.0
+    coord: Coordinator, run_id: str | None = None, *, wait: float | None = None
 ) -> list[str]:
     """``fedpriv coordinator status``: the SuperLink, the allow-list and who is online,
     and the runs (or one run) with the status Flower reports."""
     nodes = coord.nodes()
+    wait = coord.step() if wait is None else wait
     lines = [f"coordinator {coord.root}: SuperLink at {coord.address}"]
-    if not coord.running():
+    up = coord.running() or coord.answers()
+    if not up:
         lines[0] += " (not running)"
     lines += [f"  node {n.index}: {n.name} {n.fingerprint}" for n in nodes]
-    if not coord.running():
+    if not up:
         return lines
     lines.append(f"{coord.online(wait=wait)} of {len(nodes)} registered node(s) online")
     args = ["ls", CONNECTION, "--format", "json"] + (["--run-id", run_id] if run_id else [])

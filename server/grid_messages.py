@@ -72,7 +72,7 @@ def wait_for_nodes(grid: Grid, n: int, timeout: float) -> list[int]:
     return ids
 
 
-def report_error(rep: Message) -> None:
+def report_error(rep: Message) -> str:
     """Log a client's error reply (it is counted, and the client treated as dropped).
 
     The reason is Flower's ``<class ...>:<'str(exc)'>`` of what the ClientApp
@@ -86,6 +86,14 @@ def report_error(rep: Message) -> None:
         rep.error.code,
         rep.error.reason,
     )
+    return public_reason(rep.error.reason)
+
+
+def public_reason(reason: str) -> str:
+    """The client failure's own text out of Flower's ``<class ...>:<'text'>`` reason
+    (e.g. ``DataError(code='schema_mismatch', node=1)``); the reason as is otherwise."""
+    _, sep, tail = reason.partition(":<'")
+    return tail[:-2] if sep and tail.endswith("'>") else reason
 
 
 class SentMessages:
@@ -118,23 +126,23 @@ class SentMessages:
 
 def _send(
     grid: Grid, kind: str, content: dict[int, RecordDict], timeout: float
-) -> tuple[dict[int, Message], int, int]:
-    """Send one exchange; the replies bound to their nodes, the error count and the
-    refused count (replies from nodes not asked, or a second reply)."""
+) -> tuple[dict[int, Message], list[str], int]:
+    """Send one exchange; the replies bound to their nodes, the error replies' public
+    reasons (:func:`report_error`) and the refused count (replies from nodes not
+    asked, or a second reply)."""
     msgs = [
         Message(c, dst_node_id=node, message_type=f"query.{kind}") for node, c in content.items()
     ]
     sent = SentMessages(msgs)
     replies = grid.send_and_receive(msgs, timeout=timeout)
-    ok, errors, refused = {}, 0, 0
+    ok, errors, refused = {}, [], 0
     for rep in replies:
         node, why = sent.sender(rep)
         if node is None:
             log.warning("%s reply refused: %s", kind, why)
             refused += 1
         elif rep.has_error():
-            report_error(rep)
-            errors += 1
+            errors.append(report_error(rep))
         else:
             ok[node] = rep
     return ok, errors, refused

@@ -68,7 +68,7 @@ class GridTransport:
 
     def _send(self, kind: str, content: dict[int, RecordDict]) -> dict[int, Message]:
         replies, errors, refused = _send(self.grid, kind, content, self.settings.round_timeout)
-        self.report.client_errors += errors
+        self.report.client_errors += len(errors)
         self.report.communication.rejected_replies += refused
         return replies
 
@@ -83,10 +83,10 @@ class GridTransport:
         content = {n: RecordDict({"config": ConfigRecord(plan)}) for n in nodes}
         replies, errors, _ = _send(self.grid, "keys", content, s.setup_timeout)
         if errors or len(replies) != len(nodes):
-            # No keys, no secure aggregation: the run fails (client errors are printed above).
+            # No keys, no secure aggregation: the run fails, naming each node's own reason.
             raise RuntimeError(
-                f"key exchange: {len(replies)} of {len(nodes)} nodes answered, "
-                f"{errors} client errors (a node refusing the plan is one; reasons above)"
+                f"key exchange: {len(replies)} of {len(nodes)} nodes answered; "
+                + ("; ".join(errors) if errors else "the others sent nothing")
             )
         for node, rep in replies.items():
             # The one place a node names its partition; from here on its node id says it.
@@ -117,7 +117,8 @@ class GridTransport:
         replies, errors, _ = _send(self.grid, "keybook", content, s.setup_timeout)
         if errors or len(replies) != len(pids):
             raise RuntimeError(
-                f"key book: {len(replies)} of {len(pids)} nodes pinned it, {errors} client errors"
+                f"key book: {len(replies)} of {len(pids)} nodes pinned it; "
+                + ("; ".join(errors) if errors else "the others sent nothing")
             )
 
     def declare_plan(self, plan: dict) -> None:
@@ -137,7 +138,7 @@ class GridTransport:
         if errors or len(replies) != len(content):
             raise RuntimeError(
                 f"plan {plan['stage']!r}: {len(replies)} of {len(content)} nodes admitted it "
-                f"({errors} refused or failed; their reasons are logged above); nothing is asked"
+                f"({'; '.join(errors) or 'the others sent nothing'}); nothing is asked"
             )
         for node, rep in replies.items():
             self._note_remaining(self.pid_of[node], rep.content["meta"])

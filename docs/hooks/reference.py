@@ -34,8 +34,13 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+HOOKS = Path(__file__).resolve().parent
+for _path in (HOOKS, ROOT):  # the helpers beside this file; the checkout's code first
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+from reference_files import exit_codes_page, file_formats_page  # noqa: E402
+from reference_text import code, inline, kebab, md, shown, table  # noqa: E402
 
 #: The generated pages, by their path under ``docs/``.
 PAGES = (
@@ -66,74 +71,6 @@ def reference_pages() -> dict[str, str]:
     os.environ.setdefault("FEDPRIV_CACHE_DIR", "off")  # a build writes no accounting cache
     makers = (cli_page, run_config_page, file_formats_page, exit_codes_page)
     return {uri: GENERATED + make() for uri, make in zip(PAGES, makers, strict=True)}
-
-
-# -- text helpers ----------------------------------------------------------------------
-_ROLE = re.compile(r":(?:class|func|meth|mod|data|attr|exc|obj):`(~?)([^`]+)`")
-
-
-def md(text: str | None) -> str:
-    """A docstring's reStructuredText as Markdown: roles and ``literals`` as code,
-    ``::`` literal blocks fenced."""
-    text = inspect.cleandoc(text or "")
-
-    def role(m: re.Match) -> str:  # ~a.b.C shows as C, a.b.C as itself
-        short, target = m.groups()
-        return f"``{target.rsplit('.', 1)[-1] if short else target}``"
-
-    text = _ROLE.sub(role, text).replace("``", "`")
-    out: list[str] = []
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        if line.rstrip().endswith("::"):
-            head = line.rstrip()
-            out.append(head[:-3] if head.endswith(" ::") else head[:-1])
-            block: list[str] = []
-            i += 1
-            while i < len(lines) and (not lines[i].strip() or lines[i].startswith((" ", "\t"))):
-                block.append(lines[i])
-                i += 1
-            while block and not block[-1].strip():
-                block.pop()
-            body = inspect.cleandoc("\n".join(block))
-            out += ["", "```text", body, "```", ""]
-            continue
-        out.append(line)
-        i += 1
-    return "\n".join(out).strip() + "\n"
-
-
-def inline(text: str) -> str:
-    """A docstring fragment as one line of Markdown (roles and literals as code)."""
-    return md(text).strip().replace("\n", " ") if text else ""
-
-
-def _shown(default: Any) -> str:
-    """A default as a table shows it: ``unset`` for None, an Enum by its value."""
-    if default is None:
-        return "unset"
-    return f"`{json.dumps(default) if default == '' else getattr(default, 'value', default)}`"
-
-
-def cell(value: Any) -> str:
-    """A value in a Markdown table cell (pipes escaped, one line)."""
-    return str(value).replace("|", "\\|").replace("\n", " ")
-
-
-def table(header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
-
-
-def code(text: str, lang: str = "text") -> str:
-    return f"```{lang}\n{text.rstrip()}\n```\n"
-
-
-def kebab(name: str) -> str:
-    return name.replace("_", "-")
 
 
 def field_comments(cls: type) -> dict[str, str]:
@@ -306,7 +243,7 @@ def run_config_page() -> str:
         if f.name == "config":
             continue
         allowed = run_range(kebab(f.name))
-        default = "the method's δ" if f.name == "delta" else _shown(getattr(run, f.name))
+        default = "the method's δ" if f.name == "delta" else shown(getattr(run, f.name))
         rows.append((f"`{kebab(f.name)}`", default, "" if allowed == UNKNOWN else allowed,
                      inline(notes.get(f.name, ""))))  # fmt: skip
     parts = [
@@ -337,109 +274,7 @@ def run_config_page() -> str:
         parts.append(" ".join(facts) + "\n")
         rows = []
         for key, default in method_defaults(m).items():
-            rows.append((f"`{kebab(key)}`", _shown(default), method_range(m.name, kebab(key))))
+            rows.append((f"`{kebab(key)}`", shown(default), method_range(m.name, kebab(key))))
         parts.append(table(("key", "default", "allowed"), rows))
         parts.append(f"`{cls.__name__}`: " + md(cls.__doc__))
-    return "\n".join(parts)
-
-
-# -- file formats ----------------------------------------------------------------------
-def _example_report() -> dict[str, Any]:
-    """A real ledger's report: one subsampled Gaussian release (what privacy.json holds)."""
-    import numpy as np
-
-    from fedpriv.privacy import GaussianMechanism, PrivacyBudget, PrivacyLedger
-    from fedpriv.privacy.randomness import SecretKey
-
-    ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=1.0, delta=1e-5))
-    mech = GaussianMechanism(l2_sensitivity=1.0, noise_multiplier=5.0)
-    rng = SecretKey.generate().generator("noise")
-    ledger.release(mech, np.zeros(3), rng=rng, sampling_probability=0.05, label="tree")
-    return {**ledger.report().to_dict(), "complete": True}
-
-
-def file_formats_page() -> str:
-    from fedpriv import artefact
-    from fedpriv.federation import status
-    from fedpriv.methods import model_classes
-    from fedpriv.privacy import ledger, node_audit, node_budget
-
-    outcome = status.run_outcome(rounds_planned=75, rounds=75, aborted=0, max_aborted_share=0.25)
-    fields = [(f"`{f.name}`", f.type) for f in dataclasses.fields(status.RunOutcome)]
-    parts = [
-        "# File formats\n",
-        "What fedpriv writes, read from the modules that write it. A run's results "
-        "folder (`fedpriv run --out DIR`, or `<out-dir>/<run id>/` of a Flower run) holds "
-        f"`{artefact.ARTEFACT_NAME}` and `privacy.json`; a Flower run adds "
-        f"`{status.STATUS_FILE}`, `config.json`, `metrics.json`, `communication.json` and "
-        "`rounds.json` ([Run status and results](../how-to/run-status.md)).\n",
-        f"## The model file: `{artefact.ARTEFACT_NAME}`\n",
-        md(artefact.__doc__),
-        f"Format `{artefact.FORMAT}`, version {artefact.FORMAT_VERSION}. Model classes a "
-        "file may name (the registered methods' `model`, plugins' included):\n",
-        "\n".join(f"* `{c}`" for c in sorted(model_classes())) + "\n",
-        "## `privacy.json`: the privacy report\n",
-        md(ledger.__doc__),
-        "A report made by the ledger for one Poisson-subsampled Gaussian release "
-        "(generated with this build; `fedpriv run --out` adds a `run` object: the data "
-        "source, the resolved settings, the load's warnings, the status):\n",
-        code(json.dumps(_example_report(), indent=1), "json"),
-        f"## `{status.STATUS_FILE}`: the run's status\n",
-        md(status.__doc__),
-        table(("field", "type"), fields),
-        "A completed run of 75 rounds (generated):\n",
-        code(json.dumps(outcome.to_dict(), indent=1), "json"),
-        f"## The node ledger: `{node_budget.LEDGER_FILE}`\n",
-        md(node_budget.__doc__),
-        "The file (JSON, written atomically at every admission) holds `runs`: per run id "
-        "its `epsilon`, `delta` and `stages` (per stage its ε, its rounds, the stages the "
-        "node admitted with what it derived itself, and the rounds used and answered); "
-        "and `policy`: the limits in force ("
-        + ", ".join(f"`{k}`" for k in node_budget.POLICY_KEYS)
-        + "), so that the file alone says what is left. `fedpriv inspect STATE_DIR` "
-        "prints it with the audit log's history, the chain verified.\n",
-        f"## The node audit log: `{node_audit.AUDIT_FILE}`\n",
-        md(node_audit.__doc__),
-        "The kinds of entry and the fields each carries:\n",
-        table(
-            ("kind", "fields"),
-            [(f"`{k}`", ", ".join(f"`{f}`" for f in v)) for k, v in node_audit.KINDS.items()],
-        ),
-    ]
-    return "\n".join(parts)
-
-
-# -- exit codes --------------------------------------------------------------------------
-def exit_codes_page() -> str:
-    from fedpriv.server import cli_errors, launch
-
-    def rows(classes: tuple[type, ...], code_: int) -> list[tuple[str, ...]]:
-        out = []
-        for c in classes:
-            first = inspect.cleandoc(c.__doc__ or "").split("\n\n")[0].replace("\n", " ")
-            out.append((str(code_), f"`{c.__module__}.{c.__name__}`", md(first).strip()))
-        return out
-
-    parts = [
-        "# Exit codes\n",
-        "| code | meaning |\n|---|---|\n"
-        "| 0 | a completed or degraded run (a degraded one with a warning) |\n"
-        "| 1 | a failed run: one line with the reason |\n"
-        "| 2 | a setting, schema, data or file error: one line naming the file or key, "
-        "the value and what is allowed; for a Flower launcher, also a federation that "
-        "could not start or a SuperLink that was lost |\n",
-        "A traceback means a bug.\n",
-        "## The `fedpriv` command\n",
-        md(cli_errors.__doc__),
-        "The classes behind codes 1 and 2 (read from `fedpriv.server.cli_errors`):\n",
-        table(
-            ("code", "error", "when"),
-            rows(cli_errors.run_errors(), 1) + rows(cli_errors.input_errors(), 2),
-        ),
-        "## The Flower launchers\n",
-        "`python -m fedpriv.server.simulate`, `python -m fedpriv.server.deploy` and "
-        "`fedpriv run --flower` read the run's `status.json` (`flwr run --stream` exits 0 "
-        "whatever happened), `fedpriv.server.launch.exit_code`:\n",
-        md(launch.exit_code.__doc__),
-    ]
     return "\n".join(parts)

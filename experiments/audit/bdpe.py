@@ -6,38 +6,28 @@ Kept beside :mod:`fedpriv.experiments.audit.learners`, whose helpers it uses and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from fedpriv.clients.bdpe import BDPEClient
 from fedpriv.experiments.audit.learners import N_FEATURES, LearnerAudit, corner_rows
+from fedpriv.experiments.audit.twins import UnderNoised
 from fedpriv.strategies.bdpe import BDPEConfig, BDPEStrategy
 
 from fedpriv.models.trees import RandomTree, route
 from fedpriv.privacy.mechanisms import LaplaceMechanism
 
 
-@dataclass(frozen=True)
-class UnderNoisedLaplace:
-    """Claims ``claimed``'s LaplaceDpEvent but adds ``1/factor`` of its noise (a twin's bug)."""
-
-    claimed: LaplaceMechanism
-    factor: float
-
-    @property
-    def dp_event(self):
-        return self.claimed.dp_event
+class UnderNoisedLaplace(UnderNoised):
+    """A Laplace twin: claims ``claimed``'s LaplaceDpEvent with ``1/factor`` of its noise."""
 
     @property
     def scale(self) -> float:
         return self.claimed.scale / self.factor
 
-    def apply(self, value, *, rng: np.random.Generator) -> np.ndarray:
-        real = LaplaceMechanism(
-            l1_sensitivity=self.claimed.l1_sensitivity, epsilon=self.claimed.epsilon * self.factor
-        )
-        return real.apply(value, rng=rng)
+    def real(self) -> LaplaceMechanism:
+        eps = self.claimed.epsilon * self.factor
+        return LaplaceMechanism(l1_sensitivity=self.claimed.l1_sensitivity, epsilon=eps)
 
 
 def under_noised(factor: float) -> type:

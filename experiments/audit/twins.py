@@ -22,25 +22,34 @@ from fedpriv.privacy import GaussianMechanism, Mechanism
 
 # -- broken twins --------------------------------------------------------------
 @dataclass(frozen=True)
-class UnderNoisedGaussian:
-    """Claims ``claimed``'s DpEvent but adds ``1/factor`` of its noise (a twin's bug)."""
+class UnderNoised:
+    """Claims ``claimed``'s DpEvent but adds ``1/factor`` of its noise (a twin's bug):
+    :meth:`real` is the mechanism it really runs."""
 
-    claimed: GaussianMechanism
+    claimed: Any
     factor: float
 
     @property
     def dp_event(self):
         return self.claimed.dp_event
 
-    @property
-    def std(self) -> float:
-        """The noise it really adds (the range check's margin is the real noise's)."""
-        return self.claimed.std / self.factor
+    def real(self) -> Mechanism:
+        raise NotImplementedError
 
     def apply(self, value, *, rng: np.random.Generator) -> np.ndarray:
+        return self.real().apply(value, rng=rng)
+
+
+class UnderNoisedGaussian(UnderNoised):
+    """A Gaussian twin; ``std`` is the noise it really adds (the range check's margin)."""
+
+    @property
+    def std(self) -> float:
+        return self.claimed.std / self.factor
+
+    def real(self) -> GaussianMechanism:
         z = self.claimed.noise_multiplier / self.factor
-        real = GaussianMechanism(l2_sensitivity=self.claimed.l2_sensitivity, noise_multiplier=z)
-        return real.apply(value, rng=rng)
+        return GaussianMechanism(l2_sensitivity=self.claimed.l2_sensitivity, noise_multiplier=z)
 
 
 @dataclass(frozen=True)

@@ -292,14 +292,10 @@ class GaussianRounds:
             margin = noise_margin(mechanism, noisy.size)
             check_release(noisy, bound=self.sum_bound, margin=margin, label=label)
             return noisy
-        return ReleaseStage(
-            ledger=self.ledger,
-            mechanism=self.mechanism,
-            rng=self.rng,
-            bound=self.sum_bound,
-            sampling_probability=self.sampling_rate,
-            event=self.event,
-        ).release(aggregate, label=label)
+        stage = ReleaseStage(ledger=self.ledger, mechanism=self.mechanism, rng=self.rng,
+                             bound=self.sum_bound, sampling_probability=self.sampling_rate,
+                             event=self.event)  # fmt: skip
+        return stage.release(aggregate, label=label)
 
 
 #: Shares of a stage's δ tried, in turn, for the distributed-noise slack (module docstring).

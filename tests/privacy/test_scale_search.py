@@ -14,12 +14,8 @@ def _curve(a: float, p: float, cap: float = math.inf):
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    a=st.floats(0.01, 100.0),
-    p=st.floats(0.3, 3.0),
-    target=st.floats(0.05, 20.0),
-    start=st.floats(1e-3, 1e3),
-)
+@given(a=st.floats(0.01, 100.0), p=st.floats(0.3, 3.0), target=st.floats(0.05, 20.0),
+       start=st.floats(1e-3, 1e3))  # fmt: skip
 def test_power_curves_land_in_the_top_percent_and_never_overshoot(a, p, target, start):
     """ε = a·x^p spans every shape the callers see (PLD composition ≈ √k, basic ≈ k)."""
     found = largest_within(
