@@ -42,7 +42,14 @@ print("\n".join(d["project"]["dependencies"] + d["build-system"]["requires"]))' 
         pip install "$(grep '^torch==' /deps/requirements.txt)" --index-url "${TORCH_INDEX}"; \
         pip install -r /deps/requirements.txt; \
     fi
-COPY . /src
+# The package's folders only (pyproject.toml's package-dir): not the wheelhouse, docs
+# or tests of the build context.
+COPY pyproject.toml README.md /src/
+COPY fedpriv /src/fedpriv
+COPY server /src/server
+COPY clients /src/clients
+COPY strategies /src/strategies
+COPY experiments /src/experiments
 # Non-editable, from the venv's own setuptools: no network, no source tree kept.
 RUN pip install --no-deps --no-build-isolation /src && fedpriv --help > /dev/null
 

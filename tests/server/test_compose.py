@@ -181,3 +181,23 @@ def test_demo_setup_writes_the_files_the_nodes_read_and_a_policy_they_accept(tmp
     # The run's ε (the preset's) fits the node's per-run limit.
     assert rules.max_epsilon >= get_preset(DEPLOY_DEMO).values["epsilon"]
     assert rules.methods == ("boosting",)
+
+
+def test_the_dockerfile_installs_every_package_folder_from_any_base_and_wheelhouse():
+    import tomllib
+
+    text = (ROOT / "Dockerfile").read_text()
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    folders = {"fedpriv", *project["tool"]["setuptools"]["package-dir"].values()}
+    copied = set(re.findall(r"^COPY (\S+) /src/\1$", text, flags=re.M))
+    assert copied == folders  # a folder left out would be missing from the image
+    assert "ARG BASE_IMAGE=python:3.11-slim" in text and "ARG WHEELHOUSE=\n" in text
+    assert "pip install --no-index --find-links /deps" in text  # offline with a wheelhouse
+    assert '--index-url "${TORCH_INDEX}"' in text  # else torch's CPU build
+    assert "pip install --no-deps --no-build-isolation /src" in text and " -e " not in text
+    env = " ".join(re.findall(r"^ENV (.*(?:\n\s+.*)*)", text, flags=re.M))
+    for key, value in {**FLOWER_ENV, "FLWR_HOME": "/flwr"}.items():
+        assert f"{key}={value}" in env, key
+    lines = (ROOT / ".dockerignore").read_text().splitlines()
+    ignored = {ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")}
+    assert {".git", ".venv", "results"} <= ignored and "wheelhouse" not in ignored
