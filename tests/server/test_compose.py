@@ -200,4 +200,4 @@ def test_the_dockerfile_installs_every_package_folder_from_any_base_and_wheelhou
         assert f"{key}={value}" in env, key
     lines = (ROOT / ".dockerignore").read_text().splitlines()
     ignored = {ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")}
-    assert {".git", ".venv", "results"} <= ignored and "wheelhouse" not in ignored
+    assert {".git", ".venv", "results", "deploy"} <= ignored and "wheelhouse" not in ignored
