@@ -31,7 +31,7 @@ from fedpriv import logs
 from fedpriv.atomic import point_latest, write_json_atomic
 from fedpriv.data import DataError, SchemaError
 from fedpriv.data.node import run_schema
-from fedpriv.federation.presets import DEPLOY_FILES
+from fedpriv.federation.presets import DEPLOY_FILES, get_preset
 from fedpriv.federation.settings import SettingError, run_size_range
 
 log = logs.get_logger(__name__)
@@ -75,15 +75,20 @@ def schema_setting(overrides: Mapping) -> str:
     return str(Path(schema).resolve()) if schema and Path(schema).is_file() else schema
 
 
-def job_overrides(coord: Coordinator, overrides: Mapping, *, files: bool = True) -> dict:
+def job_overrides(
+    coord: Coordinator, overrides: Mapping, *, files: bool = True, preset: str | None = None
+) -> dict:
     """The user's settings completed for this coordinator: K = the registered nodes
     unless set, results in its folder, a schema file made absolute with its digest.
-    ``files``: the nodes hold their own files (the job is checked for that)."""
+    ``files``: the nodes hold their own files (the job is checked for that, with the
+    values of ``preset`` under the user's: a preset may name the dataset)."""
     out = dict(overrides)
     out.setdefault("num-clients", len(coord.nodes()))
     out.setdefault("out-dir", str(coord.results))
     if files:
-        check_file_job(out, what="a consortium's run (the nodes' own files)")
+        chosen = get_preset(DEPLOY_FILES if preset is None else preset)
+        given = {**(dict(chosen.values) if chosen is not None else {}), **out}
+        check_file_job(given, what="a consortium's run (the nodes' own files)")
     schema = schema_setting(out)
     if schema and Path(schema).is_file():
         out["schema"] = schema
@@ -98,7 +103,7 @@ def submit_run(
     if not (coord.running() or coord.answers()):
         raise SettingError(f"no SuperLink of {coord.root} answers (fedpriv coordinator start)")
     registered = len(coord.nodes())
-    job = job_overrides(coord, overrides, files=files)
+    job = job_overrides(coord, overrides, files=files, preset=preset)
     run = resolve(job, preset=DEPLOY_FILES if preset is None else preset)
     s = run.settings
     if s.num_clients > registered:

@@ -1,8 +1,9 @@
 """Run the fedpriv Flower App on a real federation: a SuperLink and K SuperNodes on loopback.
 
 ``python -m fedpriv.server.deploy [--num-clients K] [--set key=value ...]`` starts
-Flower's deployment engine as separate processes, the same topology as
-``docker-compose.yml``:
+Flower's deployment engine as separate processes, a consortium on one machine
+composed of the consortium's own steps (``fedpriv coordinator``, ``fedpriv node``;
+``docker-compose.yml`` runs the same commands in containers):
 
 * **TLS** with a throwaway CA and server certificate (:mod:`fedpriv.server.tls`),
   **SuperNode authentication** with one EC key per node, registered in the

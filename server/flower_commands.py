@@ -1,10 +1,10 @@
 """The command lines of Flower's SuperLink and SuperNodes, as fedpriv runs them.
 
 :func:`superlink_command` and :func:`supernode_command` are used by the
-loopback launcher (:class:`fedpriv.server.local_federation.Federation`) and
-checked against ``docker-compose.yml``. Pure functions of their arguments,
-kept apart from the process management of
-:mod:`fedpriv.server.local_federation`, which re-exports them.
+coordinator's and the nodes' commands (:mod:`fedpriv.server.coordinator`,
+:mod:`fedpriv.server.hospital`), which the loopback launcher and the containers of
+``docker-compose.yml`` run. Pure functions of their arguments, kept apart from the
+process management.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from fedpriv.server.tls import TlsFiles
 
 
 def superlink_command(*, host: str, port: int, tls: TlsFiles | None) -> list[str]:
-    """The SuperLink's command line (the loopback launcher's and ``docker-compose.yml``'s).
+    """The SuperLink's command line (``fedpriv coordinator start``'s).
 
     With ``tls`` it serves HTTPS and admits only registered SuperNodes;
     without, plain HTTP and anyone (debugging only).
@@ -52,7 +52,7 @@ def supernode_command(
     retry_for: float = 20.0,
     max_retries: int | None = 3,
 ) -> list[str]:
-    """SuperNode ``index``'s command line (loopback launcher and ``docker-compose.yml``).
+    """SuperNode ``index``'s command line (``fedpriv node start``'s).
 
     ``ca_cert=None`` and ``auth_key=None`` together mean ``--insecure``; one of
     them alone is a misconfiguration the tests use on purpose. ``data_path``:

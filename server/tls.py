@@ -1,11 +1,13 @@
-"""Throwaway TLS and node-authentication material for a loopback or compose federation.
+"""TLS and node-authentication material: a consortium's CA, certificates and node keys.
 
-For tests and local use only: a real deployment gets its certificates from
-the hospitals' own PKI. Everything is generated with ``cryptography``:
+``fedpriv coordinator init`` makes the consortium's CA and the SuperLink's
+certificate (365 days), ``fedpriv node keygen`` a node's key pair, the loopback
+launcher throwaway ones (30 days); a consortium may use its own PKI instead.
+Everything is generated with ``cryptography``:
 
 * a CA (EC P-384, self-signed) and a SuperLink server certificate signed by it,
   valid for ``localhost``, ``127.0.0.1``, ``::1`` and any extra host names
-  (``superlink`` for the compose file);
+  (the coordinator's ``--host`` names);
 * one authentication key pair per SuperNode, EC P-384, in OpenSSH format: the
   private key for ``flower-supernode --auth-supernode-private-key``, the public
   key for ``flwr supernode register`` (Flower 1.42 keeps the allow-list in the
@@ -180,8 +182,8 @@ def check_public_key(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m fedpriv.server.tls OUT --nodes K [--host NAME]``: material for
-    docker-compose.yml."""
+    """``python -m fedpriv.server.tls OUT --nodes K [--host NAME]``: a CA, a server
+    certificate and K node keys in one folder (tests and demos)."""
     import argparse
 
     ap = argparse.ArgumentParser(description="throwaway TLS CA, server certificate, node keys")

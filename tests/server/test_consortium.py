@@ -179,6 +179,11 @@ def test_a_submission_names_the_schemas_digest_and_the_registered_k(tmp_path):
     assert job["out-dir"] == str(coord.results)
     with pytest.raises(SettingError, match="max-records must be declared"):
         job_overrides(coord, {"schema": SCHEMA})
+    # A preset naming the dataset declares the files' schema (its bundled corpus's export).
+    demo = job_overrides(coord, {"max-records": 100}, preset="deploy-demo")
+    assert "schema-sha256" not in demo
+    with pytest.raises(SettingError, match="schema must be set"):
+        job_overrides(coord, {"max-records": 100})  # the twin: no schema, no dataset
     assert fedpriv(["coordinator", "submit", "--dir", str(coord.root), "--schema", SCHEMA]) == 2
     assert json.loads((coord.root / "nodes.json").read_text())[3]["index"] == 3
 
