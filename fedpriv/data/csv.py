@@ -167,6 +167,9 @@ def load_train_test(
     codes = None
     if tr.clients is not None:
         codes = np.concatenate([tr.clients, np.full(n_test, -1, dtype=tr.clients.dtype)])
+    units = None
+    if tr.units is not None:  # the test file's codes after the training file's: never shared
+        units = np.concatenate([tr.units, te.units + (int(tr.units.max(initial=-1)) + 1)])
     return TabularDataset(
         name=sch.name,
         schema=sch,
@@ -178,6 +181,7 @@ def load_train_test(
         report=tr.report,
         clients=codes,
         client_names=tr.client_names,
+        units=units,
     )
 
 
