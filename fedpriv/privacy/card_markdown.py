@@ -42,8 +42,12 @@ def render_markdown(card: PrivacyCard) -> str:
             "",
         ]
     relation = _NEIGHBOURING_TEXT if card.neighbouring_relation == NEIGHBOURING else ""
+    if relation and card.unit != "record":
+        relation = "datasets differing by adding or removing one unit with all its records"
     lines += [
         f"**Neighbouring relation:** `{card.neighbouring_relation}` ({relation}).",
+        "",
+        f"**Unit:** unit: {card.unit}",
         "",
         "## Trust model",
         "",

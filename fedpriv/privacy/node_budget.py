@@ -61,6 +61,7 @@ from fedpriv.privacy.node_plan import (
     NodeRefusal,
     admit_stages,
     match_query,
+    per_unit,
 )
 from fedpriv.privacy.node_policy import (
     POLICY_ENV,
@@ -97,7 +98,12 @@ class NodeLedger:
     """One node's ledger: the runs it admitted, persisted as JSON in its state directory."""
 
     def __init__(
-        self, policy: NodePolicy, state_dir: str | Path | None = None, *, data: str = ""
+        self,
+        policy: NodePolicy,
+        state_dir: str | Path | None = None,
+        *,
+        data: str = "",
+        unit_records: int = 1,
     ) -> None:
         if policy.lifetime and not state_dir:
             raise ValueError(
@@ -105,6 +111,7 @@ class NodeLedger:
                 "ledger across runs); got none"
             )
         self.policy = policy
+        self.unit_records = int(unit_records)  # the schema's m: every Δ it derives, a unit's
         self.path = Path(state_dir) / LEDGER_FILE if state_dir else None
         self.audit = AuditLog(state_dir) if state_dir else None
         self._data: dict[str, Any] = {"runs": {}}
@@ -170,6 +177,7 @@ class NodeLedger:
         of its hash (:mod:`fedpriv.privacy.node_approval`) before it is charged.
         """
         digest = plan_hash(plan)
+        handler_of = per_unit(handler_of, self.unit_records)
         try:
             eps, admitted = self._admit(str(run_id), plan, handler_of, columns, digest)
         except NodeRefusal as err:
@@ -294,7 +302,9 @@ class NodeLedger:
         non-private run)."""
         where = {"run": str(run_id), "stage": stage, "round": int(query.round)}
         try:
-            found = self._admit_query(str(run_id), stage, query, handler_of, share)
+            found = self._admit_query(
+                str(run_id), stage, query, per_unit(handler_of, self.unit_records), share
+            )
         except NodeRefusal as err:
             self.note("query-refused", **where, reason=str(err))
             raise
