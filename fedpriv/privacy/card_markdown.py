@@ -45,9 +45,8 @@ def render_markdown(card: PrivacyCard) -> str:
     if relation and card.unit != "record":
         relation = "datasets differing by adding or removing one unit with all its records"
     lines += [
-        f"**Neighbouring relation:** `{card.neighbouring_relation}` ({relation}).",
-        "",
-        f"**Unit:** unit: {card.unit}",
+        f"**Neighbouring relation:** `{card.neighbouring_relation}` ({relation}); "
+        f"unit: {card.unit}.",
         "",
         "## Trust model",
         "",

@@ -114,3 +114,25 @@ def test_a_missing_unit_id_or_column_is_refused_with_its_line(tmp_path):
     with pytest.raises(DataError) as err:
         load_csv(tmp_path / "no_id.csv", s, use_cache=False)
     assert (err.value.code, err.value.column) == ("missing_column", "patient")
+
+
+def test_every_encounter_of_diabetes130_with_patients_as_units():
+    from fedpriv.data import load_diabetes130, load_diabetes130_encounters
+    from fedpriv.privacy.units import check_units_within_clients
+
+    ds = load_diabetes130_encounters(n_clients=5, max_records_per_unit=4)
+    assert ds.y.size == 99_343 and ds.units.max() + 1 == 69_990
+    assert ds.schema.privacy_unit == "patient_nbr, at most 4 records"
+    for part in ("train", "val", "test"):  # a patient sits at one client, in one part
+        check_units_within_clients(ds.units[ds.rows(part)], ds.client_partition(5, part),
+                                   column="patient_nbr")  # fmt: skip
+    train, test = set(ds.units[ds.rows("train")]), set(ds.units[ds.rows("test")])
+    assert not train & test and 0.19 < len(test) / 69_990 < 0.21
+    plain = load_diabetes130_encounters(n_clients=5)  # every encounter a record
+    assert plain.units is None and plain.schema.privacy_unit == "record"
+    np.testing.assert_array_equal(plain.X, ds.X)
+    np.testing.assert_array_equal(plain.split.test, ds.split.test)
+    # Rows in encounter order: each patient's first row is the paper's row for them.
+    first = ~pd.Series(ds.units).duplicated().to_numpy()
+    assert first.sum() == 69_990 and load_diabetes130(n_clients=5).y.size == 69_973
+    assert ds.y[first].mean() == pytest.approx(load_diabetes130(n_clients=5).y.mean(), abs=2e-3)
