@@ -36,7 +36,7 @@ from fedpriv.data.corpora import EXPIRED_OR_HOSPICE, _drop, data_dir, schema
 from fedpriv.data.dataset import TabularDataset, cached
 from fedpriv.data.encode import LoadReport, encode
 from fedpriv.data.schema import Schema
-from fedpriv.data.split import Split, make_split
+from fedpriv.data.split import unit_split
 from fedpriv.data.table import read_table
 from fedpriv.data.units import unit_codes
 from fedpriv.validation import check_count
@@ -93,7 +93,8 @@ def load_diabetes130_encounters(
         client_of = np.empty(patients.max() + 1, dtype=np.int64)
         client_of[patients[first]] = own[first]  # the first encounter's client
         clients = client_of[patients]
-        split = _patient_split(patients, first, enc.y, clients, split_seed, val_fraction)
+        split = unit_split(patients, enc.y, seed=split_seed, val_fraction=val_fraction,
+                           strata=clients * 2 + enc.y)  # fmt: skip
         return TabularDataset.from_encoded(
             "diabetes130", sch, [enc], split, report, clients=clients,
             client_names=(*largest[: k - 1], "other/missing"),
@@ -102,26 +103,3 @@ def load_diabetes130_encounters(
     opts = {"n_clients": k, "split_seed": split_seed, "val_fraction": val_fraction,
             "encounters": "all"}  # fmt: skip
     return cached("diabetes130-encounters", [path], sch, opts, build, use_cache=use_cache)
-
-
-def _patient_split(
-    patients: np.ndarray,
-    first: np.ndarray,
-    y: np.ndarray,
-    clients: np.ndarray,
-    seed: int,
-    val_fraction: float,
-) -> Split:
-    """Train/val/test by patient: the split of the patients (stratified by client and
-    their first encounter's label), each patient's encounters in its part."""
-    who = patients[first]  # patient code of each patient's first row
-    by_patient = make_split(
-        y[first], seed=seed, val_fraction=val_fraction, strata=clients[first] * 2 + y[first]
-    )
-    part_of = np.empty(patients.max() + 1, dtype=np.int64)
-    for i, rows in enumerate((by_patient.train, by_patient.val, by_patient.test)):
-        part_of[who[rows]] = i
-    row_part = part_of[patients]
-    train, val, test = (np.flatnonzero(row_part == i) for i in range(3))
-    return Split(train=train, val=val, test=test, seed=seed,
-                 rule=f"by patient: {by_patient.rule}")  # fmt: skip

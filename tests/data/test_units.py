@@ -136,3 +136,22 @@ def test_every_encounter_of_diabetes130_with_patients_as_units():
     first = ~pd.Series(ds.units).duplicated().to_numpy()
     assert first.sum() == 69_990 and load_diabetes130(n_clients=5).y.size == 69_973
     assert ds.y[first].mean() == pytest.approx(load_diabetes130(n_clients=5).y.mean(), abs=2e-3)
+
+
+def test_a_file_with_units_is_split_by_unit(tmp_path):
+    from fedpriv.data.split import unit_split
+
+    s = _schema(tmp_path, UNITS)
+    rng = np.random.default_rng(5)
+    rows = [[f"p{i // 3}", "ab"[i // 3 % 2], int(rng.integers(0, 100)), int(rng.random() < 0.5)]
+            for i in range(600)]  # fmt: skip
+    ds = load_csv(_csv(tmp_path, rows), s, use_cache=False)
+    parts = [set(ds.units[ds.rows(p)].tolist()) for p in ("train", "val", "test")]
+    assert not (parts[0] & parts[1] or parts[0] & parts[2] or parts[1] & parts[2])
+    assert sum(map(len, parts)) == 200 and abs(len(parts[2]) - 40) <= 2  # 20 % of units
+    units = np.repeat(np.arange(50), 2)
+    split = unit_split(units, np.zeros(100, dtype=int), seed=1)
+    assert split.rule.startswith("by unit") and split.test.size == 20
+    np.testing.assert_array_equal(
+        split.test, unit_split(units, np.zeros(100, dtype=int), seed=1).test
+    )
