@@ -196,8 +196,7 @@ class DPBoostingStrategy(Strategy):
         ``n_records``: public bound on the records behind a sum, for the range check of
         each released sum (:mod:`fedpriv.privacy.range_guard`; ``None``: no check);
         ``n_classes``: size of the public label set (≥ 3: softmax, C-vector leaves);
-        ``unit_records``: m, the records of one privacy unit (:mod:`fedpriv.privacy.units`).
-        """
+        ``unit_records``: m, a privacy unit's records (:mod:`fedpriv.privacy.units`)."""
         self.config = config
         self.n_records = None if n_records is None else check_count("n_records", n_records)
         self.feature_weights = feature_weights

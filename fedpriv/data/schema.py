@@ -11,11 +11,8 @@ for heavy-tailed money columns, ``sqrt``) applied before min-max scaling with
 the transformed bounds, so that random thresholds land where the data lives
 without touching private statistics.
 
-Unit-level privacy. A schema may name a ``unit_column`` (e.g. ``patient_nbr``:
-whom the guarantee protects, with all their records) with a public bound
-``max_records_per_unit`` m and ``unit_scope = "node"``, the consortium's
-declaration that a unit's records are all held by one node
-(:mod:`fedpriv.privacy.units`). The unit column is never a feature.
+A ``unit_column`` (a patient id, never a feature) with ``max_records_per_unit``
+and ``unit_scope`` makes the guarantee per unit (:mod:`fedpriv.data.units`).
 """
 
 from __future__ import annotations
@@ -241,10 +238,8 @@ class Schema:
     client_column: str | None = None
     #: Whom the guarantee protects (a patient id column); ``None``: one record.
     unit_column: str | None = None
-    #: Public bound m on the records of one unit a node uses (``unit_column`` set).
-    max_records_per_unit: int | None = None
-    #: Where a unit's records live: ``"node"`` (every unit held by one node).
-    unit_scope: str | None = None
+    max_records_per_unit: int | None = None  # m: a unit's records a node may use
+    unit_scope: str | None = None  # "node": every unit held by one node
     description: str = ""
     sep: str = ","
     encoding: str = "utf-8"

@@ -110,8 +110,7 @@ class NodeLedger:
                 f"a lifetime budget needs node-config {STATE_DIR!r} (where the node keeps its "
                 "ledger across runs); got none"
             )
-        self.policy = policy
-        self.unit_records = int(unit_records)  # the schema's m: every Δ it derives, a unit's
+        self.policy, self.unit_records = policy, int(unit_records)  # m: Δ is then a unit's
         self.path = Path(state_dir) / LEDGER_FILE if state_dir else None
         self.audit = AuditLog(state_dir) if state_dir else None
         self._data: dict[str, Any] = {"runs": {}}
@@ -301,10 +300,9 @@ class NodeLedger:
         asked to add. Returns the admitted stage it belongs to (``None``: an admitted
         non-private run)."""
         where = {"run": str(run_id), "stage": stage, "round": int(query.round)}
+        handler_of = per_unit(handler_of, self.unit_records)  # a unit's sensitivities
         try:
-            found = self._admit_query(
-                str(run_id), stage, query, per_unit(handler_of, self.unit_records), share
-            )
+            found = self._admit_query(str(run_id), stage, query, handler_of, share)
         except NodeRefusal as err:
             self.note("query-refused", **where, reason=str(err))
             raise
