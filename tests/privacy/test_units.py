@@ -122,6 +122,7 @@ def test_a_ledger_reports_its_unit_and_the_weaker_one_when_fits_mix():
     card = build_card(report, method="dp_gam")
     assert card.unit == unit and "unit: pid, at most 4 records" in card.to_markdown()
     assert "adding or removing one unit with all its records" in card.to_markdown()
+    assert "Unit precondition:** every unit's records are held by one node" in card.to_markdown()
     ledger.declare_unit(unit)  # a second fit of the same unit: still that unit
     assert ledger.report().unit == unit
     child = ledger.scope(PrivacyBudget(epsilon=1.0, delta=1e-5))
@@ -133,4 +134,4 @@ def test_a_ledger_reports_its_unit_and_the_weaker_one_when_fits_mix():
     assert spent.report().unit == "record"
     plain = build_card(PrivacyLedger(budget=PrivacyBudget(epsilon=1.0, delta=1e-5)).report(),
                        method="dp_gam")  # fmt: skip
-    assert "unit: record" in plain.to_markdown()
+    assert "unit: record" in plain.to_markdown() and "precondition" not in plain.to_markdown()
