@@ -198,7 +198,8 @@ class LumberjackStrategy(LumberjackNodeStages, LumberjackQueries, LumberjackLeav
         eps1, d1 = cfg.structure_budget(budget.epsilon, budget.delta)
         eps2, d2 = (1 - cfg.structure_fraction) * eps, (1 - cfg.structure_fraction) * delta
         # A unit's m records enter up to m·cfg.m threshold queries, each moving a count
-        # by at most m: on counts / m every query moves by ≤ 1 (Theorem 6 at m·cfg.m).
+        # by at most m: on counts / m (the mechanism's unit) every query moves by ≤ 1,
+        # Theorem 6 at m·cfg.m queries.
         queries = cfg.m * self.unit_records
         self.calibration_ = calibrate_sparse_threshold(
             epsilon=eps1, delta=d1, m=queries, two_sided=cfg.two_sided
@@ -309,8 +310,8 @@ class LumberjackStrategy(LumberjackNodeStages, LumberjackQueries, LumberjackLeav
         """CheckThreshold: Algorithm 2 (or 3), or ``count > 0`` without privacy."""
         if self._budget is None:
             return lambda c: c > 0  # non-private: every non-empty node splits
-        mech, m = self.calibration_.mechanism(gate=self.gate_), self.unit_records
-        return lambda c: mech.check(np.asarray(c) / m, rng=self._secret_rng)
+        mech = self.calibration_.mechanism(gate=self.gate_, unit=self.unit_records)
+        return lambda c: mech.check(c, rng=self._secret_rng)
 
     def _finish_stage(self, counts: np.ndarray, *, last: bool) -> None:
         """Algorithm 1 on every tree's stage; keep the released bits, drop the counts."""

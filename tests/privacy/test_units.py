@@ -135,3 +135,21 @@ def test_a_ledger_reports_its_unit_and_the_weaker_one_when_fits_mix():
     plain = build_card(PrivacyLedger(budget=PrivacyBudget(epsilon=1.0, delta=1e-5)).report(),
                        method="dp_gam")  # fmt: skip
     assert "unit: record" in plain.to_markdown() and "precondition" not in plain.to_markdown()
+
+
+def test_the_sparse_threshold_answers_a_units_counts_on_the_scale_q_over_u():
+    from fedpriv.privacy.sparse_threshold import SparseThreshold
+
+    counts = np.arange(0, 13)
+    for two_sided in (False, True):
+        record = SparseThreshold(sigma=1e-6, gap=1.5, gate=1.0, two_sided=two_sided)
+        unit = SparseThreshold(sigma=1e-6, gap=1.5, gate=1.0, two_sided=two_sided, unit=3)
+        # Noise ≈ 0: the thresholds alone, at u times the counts.
+        np.testing.assert_array_equal(
+            unit.check(3 * counts, rng=private_rng(1)), record.check(counts, rng=private_rng(1))
+        )
+    # The noise too is u times as large, drawn as many times (one draw per count).
+    wide = SparseThreshold(sigma=2.0, gap=1.0, unit=4)
+    hits = wide.check(np.full(20_000, 4 * 3), rng=private_rng(2)).mean()
+    # q/u = 3 against τ = 2 with σ = 2: P(3 + 2Z > 2) = Φ(0.5) ≈ 0.691; sd ≈ 0.0033.
+    assert abs(hits - 0.6915) < 0.02
