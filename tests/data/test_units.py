@@ -95,7 +95,7 @@ def test_a_loaded_file_keeps_each_rows_unit_beside_its_features(tmp_path):
 def test_the_cache_keeps_the_units(tmp_path, monkeypatch):
     monkeypatch.setenv("FEDPRIV_CACHE_DIR", str(tmp_path / "cache"))
     s = _schema(tmp_path, UNITS)
-    rows = [[f"p{i % 4}", "ab"[i % 2], 10 + i, i % 2] for i in range(20)]
+    rows = [[f"p{i % 100}", "ab"[i % 2], i % 90, i // 2 % 2] for i in range(300)]
     path = _csv(tmp_path, rows)
     first = load_csv(path, s)
     again = load_csv(path, s)
