@@ -57,7 +57,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordD
 from flwr.clientapp import ClientApp
 
 from fedpriv.errors import public_error
-from fedpriv.federation.protocol import poisson_sample
+from fedpriv.federation.protocol import client_sample
 from fedpriv.federation.runtime import client_key
 from fedpriv.federation.secagg import FixedPointCodec, SecAggClient, SecAggConfig
 from fedpriv.federation.secagg_common import node_config_floor
@@ -297,7 +297,7 @@ def _training_answer(query, context: Context, s: RunSettings, pid: int, key: Sec
     if query.method != s.method:
         raise ValueError(f"query for method {query.method!r} in a {s.method!r} run; refused")
     data = _node_data(context, s, pid)
-    sample = poisson_sample(data.n, query.sampling_rate, key.streams("poisson").at(query.round))
+    sample = client_sample(data, query.sampling_rate, key.streams("poisson").at(query.round))
     saved_arrays = context.state.get("handler-arrays")
     saved_scalars = context.state.get("handler-scalars")
     state = {}
@@ -324,7 +324,7 @@ def _evaluation_answer(query, context: Context, s: RunSettings, pid: int, key: S
         raise ValueError(f"evaluation of a {query.config.get('model_method')!r} model in a "
                          f"{s.method!r} run; refused")  # fmt: skip
     data = _node_eval_data(context, s, pid)
-    sample = poisson_sample(data.n, query.sampling_rate, key.streams("poisson").at(query.round))
+    sample = client_sample(data, query.sampling_rate, key.streams("poisson").at(query.round))
     return EvaluationClient().answer(query, data, sample, {}, key)
 
 

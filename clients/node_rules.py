@@ -70,12 +70,17 @@ def handler(method: str):
 
 def node_ledger(context: Context) -> NodeLedger:
     """This node's own ledger under its node-config policy (none set: no limit, but every
-    query is still held to the plan it admitted)."""
+    query is still held to the plan it admitted); with units in its schema, every
+    sensitivity it derives is one unit's (``max_records_per_unit``)."""
     config = node_policy_config(context.node_config, os.environ)
     policy = NodePolicy.from_node_config(config) or NodePolicy()
     state_dir = str(config.get(STATE_DIR, "") or "")
     saved = context.state.get("node-ledger")
-    return NodeLedger(policy, state_dir or None, data=str(saved["json"]) if saved else "")
+    s = node_settings(context)
+    m = run_schema(s.schema, s.dataset).unit_records  # the node's own copy of the schema
+    return NodeLedger(
+        policy, state_dir or None, data=str(saved["json"]) if saved else "", unit_records=m
+    )
 
 
 def keep(context: Context, ledger: NodeLedger) -> None:

@@ -189,18 +189,20 @@ class DPBoostingStrategy(Strategy):
         participation: float = 1.0,
         n_records: int | None = None,
         n_classes: int = 2,
+        unit_records: int = 1,
     ) -> None:
         """``feature_weights``: public split-feature probabilities (default uniform);
         ``participation``: the runtime's client participation ρ (for the accounting);
         ``n_records``: public bound on the records behind a sum, for the range check of
         each released sum (:mod:`fedpriv.privacy.range_guard`; ``None``: no check);
-        ``n_classes``: size of the public label set (≥ 3: softmax, C-vector leaves).
-        """
+        ``n_classes``: size of the public label set (≥ 3: softmax, C-vector leaves);
+        ``unit_records``: m, a privacy unit's records (:mod:`fedpriv.privacy.units`)."""
         self.config = config
         self.n_records = None if n_records is None else check_count("n_records", n_records)
         self.feature_weights = feature_weights
         self.participation = check_probability("participation", participation)
         self.n_classes = check_count("n_classes", n_classes, minimum=2)
+        self.unit_records = check_count("unit_records", unit_records)
         self.noise_multiplier_: float | None = None
         self._t = 0
 
@@ -211,8 +213,8 @@ class DPBoostingStrategy(Strategy):
 
     @property
     def l2_sensitivity(self) -> float:
-        """Δ₂ of one round's reply (module docstring)."""
-        return leaf_sums_sensitivity(self.n_classes)[1]
+        """Δ₂ of one round's reply (module docstring): one unit's, m records' (m·Δ₂)."""
+        return self.unit_records * leaf_sums_sensitivity(self.n_classes)[1]
 
     # -- Strategy protocol ----------------------------------------------------
     def begin(
@@ -396,4 +398,5 @@ def build(config: BoostingConfig, context: StrategyContext) -> DPBoostingStrateg
         participation=context.participation,
         n_records=context.n_records,
         n_classes=context.n_classes,
+        unit_records=context.unit_records,
     )

@@ -21,7 +21,7 @@ import numpy as np
 
 from fedpriv.errors import public_error
 from fedpriv.federation.engine import Replies, RoundPlan
-from fedpriv.federation.protocol import ClientData, ClientHandler, poisson_sample
+from fedpriv.federation.protocol import ClientData, ClientHandler, client_sample
 from fedpriv.federation.rounds import UnmaskRequest
 from fedpriv.federation.secagg import SecAggClient, SecAggConfig, UnmaskAnswer
 from fedpriv.privacy.distributed import draw_share, share_streams
@@ -140,7 +140,7 @@ class InProcessTransport:
         r, n = query.round, query.reply_length
         refused = self._refused(plan)
         samples = {
-            i: poisson_sample(self.clients[i].n, query.sampling_rate, self.streams[i].at(r))
+            i: client_sample(self.clients[i], query.sampling_rate, self.streams[i].at(r))
             for i in asked
         }
         if self.vectorised and asked and not refused:

@@ -61,6 +61,7 @@ from fedpriv.privacy.node_plan import (
     NodeRefusal,
     admit_stages,
     match_query,
+    per_unit,
 )
 from fedpriv.privacy.node_policy import (
     POLICY_ENV,
@@ -97,14 +98,19 @@ class NodeLedger:
     """One node's ledger: the runs it admitted, persisted as JSON in its state directory."""
 
     def __init__(
-        self, policy: NodePolicy, state_dir: str | Path | None = None, *, data: str = ""
+        self,
+        policy: NodePolicy,
+        state_dir: str | Path | None = None,
+        *,
+        data: str = "",
+        unit_records: int = 1,
     ) -> None:
         if policy.lifetime and not state_dir:
             raise ValueError(
                 f"a lifetime budget needs node-config {STATE_DIR!r} (where the node keeps its "
                 "ledger across runs); got none"
             )
-        self.policy = policy
+        self.policy, self.unit_records = policy, int(unit_records)  # m: Δ is then a unit's
         self.path = Path(state_dir) / LEDGER_FILE if state_dir else None
         self.audit = AuditLog(state_dir) if state_dir else None
         self._data: dict[str, Any] = {"runs": {}}
@@ -170,6 +176,7 @@ class NodeLedger:
         of its hash (:mod:`fedpriv.privacy.node_approval`) before it is charged.
         """
         digest = plan_hash(plan)
+        handler_of = per_unit(handler_of, self.unit_records)
         try:
             eps, admitted = self._admit(str(run_id), plan, handler_of, columns, digest)
         except NodeRefusal as err:
@@ -293,6 +300,7 @@ class NodeLedger:
         asked to add. Returns the admitted stage it belongs to (``None``: an admitted
         non-private run)."""
         where = {"run": str(run_id), "stage": stage, "round": int(query.round)}
+        handler_of = per_unit(handler_of, self.unit_records)  # a unit's sensitivities
         try:
             found = self._admit_query(str(run_id), stage, query, handler_of, share)
         except NodeRefusal as err:
