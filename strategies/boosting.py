@@ -74,10 +74,10 @@ from fedpriv.models.trees import (
     TREE,
     RandomTree,
     TreeEnsemble,
-    column_balanced_weights,
     leaf_sums_sensitivity,
     newton_leaf_values,
     sample_tree,
+    split_feature_weights,
 )
 from fedpriv.options import SplitFeatures
 from fedpriv.privacy.ledger import PrivacyLedger
@@ -97,21 +97,6 @@ METHOD = "boosting"
 L2_SENSITIVITY = leaf_sums_sensitivity(2)[1]
 #: The same for C ≥ 3 classes: √(2 + 4/27) (module docstring).
 SOFTMAX_L2_SENSITIVITY = leaf_sums_sensitivity(3)[1]
-
-
-def split_feature_weights(
-    mode: SplitFeatures | str, column_widths: tuple[int, ...] | None
-) -> np.ndarray | None:
-    """Public split-feature probabilities for ``mode``.
-
-    ``"columns"``: each schema column equally likely, shared by its one-hot
-    levels (needs the schema's column widths; without a schema, uniform).
-    ``"uniform"``: each encoded feature equally likely.
-    """
-    mode = SplitFeatures.parse(mode)
-    if mode is SplitFeatures.COLUMNS and column_widths is not None:
-        return column_balanced_weights(column_widths)
-    return None
 
 
 @dataclass(frozen=True, kw_only=True)

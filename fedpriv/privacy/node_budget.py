@@ -376,27 +376,6 @@ def node_summary(state_dir: str | Path) -> dict[str, Any]:
     return {"state_dir": str(state_dir), **ledger.summary()}
 
 
-def summary_text(summary: Mapping[str, Any]) -> str:
-    """The summary as a few lines of text."""
-
-    def num(x: Any) -> str:
-        return "none" if x is None or (isinstance(x, float) and math.isinf(x)) else f"{x:.6g}"
-
-    p = summary["policy"]
-    lines = [
-        f"node ledger in {summary['state_dir']}",
-        f"policy: per run ε ≤ {num(p['max-epsilon'])}, δ ≤ {num(p['max-delta'])}; lifetime "
-        f"ε ≤ {num(p['max-lifetime-epsilon'])}, δ ≤ {num(p['max-lifetime-delta'])}",
-        f"lifetime spend: ε {num(summary['lifetime_epsilon'])}, δ "
-        f"{num(summary['lifetime_delta'])} over {len(summary['runs'])} run(s)",
-        f"remaining: ε {num(summary['remaining_epsilon'])}, δ {num(summary['remaining_delta'])}",
-    ]
-    for rid, r in summary["runs"].items():
-        lines.append(f"  run {rid}: ε {num(r['epsilon'])}, δ {num(r['delta'])}, "
-                     f"{r['rounds_answered']} rounds answered")  # fmt: skip
-    return "\n".join(lines)
-
-
 def read_ledger(state_dir: str | Path) -> dict[str, Any]:
     """The raw node ledger in ``state_dir`` (for ``fedpriv inspect``), or no runs."""
     path = Path(state_dir) / LEDGER_FILE
