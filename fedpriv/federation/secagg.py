@@ -81,18 +81,15 @@ the OS CSPRNG, the deliberate exception to "all randomness from an injected nump
 Generator": reproducibility is unaffected, since every mask cancels exactly and the
 sum depends on the inputs alone.
 
-Sparse graph (SecAgg+: Bell, Bonawitz, Gascón, Lepoint, Raykova, CCS 2020;
-:mod:`fedpriv.federation.secagg_topology`). For a large K the run replaces "every other
-participant" by u's k neighbours N(u) in a random Harary graph that every client
-derives from the run id and the pinned key book: keys and pair masks (P → N(u) in y_u)
-with N(u) only, and b_u^r shared t-of-(k + 1) within N(u) ∪ {u}, with the
-neighbourhood's t. Step 2 also refuses an S that is not connected in the graph or
-leaves u fewer than t surviving neighbours, and u counts t of its neighbours'
-signatures only; in step 3 u reveals shares of b_w for its surviving neighbours w
-and pair masks with its dropped neighbours, nothing about anyone else. The argument
-above then holds per neighbourhood, 2t > k + c_u for c_u colluding neighbours of u,
-which the graph's (k, t) make fail with probability ≤ 2^-σ for ⌊γK⌋ colluders and
-⌊δK⌋ dropouts placed independently of the graph.
+Sparse graph (SecAgg+, Bell et al. CCS 2020; :mod:`fedpriv.federation.secagg_topology`).
+For a large K, P above becomes u's k neighbours N(u) in a random Harary graph every
+client derives from the run id and the pinned key book: keys, pair masks and the
+shares of b_u^r (t-of-(k + 1) within N(u) ∪ {u}) stay in the neighbourhood. Step 2
+also refuses an S not connected in the graph or leaving u fewer than t surviving
+neighbours, and u counts t of its neighbours' signatures; in step 3 u reveals only
+its surviving neighbours' shares and its masks with dropped neighbours. The argument
+holds per neighbourhood, 2t > k + c_u for c_u colluding neighbours, which the graph's
+(k, t) make fail with probability ≤ 2^-σ (⌊γK⌋ colluders, ⌊δK⌋ dropouts).
 """
 
 from __future__ import annotations
@@ -115,6 +112,7 @@ from fedpriv.federation.secagg_common import (
     UnmaskAnswer,
     check_ids,
     check_u64,
+    point,
     share_ad,
     share_nonce,
 )
@@ -209,10 +207,8 @@ class SecAggClient(PeerKeys):
                 f"[2, {codec.max_summands}] (max_summands); got {list(peers)}"
             )
         if near is not None and peers != self._graph.ids:
-            raise ValueError(
-                f"a sparse-graph round asks every client of the run ({self._graph.graph.size}); "
-                f"got {len(peers)} participants: refused"
-            )
+            n = self._graph.graph.size
+            raise ValueError(f"a sparse-graph round asks every client ({n}); got {len(peers)}")
         t = self.check_threshold(len(peers), threshold)
         m = 0 if min_survivors is None else check_u64("min_survivors", min_survivors)
         if m > len(peers):
@@ -232,7 +228,10 @@ class SecAggClient(PeerKeys):
             out += share.view(np.uint64)  # two's complement: addition mod 2^64
         seed = shamir.draw_seed()  # b_u^r: OS CSPRNG, fresh every round
         # All limbs at once: row k is the share for holders[k], one 40-byte slice of ``raw``.
-        xs = [self._point(j) for j in holders]
+        if near is None:
+            xs = [point(j) for j in holders]
+        else:  # ranks in its closed neighbourhood, in holder order: 1..k + 1
+            xs = list(self._graph.points(self.client_id).values())
         raw = shamir.to_bytes(shamir.split(seed, xs=xs, threshold=t))
         share = dict(zip(holders, _slices(raw, shamir.SHARE_BYTES), strict=True))
         out += self._self_mask(seed, r, out.size)
@@ -256,6 +255,9 @@ class SecAggClient(PeerKeys):
         if r not in self._rounds:
             raise ValueError(f"client {self.client_id} never masked for round {r}")
         rnd = self._rounds[r]
+        signed = self._views.get(r)
+        if signed is not None and signed == (tuple(sorted(survivors)), tuple(sorted(dropped))):
+            return rnd, signed  # the very list it checked and signed: checked already
         everyone = rnd.peers if self._graph is None else frozenset(self._graph.ids)
         view = consistency.check_view(
             client_id=self.client_id, round_id=r, peers=everyone, threshold=rnd.threshold,
@@ -263,10 +265,8 @@ class SecAggClient(PeerKeys):
             graph=self._graph,
         )  # fmt: skip
         if self._views.get(r, view) != view:
-            raise ValueError(
-                f"client {self.client_id} already signed another survivor list for round {r} "
-                f"(S {list(self._views[r][0])}, D {list(self._views[r][1])}): refused"
-            )
+            why = f"already signed another survivor list for round {r}: refused"
+            raise ValueError(f"client {self.client_id} {why}")
         return rnd, view
 
     def sign_survivors(

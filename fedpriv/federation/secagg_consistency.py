@@ -102,13 +102,14 @@ def verify_key(client_id: int, raw: bytes) -> Ed25519PublicKey:
 def valid_signers(
     message: bytes,
     signatures: Mapping[int, bytes],
-    keys: Mapping[int, Ed25519PublicKey],
+    keys: Mapping[int, bytes | Ed25519PublicKey],
     members: Sequence[int],
     need: int | None = None,
 ) -> list[int]:
-    """The distinct ``members`` whose signature on ``message`` verifies under their key,
-    in id order; with ``need``, only the first ``need`` of them (verification is the cost
-    of the round: an Ed25519 verification costs about four signatures)."""
+    """The distinct ``members`` whose signature on ``message`` verifies under their key
+    (raw 32 bytes or a key object), in id order; with ``need``, only the first ``need``
+    of them (verification is the cost of the round: an Ed25519 verification costs
+    about two signatures)."""
     ok: list[int] = []
     for j in sorted(set(signatures) & set(members) & set(keys)):
         if need is not None and len(ok) >= need:
@@ -121,15 +122,17 @@ def valid_signers(
     return ok
 
 
-def _verifies(key: Ed25519PublicKey, sig: bytes, message: bytes) -> bool:
+def _verifies(key: bytes | Ed25519PublicKey, sig: bytes, message: bytes) -> bool:
     """Whether ``sig`` verifies on ``message`` under ``key``: a deterministic function of
     the three, so an accepted triple is remembered (module docstring)."""
-    memo = (key.public_bytes_raw(), sig, message)
+    raw = key if isinstance(key, bytes) else key.public_bytes_raw()
+    memo = (raw, sig, message)
     if memo in _accepted:
         return True
     try:
-        key.verify(sig, message)
-    except InvalidSignature:
+        obj = key if not isinstance(key, bytes) else Ed25519PublicKey.from_public_bytes(key)
+        obj.verify(sig, message)
+    except (InvalidSignature, ValueError):  # ValueError: 32 bytes that encode no point
         return False
     if len(_accepted) >= _MEMO_SIZE:
         del _accepted[next(iter(_accepted))]

@@ -169,13 +169,9 @@ def harary_graph(client_ids: Iterable[int], degree: int, seed: bytes) -> Communi
     return CommunicationGraph(ids=ids, degree=k, ring=ring, position=position)
 
 
-def _index(graph: CommunicationGraph, u: int) -> int:
-    return int(_indices(graph, [u])[0])
-
-
 def _indices(graph: CommunicationGraph, us: Iterable[int]) -> np.ndarray:
     """Positions in ``graph.ids`` of clients ``us`` (one searchsorted), or KeyError."""
-    want = np.fromiter((int(v) for v in us), dtype=np.uint64)
+    want = np.array(us if isinstance(us, list | tuple) else list(us), dtype=np.uint64)
     idx = np.minimum(np.searchsorted(graph.ids, want), graph.size - 1)
     if (bad := graph.ids[idx] != want).any():
         raise KeyError(f"client {int(want[bad][0])} is not a node of the communication graph")
@@ -192,7 +188,7 @@ def _offsets(graph: CommunicationGraph) -> np.ndarray:
 
 def neighbours(graph: CommunicationGraph, u: int) -> tuple[int, ...]:
     """Client ``u``'s k neighbours, sorted: those within k/2 of it on the ring."""
-    near = graph.ring[(graph.position[_index(graph, u)] + _offsets(graph)) % graph.size]
+    near = graph.ring[(graph.position[_indices(graph, [u])[0]] + _offsets(graph)) % graph.size]
     return tuple(np.sort(graph.ids[near]).tolist())
 
 

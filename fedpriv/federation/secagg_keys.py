@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
@@ -63,7 +63,6 @@ class ClientKeys:
             self._signer = Ed25519PrivateKey.from_private_bytes(bytes(signing_key_bytes))
         self._pinned: dict[int, bytes] | None = None  # the key book, pinned at setup()
         self._vpinned: dict[int, bytes] = {}  # the verify keys, pinned with it
-        self._vkeys: dict[int, Ed25519PublicKey] = {}
         self._digest = b""  # the pinned key book's digest: binds signatures to this run
         self._keys: dict[int, tuple[bytes, bytes, bytes]] = {}  # peer -> (s, k_out, k_in)
         # peer -> the AEADs of (s, k_out, k_in): built once, reused every round.
@@ -109,17 +108,16 @@ class ClientKeys:
                     f"(or missing); listed ids {sorted(listed)}"
                 )
         digest = consistency.book_digest(book, vbook)  # refuses ids without a verify key
-        for j, vk in vbook.items():
-            consistency.verify_key(j, vk)  # 32 bytes each, checked once at pinning
+        for j, vk in vbook.items():  # 32 bytes each; a point that is none fails to verify
+            if len(vk) != consistency.VERIFY_KEY_BYTES:
+                raise ValueError(f"verify key of client {j} must be 32 bytes; got {len(vk)}")
         self._pinned, self._vpinned, self._digest = book, vbook, digest
         for j in self._peers_for(book, digest):
             self._derive(j, book[j])
 
-    def _verify_key(self, j: int) -> Ed25519PublicKey:
-        """Client j's pinned verify key as a key object (built on first use)."""
-        if (key := self._vkeys.get(j)) is None:
-            key = self._vkeys[j] = consistency.verify_key(j, self._vpinned[j])
-        return key
+    def _verify_key(self, j: int) -> bytes:
+        """Client j's pinned verify key, raw (verified with by the consistency round)."""
+        return self._vpinned[j]
 
     def _derive(self, j: int, pk: bytes) -> None:
         shared = self._sk.exchange(X25519PublicKey.from_public_bytes(pk))
@@ -150,7 +148,7 @@ class ClientKeys:
             raise SecAggKeyError(
                 f"client {self.client_id} has no pinned key book: setup() never ran"
             )
-        if unknown := sorted(set(peers) - set(self._pinned)):
+        if unknown := sorted(j for j in peers if j not in self._pinned):  # O(peers), not O(K)
             raise SecAggKeyError(f"participants {unknown} have no key pinned at the key exchange")
         for what, given, pinned in (
             ("public", public_keys, self._pinned),

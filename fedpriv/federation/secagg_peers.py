@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from fedpriv.federation.secagg_common import SecAggConfig, point, self_mask
+from fedpriv.federation.secagg_common import SecAggConfig, self_mask
 from fedpriv.federation.secagg_graph import check_neighbourhood
 from fedpriv.federation.secagg_keys import ClientKeys
 from fedpriv.federation.secagg_topology import Sparse, topology_for
@@ -107,14 +107,10 @@ class PeerKeys(ClientKeys):
                 f"no neighbourhood announced to client {self.client_id}, whose run uses the "
                 "sparse graph: refused"
             )
-        check_neighbourhood(self._graph.graph, self.client_id, announced)
-        return self._graph.neighbours(self.client_id)
-
-    def _point(self, holder: int) -> int:
-        """The Shamir point at which ``holder`` keeps this client's share."""
-        if self._graph is None:
-            return point(holder)
-        return self._graph.point(self.client_id, holder)
+        near = self._graph.neighbours(self.client_id)
+        if announced is not near and tuple(announced) != near:  # else: the derived one
+            check_neighbourhood(self._graph.graph, self.client_id, announced)
+        return near
 
     def _pair_masks(self, peers: Sequence[int], round_id: int, n: int) -> np.ndarray:
         # m_ij^r = ChaCha20 keystream, i.e. algorithms.ChaCha20(s_ij, nonce) encrypting zeros

@@ -133,7 +133,7 @@ class SecAggServer:
         if sorted(set(peers) - set(live)) != list(check_ids("dropped", dropped)):
             raise ValueError(f"round {r}: dropped {list(dropped)} must be participants \\ S")
         public, verify = key_book
-        keys = {j: consistency.verify_key(j, bytes(verify[j])) for j in live if j in verify}
+        keys = {j: bytes(verify[j]) for j in live if j in verify}  # raw: verified once each
         message = consistency.view_message(
             consistency.book_digest(public, verify), r, live, dropped
         )
@@ -288,7 +288,11 @@ def seed_groups(
     heard = set(told)
     groups: dict[tuple[int, ...], list[tuple[int, tuple[int, ...]]]] = {}
     for u in live:
-        holders = tuple(h for h in hood.closed(u) if h in heard)
-        points = tuple(hood.point(u, h) for h in holders)
+        everyone = hood.closed(u)
+        holders = tuple(h for h in everyone if h in heard)
+        if hood.sparse and len(holders) == len(everyone):  # all answered: ranks 1..k + 1
+            points = tuple(range(1, len(holders) + 1))
+        else:
+            points = tuple(hood.point(u, h) for h in holders)
         groups.setdefault(points, []).append((u, holders))
     return groups

@@ -84,6 +84,7 @@ class Sparse:
     threshold: int
     sparse = True
     _near: dict[int, tuple[int, ...]] = field(default_factory=dict, repr=False)
+    _closed: dict[int, tuple[int, ...]] = field(default_factory=dict, repr=False)
     _points: dict[int, dict[int, int]] = field(default_factory=dict, repr=False)
 
     @property
@@ -102,13 +103,16 @@ class Sparse:
         return near
 
     def closed(self, u: int) -> tuple[int, ...]:
-        """u's neighbours and u, sorted: the holders of u's seed."""
-        return tuple(sorted((*self.neighbours(u), u)))
+        """u's neighbours and u, sorted: the holders of u's seed (cached)."""
+        if (near := self._closed.get(u)) is None:
+            near = self._closed[u] = tuple(self.points(u))
+        return near
 
     def points(self, owner: int) -> dict[int, int]:
         """{holder: Shamir point} for ``owner``'s seed: 1 + rank in its closed neighbourhood."""
         if (pts := self._points.get(owner)) is None:
-            pts = self._points[owner] = {v: i + 1 for i, v in enumerate(self.closed(owner))}
+            holders = sorted((*self.neighbours(owner), owner))
+            pts = self._points[owner] = {v: i + 1 for i, v in enumerate(holders)}
         return pts
 
     def point(self, owner: int, holder: int) -> int:
