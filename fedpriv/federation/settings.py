@@ -81,7 +81,7 @@ def check_run_values(values: Mapping[str, Any]) -> None:
 
 
 #: SecAgg+'s fractions of the run's K clients (γ colluding, δ dropping out).
-_FRACTION = Interval(0, 1, closed="left", note="sizes SecAgg+'s graph (secure aggregation)")
+_FRACTION = Interval(0, 1, closed="left", note="sizes SecAgg+'s graph")
 #: SecAgg+'s failure exponents: 2^-σ security, 2^-η correctness.
 _EXPONENT = Interval(0, 1000, closed="neither", note="sizes SecAgg+'s graph")
 
