@@ -113,7 +113,6 @@ from fedpriv.federation.secagg_common import (
     check_ids,
     check_u64,
     point,
-    share_ad,
     share_nonce,
 )
 from fedpriv.federation.secagg_peers import PeerKeys
@@ -241,11 +240,10 @@ class SecAggClient(PeerKeys):
         # uint64 sums wrap mod 2^64, which is the ring's addition.
         out += masks[: len(up)].sum(axis=0, dtype=np.uint64)
         out -= masks[len(up) :].sum(axis=0, dtype=np.uint64)
-        nonce, u = share_nonce(r), self.client_id
+        nonce, u, rb = share_nonce(r), self.client_id, r.to_bytes(8, "big")
+        aeads, ads = self._aeads, self._ads  # AD: share_ad(u, j, r), its prefix kept per j
         sealed = {
-            j: self._aeads[j][1].encrypt(nonce, share[j], share_ad(u, j, r))
-            for j in holders
-            if j != u
+            j: aeads[j][1].encrypt(nonce, share[j], ads[j][0] + rb) for j in holders if j != u
         }
         self._rounds[r] = ClientRound(frozenset(holders), out.size, t, share[u], m)
         return MaskedInput(vector=out, shares=sealed, round_id=r)
@@ -258,7 +256,7 @@ class SecAggClient(PeerKeys):
         signed = self._views.get(r)
         if signed is not None and signed == (tuple(sorted(survivors)), tuple(sorted(dropped))):
             return rnd, signed  # the very list it checked and signed: checked already
-        everyone = rnd.peers if self._graph is None else frozenset(self._graph.ids)
+        everyone = rnd.peers if self._graph is None else self._graph.id_set
         view = consistency.check_view(
             client_id=self.client_id, round_id=r, peers=everyone, threshold=rnd.threshold,
             min_survivors=rnd.min_survivors, survivors=survivors, dropped=dropped,
@@ -334,12 +332,10 @@ class SecAggClient(PeerKeys):
             known=[self.client_id] if r in self._views and not sparse else [],  # signed it
         )  # fmt: skip
         shares = {self.client_id: rnd.own_share}
-        nonce = share_nonce(r)
+        nonce, rb = share_nonce(r), r.to_bytes(8, "big")
         for w in sorted(senders):
-            try:
-                plain = self._aeads[w][2].decrypt(
-                    nonce, bytes(inbox[w]), share_ad(w, self.client_id, r)
-                )
+            try:  # AD: share_ad(w, u, r)
+                plain = self._aeads[w][2].decrypt(nonce, bytes(inbox[w]), self._ads[w][1] + rb)
             except InvalidTag:
                 raise ValueError(
                     f"the share from client {w} for round {r} failed authentication"

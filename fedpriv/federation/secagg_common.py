@@ -306,10 +306,15 @@ def share_nonce(round_id: int) -> bytes:
 def share_ad(sender: int, recipient: int, round_id: int) -> bytes:
     """Associated data of a share ciphertext: the server cannot move it to another
     sender, recipient or round without failing authentication (tag ‖ three be64)."""
-    return _AD.pack(_SHARE_TAG, sender, recipient, round_id)
+    return share_ad_prefix(sender, recipient) + round_id.to_bytes(8, "big")
 
 
-_AD = struct.Struct(">4s3Q")
+def share_ad_prefix(sender: int, recipient: int) -> bytes:
+    """:func:`share_ad` without its round: fixed per pair, so computed once per run."""
+    return _AD_PREFIX.pack(_SHARE_TAG, sender, recipient)
+
+
+_AD_PREFIX = struct.Struct(">4s2Q")
 
 
 def keystream(aead: ChaCha20Poly1305, tag: bytes, round_id: int, n: int) -> np.ndarray:

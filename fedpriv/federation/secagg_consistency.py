@@ -190,12 +190,14 @@ def check_view(
     """
     r = round_id
     live, gone = check_ids("survivors", survivors), check_ids("dropped", dropped)
-    if both := sorted(set(live) & set(gone)):
+    if both := sorted(set(live).intersection(gone)):
         raise ValueError(
             f"clients {both} are listed both as survivors and as dropped in round {r}: "
             "refused (their self-mask seed and pair masks together would unmask them)"
         )
-    if set(live) | set(gone) != peers or client_id not in live:
+    # Disjoint, so they split the participants iff the counts add up and both lie within.
+    split = len(live) + len(gone) == len(peers) and peers.issuperset(live)
+    if not (split and peers.issuperset(gone)) or client_id not in live:
         raise ValueError(
             f"survivors {list(live)} and dropped {list(gone)} must split the round-{r} "
             f"participants {sorted(peers)}, with client {client_id} a survivor"

@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from fedpriv.federation import secagg_consistency as consistency
-from fedpriv.federation.secagg_common import SecAggKeyError, check_u64
+from fedpriv.federation.secagg_common import SecAggKeyError, check_u64, share_ad_prefix
 
 _HKDF_INFO = b"fedpriv-secagg"  # s_uv ‖ k_{lo→hi} ‖ k_{hi→lo} of the unordered pair
 
@@ -67,6 +67,7 @@ class ClientKeys:
         self._keys: dict[int, tuple[bytes, bytes, bytes]] = {}  # peer -> (s, k_out, k_in)
         # peer -> the AEADs of (s, k_out, k_in): built once, reused every round.
         self._aeads: dict[int, tuple[ChaCha20Poly1305, ...]] = {}
+        self._ads: dict[int, tuple[bytes, bytes]] = {}  # peer -> share AD prefixes (out, in)
 
     @property
     def public_key(self) -> bytes:
@@ -129,6 +130,8 @@ class ClientKeys:
     def _set_keys(self, j: int, keys: tuple[bytes, bytes, bytes]) -> None:
         self._keys[j] = keys
         self._aeads[j] = tuple(ChaCha20Poly1305(k) for k in keys)
+        # The associated data of shares to and from j, but for the round (share_ad).
+        self._ads[j] = (share_ad_prefix(self.client_id, j), share_ad_prefix(j, self.client_id))
 
     def check_keys(
         self,

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -87,10 +88,14 @@ class Sparse:
     _closed: dict[int, tuple[int, ...]] = field(default_factory=dict, repr=False)
     _points: dict[int, dict[int, int]] = field(default_factory=dict, repr=False)
 
-    @property
+    @cached_property
     def ids(self) -> tuple[int, ...]:
         """The run's K client ids, sorted: every round's participants."""
         return tuple(self.graph.ids.tolist())
+
+    @cached_property
+    def id_set(self) -> frozenset[int]:
+        return frozenset(self.ids)
 
     @property
     def degree(self) -> int:
