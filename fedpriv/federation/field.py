@@ -27,6 +27,7 @@ Randomness: :func:`random_elements` only, from the OS CSPRNG (``secrets``).
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from functools import lru_cache
 
@@ -47,6 +48,9 @@ _LO29 = _U64((1 << 29) - 1)
 _LIMB = 21
 _LIMB_MASK = _U64((1 << _LIMB) - 1)
 _CHUNK = 1 << 16  # output entries per matmul block: bounds the (3, 3, m, w) limb products
+#: Products of more multiply-adds run with one BLAS thread (:func:`_one_thread`); below it
+#: OpenBLAS uses one anyway (its threshold, 4·2^16).
+_SERIAL_WORK = 1 << 18
 
 
 @lru_cache(maxsize=64)
@@ -200,7 +204,14 @@ def matmul(
     bl = _limbs(b)[None].astype(al.dtype)  # (1, 3, k, s)
     out = np.empty((m, b.shape[1]), dtype=np.uint64)
     width = max(1, _CHUNK // max(m, 1))
-    for lo in range(0, b.shape[1], width):
+    with _one_thread() if m * k * b.shape[1] > _SERIAL_WORK else contextlib.nullcontext():
+        _products(al, bl, out, width, prime)
+    return out
+
+
+def _products(al: np.ndarray, bl: np.ndarray, out: np.ndarray, width: int, prime: int) -> None:
+    """:func:`matmul`'s column blocks, into ``out``."""
+    for lo in range(0, bl.shape[-1], width):
         # c[i, j] = a_i @ b_j, entries < k·2^42 (integers, exact in either type)
         c = np.matmul(al, bl[..., lo : lo + width]).astype(np.uint64)
         acc = _weigh(c[0, 0], 0, prime)
@@ -208,7 +219,20 @@ def matmul(
             same = [c[i, g - i] for i in range(3) if 0 <= g - i < 3]
             acc += _weigh(sum(same[1:], same[0]), g, prime)  # sum < 3·k·2^42 < 2^64
         out[:, lo : lo + width] = reduce(acc, prime)  # acc < 5·2^61 < 2^64
-    return out
+
+
+@lru_cache(maxsize=1)
+def _blas() -> object:
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()  # inspects the loaded libraries once
+
+
+def _one_thread():
+    """One BLAS thread for a large product. On a machine whose cores are busy, OpenBLAS's
+    threads spin waiting for one another: a (73 × 125)·(125 × 5000) product took 8× the
+    CPU time with its default threads as with one."""
+    return _blas().limit(limits=1, user_api="blas")
 
 
 def random_elements(shape: int | tuple[int, ...], prime: int = PRIME) -> np.ndarray:

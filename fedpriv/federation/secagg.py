@@ -332,10 +332,10 @@ class SecAggClient(PeerKeys):
             known=[self.client_id] if r in self._views and not sparse else [],  # signed it
         )  # fmt: skip
         shares = {self.client_id: rnd.own_share}
-        nonce, rb = share_nonce(r), r.to_bytes(8, "big")
+        nonce, rb, aeads, ads = share_nonce(r), r.to_bytes(8, "big"), self._aeads, self._ads
         for w in sorted(senders):
             try:  # AD: share_ad(w, u, r)
-                plain = self._aeads[w][2].decrypt(nonce, bytes(inbox[w]), self._ads[w][1] + rb)
+                plain = aeads[w][2].decrypt(nonce, bytes(inbox[w]), ads[w][1] + rb)
             except InvalidTag:
                 raise ValueError(
                     f"the share from client {w} for round {r} failed authentication"

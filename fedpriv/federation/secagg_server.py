@@ -167,14 +167,12 @@ class SecAggServer:
         live = check_ids("survivors", survivors)
         hood = self.topology(live)
         alive = set(live)
-        out: dict[int, dict[int, bytes]] = {v: {} for v in live}
         for u in live:
-            for v in hood.neighbours(u):
-                if v in alive:
-                    if v not in shares.get(u, {}):
-                        raise ValueError(f"survivor {u} sent no encrypted share for survivor {v}")
-                    out[v][u] = bytes(shares[u][v])
-        return out
+            if missing := alive.intersection(hood.neighbours(u)).difference(shares.get(u, {})):
+                v = min(missing)
+                raise ValueError(f"survivor {u} sent no encrypted share for survivor {v}")
+        # The graph is symmetric: v's senders are its surviving neighbours.
+        return {v: {u: bytes(shares[u][v]) for u in hood.neighbours(v) if u in alive} for v in live}
 
     def aggregate(
         self,
@@ -254,7 +252,7 @@ class SecAggServer:
                 raise self._abort(r, f"survivor {u}'s seed has {len(points)} shares < t = {t}")
             # ys[k, g] = the share at points[k] of members[g]'s seed, one row of LIMBS words.
             raw = b"".join(
-                answers[hs[k]].shares[u] for k in range(len(points)) for u, hs in members
+                [answers[hs[k]].shares[u] for k in range(len(points)) for u, hs in members]
             )
             ys = np.frombuffer(raw, dtype="<u8").astype(np.uint64)
             group = [u for u, _ in members]
@@ -287,12 +285,14 @@ def seed_groups(
     """
     heard = set(told)
     groups: dict[tuple[int, ...], list[tuple[int, tuple[int, ...]]]] = {}
+    every_rank: dict[int, tuple[int, ...]] = {}
     for u in live:
         everyone = hood.closed(u)
-        holders = tuple(h for h in everyone if h in heard)
-        if hood.sparse and len(holders) == len(everyone):  # all answered: ranks 1..k + 1
-            points = tuple(range(1, len(holders) + 1))
+        if hood.sparse and heard.issuperset(everyone):  # all answered: ranks 1..k + 1
+            holders, n = everyone, len(everyone)
+            points = every_rank.get(n) or every_rank.setdefault(n, tuple(range(1, n + 1)))
         else:
+            holders = tuple(h for h in everyone if h in heard)
             points = tuple(hood.point(u, h) for h in holders)
         groups.setdefault(points, []).append((u, holders))
     return groups
