@@ -38,7 +38,6 @@ from fedpriv.federation.secagg_graph import (
     CommunicationGraph,
     GraphParameters,
     adjacency,
-    failure_bounds,
     graph_seed,
     harary_graph,
     neighbours,
@@ -155,13 +154,6 @@ class Sparse:
                 f"threshold t = {self.threshold}"
             )
         return None
-
-    def bounds(self, *, corrupt_fraction: float, dropout_fraction: float):
-        """:func:`~fedpriv.federation.secagg_graph.failure_bounds` at this (K, k, t)."""
-        return failure_bounds(
-            self.graph.size, self.degree, self.threshold, corrupt_fraction=corrupt_fraction,
-            dropout_fraction=dropout_fraction, server=self.params.server,
-        )  # fmt: skip
 
 
 Topology = Complete | Sparse
