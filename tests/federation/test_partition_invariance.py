@@ -26,7 +26,7 @@ import pytest
 from scipy import stats
 
 from fedpriv.data import dirichlet, iid, zipf
-from fedpriv.federation import inprocess_transport
+from fedpriv.federation import protocol
 from fedpriv.federation.protocol import Query, make_clients
 from fedpriv.federation.runtime import InProcessRuntime
 from fedpriv.privacy import chi_square_selection_test
@@ -127,6 +127,7 @@ def test_a_fixed_size_sampler_is_caught(monkeypatch):
     def fixed_size(n, rate, rng):
         return np.sort(rng.choice(n, size=round(rate * n), replace=False))
 
-    monkeypatch.setattr(inprocess_transport, "poisson_sample", fixed_size)
+    # The transport samples through protocol.client_sample, which draws per record here.
+    monkeypatch.setattr(protocol, "poisson_sample", fixed_size)
     inclusions, partition = _inclusions(_partitions()["iid"])
     assert _pooled_poisson_pvalues(inclusions, partition, Q)[2] < FAIL
