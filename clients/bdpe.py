@@ -18,7 +18,6 @@ would (:mod:`fedpriv.clients.batched`).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -120,14 +119,7 @@ class BDPEClient(ClientHandler):
         left, total = level_sums(bins, thresholds, node, 1 << level, y, w)
         return np.concatenate([total.ravel(), left.ravel()])
 
-    def answer_many(
-        self,
-        query: Query,
-        datas: Sequence[ClientData],
-        samples: Sequence[np.ndarray],
-        state: dict[str, Any],
-        keys: Sequence[SecretKey] | None = None,
-    ) -> np.ndarray:
+    def answer_many(self, query, datas, samples, state, keys=None) -> np.ndarray:
         """All clients' replies (rows), each bit-identical to :meth:`answer`'s.
 
         The rows are scored, routed and binned once, end to end

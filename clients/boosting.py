@@ -71,14 +71,7 @@ class BoostingClient(ClientHandler):
         margins, leaf, tree = _advance(query, state, data.XT)
         return _leaf_sums(margins, data.y, leaf, [rows], np.zeros(1, np.int64), [data.n], tree)[0]
 
-    def answer_many(
-        self,
-        query: Query,
-        datas: Sequence[ClientData],
-        samples: Sequence[np.ndarray],
-        state: dict[str, Any],
-        keys: Sequence[SecretKey] | None = None,
-    ) -> np.ndarray:
+    def answer_many(self, query, datas, samples, state, keys=None) -> np.ndarray:
         """All clients' replies at once (rows of the result), bit-identical to :meth:`answer`.
 
         The in-process runtime's fast path: one pass over every client's rows

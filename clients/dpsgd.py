@@ -191,14 +191,7 @@ class DPSGDClient(ClientHandler):
             spec, params, X, data.y[rows], units, clip, bias_bound=bias_bound
         )
 
-    def answer_many(
-        self,
-        query: Query,
-        datas: Sequence[ClientData],
-        samples: Sequence[np.ndarray],
-        state: dict[str, Any],
-        keys: Sequence[SecretKey] | None = None,
-    ) -> np.ndarray:
+    def answer_many(self, query, datas, samples, state, keys=None) -> np.ndarray:
         """All clients' replies at once (rows of the result), bit-identical to :meth:`answer`.
 
         The compiled backend serves every client in one call over their rows

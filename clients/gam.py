@@ -31,7 +31,6 @@ would (:mod:`fedpriv.clients.batched`).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -142,14 +141,7 @@ class GAMClient(ClientHandler):
             )
         return out
 
-    def answer_many(
-        self,
-        query: Query,
-        datas: Sequence[ClientData],
-        samples: Sequence[np.ndarray],
-        state: dict[str, Any],
-        keys: Sequence[SecretKey] | None = None,
-    ) -> np.ndarray:
+    def answer_many(self, query, datas, samples, state, keys=None) -> np.ndarray:
         """All clients' replies (rows), each bit-identical to :meth:`answer`'s.
 
         The rows are binned and scored once, end to end (:mod:`fedpriv.clients.batched`);

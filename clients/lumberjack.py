@@ -27,7 +27,6 @@ for bit as each would, its state every client's walk in one (k, N) array
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -134,14 +133,7 @@ class LumberjackClient(ClientHandler):
         leaves = _Leaves.of(query, k, data.X.shape[1])
         return leaves.counts(data.X_rows, y, np.zeros(data.n, dtype=np.int64), 1, n_classes)[0]
 
-    def answer_many(
-        self,
-        query: Query,
-        datas: Sequence[ClientData],
-        samples: Sequence[np.ndarray],
-        state: dict[str, Any],
-        keys: Sequence[SecretKey] | None = None,
-    ) -> np.ndarray:
+    def answer_many(self, query, datas, samples, state, keys=None) -> np.ndarray:
         """All clients' replies (rows), each bit-identical to :meth:`answer`'s.
 
         The answering clients' rows are walked once, end to end

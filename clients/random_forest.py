@@ -19,7 +19,6 @@ bit for bit as each would, each client drawing its rows' trees from its own key.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -93,14 +92,7 @@ class RandomForestClient(ClientHandler):
         y = class_codes(data.y, int(query.config["n_classes"]))  # −1: not a class, nowhere
         return _counts(query, trees, data.X, y, owner, np.zeros(data.n, dtype=np.int64), 1)[0]
 
-    def answer_many(
-        self,
-        query: Query,
-        datas: Sequence[ClientData],
-        samples: Sequence[np.ndarray],
-        state: dict[str, Any],
-        keys: Sequence[SecretKey] | None = None,
-    ) -> np.ndarray:
+    def answer_many(self, query, datas, samples, state, keys=None) -> np.ndarray:
         """All clients' replies (rows), each bit-identical to :meth:`answer`'s.
 
         The rows are routed once, end to end (:mod:`fedpriv.clients.batched`), each

@@ -162,6 +162,12 @@ class ClientHandler(ABC):
     Every registered method's client class subclasses it and is built with no
     arguments (:meth:`fedpriv.methods.Method.client_handler`); registration
     checks both (:mod:`fedpriv.method_check`).
+
+    Optional: ``answer_many(query, datas, samples, state, keys=None) -> ndarray``,
+    every client at once for the in-process runtime (``datas``: the clients'
+    :class:`ClientData`; ``samples``: their samples; ``state``: one dict the handler
+    shares across clients; ``keys``: their secret keys), row i bit for bit
+    :meth:`answer` of client i.
     """
 
     @abstractmethod
