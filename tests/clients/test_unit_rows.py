@@ -8,22 +8,10 @@ from fedpriv.clients import node_data as client_rows
 
 from fedpriv.data import DataError
 from fedpriv.data.node import DATA_PATH, EVAL_DATA_PATH, DataSource, node_data, node_eval_data
+from tests.data.unit_schema import WARD
 from tests.keys import key_for
 
-SCHEMA = """name = "ward"
-client_column = "hosp"
-unit_column = "pid"
-max_records_per_unit = 2
-unit_scope = "node"
-[target]
-column = "y"
-positive = ["1"]
-labels = ["0", "1"]
-[[columns]]
-name = "x"
-type = "numeric"
-bounds = [0, 1]
-"""
+SCHEMA = WARD
 
 
 def _files(tmp_path, *, span: bool = False):

@@ -9,27 +9,11 @@ import pytest
 from fedpriv.artefact import load_model
 from fedpriv.data import Schema, load_csv
 from fedpriv.methods import get_method
+from tests.data.unit_schema import WARD_WITH_LEVELS
 from tests.keys import key_for
 from tests.server.test_flower_loopback import KEY, _json, run_app
 
-SCHEMA = """name = "ward"
-client_column = "hosp"
-unit_column = "pid"
-max_records_per_unit = 2
-unit_scope = "node"
-[target]
-column = "y"
-positive = ["1"]
-labels = ["0", "1"]
-[[columns]]
-name = "x"
-type = "numeric"
-bounds = [0, 1]
-[[columns]]
-name = "c"
-type = "categorical"
-categories = ["a", "b"]
-"""
+SCHEMA = WARD_WITH_LEVELS
 
 
 def _files(tmp_path):
