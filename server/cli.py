@@ -38,6 +38,7 @@ from fedpriv.server.cli_consortium import coordinator
 from fedpriv.server.cli_cv import cv
 from fedpriv.server.cli_logs import quiet_flower
 from fedpriv.server.cli_node import inspect_path, node
+from fedpriv.server.cli_report import follow, report
 from fedpriv.server.cli_run import run_in_process
 
 from fedpriv import logs
@@ -317,8 +318,13 @@ def predict(model: Path, file: Path, out: Path | None) -> int:
 @cli.command()
 @click.argument("model", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="The machine-readable card or report.")
-def inspect(model: Path, as_json: bool) -> int:
-    """Print MODEL's privacy card (Markdown, or JSON with --json).
+@click.option(
+    "--terms", is_flag=True,
+    help="The model's terms in raw units (a GAM) or its split usage (trees) instead.",
+)  # fmt: skip
+def inspect(model: Path, as_json: bool, terms: bool) -> int:
+    """Print MODEL's privacy card (Markdown, or JSON with --json); with --terms, what the
+    model says per column (Artefact.explain: released values and the public schema only).
 
     MODEL may be a model file, a run's results directory (its model file), or a
     node's state directory (its node-config ``state-dir``): then the node's own
@@ -326,7 +332,7 @@ def inspect(model: Path, as_json: bool) -> int:
     history, the chain verified. A folder holding none of these, a corrupt ledger
     or a broken audit chain exits with code 2 and one line.
     """
-    click.echo(inspect_path(model, as_json))
+    click.echo(inspect_path(model, as_json, terms=terms))
     return 0
 
 
@@ -369,6 +375,8 @@ def draft(file: Path, out: Path | None, target, client_column, sep) -> int:
 
 
 cli.add_command(node)
+cli.add_command(report)
+cli.add_command(follow)
 cli.add_command(coordinator)
 cli.add_command(cv)
 
