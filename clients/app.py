@@ -14,7 +14,12 @@ no timing, no seed. The secret key is fresh OS entropy, or derived from
 ``$FEDPRIV_SECRET_KEY`` exactly as the in-process runtime derives client
 keys, so an injected key reproduces a run bit for bit. Its Shamir threshold floor
 is its own (node-config ``secagg-min-threshold`` in [0.5, 1], default a strict
-majority): the run's ``secagg-threshold`` may raise t, never lower it.
+majority): the run's ``secagg-threshold`` may raise t, never lower it. So are its
+floors on SecAgg+'s targets (``secagg-min-collusion`` γ, ``secagg-min-sigma`` σ;
+default 0): it refuses a run whose ``secagg-collusion`` or ``secagg-sigma`` is lower.
+It derives the run's communication graph itself from its Flower run id and the
+pinned key book (:mod:`fedpriv.federation.secagg_topology`) and refuses a message
+naming another neighbourhood or threshold.
 The key-exchange reply
 says which (``key-origin``: ``fresh`` or ``injected``, a public flag): the server
 then reports a distributed-noise run on injected keys as uncertified, and the
@@ -52,15 +57,16 @@ from fedpriv.clients.node_rules import (
     handler,
     node_ledger,
     node_settings,
+    noise_share,
+    secagg_config,
 )
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from fedpriv.errors import public_error
-from fedpriv.federation.protocol import poisson_sample
+from fedpriv.federation.protocol import client_sample
 from fedpriv.federation.runtime import client_key
-from fedpriv.federation.secagg import FixedPointCodec, SecAggClient, SecAggConfig
-from fedpriv.federation.secagg_common import node_config_floor
+from fedpriv.federation.secagg import FixedPointCodec, SecAggClient
 from fedpriv.federation.settings import RunSettings
 from fedpriv.federation.wire import query_from_wire, state_from_wire, state_to_wire
 from fedpriv.methods import get_method
@@ -70,8 +76,6 @@ from fedpriv.privacy.distributed import (
     KEY_ORIGIN,
     allows_reproduction_key,
     check_key_origin,
-    draw_share,
-    share_streams,
 )
 from fedpriv.privacy.randomness import KEY_ENV, SecretKey, key_from_environment
 
@@ -121,12 +125,11 @@ def _secagg(
     ``secagg-threshold`` may raise but never lower) and the public keys ``cfg``
     names, which the client checks against the pinned ones (verify keys too, if named)."""
     keys = context.state["secagg"]
-    floor = node_config_floor(context.node_config)
     client = SecAggClient.restore(
         client_id=pid,
         private_key_bytes=bytes(keys["sk"]),
         book=str(keys["book"]),
-        config=SecAggConfig(threshold_fraction=s.secagg_threshold, min_threshold_fraction=floor),
+        config=secagg_config(context, s),
     )
     named = cfg["participants"]
     if "verify-keys" in cfg:
@@ -175,6 +178,7 @@ def keys(msg: Message, context: Context) -> Message:
     origin = _key_origin()
     allowed = allows_reproduction_key(context.node_config, os.environ)
     check_key_origin(origin, distributed=s.distributed_noise is not None, allowed=allowed)
+    secagg_config(context, s).check_node_targets()  # its own floors on γ and σ
     # The run's plan first: this node's own budget admits it before any row is read.
     left = admit_plan(msg, context)
     # Load and check the rows (schema, bound) and compile the kernels now, not in round 1.
@@ -188,6 +192,7 @@ def keys(msg: Message, context: Context) -> Message:
     context.state["private"] = ConfigRecord({"key": key.bytes_for_local_store()})
     meta = {
         "partition-id": pid,
+        "run-id": str(context.run_id),  # the graph's public seed, with the key book
         "public-key": client.public_key,
         "verify-key": client.verify_key,
         KEY_ORIGIN: origin,
@@ -204,7 +209,11 @@ def keybook(msg: Message, context: Context) -> Message:
     s, pid = _settings_and_pid(context)
     cfg = msg.content["config"]
     client, book = _secagg(context, s, pid, {k: v for k, v in cfg.items() if k != "verify-keys"})
-    client.setup(book, verify_keys=_by_id(cfg["participants"], cfg["verify-keys"]))
+    if sorted(book) != list(range(s.num_clients)):
+        raise ValueError(f"a key book must name partitions 0..{s.num_clients - 1}; refused")
+    # Pins the book and derives the run's graph from it and this node's own run id.
+    verify = _by_id(cfg["participants"], cfg["verify-keys"])
+    client.setup(book, verify_keys=verify, run_id=str(context.run_id))
     _save_secagg(context, client)
     return _reply(msg)
 
@@ -235,12 +244,19 @@ def answer(msg: Message, context: Context) -> Message:
     participants = [int(p) for p in cfg["participants"]]
     client, named = _secagg(context, s, pid, cfg)
     client.check_keys(participants, named)  # refuse substituted keys before any work
+    # SecAgg+: the announced neighbours must be the derived ones, the round everyone.
+    near = cfg.get("neighbours")
+    near = None if near is None else [int(v) for v in near]
+    if client.check_neighbourhood(near) is not None:
+        participants = list(client.graph.ids)
+        if int(cfg["num-participants"]) != len(participants):
+            raise ValueError(f"a sparse-graph round asks all {len(participants)} clients; refused")
     client.check_threshold(len(participants), int(cfg["secagg-threshold"]))  # its own floor
     arrays = {k: msg.content["query"][k].numpy() for k in msg.content["query"].keys()}
     query = query_from_wire(arrays, dict(cfg))
     key = _secret_key(context)
     admit_query(context, s, cfg, query)
-    share = _noise_share(s, cfg, query, participants, key)  # refused before any row is read
+    share = noise_share(s, cfg, query, participants, key)  # refused before any row is read
     if query.method == EvaluationClient.method:
         vec = _evaluation_answer(query, context, s, pid, key)
     else:
@@ -261,6 +277,7 @@ def answer(msg: Message, context: Context) -> Message:
         noise=share,
         # m = n − f, which _noise_share checked against this node's own rule.
         min_survivors=None if share is None else int(cfg["noise-min-survivors"]),
+        neighbours=near,
     )
     _save_secagg(context, client)
     shares = ConfigRecord({"to": list(up.shares), "ct": list(up.shares.values())})
@@ -269,35 +286,12 @@ def answer(msg: Message, context: Context) -> Message:
     return _reply(msg, meta=meta, reply=reply, shares=shares)
 
 
-def _noise_share(s: RunSettings, cfg, query, participants: list[int], key: SecretKey):
-    """This node's share of the round's noise (distributed runs), from its own stream.
-
-    Fails closed: a distributed run's query without a share, or with shares sized
-    for fewer survivors than this node's own rule (n − f), is refused, since the
-    sum the server could unmask would then be exact or under-noised."""
-    setting = s.distributed_noise
-    if setting is None:
-        if "noise-share-std" in cfg:
-            raise ValueError("a noise share asked for in a central-noise run; refused")
-        return None
-    if "noise-share-std" not in cfg:
-        raise ValueError("a distributed-noise run's query carries no noise share; refused")
-    m = int(cfg["noise-min-survivors"])
-    if m != setting.min_survivors(len(participants)):
-        raise ValueError(
-            f"noise-min-survivors {m} != {setting.min_survivors(len(participants))} "
-            f"(participants {len(participants)} - tolerated-dropouts {setting.dropouts}); refused"
-        )
-    std = float(cfg["noise-share-std"])
-    return draw_share(share_streams(key), query.round, query.reply_length, std)
-
-
 def _training_answer(query, context: Context, s: RunSettings, pid: int, key: SecretKey):
     """The run's method's answer on this node's sample, its handler state kept on the node."""
     if query.method != s.method:
         raise ValueError(f"query for method {query.method!r} in a {s.method!r} run; refused")
     data = _node_data(context, s, pid)
-    sample = poisson_sample(data.n, query.sampling_rate, key.streams("poisson").at(query.round))
+    sample = client_sample(data, query.sampling_rate, key.streams("poisson").at(query.round))
     saved_arrays = context.state.get("handler-arrays")
     saved_scalars = context.state.get("handler-scalars")
     state = {}
@@ -324,7 +318,7 @@ def _evaluation_answer(query, context: Context, s: RunSettings, pid: int, key: S
         raise ValueError(f"evaluation of a {query.config.get('model_method')!r} model in a "
                          f"{s.method!r} run; refused")  # fmt: skip
     data = _node_eval_data(context, s, pid)
-    sample = poisson_sample(data.n, query.sampling_rate, key.streams("poisson").at(query.round))
+    sample = client_sample(data, query.sampling_rate, key.streams("poisson").at(query.round))
     return EvaluationClient().answer(query, data, sample, {}, key)
 
 

@@ -15,6 +15,12 @@ Every clip comes from the query's config (``clip_norm``, ``bias_bound``,
 :meth:`DPSGDClient.reply_sensitivity`, so the bound a node derives is the one
 enforced; a missing, non-finite or unknown setting is refused.
 
+Unit-level privacy (``data.units``, :mod:`fedpriv.privacy.units`): a centring or
+step query is answered with one clipped sum per sampled unit
+(:mod:`fedpriv.models.sgd_units`), so a unit moves it by C as a record did
+(:meth:`DPSGDClient.unit_sensitivity`); the recalibration sums stay per record and
+a unit moves them m times as far.
+
 Two backends answer the same query with the same floats up to rounding:
 
 * ``"fast"``: compiled closed forms for the built-in models
@@ -33,7 +39,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from fedpriv.clients.query_settings import bound_setting, choice_setting, count_setting
 
-from fedpriv.federation.protocol import ClientData, ClientHandler, Query, ReplySensitivity
+from fedpriv.federation.protocol import (
+    ClientData,
+    ClientHandler,
+    Query,
+    ReplySensitivity,
+    scaled_sensitivity,
+)
 from fedpriv.models import recalibration as linear_recal
 from fedpriv.models import sgd_recalibration as recal
 from fedpriv.models.networks import InputMap, NetworkSpec
@@ -45,6 +57,7 @@ from fedpriv.models.sgd_sums import (
     compiled_clipped_sums,
     compiled_feature_sums,
 )
+from fedpriv.models.sgd_units import unit_clipped_feature_sum, unit_clipped_gradient_sum
 from fedpriv.privacy.randomness import SecretKey
 from fedpriv.records import class_codes
 
@@ -138,6 +151,14 @@ class DPSGDClient(ClientHandler):
         )
         return ReplySensitivity(stage=stage, l1=l1, l2=l2)
 
+    def unit_sensitivity(self, query: Query, max_records: int) -> ReplySensitivity:
+        """A unit's: centring and steps clip one sum per unit (the record's bound holds
+        per unit); the recalibration sums are per record, m times the record's."""
+        sens = self.reply_sensitivity(query)
+        if sens.stage in (CENTRE, STEP):
+            return sens
+        return scaled_sensitivity(sens, max_records)
+
     def answer(
         self,
         query: Query,
@@ -146,7 +167,29 @@ class DPSGDClient(ClientHandler):
         state: dict[str, Any],
         key: SecretKey | None = None,
     ) -> np.ndarray:
+        if data.units is not None and _stage(query) in (CENTRE, STEP):
+            return self._unit_answer(query, data, sample)
         return self._answer(query, [data], [sample], RowBlocks.of([data.X_rows], [data.y]))[0]
+
+    def _unit_answer(self, query: Query, data: ClientData, sample: np.ndarray) -> np.ndarray:
+        """A centring or step reply with one clipped sum per sampled unit (module docstring)."""
+        stage = _stage(query)
+        clip, bias_bound = _clips(query, stage)
+        rows = _check_rows(sample, data.n)
+        X = self._input_map(query).apply(data.X_rows[rows])
+        units = data.units[rows]
+        if stage == CENTRE:
+            return unit_clipped_feature_sum(X, units, clip)
+        spec = self._spec(query, data.X.shape[1])
+        if spec is None:
+            raise ValueError(
+                "unit-level privacy clips one gradient sum per unit with the built-in models' "
+                "per-example gradients; a custom module is not supported"
+            )
+        params = query.arrays["params"]
+        return unit_clipped_gradient_sum(
+            spec, params, X, data.y[rows], units, clip, bias_bound=bias_bound
+        )
 
     def answer_many(
         self,
@@ -162,6 +205,10 @@ class DPSGDClient(ClientHandler):
         side by side; each client's sum runs over its own sample in the same
         order as when it is served alone (:mod:`fedpriv.models._sgd_kernels`).
         """
+        if any(d.units is not None for d in datas):  # one clipped sum per unit: per client
+            return np.stack(
+                [self.answer(query, d, s, state) for d, s in zip(datas, samples, strict=True)]
+            )
         ids = tuple(d.client_id for d in datas)
         if state.get("ids") != ids:
             state.clear()

@@ -19,9 +19,12 @@ from fedpriv.clients.evaluation import EvaluationClient
 from flwr.app import ConfigRecord, Context, Message
 
 from fedpriv.data.node import run_schema
+from fedpriv.federation.secagg_common import SecAggConfig, node_config_floor, node_config_targets
 from fedpriv.federation.settings import RunSettings
 from fedpriv.methods import get_method
+from fedpriv.privacy.distributed import draw_share, share_streams
 from fedpriv.privacy.node_budget import STATE_DIR, NodeLedger, NodePolicy, node_policy_config
+from fedpriv.privacy.randomness import SecretKey
 
 log = logging.getLogger(__name__)
 
@@ -70,12 +73,17 @@ def handler(method: str):
 
 def node_ledger(context: Context) -> NodeLedger:
     """This node's own ledger under its node-config policy (none set: no limit, but every
-    query is still held to the plan it admitted)."""
+    query is still held to the plan it admitted); with units in its schema, every
+    sensitivity it derives is one unit's (``max_records_per_unit``)."""
     config = node_policy_config(context.node_config, os.environ)
     policy = NodePolicy.from_node_config(config) or NodePolicy()
     state_dir = str(config.get(STATE_DIR, "") or "")
     saved = context.state.get("node-ledger")
-    return NodeLedger(policy, state_dir or None, data=str(saved["json"]) if saved else "")
+    s = node_settings(context)
+    m = run_schema(s.schema, s.dataset).unit_records  # the node's own copy of the schema
+    return NodeLedger(
+        policy, state_dir or None, data=str(saved["json"]) if saved else "", unit_records=m
+    )
 
 
 def keep(context: Context, ledger: NodeLedger) -> None:
@@ -119,3 +127,33 @@ def admit_query(context: Context, s: RunSettings, cfg, query) -> None:
     stage = str(context.state["node-stage"]["stage"]) if "node-stage" in context.state else ""
     ledger.admit_query(str(context.run_id), stage, query, node_handler, share=share)
     keep(context, ledger)
+
+
+def secagg_config(context: Context, s: RunSettings) -> SecAggConfig:
+    """The run's secure-aggregation parameters with this node's own floors."""
+    floor = node_config_floor(context.node_config)
+    targets = node_config_targets(context.node_config)
+    return SecAggConfig.of_run(s, min_threshold_fraction=floor, **targets)
+
+
+def noise_share(s: RunSettings, cfg, query, participants: list[int], key: SecretKey):
+    """This node's share of the round's noise (distributed runs), from its own stream.
+
+    Fails closed: a distributed run's query without a share, or with shares sized
+    for fewer survivors than this node's own rule (n − f), is refused, since the
+    sum the server could unmask would then be exact or under-noised."""
+    setting = s.distributed_noise
+    if setting is None:
+        if "noise-share-std" in cfg:
+            raise ValueError("a noise share asked for in a central-noise run; refused")
+        return None
+    if "noise-share-std" not in cfg:
+        raise ValueError("a distributed-noise run's query carries no noise share; refused")
+    m = int(cfg["noise-min-survivors"])
+    if m != setting.min_survivors(len(participants)):
+        raise ValueError(
+            f"noise-min-survivors {m} != {setting.min_survivors(len(participants))} "
+            f"(participants {len(participants)} - tolerated-dropouts {setting.dropouts}); refused"
+        )
+    std = float(cfg["noise-share-std"])
+    return draw_share(share_streams(key), query.round, query.reply_length, std)

@@ -51,6 +51,10 @@ def schema_to_dict(schema: Schema) -> dict[str, Any]:
     }
     if schema.client_column is not None:
         out["client_column"] = schema.client_column
+    if schema.unit_column is not None:
+        out["unit_column"] = schema.unit_column
+        out["max_records_per_unit"] = schema.max_records_per_unit
+        out["unit_scope"] = schema.unit_scope
     return out
 
 

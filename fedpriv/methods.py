@@ -94,6 +94,12 @@ class StrategyContext:
     participation: float = 1.0
     extra: Mapping[str, Any] = field(default_factory=dict)
 
+    @property
+    def unit_records(self) -> int:
+        """m: the records of one unit a sensitivity covers (the schema's
+        ``max_records_per_unit``; 1, one record, without units or a schema)."""
+        return 1 if self.schema is None else int(getattr(self.schema, "unit_records", 1))
+
 
 @dataclass(frozen=True, kw_only=True)
 class Method:

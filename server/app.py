@@ -131,6 +131,8 @@ def main(grid: Grid, context: Context) -> None:
         )
         if s.timings:
             ledger.mark_uncertified(TIMING_CAVEAT)
+        # Whom the run protects: a record, or the schema's unit (fedpriv.privacy.units).
+        ledger.declare_unit(run_schema(s.schema, s.dataset).privacy_unit)
     else:
         write_json_atomic(out / "privacy.json", {"epsilon": "inf", "complete": False})
     progress = Progress()

@@ -80,9 +80,17 @@ def cv(method, preset, dataset, csv, schema, client_column, folds, sets, out,
     )  # fmt: skip
 
 
-def _public_size(est: Any, ledger: Any, n_rows: int, k: int, key: Any):
+def bounded_rows(units: Any, m: int) -> int:
+    """Σ_u min(k_u, m): the rows left once every unit keeps at most m."""
+    import numpy as np
+
+    return int(np.minimum(np.bincount(units), m).sum())
+
+
+def _public_size(est: Any, ledger: Any, n_rows: int, k: int, key: Any, m: int = 1):
     """Every fold's public size: the declared bound, else one released count (module
-    docstring) charged to ``ledger``; ``None`` for a non-private run (no ledger)."""
+    docstring; a unit of ``m`` records moves it by m) charged to ``ledger``; ``None`` for
+    a non-private run (no ledger)."""
     from fedpriv.server.fit_size import PublicSize
 
     from fedpriv.privacy.record_count import COUNT_SHARE, release_count
@@ -93,7 +101,9 @@ def _public_size(est: Any, ledger: Any, n_rows: int, k: int, key: Any):
         bound = est._record_bound([])  # checked: an integer ≥ 1
         return PublicSize(n_records=k * bound, max_records=bound)
     rng = key.derive("server").generator("record-count")
-    _, upper = release_count(ledger, n_rows, epsilon=COUNT_SHARE * est.epsilon, rng=rng)
+    _, upper = release_count(
+        ledger, n_rows, epsilon=COUNT_SHARE * est.epsilon, rng=rng, unit_records=m
+    )
     return PublicSize(n_records=upper, max_records=upper)
 
 
@@ -151,9 +161,16 @@ def run_cv(
     private = math.isfinite(settings.epsilon)
     budget = PrivacyBudget(epsilon=settings.epsilon, delta=settings.delta)
     ledger = PrivacyLedger(budget=budget)
-    n_rows = int(data.rows("train").size)  # released only through the count, if at all
-    size = _public_size(est, ledger if private else None, n_rows, k, key)
-    fold_of = split.assign_folds(n_rows, folds, key)
+    ledger.declare_unit(data.schema.privacy_unit)  # before the count: whom it protects
+    rows = data.rows("train")
+    units = None if data.units is None else data.units[rows]
+    # Released only through the count, if at all: with units, Σ_u min(k_u, m), the rows
+    # every fold's fit can use (one unit moves it by at most m).
+    n_rows = int(rows.size) if units is None else bounded_rows(units, data.schema.unit_records)
+    size = _public_size(est, ledger if private else None, n_rows, k, key, data.schema.unit_records)
+    fold_of = split.assign_folds(int(rows.size), folds, key)
+    if units is not None:  # a unit's rows share its fold: no unit trained on and scored
+        fold_of = split.assign_folds(int(units.max()) + 1, folds, key)[units]
     per_fold = None
     if private:
         per_fold = split.fold_budget(

@@ -27,6 +27,7 @@ from typing import Any
 from fedpriv.server.grid_runtime import GridRuntime
 from fedpriv.strategies.evaluation import EvaluationConfig, EvaluationStrategy
 
+from fedpriv.data.node import run_schema
 from fedpriv.federation.settings import RunSettings
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
 from fedpriv.privacy.randomness import SecretKey
@@ -85,6 +86,8 @@ def run_dp_evaluation(
         model_arrays=model.to_arrays(),
         n_records=n_records,
         round_index=s.rounds,
+        # A unit's held-out rows are bounded as its training rows: m counts at most.
+        unit_records=run_schema(s.schema, s.dataset).unit_records,
     )
     runtime.begin(
         strategy, n_features=n_features, ledger=ledger, secret_key=secret_key,

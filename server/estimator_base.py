@@ -230,11 +230,19 @@ class Estimator(SklearnPlumbing, ClassifierMixin, BaseEstimator):
             check_bound(len(rows), int(bound), source="fit")
         return int(bound)
 
-    def _fit_size(self, partition: list[np.ndarray], public: PublicSize | None = None) -> FitSize:
+    def _fit_size(
+        self,
+        partition: list[np.ndarray],
+        public: PublicSize | None = None,
+        *,
+        key: Any = None,
+        schema: Any = None,
+    ) -> FitSize:
         """This fit's ledger and key, and the public bounds on its records
         (:func:`fedpriv.server.fit_size.fit_size`: the caller's, declared, or a released
-        count's bound)."""
-        return fit_size(self, partition, public)
+        count's bound); ``key``: the fit's secret key if already drawn; ``schema``: the
+        data's (its privacy unit)."""
+        return fit_size(self, partition, public, key=key, schema=schema)
 
     def _distributed_noise(self, n_clients: int):
         """The distributed-noise setting of this fit (``None``: central noise)."""
@@ -263,6 +271,7 @@ class Estimator(SklearnPlumbing, ClassifierMixin, BaseEstimator):
         rounds_planned: int | None = None,
         size: FitSize | None = None,
         on_round: Callable[[RoundDone], None] | None = None,
+        units: np.ndarray | None = None,
     ):
         """Train ``strategy`` against ``handler`` clients under this fit's ledger; keep the results.
 
@@ -280,7 +289,8 @@ class Estimator(SklearnPlumbing, ClassifierMixin, BaseEstimator):
         (the strategy then charges ``size.learner``); ``None``: prepared here.
         ``on_round``: called after each round with its
         :class:`~fedpriv.federation.engine.RoundDone`, whose ``ledger`` is this fit's
-        (``size.ledger``: the record count's release included).
+        (``size.ledger``: the record count's release included). ``units``: each row's
+        unit code with unit-level privacy (``partition`` bounded per unit), else ``None``.
         """
         from fedpriv.federation.protocol import make_clients
 
@@ -288,7 +298,7 @@ class Estimator(SklearnPlumbing, ClassifierMixin, BaseEstimator):
             size = self._fit_size(partition)
         runtime = InProcessRuntime(
             noise=self._distributed_noise(len(partition)),
-            clients=make_clients(X, y, partition),
+            clients=make_clients(X, y, partition, units),
             max_records=size.max_records,
             handler=handler,
             seed=self.seed,

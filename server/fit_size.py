@@ -56,8 +56,20 @@ def learner_epsilon(epsilon: float) -> float:
     return on_grid if on_grid >= (1.0 - 2.0 * COUNT_SHARE) * epsilon else share
 
 
-def fit_size(est: Any, partition: list[np.ndarray], public: PublicSize | None = None) -> FitSize:
+def fit_size(
+    est: Any,
+    partition: list[np.ndarray],
+    public: PublicSize | None = None,
+    *,
+    key: SecretKey | None = None,
+    schema: Any = None,
+) -> FitSize:
     """``est``'s fit ledger, key and public record bounds.
+
+    ``key``: the fit's secret key if the caller drew it (else ``est.secret_key``);
+    ``schema``: the data's public schema, whose privacy unit the ledger declares
+    (:meth:`~fedpriv.privacy.PrivacyLedger.declare_unit`) and whose m a released
+    count's sensitivity is (``None``: bare arrays, one record).
 
     ``public`` given: its bounds, each client checked against ``public.max_records``.
     Declared ``max_records``: n = clients × the bound. Undeclared, the exact count is
@@ -70,8 +82,11 @@ def fit_size(est: Any, partition: list[np.ndarray], public: PublicSize | None = 
     """
     from fedpriv.privacy.record_count import release_count
 
-    key = SecretKey.coerce(est.secret_key)  # None: fresh OS entropy, once per fit
+    key = SecretKey.coerce(est.secret_key if key is None else key)  # None: fresh OS entropy
     ledger = est._fit_ledger()
+    m = 1 if schema is None else schema.unit_records
+    if ledger is not None:  # before anything is spent: whom this fit's figures protect
+        ledger.declare_unit("record" if schema is None else schema.privacy_unit)
     if public is not None:
         for rows in partition:
             check_bound(len(rows), public.max_records, source="fit")
@@ -84,7 +99,7 @@ def fit_size(est: Any, partition: list[np.ndarray], public: PublicSize | None = 
         return FitSize(None, None, key, n, None)
     eps_count = est.epsilon - learner_epsilon(est.epsilon)
     rng = key.derive("server").generator("record-count")  # never the learner's stream
-    _, upper = release_count(ledger, n, epsilon=eps_count, rng=rng)
+    _, upper = release_count(ledger, n, epsilon=eps_count, rng=rng, unit_records=m)
     for rows in partition:  # n ≤ U but with probability COUNT_TAIL: the bound's only
         check_bound(len(rows), upper, source="fit")
     learner = ledger.scope(PrivacyBudget(epsilon=learner_epsilon(est.epsilon), delta=est.delta))

@@ -46,7 +46,8 @@ class GridTransport:
         self.grid = grid
         self.settings = settings
         self.report = report
-        self.secagg = SecAggConfig(threshold_fraction=settings.secagg_threshold)
+        self.secagg = SecAggConfig.of_run(settings)
+        self.run_id: str | None = None  # the nodes' Flower run id: SecAgg+'s graph seed
         self.node_of: dict[int, int] = {}
         self.pid_of: dict[int, int] = {}  # node id -> partition id, bound at the key exchange
         self.public_keys: dict[int, bytes] = {}
@@ -88,6 +89,10 @@ class GridTransport:
                 f"key exchange: {len(replies)} of {len(nodes)} nodes answered; "
                 + ("; ".join(errors) if errors else "the others sent nothing")
             )
+        runs = {str(rep.content["meta"].get("run-id", "")) for rep in replies.values()}
+        if len(runs) != 1 or "" in runs:
+            raise RuntimeError(f"key exchange: the nodes name run ids {sorted(runs)}, not one")
+        (self.run_id,) = runs
         for node, rep in replies.items():
             # The one place a node names its partition; from here on its node id says it.
             meta = rep.content["meta"]
@@ -153,9 +158,7 @@ class GridTransport:
         arrays, config = query_to_wire(plan.query)
         config.update(
             {
-                "participants": plan.asked,
-                "public-keys": [self.public_keys[p] for p in plan.asked],
-                "secagg-threshold": self.secagg.effective_threshold(len(plan.asked)),
+                "secagg-threshold": plan.threshold,
                 "codec-scale": plan.codec.scale,
                 "codec-max-abs": plan.codec.max_abs,
             }
@@ -164,16 +167,25 @@ class GridTransport:
             config["noise-share-std"] = plan.noise.share_std
             config["noise-min-survivors"] = plan.noise.min_survivors
         record = ArrayRecord({k: _arr(v) for k, v in arrays.items()})
-        return self._track(
-            [
-                Message(
-                    RecordDict({"query": record, "config": ConfigRecord(config)}),
-                    dst_node_id=self.node_of[p],
-                    message_type="query.fedpriv",
-                )
-                for p in plan.asked
-            ]
-        )
+
+        def ask(p: int) -> Message:
+            cfg = {**config, **self._named(plan, p)}
+            if plan.graph is not None:  # SecAgg+: the node's neighbours, which it checks
+                cfg["neighbours"] = list(plan.graph.neighbours(p))
+                cfg["num-participants"] = len(plan.asked)
+            content = RecordDict({"query": record, "config": ConfigRecord(cfg)})
+            return Message(content, dst_node_id=self.node_of[p], message_type="query.fedpriv")
+
+        return self._track([ask(p) for p in plan.asked])
+
+    def _named(self, plan: RoundPlan, p: int | None, *, verify: bool = False) -> dict:
+        """The ids and pinned keys a message to partition ``p`` names: the round's
+        participants, or under SecAgg+'s graph its closed neighbourhood only."""
+        ids = plan.asked if plan.graph is None or p is None else list(plan.graph.closed(p))
+        out = {"participants": ids, "public-keys": [self.public_keys[q] for q in ids]}
+        if verify:
+            out["verify-keys"] = [self.verify_keys[q] for q in ids]  # checked against pins
+        return out
 
     def collect(self, plan: RoundPlan, replies: Iterable[Message]) -> Replies:
         """The uploads among ``replies`` bound to their senders, in partition order.
@@ -217,31 +229,33 @@ class GridTransport:
         """(public keys, verify keys) by partition, as broadcast at the key exchange."""
         return self.public_keys, self.verify_keys
 
-    def _view(self, plan: RoundPlan, survivors: list[int], dropped: list[int]) -> dict:
-        asked = plan.asked
-        keys = [self.public_keys[p] for p in asked]
+    def _view(
+        self, plan: RoundPlan, survivors: list[int], dropped: list[int], p: int | None = None, **kw
+    ) -> dict:
         cfg = {"round": plan.query.round, "survivors": survivors, "dropped": dropped}
-        cfg.update({"participants": asked, "public-keys": keys})
-        return cfg
+        return {**cfg, **self._named(plan, p, **kw)}
 
     def consistency(
         self, plan: RoundPlan, survivors: list[int], dropped: list[int]
     ) -> dict[int, bytes]:
         """Each survivor's signature on (S, D) (``query.consistency``), by partition."""
-        cfg = self._view(plan, survivors, dropped)
-        cfg["verify-keys"] = [self.verify_keys[p] for p in plan.asked]  # checked against pins
-        content = {self.node_of[p]: RecordDict({"config": ConfigRecord(cfg)}) for p in survivors}
+        content = {
+            self.node_of[p]: RecordDict(
+                {"config": ConfigRecord(self._view(plan, survivors, dropped, p, verify=True))}
+            )
+            for p in survivors
+        }
         return self._survivor_replies(
             "consistency", content, survivors, "signature",
             lambda rep: bytes(rep.content["meta"]["signature"]),
         )  # fmt: skip
 
     def unmask(self, request: UnmaskRequest) -> dict[int, UnmaskAnswer]:
-        plan, signatures = request.plan, request.signatures
-        signers = sorted(signatures)
-        content = {}
+        plan, content = request.plan, {}
         for p in request.survivors:
-            cfg = self._view(plan, request.survivors, request.dropped)
+            signatures = request.signatures_for(p)  # SecAgg+: t of its neighbours'
+            signers = sorted(signatures)
+            cfg = self._view(plan, request.survivors, request.dropped, p)
             cfg.update({"n": plan.query.reply_length, "signers": signers})
             cfg["signatures"] = [bytes(signatures[j]) for j in signers]
             box = request.inboxes[p]

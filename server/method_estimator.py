@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 from fedpriv.server.estimator_base import Estimator
 from fedpriv.server.fit_size import PublicSize
+from fedpriv.server.training_data import unit_partition
 
 from fedpriv import logs
 from fedpriv.data import TabularDataset
@@ -37,6 +38,7 @@ from fedpriv.federation.settings import (
     typed_value,
 )
 from fedpriv.methods import Method, StrategyContext, get_method
+from fedpriv.privacy.randomness import SecretKey
 
 log = logs.get_logger(__name__)
 
@@ -224,9 +226,14 @@ class MethodEstimator(Estimator):
         self._check_run_params()
         self._shared_ledger()
         X, yy, partition = self._training_data(data, y, partition, part)
+        # Unit-level privacy: every client's units bounded with its own key, before any
+        # count is taken (fedpriv.privacy.units); arrays and record-level data as given.
+        key = SecretKey.coerce(self.secret_key)  # None: fresh OS entropy, once per fit
+        partition, units = unit_partition(data, partition, part, key)
         # The public n: clients × the declared max_records (as a Flower run uses it), or
         # the upper bound of a released count; never the rows' exact count (_fit_size).
-        size = self._fit_size(partition, public_size)
+        schema = data.schema if isinstance(data, TabularDataset) else None
+        size = self._fit_size(partition, public_size, key=key, schema=schema)
         # Automatic sizes (Lumberjack's trees and depth) from the learner's budget and that
         # public n, before the rounds are counted; the strategy resolves them the same way.
         budget = None if size.learner is None else size.learner.budget
@@ -255,6 +262,7 @@ class MethodEstimator(Estimator):
             rounds_planned=config.rounds,
             size=size,
             on_round=on_round,
+            units=units,
         )
         self.context_ = context  # public facts of the fit (schema, record count) for save()
         self.config_ = config  # the settings the fit ran (automatic ones resolved)

@@ -3,7 +3,8 @@
 :func:`check_features` refuses non-finite array features and counts values
 outside the public box; :func:`federated_training_data` turns a dataset or
 arrays into rows, class indices into the public label set and a partition
-over the clients. Plain functions over the data, kept apart from
+over the clients; :func:`unit_partition` bounds each client's units
+(:mod:`fedpriv.privacy.units`). Plain functions over the data, kept apart from
 :mod:`fedpriv.server.estimator_base` (the scikit-learn contract and the run),
 which calls them and re-exports them.
 """
@@ -15,7 +16,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from fedpriv.data import TabularDataset, iid
+from fedpriv.federation.planning import client_key
 from fedpriv.logs import get_logger
+from fedpriv.privacy.randomness import SecretKey
+from fedpriv.privacy.units import bound_units, bounding_generator, check_units_within_clients
 from fedpriv.records import (
     BINARY_LABELS,
     check_labels,
@@ -99,3 +103,30 @@ def federated_training_data(
     if partition is None:
         partition = iid(yy.size, n_clients=n_clients, rng=derive_generator(0, "partition", "iid"))
     return X, yy, check_partition(partition, yy.size)
+
+
+def unit_partition(
+    data: TabularDataset | np.ndarray, partition: list[np.ndarray], part: str, key: SecretKey
+) -> tuple[list[np.ndarray], np.ndarray | None]:
+    """Each client's rows bounded per unit, and every row's unit code (``None``: no units).
+
+    A dataset whose schema names a ``unit_column``: a unit two clients would hold is
+    refused (``unit_spans_clients``; the curator holds every row here, so it checks
+    what a node cannot), then client k keeps at most ``max_records_per_unit`` rows of
+    each unit, drawn from its own key ``client_key(key, k)`` as its node would
+    (:func:`fedpriv.data.node.node_data`). Arrays or a dataset without units: the
+    partition as given.
+    """
+    if not isinstance(data, TabularDataset) or data.units is None:
+        return partition, None
+    units = data.units[data.rows(part)]
+    column = str(data.schema.unit_column)
+    check_units_within_clients(units, partition, column=column, source=data.report.source)
+    m = data.schema.unit_records
+    bounded = []
+    for k, rows in enumerate(partition):
+        rows = np.asarray(rows, dtype=np.int64)
+        # The node's own training stream (fedpriv.data.node.node_data draws the same).
+        kept = bound_units(units[rows], m, bounding_generator(client_key(key, k), "train"))
+        bounded.append(rows[kept.rows])
+    return bounded, units

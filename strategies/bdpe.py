@@ -140,12 +140,17 @@ class BDPEStrategy(BDPENodeStages, Strategy):
 
     method = METHOD
 
-    def __init__(self, config: BDPEConfig, *, numeric: np.ndarray, n_records: int) -> None:
+    def __init__(
+        self, config: BDPEConfig, *, numeric: np.ndarray, n_records: int, unit_records: int = 1
+    ) -> None:
         """``numeric``: which encoded features are numeric (public box [0, 1]) rather
-        than binary; ``n_records``: the public bound m on the records (sensitivity)."""
+        than binary; ``n_records``: the public bound m on the records (sensitivity);
+        ``unit_records``: the records of one privacy unit (:mod:`fedpriv.privacy.units`):
+        a unit moves a score by its records' sum of Δ_α, the sums by as many."""
         self.config = config
         self.numeric = np.asarray(numeric, dtype=bool)
         self.n_records = check_count("n_records", n_records)
+        self.unit_records = check_count("unit_records", unit_records)
         self.noise_multiplier_ = None  # no Gaussian noise: exponential and Laplace only
         self._thresholds = candidate_thresholds(self.numeric, config.split_levels)
         self.cand_feature = np.concatenate(
@@ -181,7 +186,8 @@ class BDPEStrategy(BDPENodeStages, Strategy):
         self.epsilon_level_ = self.epsilon_pred_ = self.epsilon_calibration_ = None
         self.plan_ = None
         if budget is not None:
-            self.plan_ = plan = plan_for(cfg, ledger)  # shares of ε at one calibrated scale
+            # Shares of ε at one calibrated scale, every sensitivity one unit's.
+            self.plan_ = plan = plan_for(cfg, ledger, self.unit_records)
             self._split_event, self._leaves = plan.split_event, plan.leaves
             self._counts = plan.counts
             self.epsilon_level_ = plan.epsilon_level
@@ -294,7 +300,8 @@ class BDPEStrategy(BDPENodeStages, Strategy):
             return np.argmax(scores, axis=1)
         em = ExponentialMechanism(
             epsilon=self.epsilon_level_,
-            sensitivity=score_sensitivity(alpha, self.n_records),
+            # A unit's records each move a score by ≤ Δ_α (a node's, added one by one).
+            sensitivity=self.unit_records * score_sensitivity(alpha, self.n_records),
             monotone=self.config.monotone_scores,
         )
         # One event for the level: its nodes hold disjoint records (parallel composition).
@@ -377,4 +384,9 @@ def build(config: BDPEConfig, context: StrategyContext) -> BDPEStrategy:
     space = feature_space(context, SplitFeatures.COLUMNS)
     if context.n_classes != 2:
         raise ValueError(f"bdpe learns two classes; the label set has {context.n_classes}")
-    return BDPEStrategy(config, numeric=space.numeric, n_records=context.n_records)
+    return BDPEStrategy(
+        config,
+        numeric=space.numeric,
+        n_records=context.n_records,
+        unit_records=context.unit_records,
+    )

@@ -27,7 +27,7 @@ class BDPENodeStages:
         if self._budget is None:
             return []
         cfg, G = self.config, self.n_candidates
-        unit = level_sum_sensitivity(G)[0]
+        unit = self.unit_records * level_sum_sensitivity(G)[0]  # one unit's: m records
         last = cfg.depth - 1
         masses = 4 * (1 << last)  # (w¹, w⁰) of both children of every last-level node
         leaves = StageRelease(

@@ -87,29 +87,32 @@ def shares(
 
 
 def releases(
-    config: BDPEConfig, epsilon: float
+    config: BDPEConfig, epsilon: float, unit_records: int = 1
 ) -> tuple[BoundedRangeDpEvent, LaplaceMechanism, LaplaceMechanism | None]:
-    """The plan's releases when its shares are of ``epsilon`` (x·ε at scale x)."""
+    """The plan's releases when its shares are of ``epsilon`` (x·ε at scale x); the
+    Laplace ones at one unit's sensitivity, ``unit_records`` = m records' (m·Δ₁)."""
     level, pred, cal = shares(
         trees=config.trees, depth=config.depth, beta_tree=config.beta_tree,
         calibrate_share=config.calibrate_share,
     )  # fmt: skip
     split = BoundedRangeDpEvent(level * epsilon)
-    leaves = LaplaceMechanism(l1_sensitivity=leaf_mass_sensitivity()[0], epsilon=pred * epsilon)
+    m = int(unit_records)
+    leaves = LaplaceMechanism(l1_sensitivity=m * leaf_mass_sensitivity()[0], epsilon=pred * epsilon)
     counts = (
-        LaplaceMechanism(l1_sensitivity=record_count_sensitivity()[0], epsilon=cal * epsilon)
+        LaplaceMechanism(l1_sensitivity=m * record_count_sensitivity()[0], epsilon=cal * epsilon)
         if cal > 0
         else None
     )
     return split, leaves, counts
 
 
-def plan_for(config: BDPEConfig, ledger: PrivacyLedger) -> BDPEPlan:
-    """The plan calibrated jointly to the ledger's (ε, δ) (module docstring)."""
+def plan_for(config: BDPEConfig, ledger: PrivacyLedger, unit_records: int = 1) -> BDPEPlan:
+    """The plan calibrated jointly to the ledger's (ε, δ) (module docstring), every
+    sensitivity one unit's of ``unit_records`` records (:mod:`fedpriv.privacy.units`)."""
     eps = ledger.budget.epsilon * (1.0 - TARGET_MARGIN)
 
     def build(x: float, scale: PlanScale | None = None) -> BDPEPlan:
-        split, leaves, counts = releases(config, x * eps)
+        split, leaves, counts = releases(config, x * eps, unit_records)
         return BDPEPlan(trees=config.trees, depth=config.depth, split_event=split,
                         leaves=leaves, counts=counts, scale=scale)  # fmt: skip
 

@@ -74,10 +74,10 @@ from fedpriv.models.trees import (
     TREE,
     RandomTree,
     TreeEnsemble,
-    column_balanced_weights,
     leaf_sums_sensitivity,
     newton_leaf_values,
     sample_tree,
+    split_feature_weights,
 )
 from fedpriv.options import SplitFeatures
 from fedpriv.privacy.ledger import PrivacyLedger
@@ -97,21 +97,6 @@ METHOD = "boosting"
 L2_SENSITIVITY = leaf_sums_sensitivity(2)[1]
 #: The same for C ≥ 3 classes: √(2 + 4/27) (module docstring).
 SOFTMAX_L2_SENSITIVITY = leaf_sums_sensitivity(3)[1]
-
-
-def split_feature_weights(
-    mode: SplitFeatures | str, column_widths: tuple[int, ...] | None
-) -> np.ndarray | None:
-    """Public split-feature probabilities for ``mode``.
-
-    ``"columns"``: each schema column equally likely, shared by its one-hot
-    levels (needs the schema's column widths; without a schema, uniform).
-    ``"uniform"``: each encoded feature equally likely.
-    """
-    mode = SplitFeatures.parse(mode)
-    if mode is SplitFeatures.COLUMNS and column_widths is not None:
-        return column_balanced_weights(column_widths)
-    return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -189,18 +174,20 @@ class DPBoostingStrategy(Strategy):
         participation: float = 1.0,
         n_records: int | None = None,
         n_classes: int = 2,
+        unit_records: int = 1,
     ) -> None:
         """``feature_weights``: public split-feature probabilities (default uniform);
         ``participation``: the runtime's client participation ρ (for the accounting);
         ``n_records``: public bound on the records behind a sum, for the range check of
         each released sum (:mod:`fedpriv.privacy.range_guard`; ``None``: no check);
-        ``n_classes``: size of the public label set (≥ 3: softmax, C-vector leaves).
-        """
+        ``n_classes``: size of the public label set (≥ 3: softmax, C-vector leaves);
+        ``unit_records``: m, a privacy unit's records (:mod:`fedpriv.privacy.units`)."""
         self.config = config
         self.n_records = None if n_records is None else check_count("n_records", n_records)
         self.feature_weights = feature_weights
         self.participation = check_probability("participation", participation)
         self.n_classes = check_count("n_classes", n_classes, minimum=2)
+        self.unit_records = check_count("unit_records", unit_records)
         self.noise_multiplier_: float | None = None
         self._t = 0
 
@@ -211,8 +198,8 @@ class DPBoostingStrategy(Strategy):
 
     @property
     def l2_sensitivity(self) -> float:
-        """Δ₂ of one round's reply (module docstring)."""
-        return leaf_sums_sensitivity(self.n_classes)[1]
+        """Δ₂ of one round's reply (module docstring): one unit's, m records' (m·Δ₂)."""
+        return self.unit_records * leaf_sums_sensitivity(self.n_classes)[1]
 
     # -- Strategy protocol ----------------------------------------------------
     def begin(
@@ -396,4 +383,5 @@ def build(config: BoostingConfig, context: StrategyContext) -> DPBoostingStrateg
         participation=context.participation,
         n_records=context.n_records,
         n_classes=context.n_classes,
+        unit_records=context.unit_records,
     )

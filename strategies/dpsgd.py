@@ -141,6 +141,10 @@ class DPSGDStrategy(DPSGDNodeStages, Strategy):
         A user's model (:class:`fedpriv.models.opacus_backend.TorchSpec`)
         instead of the built-in ``config.model``; clients then need the same
         module and the Opacus backend.
+    unit_records : int
+        m, the records of one privacy unit (:mod:`fedpriv.privacy.units`): clients
+        clip each sampled unit's summed gradient to C (steps keep Δ = C, q is the
+        unit sampling rate); the recalibration sums take m·Δ.
     """
 
     def __init__(
@@ -153,8 +157,12 @@ class DPSGDStrategy(DPSGDNodeStages, Strategy):
         input_map: InputMap | None = None,
         n_classes: int = 2,
         custom_spec: Any = None,
+        unit_records: int = 1,
     ) -> None:
         self.n_classes = check_count("n_classes", n_classes, minimum=2)
+        # m: the clients clip each unit's summed gradient (and centring rows) to the same
+        # bound, so steps keep Δ; the recalibration sums are a unit's m records' (m·Δ).
+        self.unit_records = check_count("unit_records", unit_records)
         self.method = config.model.value  # the registry name: "logistic" or "mlp"
         self.n_records = check_count("n_records", n_records)
         # Resolved once, here: every reader (Flower's num_rounds, the nodes' stage plans,
@@ -238,6 +246,7 @@ class DPSGDStrategy(DPSGDNodeStages, Strategy):
             n_features=n_features,
             centring=self._centring,
             recalibrating=self._recal,
+            unit_records=self.unit_records,
         )
         # (ε, δ) are the ledger's, for the whole plan at once; no ledger: the
         # non-private reference (fedpriv.strategies.dpsgd_plan).
@@ -385,4 +394,5 @@ def build(config: LogisticConfig, context: StrategyContext) -> DPSGDStrategy:
         input_map=input_map,
         n_classes=context.n_classes,
         custom_spec=context.extra.get("custom_spec"),
+        unit_records=context.unit_records,
     )

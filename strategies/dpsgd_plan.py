@@ -41,6 +41,7 @@ class SGDShape:
     n_features: int
     centring: bool
     recalibrating: bool
+    unit_records: int = 1  # m: the recalibration sums' unit (steps and centring clip per unit)
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,10 @@ def plan_noise(config, shape: SGDShape, ledger: PrivacyLedger | None, *, rng) ->
             )[stage]
             w = walk(z)
         n = s.participation * s.n_records
-        rounds = RecalibrationRounds(resolve(cfg.recalibration, w), s.spec, n, n_bound=s.n_records)
+        rounds = RecalibrationRounds(
+            resolve(cfg.recalibration, w), s.spec, n, n_bound=s.n_records,
+            unit_records=s.unit_records,
+        )  # fmt: skip
         plans.append(rounds.stage_plan(share=cfg.recalibrate_share, n_bound=s.n_records))
     noises = plan_stages(
         ledger,

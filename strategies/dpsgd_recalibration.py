@@ -63,19 +63,31 @@ class RecalibrationRounds:
     """The last :data:`~fedpriv.models.sgd_recalibration.ROUNDS` rounds of a run."""
 
     def __init__(
-        self, mode: Recalibration, spec: NetworkSpec, n_records: float, *, n_bound: float = 0.0
+        self,
+        mode: Recalibration,
+        spec: NetworkSpec,
+        n_records: float,
+        *,
+        n_bound: float = 0.0,
+        unit_records: int = 1,
     ) -> None:
         self.mode = Recalibration.parse(mode)
         if self.mode is Recalibration.AUTO:
             raise ValueError("resolve 'auto' before the rounds are planned")
         self.spec = spec
         self.n_records = n_records  # ρ·n: public, the steps' denominator
+        # m: a unit's records each add their bounded sums (no per-unit clip here): m·Δ.
+        self.unit_records = int(unit_records)
         # ``linear`` estimates the count behind its sums from the release itself and
         # clips it to the public bound on all records (n ≥ ρ·n; a round may see more).
         self.noise: GaussianRounds | None = None
         # ``linear``: the shared release and fit of the affine map.
         self._map = (
-            LinearRecalibrationRound(n_classes=spec.n_classes, n_records=max(n_bound, n_records))
+            LinearRecalibrationRound(
+                n_classes=spec.n_classes,
+                n_records=max(n_bound, n_records),
+                unit_records=self.unit_records,
+            )
             if self.mode is Recalibration.LINEAR
             else None
         )
@@ -96,9 +108,9 @@ class RecalibrationRounds:
 
     @property
     def sensitivity(self) -> float:
-        """L2 sensitivity of one reply."""
+        """L2 sensitivity of one reply: one unit's (m records')."""
         if self._map is None:
-            return recal.sensitivity(self.spec.n_outputs)
+            return self.unit_records * recal.sensitivity(self.spec.n_outputs)
         return self._map.sensitivity
 
     @property

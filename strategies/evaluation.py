@@ -99,12 +99,14 @@ class EvaluationStrategy(Strategy):
         model_arrays: Mapping[str, np.ndarray],
         n_records: int | None = None,
         round_index: int = 0,
+        unit_records: int = 1,
     ) -> None:
         """``model_method``/``model_arrays``: the released model (``to_arrays()``) and the
         registered method that trained it (its :attr:`~fedpriv.methods.Method.model` class
         rebuilds it on the nodes); ``n_records``:
         public bound on the held-out records, for the range check; ``round_index``: the
-        query's round id (distinct from the training rounds' when sharing a session)."""
+        query's round id (distinct from the training rounds' when sharing a session);
+        ``unit_records``: m, the records of one privacy unit (sensitivity m·1)."""
         if not isinstance(model_method, str) or not model_method:
             raise ValueError(f"model_method must be a method name; got {model_method!r}")
         self.config = config
@@ -112,6 +114,7 @@ class EvaluationStrategy(Strategy):
         self.model_arrays = {k: np.asarray(v) for k, v in model_arrays.items()}
         self.n_records = None if n_records is None else check_count("n_records", n_records)
         self.round_index = check_int("round_index", round_index, minimum=0)
+        self.sensitivity = check_count("unit_records", unit_records) * SENSITIVITY  # a unit's
         self.mechanism: GaussianMechanism | None = None
         self._result: DPEvaluation | None = None
         self._done = False
@@ -133,13 +136,13 @@ class EvaluationStrategy(Strategy):
             return
         if cfg.noise_multiplier is not None:
             mech = GaussianMechanism(
-                l2_sensitivity=SENSITIVITY, noise_multiplier=cfg.noise_multiplier
+                l2_sensitivity=self.sensitivity, noise_multiplier=cfg.noise_multiplier
             )
         else:
             eps = budget.epsilon if cfg.epsilon is None else cfg.epsilon
             delta = budget.delta if cfg.delta is None else cfg.delta
             mech = GaussianMechanism.for_budget(
-                epsilon=eps, delta=delta, l2_sensitivity=SENSITIVITY
+                epsilon=eps, delta=delta, l2_sensitivity=self.sensitivity
             )
         ledger.reserve(mech.dp_event, 1)  # over budget: raises before anything is sent
         self.mechanism = mech
@@ -147,7 +150,7 @@ class EvaluationStrategy(Strategy):
     def node_stages(self) -> list[NodeStage]:
         """The plan a node enforces (after :meth:`begin`; ``[]`` in a non-private run):
         one Gaussian release of every held-out record, at the std the ledger's release
-        draws, z·(1 + γ√(2B))."""
+        draws, z·(m + γ√(2B)) (m = 1 at record level)."""
         if self.mechanism is None:
             return []
         d = 2 * self.config.bins
@@ -161,7 +164,8 @@ class EvaluationStrategy(Strategy):
                 reply_length=d,
                 record_bound=SENSITIVITY,
                 config={"bins": self.config.bins},
-                noise=self.mechanism.noise_multiplier * (SENSITIVITY + rounding_margin(d, "l2")),
+                noise=self.mechanism.noise_multiplier
+                * (self.sensitivity + rounding_margin(d, "l2")),
             )
         ]
 

@@ -108,17 +108,20 @@ class DPGAMStrategy(PairStage, NodeStages, Strategy):
         participation: float = 1.0,
         n_records: int | None = None,
         n_classes: int = 2,
+        unit_records: int = 1,
     ) -> None:
         """``terms``: the public binning (default: every feature a numeric term on the
         box [0, 1]); ``participation``: client participation ρ (accounted as ``valid``:
         it never lowers the noise); ``n_records``: public bound on the records behind a
         sum, for the range checks (``None``: no check); ``n_classes``: size of the
-        public label set (> 2: a softmax GAM)."""
+        public label set (> 2: a softmax GAM); ``unit_records``: m, the records of one
+        privacy unit, which every sensitivity covers (:mod:`fedpriv.privacy.units`)."""
         self.config = config
         self.terms = terms
         self.participation = check_probability("participation", participation)
         self.n_records = None if n_records is None else check_count("n_records", n_records)
         self.n_classes = check_count("n_classes", n_classes, minimum=2)
+        self.unit_records = check_count("unit_records", unit_records)
         self.noise_multiplier_: float | None = None
         self._t = 0
 
@@ -128,8 +131,8 @@ class DPGAMStrategy(PairStage, NodeStages, Strategy):
 
     @property
     def term_sensitivity(self) -> float:
-        """L2 sensitivity of one term's (or pair's) per-bin reply."""
-        return column_sensitivity(self.n_classes)
+        """L2 sensitivity of one term's (or pair's) per-bin reply: one unit's (m records)."""
+        return self.unit_records * column_sensitivity(self.n_classes)
 
     # -- Strategy protocol ----------------------------------------------------
     def begin(
@@ -278,7 +281,7 @@ class DPGAMStrategy(PairStage, NodeStages, Strategy):
             hist = rest[0].reshape(self._n_numeric, FINE_GRID)
             for row, k in zip(hist, np.flatnonzero(self.terms.numeric), strict=True):
                 cuts[int(k)] = quantile_cuts(row, self.config.bins)
-        lam = self._lambda(head_sensitivity(C))
+        lam = self._lambda(self.unit_records * head_sensitivity(C))
         if self.multiclass:
             self._base = -softmax_step_scale(C) * sum_zero(head[:C]) / (max(head[C], 0.0) + lam)
         else:
@@ -332,7 +335,7 @@ class DPGAMStrategy(PairStage, NodeStages, Strategy):
         group, n = self._group, self._group.size
         if stats.shape != (2 * n,):
             raise ValueError(f"round {self._t}: need {2 * n} sums for the binary group")
-        sens = group_sensitivity(self.config.binary_group)
+        sens = self.unit_records * group_sensitivity(self.config.binary_group)
         # The client divided the sums by Δ_group/Δ = √s (a column round's sensitivity):
         # released through the plan's stage, then scaled back (noise std zΔ_group).
         root = sens / self.term_sensitivity
@@ -371,4 +374,5 @@ def build(config: GAMConfig, context: StrategyContext) -> DPGAMStrategy:
         participation=context.participation,
         n_records=context.n_records,
         n_classes=context.n_classes,
+        unit_records=context.unit_records,
     )

@@ -36,10 +36,11 @@ class NodeStages:
         """Round 0's normalised blocks (intercept sums; fine histograms with the sketch),
         each released as one ``GaussianDpEvent(z)`` of the plan and scaled back.
 
-        Each block's std is at least the declared one, z/√B·(√B + γ√d) for the whole
-        reply of d values, and at least z·(1 + γ√d_b) for its own d_b: the block's
-        mechanism states that much sensitivity (≥ its true 1), so both the plan's
-        events and the node's one event at z/√B hold."""
+        Each block's std is at least the declared one, z/√B·(m√B + γ√d) for the whole
+        reply of d values, and at least z·(m + γ√d_b) for its own d_b: the block's
+        mechanism states that much sensitivity (≥ its true m, one unit of m records;
+        1 at record level), so both the plan's events and the node's one event at z/√B
+        hold."""
         C = self.n_classes
         head = C + 1 if self.multiclass else 2
         grad_bound = 1.0 if self.multiclass else INTERCEPT_GRAD_BOUND
@@ -47,14 +48,14 @@ class NodeStages:
         if self._sketch:
             label = "round 0: numeric columns' fine histograms"
             blocks.append((stats[head:], math.sqrt(self._n_numeric), 1.0, label))
-        noise, out = self._noise, []
+        noise, out, m = self._noise, [], self.unit_records
         for part, sens, bound, label in blocks:
             if noise is not None:
                 z = self.noise_multiplier_
                 std = self._head_multiplier() * (
-                    math.sqrt(len(blocks)) + rounding_margin(stats.size, "l2")
+                    m * math.sqrt(len(blocks)) + rounding_margin(stats.size, "l2")
                 )
-                unit = max(1.0, std / z - rounding_margin(part.size, "l2"))
+                unit = max(float(m), std / z - rounding_margin(part.size, "l2"))
                 mech = GaussianMechanism(l2_sensitivity=unit, noise_multiplier=z)
                 stage = ReleaseStage(
                     ledger=noise.ledger,
@@ -86,7 +87,7 @@ class NodeStages:
             noise.node_stage(
                 name=INTERCEPT_STAGE, method=METHOD, reply_length=head + grid * self._n_numeric,
                 record_bound=1.0, config={"phase": "intercept", "grid": grid, "n_classes": C},
-                rounds=1, l2_sensitivity=math.sqrt(intercept_blocks(grid)),
+                rounds=1, l2_sensitivity=self.unit_records * math.sqrt(intercept_blocks(grid)),
                 noise_multiplier=self._head_multiplier(),
             ),
             noise.node_stage(

@@ -117,7 +117,11 @@ class LumberjackStrategy(LumberjackNodeStages, LumberjackQueries, LumberjackLeav
         space: FeatureSpace,
         n_classes: int = 2,
         n_records: int | None = None,
+        unit_records: int = 1,
     ) -> None:
+        #: m, the records of one privacy unit (:mod:`fedpriv.privacy.units`): the sparse
+        #: threshold answers counts / m over m times the queries, the leaves m·Δ.
+        self.unit_records = check_count("unit_records", unit_records)
         #: The settings as given (``trees``/``depth`` may be 0, automatic); ``config`` is
         #: their resolution for the run's budget and record bound once :meth:`begin` ran.
         self.requested = self.config = config
@@ -182,8 +186,9 @@ class LumberjackStrategy(LumberjackNodeStages, LumberjackQueries, LumberjackLeav
                     "set recalibrate_share = 0 without it"
                 )
             self._recal = LinearRecalibrationRound(
-                n_classes=self.n_classes, n_records=self.n_records, share=cfg.recalibrate_share
-            )
+                n_classes=self.n_classes, n_records=self.n_records, share=cfg.recalibrate_share,
+                unit_records=self.unit_records,
+            )  # fmt: skip
         if budget is None:
             self.caps_ = self._caps(None)
             self._events = []
@@ -192,8 +197,12 @@ class LumberjackStrategy(LumberjackNodeStages, LumberjackQueries, LumberjackLeav
         eps, delta = share * budget.epsilon, share * budget.delta
         eps1, d1 = cfg.structure_budget(budget.epsilon, budget.delta)
         eps2, d2 = (1 - cfg.structure_fraction) * eps, (1 - cfg.structure_fraction) * delta
+        # A unit's m records enter up to m·cfg.m threshold queries, each moving a count
+        # by at most m: on counts / m (the mechanism's unit) every query moves by ≤ 1,
+        # Theorem 6 at m·cfg.m queries.
+        queries = cfg.m * self.unit_records
         self.calibration_ = calibrate_sparse_threshold(
-            epsilon=eps1, delta=d1, m=cfg.m, two_sided=cfg.two_sided
+            epsilon=eps1, delta=d1, m=queries, two_sided=cfg.two_sided
         )
         self.rho_ = largest_rho(epsilon=eps2, delta=d2)
         cal = self.calibration_
@@ -201,7 +210,7 @@ class LumberjackStrategy(LumberjackNodeStages, LumberjackQueries, LumberjackLeav
         structure = ApproxDpEvent(
             eps1,
             cal.delta_certified,
-            f"lumberjack-theorem-6(m={cfg.m}, stages={len(cfg.heights)}x<={cfg.stage_height}, "
+            f"lumberjack-theorem-6(m={queries}, stages={len(cfg.heights)}x<={cfg.stage_height}, "
             f"sigma={cal.sigma:.6g}, gap={cal.gap:.6g}, gate={self.gate_}, "
             f"tau={self.gate_ + 1 + cal.gap:.6g}{', two-sided' if cfg.two_sided else ''})",
         )
@@ -238,8 +247,8 @@ class LumberjackStrategy(LumberjackNodeStages, LumberjackQueries, LumberjackLeav
             n_classes=self.n_classes,
             max_frontier=cfg.max_frontier,
             gate=self.gate_,
-            tau=None if mech is None else mech.tau,
-            sigma=None if mech is None else mech.sigma,
+            tau=None if mech is None else self.unit_records * mech.tau,  # in records
+            sigma=None if mech is None else self.unit_records * mech.sigma,
         )
 
     def _leaf_event(self, rho: float) -> dp_event.DpEvent:
@@ -253,12 +262,13 @@ class LumberjackStrategy(LumberjackNodeStages, LumberjackQueries, LumberjackLeav
 
     def leaf_noise(self, reply_length: int) -> float:
         """The Gaussian leaves' std per count for a reply of ``reply_length`` counts:
-        z·(√k + γ√d), z = σ/√k the whole reply's multiplier (k releases of std σ and
-        sensitivity 1 compose to one of multiplier σ/√k at sensitivity √k), widened by
+        z·(m√k + γ√d), z = σ/√k the whole reply's multiplier (k releases of std mσ and
+        sensitivity m, one unit's, compose to one of multiplier σ/√k at sensitivity
+        m√k; m = 1 at record level), widened by
         the grid's rounding margin as every Gaussian release is, so that a node derives
         exactly z from the declared std (:meth:`node_stages`)."""
-        k = self.config.trees
-        return self.leaf_std_ * (1.0 + rounding_margin(reply_length, "l2") / math.sqrt(k))
+        k, m = self.config.trees, self.unit_records  # a unit moves a tree's counts by m
+        return self.leaf_std_ * (m + rounding_margin(reply_length, "l2") / math.sqrt(k))
 
     def next_query(self) -> Query | None:
         cfg, t = self.config, self._t
@@ -300,7 +310,7 @@ class LumberjackStrategy(LumberjackNodeStages, LumberjackQueries, LumberjackLeav
         """CheckThreshold: Algorithm 2 (or 3), or ``count > 0`` without privacy."""
         if self._budget is None:
             return lambda c: c > 0  # non-private: every non-empty node splits
-        mech = self.calibration_.mechanism(gate=self.gate_)
+        mech = self.calibration_.mechanism(gate=self.gate_, unit=self.unit_records)
         return lambda c: mech.check(c, rng=self._secret_rng)
 
     def _finish_stage(self, counts: np.ndarray, *, last: bool) -> None:
@@ -374,6 +384,7 @@ def build(config: LumberjackConfig, context: StrategyContext) -> LumberjackStrat
         space=feature_space(context, config.split_features),
         n_classes=context.n_classes,
         n_records=context.n_records,
+        unit_records=context.unit_records,
     )
 
 

@@ -31,8 +31,8 @@ def _majority(mine: np.ndarray) -> np.ndarray:
 
 class LumberjackLeaves:
     """The leaf round's release; the strategy provides ``config``, ``n_classes``,
-    ``n_records``, ``eta_``, ``leaf_noise``, ``_trees``, ``_budget``, ``_ledger``,
-    ``_secret_rng`` and ``_events``."""
+    ``n_records``, ``unit_records``, ``eta_``, ``leaf_noise``, ``_trees``, ``_budget``,
+    ``_ledger``, ``_secret_rng`` and ``_events``."""
 
     def _release_leaves(self, counts: np.ndarray) -> None:
         cfg = self.config
@@ -50,8 +50,11 @@ class LumberjackLeaves:
         else:
 
             def leaves(rng):
+                # A unit moves a tree's counts by up to m in all: η/m per count keeps each
+                # tree's labels η-bounded-range per unit (:mod:`fedpriv.privacy.units`).
+                eta = self.eta_ / self.unit_records
                 return self._leaf_scores(
-                    counts, lambda mine: _one_hot(exponential_labels(mine, self.eta_, rng), mine)
+                    counts, lambda mine: _one_hot(exponential_labels(mine, eta, rng), mine)
                 )
 
         # Every tree's leaf event is recorded before any leaf noise is drawn; one record

@@ -11,7 +11,8 @@ METHOD = "lumberjack"
 
 
 class LumberjackNodeStages:
-    """:meth:`node_stages` (needs the strategy's plan: ``_events``, ``caps_``, ``_recal``)."""
+    """:meth:`node_stages` (needs the strategy's plan: ``_events``, ``caps_``, ``_recal``,
+    and ``unit_records``: every sensitivity declared is one unit's, m records')."""
 
     def node_stages(self) -> list[NodeStage]:
         """The stages the nodes enforce (after :meth:`begin`; none without privacy):
@@ -32,7 +33,7 @@ class LumberjackNodeStages:
                 record_bound=1.0,
                 config={"kind": "stage", "height": height, "n_classes": C, "n_trees": k},
                 noise=structure.epsilon, delta=structure.delta,
-                unit=stage_count_sensitivity(k, height)[0], uses=1,
+                unit=self.unit_records * stage_count_sensitivity(k, height)[0], uses=1,
             )
         ]  # fmt: skip
         d = caps.leaf_reply
@@ -40,7 +41,7 @@ class LumberjackNodeStages:
             name="leaves", method=METHOD, rounds=1, sampling_rate=1.0, reply_length=d,
             record_bound=1.0, config={"kind": "leaves", "n_classes": C, "n_trees": k},
         )  # fmt: skip
-        l1, _ = leaf_count_sensitivity(k, disjoint=False)
+        l1 = self.unit_records * leaf_count_sensitivity(k, disjoint=False)[0]  # a unit's
         if cfg.leaf_mechanism == "exponential":
             stages.append(
                 NodeStage(
@@ -56,7 +57,7 @@ class LumberjackNodeStages:
             stages.append(
                 self._recal.noise.node_stage(
                     name="recalibration", method=METHOD, reply_length=self._recal.reply_length,
-                    record_bound=self._recal.sensitivity,
+                    record_bound=self._recal.record_bound,
                     config={"kind": recalibration.STAGE, "n_classes": C},
                 )
             )  # fmt: skip

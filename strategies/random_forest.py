@@ -64,6 +64,7 @@ from fedpriv.privacy.noise_stage import GaussianRounds, budget_of, certified_gau
 from fedpriv.privacy.randomness import check_private, rounding_margin
 from fedpriv.privacy.range_guard import sum_bound
 from fedpriv.privacy.release_stage import ReleaseStage
+from fedpriv.privacy.units import scale_sensitivity
 from fedpriv.validation import check_count
 
 METHOD = "random_forest"
@@ -151,11 +152,16 @@ class RandomForestStrategy(Strategy):
         space: FeatureSpace,
         n_classes: int = 2,
         n_records: int | None = None,
+        unit_records: int = 1,
     ) -> None:
         """``n_records``: public bound on the records behind the counts, for the range
-        check of the released counts (:mod:`fedpriv.privacy.range_guard`)."""
+        check of the released counts (:mod:`fedpriv.privacy.range_guard`);
+        ``unit_records``: m, the records of one privacy unit (:mod:`fedpriv.privacy.units`):
+        a unit moves the counts m times as far as a record, and the exponential
+        mechanism's η per count is η/m."""
         self.config = config
         self.n_records = None if n_records is None else check_count("n_records", n_records)
+        self.unit_records = check_count("unit_records", unit_records)
         self.space = space
         self.n_classes = check_count("n_classes", n_classes, minimum=2)
         self.noise_multiplier_ = None
@@ -211,8 +217,14 @@ class RandomForestStrategy(Strategy):
         elif cfg.leaf_mechanism == "laplace":
             noise = np.sqrt(2.0) * self._mechanism.scale  # Laplace(b) has std √2·b
         else:
-            noise = 1.0 / self.eta_
+            noise = self.unit_records / self.eta_
         return auto_depth(per_tree, noise)
+
+    def _count_sensitivity(self) -> tuple[float, float]:
+        """(L1, L2) of the leaf counts: one unit's, m records' (one record's at m = 1)."""
+        cfg = self.config
+        l1, l2 = leaf_count_sensitivity(cfg.trees, disjoint=cfg.mode == "disjoint")
+        return scale_sensitivity(l1, l2, self.unit_records)
 
     def _plan(self, budget, ledger: PrivacyLedger) -> None:
         cfg = self.config
@@ -223,7 +235,7 @@ class RandomForestStrategy(Strategy):
                 "noise = 'distributed' needs leaf-mechanism = 'gaussian' (noisy counts); got "
                 f"{cfg.leaf_mechanism.value!r}"
             )
-        l1, l2 = leaf_count_sensitivity(k, disjoint=cfg.mode == "disjoint")
+        l1, l2 = self._count_sensitivity()
         if cfg.leaf_mechanism == "gaussian":
             sens = l2
             self._mechanism = certified_gaussian(epsilon=eps, delta=delta, l2_sensitivity=sens)
@@ -308,7 +320,7 @@ class RandomForestStrategy(Strategy):
             mech = self._mechanism
             scale = (mech.l1_sensitivity + rounding_margin(d, "l1")) / mech.epsilon
             return [NodeStage(mechanism=StageMechanism.LAPLACE, noise=scale, **common)]
-        l1, _ = leaf_count_sensitivity(cfg.trees, disjoint=cfg.mode == "disjoint")
+        l1, _ = self._count_sensitivity()
         uses = sum(count for _, count in self._events)
         return [
             NodeStage(
@@ -328,8 +340,11 @@ class RandomForestStrategy(Strategy):
             np.put_along_axis(scores, lab[..., None], 1.0, axis=2)
         elif cfg.leaf_mechanism == "exponential":
             ((event, count),) = self._events  # one bounded-range event per selection
+            # A unit moves a tree's counts by up to m in all (a record: 1), so each
+            # selection weighs a count by η/m: every tree stays an η-BR release per unit.
+            eta = self.eta_ / self.unit_records
             lab = ReleaseStage(ledger=self._ledger, rng=self._secret_rng, event=event).select(
-                lambda rng: exponential_labels(counts.reshape(-1, self.n_classes), self.eta_, rng),
+                lambda rng: exponential_labels(counts.reshape(-1, self.n_classes), eta, rng),
                 label="leaf labels",
                 events=count,
             )
@@ -365,4 +380,5 @@ def build(config: RandomForestConfig, context: StrategyContext) -> RandomForestS
         space=feature_space(context, config.split_features),
         n_classes=context.n_classes,
         n_records=context.n_records,
+        unit_records=context.unit_records,
     )

@@ -37,14 +37,20 @@ class LinearRecalibrationRound:
     one model (DP-SGD's ``linear`` recalibration) sets :attr:`noise` instead, and
     the map is fitted on the mean of the releases, whose noise std is σ/√k (k
     Gaussian releases of one statistic compose to exactly one at z/√k).
+    ``unit_records``: m, the records of one privacy unit: the release's sensitivity
+    is m·:data:`~fedpriv.models.recalibration.SENSITIVITY` (:mod:`fedpriv.privacy.units`).
     """
 
-    sensitivity = maths.SENSITIVITY
+    #: One record's bound on a reply (the codec's range).
+    record_bound = maths.SENSITIVITY
 
-    def __init__(self, *, n_classes: int, n_records: float, share: float = 1.0) -> None:
+    def __init__(
+        self, *, n_classes: int, n_records: float, share: float = 1.0, unit_records: int = 1
+    ) -> None:
         self.n_classes = n_classes
         self.n_records = n_records
         self.share = share
+        self.sensitivity = int(unit_records) * maths.SENSITIVITY  # one unit's (m records)
         self.noise: GaussianRounds | None = None
         self.map_: maths.LinearRecalibration | None = None
         self._totals: list[np.ndarray] = []
@@ -58,7 +64,7 @@ class LinearRecalibrationRound:
         self.noise = GaussianRounds.single(
             ledger,
             share=self.share,
-            l2_sensitivity=maths.SENSITIVITY,
+            l2_sensitivity=self.sensitivity,
             rng=rng,
             sum_bound=sum_bound(maths.SENSITIVITY, self.n_records, sampling_rate=1.0),
         )
@@ -75,7 +81,7 @@ class LinearRecalibrationRound:
             name=maths.STAGE,
             method=method,
             reply_length=self.reply_length,
-            record_bound=self.sensitivity,
+            record_bound=self.record_bound,
             config={**(config or {}), "kind": maths.STAGE, "n_classes": int(self.n_classes)},
         )
 
@@ -86,7 +92,7 @@ class LinearRecalibrationRound:
             method=method,
             sampling_rate=1.0,  # every record, once
             reply_length=self.reply_length,
-            record_bound=self.sensitivity,
+            record_bound=self.record_bound,
             arrays=arrays,
             config={**config, "kind": maths.STAGE, "n_classes": self.n_classes},
         )

@@ -57,6 +57,12 @@ class RecordingHandler:
             self.replies.append({})
         return self.replies[-1]
 
+    def reply_sensitivity(self, query):
+        return self.inner.reply_sensitivity(query)  # what a node derives its plan from
+
+    def unit_sensitivity(self, query, max_records):
+        return self.inner.unit_sensitivity(query, max_records)
+
     def answer(self, query, data, sample, state, key=None):
         reply = self.inner.answer(query, data, sample, state, key)
         self._see(query)[data.client_id] = np.array(reply, dtype=np.float64)

@@ -27,6 +27,7 @@ from fedpriv.data.encode import (
     feature_columns,
     feature_space_numeric,
 )
+from fedpriv.data.encounters import load_diabetes130_encounters
 from fedpriv.data.errors import DataError
 from fedpriv.data.partition import dirichlet, iid, label_skew, natural, zipf
 from fedpriv.data.schema import (
@@ -76,6 +77,7 @@ __all__ = [
     "load_csv_whole",
     "load_dataset",
     "load_diabetes130",
+    "load_diabetes130_encounters",
     "load_for_run",
     "load_heart",
     "load_synthetic",

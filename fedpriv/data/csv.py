@@ -15,8 +15,9 @@ from fedpriv.data.dataset import TabularDataset, cached
 from fedpriv.data.encode import Encoded, LoadReport, encode, refuse_out_of_bounds_columns
 from fedpriv.data.errors import DataError
 from fedpriv.data.schema import Schema
-from fedpriv.data.split import Split, make_split
+from fedpriv.data.split import Split, make_split, unit_split
 from fedpriv.data.table import check_text_file, read_table
+from fedpriv.data.units import unit_codes
 
 
 def load_csv(
@@ -35,7 +36,9 @@ def load_csv(
     Clients come from ``client_column`` (default: the schema's
     ``client_column``); without one, partition the training rows with
     :mod:`fedpriv.data.partition`. The split is stratified by label (and by
-    client when there is one) and frozen by ``split_seed``. The file is read
+    client when there is one) and frozen by ``split_seed``; with a schema
+    ``unit_column`` it splits the units (by their first row), every row in its
+    unit's part. The file is read
     with the schema's ``encoding`` and ``sep`` (``sep`` here overrides it).
     Columns of the file the schema does not declare are ignored and listed in
     the load report, as are the values outside a categorical domain (counted
@@ -61,13 +64,12 @@ def load_csv(
     def build() -> TabularDataset:
         enc, report, clients, names = _encode_file(path, sch, client_col, sep)
         strata = enc.y if clients is None else clients * 2 + enc.y
-        split = make_split(
-            enc.y,
-            seed=split_seed,
-            test_fraction=test_fraction,
-            val_fraction=val_fraction,
-            strata=strata,
-        )
+        fractions = {"test_fraction": test_fraction, "val_fraction": val_fraction}
+        if enc.units is None:
+            split = make_split(enc.y, seed=split_seed, strata=strata, **fractions)
+        else:  # by unit: no patient both trained on and scored
+            units = unit_codes(enc.units)
+            split = unit_split(units, enc.y, seed=split_seed, strata=strata, **fractions)
         ds = TabularDataset.from_encoded(
             sch.name, sch, [enc], split, report, clients=clients, client_names=names
         )
@@ -167,6 +169,9 @@ def load_train_test(
     codes = None
     if tr.clients is not None:
         codes = np.concatenate([tr.clients, np.full(n_test, -1, dtype=tr.clients.dtype)])
+    units = None
+    if tr.units is not None:  # the test file's codes after the training file's: never shared
+        units = np.concatenate([tr.units, te.units + (int(tr.units.max(initial=-1)) + 1)])
     return TabularDataset(
         name=sch.name,
         schema=sch,
@@ -178,6 +183,7 @@ def load_train_test(
         report=tr.report,
         clients=codes,
         client_names=tr.client_names,
+        units=units,
     )
 
 

@@ -24,6 +24,7 @@ from fedpriv.data.errors import DataError
 from fedpriv.data.partition import Partition, dirichlet, iid, natural
 from fedpriv.data.schema import Schema
 from fedpriv.data.split import Split
+from fedpriv.data.units import unit_codes
 from fedpriv.privacy.cache import cache_dir
 from fedpriv.records import check_labels, check_partition
 from fedpriv.seeding import derive_generator
@@ -44,6 +45,9 @@ class TabularDataset:
         has one.
     split : Split
         Row indices of each part and the seed that defines them.
+    units : numpy.ndarray or None
+        Each row's unit code (equal ids, equal codes) when the schema names a
+        ``unit_column`` (:mod:`fedpriv.data.units`); else ``None``.
     """
 
     name: str
@@ -56,6 +60,7 @@ class TabularDataset:
     report: LoadReport
     clients: np.ndarray | None = None
     client_names: tuple[str, ...] = ()
+    units: np.ndarray | None = None
 
     @classmethod
     def from_encoded(
@@ -69,7 +74,11 @@ class TabularDataset:
         clients: np.ndarray | None = None,
         client_names: tuple[str, ...] = (),
     ) -> TabularDataset:
-        """A dataset from tables encoded with ``schema`` (stacked in order)."""
+        """A dataset from tables encoded with ``schema`` (stacked in order); a unit id
+        shared by two tables is one unit."""
+        units = None
+        if parts and all(e.units is not None for e in parts):
+            units = unit_codes(np.concatenate([e.units for e in parts]))
         return cls(
             name=name,
             schema=schema,
@@ -81,6 +90,7 @@ class TabularDataset:
             report=report,
             clients=clients,
             client_names=client_names,
+            units=units,
         )
 
     def __post_init__(self) -> None:
@@ -91,7 +101,15 @@ class TabularDataset:
             self.y[self.split.train], self.schema, source=self.report.source or self.name
         )
         # A dataset is shared by every learner and run: freeze its arrays.
-        for arr in (self.X, self.X_ordinal, self.y, self.clients, *vars(self.split).values()):
+        if (self.units is None) != (self.schema.unit_column is None) or (
+            self.units is not None and self.units.shape != self.y.shape
+        ):
+            raise ValueError(
+                f"dataset {self.name!r}: units must hold one code per row exactly when the "
+                f"schema names a unit_column ({self.schema.unit_column!r})"
+            )
+        arrays = (self.X, self.X_ordinal, self.y, self.clients, self.units)
+        for arr in (*arrays, *vars(self.split).values()):
             if isinstance(arr, np.ndarray):
                 arr.flags.writeable = False
 
@@ -203,7 +221,7 @@ def check_training_classes(
 # cache: encoded arrays keyed by input checksums + schema digest + options
 # --------------------------------------------------------------------------
 _CHECKSUMS: dict[tuple[str, int, int], str] = {}
-_CACHE_VERSION = "data-3"  # 3: clip bounds in the report; inf and unit mismatch refused
+_CACHE_VERSION = "data-4"  # 4: unit codes (a schema's unit_column)
 
 
 def file_checksum(path: Path) -> str:
@@ -243,6 +261,7 @@ def _save(path: Path, ds: TabularDataset) -> None:
         "split_seed": ds.split.seed,
         "split_rule": ds.split.rule,
         "has_clients": ds.clients is not None,
+        "has_units": ds.units is not None,
         # All-numeric corpora (BRFSS) have identical views: store one.
         "ordinal_is_onehot": ds.X.shape == ds.X_ordinal.shape
         and np.array_equal(ds.X, ds.X_ordinal),
@@ -254,6 +273,7 @@ def _save(path: Path, ds: TabularDataset) -> None:
         "val": ds.split.val,
         "test": ds.split.test,
         "clients": ds.clients if ds.clients is not None else np.zeros(0, dtype=np.int64),
+        "units": ds.units if ds.units is not None else np.zeros(0, dtype=np.int64),
         "meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
     }
     if not meta["ordinal_is_onehot"]:
@@ -286,6 +306,7 @@ def _load(path: Path, schema: Schema) -> TabularDataset:
             report=LoadReport.from_dict(meta["report"]),
             clients=z["clients"] if meta["has_clients"] else None,
             client_names=tuple(meta["client_names"]),
+            units=z["units"] if meta.get("has_units") else None,
         )
 
 

@@ -57,6 +57,7 @@ from fedpriv.data.schema import (
     Schema,
     canonical,
 )
+from fedpriv.data.units import unit_ids
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,8 @@ class Encoded:
     y: np.ndarray
     feature_names: tuple[str, ...]
     report: LoadReport
+    #: Each row's unit id as written (text), with a schema ``unit_column``; else ``None``.
+    units: np.ndarray | None = None
 
 
 def _factorize(values: pd.Series) -> tuple[np.ndarray, list[str]]:
@@ -348,11 +351,16 @@ def encode(
                 source=source,
                 column=c,
             )
-    declared = {*needed, *schema.drop, schema.client_column}
+    declared = {*needed, *schema.drop, schema.client_column, schema.unit_column}
     for c in frame.columns:
         if c not in declared and c not in report.undeclared:
             report.undeclared.append(str(c))
     y = encode_target(frame, schema, source=source, lines=lines)
     X, X_ord = encode_features(frame, schema, source=source, lines=lines, report=report)
     report.n_rows = len(frame)
-    return Encoded(X=X, X_ordinal=X_ord, y=y, feature_names=schema.feature_names, report=report)
+    units = None
+    if schema.unit_column is not None:  # never a feature: kept beside the rows
+        units = unit_ids(frame, schema.unit_column, source=source, lines=lines)
+    return Encoded(
+        X=X, X_ordinal=X_ord, y=y, feature_names=schema.feature_names, report=report, units=units
+    )

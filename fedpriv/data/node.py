@@ -23,6 +23,13 @@ Held-out rows (:func:`node_eval_rows`), for the DP federated evaluation: a
 node's own ``eval-data-path`` file; in simulation, its slice of the test
 split of the run's ``csv`` or bundled corpus; none for a node given only a
 ``data-path``. They obey the same declared bound.
+
+Unit-level privacy (a schema ``unit_column``, :mod:`fedpriv.privacy.units`):
+:func:`node_data` and :func:`node_eval_data` bound every unit to the schema's
+``max_records_per_unit`` rows with the node's own secret key before any method
+sees them. A simulation, which cuts every node's rows from one file, first
+refuses a unit that two clients would hold (``unit_spans_clients``); a node on
+its own file cannot check that (the schema's ``unit_scope = "node"``).
 """
 
 from __future__ import annotations
@@ -51,6 +58,10 @@ from fedpriv.data.errors import DataError
 from fedpriv.data.schema import Schema
 from fedpriv.data.split import Split
 from fedpriv.data.table import check_file, read_table
+from fedpriv.data.units import unit_codes
+from fedpriv.federation.protocol import ClientData
+from fedpriv.privacy.randomness import SecretKey
+from fedpriv.privacy.units import bound_units, bounding_generator, check_units_within_clients
 from fedpriv.records import check_labels
 
 #: Corpora shipped with fedpriv (public benchmark datasets) whose schema is bundled.
@@ -193,36 +204,72 @@ def bundled_run_data(dataset: str, num_clients: int, split_seed: int) -> Tabular
 
 def _rows(
     path: str | None, source: DataSource, pid: int, part: str
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """A node's own file (``path``), whole, else its slice (``pid``) of ``part`` of the
-    run's ``csv`` (its client column, else IID from the split seed) or bundled corpus;
-    checked against the declared record bound."""
+    run's ``csv`` (its client column, else IID from the split seed) or bundled corpus:
+    (X, y, each row's unit code or ``None``), every row (no unit bounded yet)."""
     sch = run_schema(source.schema, source.dataset)
     if path:
-        X, y = read_file(str(path), sch)
-        where = str(path)
+        enc = read_encoded(str(path), sch)
+        X, y = enc.X, enc.y.astype(np.float64)
+        units = None if enc.units is None else unit_codes(enc.units)
+        return X, y, units
+    if source.csv:
+        ds = load_csv(source.csv, sch, split_seed=source.split_seed)
     else:
-        if source.csv:
-            ds = load_csv(source.csv, sch, split_seed=source.split_seed)
-        else:
-            ds = bundled_run_data(source.dataset, source.num_clients, source.split_seed)
-        X_all, y_all = ds.xy(part)
-        y_all = check_labels(y_all, sch.target.classes, column=sch.target.column)
-        parts = ds.client_partition(source.num_clients, part=part)  # no row held twice
-        if not 0 <= pid < len(parts):
-            raise DataError(
-                f"node partition-id {pid} is outside the {len(parts)} clients the file is split "
-                f"into (its client column's values, or num-clients = {source.num_clients}): "
-                f"run {len(parts)} nodes (num-clients = {len(parts)})",
-                code="no_such_client",
-                source=where_from(source),
-            )
-        rows = parts[pid]
-        X, y = X_all[rows], y_all[rows]
-        where = source.csv or source.dataset
-        where = where if part == "train" else f"{where} ({part} split)"
+        ds = bundled_run_data(source.dataset, source.num_clients, source.split_seed)
+    X_all, y_all = ds.xy(part)
+    y_all = check_labels(y_all, sch.target.classes, column=sch.target.column)
+    parts = ds.client_partition(source.num_clients, part=part)  # no row held twice
+    if not 0 <= pid < len(parts):
+        raise DataError(
+            f"node partition-id {pid} is outside the {len(parts)} clients the file is split "
+            f"into (its client column's values, or num-clients = {source.num_clients}): "
+            f"run {len(parts)} nodes (num-clients = {len(parts)})",
+            code="no_such_client",
+            source=where_from(source),
+        )
+    units = None
+    if ds.units is not None:  # the simulation holds every row: it can check the scope
+        units = ds.units[ds.rows(part)]
+        check_units_within_clients(
+            units, parts, column=str(sch.unit_column), source=where_from(source)
+        )
+        units = units[parts[pid]]
+    rows = parts[pid]
+    return X_all[rows], y_all[rows], units
+
+
+def _where(path: str | None, source: DataSource, part: str) -> str:
+    if path:
+        return str(path)
+    where = where_from(source)
+    return where if part == "train" else f"{where} ({part} split)"
+
+
+def _checked(
+    path: str | None, source: DataSource, pid: int, part: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """:func:`_rows`, each part checked against the declared record bound."""
+    X, y, units = _rows(path, source, pid, part)
+    check_bound(
+        int(y.shape[0]), record_bound(source, required=False), source=_where(path, source, part)
+    )
+    return X, y, units
+
+
+def _bounded(
+    path: str | None, source: DataSource, pid: int, part: str, key: SecretKey
+) -> ClientData:
+    """The rows a node's methods see: with units, at most m per unit, drawn from ``key``."""
+    X, y, units = _rows(path, source, pid, part)
+    where = _where(path, source, part)
+    if units is not None:
+        sch = run_schema(source.schema, source.dataset)
+        kept = bound_units(units, sch.unit_records, bounding_generator(key, part))
+        X, y, units = X[kept.rows], y[kept.rows], kept.units
     check_bound(int(y.shape[0]), record_bound(source, required=False), source=where)
-    return X, y
+    return ClientData(client_id=pid, X=X, y=y, units=units)
 
 
 def where_from(source: DataSource) -> str:
@@ -251,7 +298,17 @@ def node_rows(
     node's slice (``pid``) of the training part of the run's ``csv`` (its
     client column, else IID from the split seed) or of the bundled corpus.
     """
-    return _rows(node_config.get(DATA_PATH), source, pid, "train")
+    X, y, _ = _checked(node_config.get(DATA_PATH), source, pid, "train")
+    return X, y
+
+
+def node_data(
+    node_config: Mapping[str, Any], source: DataSource, pid: int, key: SecretKey
+) -> ClientData:
+    """This node's training rows as its methods see them: :func:`node_rows`, with every
+    unit bounded to the schema's ``max_records_per_unit`` rows drawn from the node's
+    own ``key`` (the same subset every round), and each row's unit kept."""
+    return _bounded(node_config.get(DATA_PATH), source, pid, "train", key)
 
 
 def node_eval_rows(
@@ -269,7 +326,22 @@ def node_eval_rows(
     if not path and node_config.get(DATA_PATH):
         sch = run_schema(source.schema, source.dataset)
         return np.zeros((0, sch.n_features)), np.zeros(0, dtype=np.int64)
-    return _rows(path, source, pid, "test")
+    X, y, _ = _checked(path, source, pid, "test")
+    return X, y
+
+
+def node_eval_data(
+    node_config: Mapping[str, Any], source: DataSource, pid: int, key: SecretKey
+) -> ClientData:
+    """This node's held-out rows (:func:`node_eval_rows`) as the DP evaluation reads
+    them: every unit bounded to ``max_records_per_unit`` rows, as :func:`node_data`."""
+    path = node_config.get(EVAL_DATA_PATH)
+    if not path and node_config.get(DATA_PATH):
+        sch = run_schema(source.schema, source.dataset)
+        units = None if sch.unit_column is None else np.zeros(0, dtype=np.int64)
+        return ClientData(client_id=pid, X=np.zeros((0, sch.n_features)), y=np.zeros(0),
+                          units=units)  # fmt: skip
+    return _bounded(path, source, pid, "test", key)
 
 
 @lru_cache(maxsize=16)

@@ -10,6 +10,9 @@ A numeric column may declare a public, data-independent transform (``log1p``
 for heavy-tailed money columns, ``sqrt``) applied before min-max scaling with
 the transformed bounds, so that random thresholds land where the data lives
 without touching private statistics.
+
+A ``unit_column`` (a patient id, never a feature) with ``max_records_per_unit``
+and ``unit_scope`` makes the guarantee per unit (:mod:`fedpriv.data.units`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from fedpriv.data.units import check_unit_keys, privacy_unit
 from fedpriv.records import BINARY_LABELS
 
 
@@ -232,6 +236,10 @@ class Schema:
     drop: tuple[str, ...] = ()
     missing_tokens: tuple[str, ...] = ("?", "")
     client_column: str | None = None
+    #: Whom the guarantee protects (a patient id column); ``None``: one record.
+    unit_column: str | None = None
+    max_records_per_unit: int | None = None  # m: a unit's records a node may use
+    unit_scope: str | None = None  # "node": every unit held by one node
     description: str = ""
     sep: str = ","
     encoding: str = "utf-8"
@@ -263,7 +271,26 @@ class Schema:
             )
         object.__setattr__(self, "drop", tuple(self.drop))
         object.__setattr__(self, "missing_tokens", tuple(self.missing_tokens))
+        self._check_unit(set(names))
         self._refuse_declared_missing()
+
+    def _check_unit(self, features: set[str]) -> None:
+        """The unit keys together or not at all (:func:`fedpriv.data.units.check_unit_keys`)."""
+        try:
+            check_unit_keys(self, features)
+        except ValueError as exc:
+            raise SchemaError(f"schema {self.name!r}: {exc}") from None
+
+    @property
+    def unit_records(self) -> int:
+        """m: the records of one unit a node may use (1 without a unit column)."""
+        return 1 if self.max_records_per_unit is None else int(self.max_records_per_unit)
+
+    @property
+    def privacy_unit(self) -> str:
+        """Whom the guarantee protects, as reports say it: ``"record"``, or
+        ``"<unit column>, at most m records"``."""
+        return privacy_unit(self.unit_column, self.max_records_per_unit)
 
     def _refuse_declared_missing(self) -> None:
         """A declared level, binary value or label that is also a missing token can never

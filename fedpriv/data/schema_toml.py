@@ -46,9 +46,11 @@ def schema_from_dict(schema_cls: type[Schema], data: dict[str, Any]) -> Schema:
             f"schema {name!r}: [target] needs the keys {sorted(_TARGET_KEYS)}: {exc}"
         ) from exc
     owner = f"schema {name!r}"
-    for key in ("name", "description", "client_column", "sep", "encoding"):
+    for key in ("name", "description", "client_column", "unit_column", "unit_scope", "sep",
+                "encoding"):  # fmt: skip
         if key in data and not isinstance(data[key], str):
             raise SchemaError(f"{owner}: {key} must be a string; got {data[key]!r}")
+
     columns_table = data.get("columns", [])
     if not isinstance(columns_table, list):
         raise SchemaError(
@@ -65,6 +67,9 @@ def schema_from_dict(schema_cls: type[Schema], data: dict[str, Any]) -> Schema:
         drop=_string_list(owner, "drop", data.get("drop", [])),
         missing_tokens=_string_list(owner, "missing_tokens", data.get("missing_tokens", ["?", ""])),
         client_column=data.get("client_column"),
+        unit_column=data.get("unit_column"),
+        max_records_per_unit=data.get("max_records_per_unit"),
+        unit_scope=data.get("unit_scope"),
         description=data.get("description", ""),
         sep=data.get("sep", ","),
         encoding=data.get("encoding", "utf-8"),
@@ -81,6 +86,9 @@ _TOP_KEYS = frozenset(
         "drop",
         "missing_tokens",
         "client_column",
+        "unit_column",
+        "max_records_per_unit",
+        "unit_scope",
         "sep",
         "encoding",
         "extra",

@@ -66,3 +66,31 @@ def make_split(
         seed=seed,
         rule=f"{rule}; validation = {val_fraction:.0%} of train, stratified",
     )
+
+
+def unit_split(
+    units: np.ndarray,
+    y: np.ndarray,
+    *,
+    seed: int,
+    test_fraction: float = 0.2,
+    val_fraction: float = 0.2,
+    strata: np.ndarray | None = None,
+) -> Split:
+    """:func:`make_split` of the *units* (each stratified by its first row's ``strata``,
+    default its label), every row in its unit's part: no unit is both trained on and
+    scored (a patient's encounters all in train, or all in test)."""
+    units, y = np.asarray(units), np.asarray(y)
+    key = y if strata is None else np.asarray(strata)
+    _, first = np.unique(units, return_index=True)  # each unit's first row
+    first = np.sort(first)
+    by_unit = make_split(
+        y[first], seed=seed, test_fraction=test_fraction, val_fraction=val_fraction,
+        strata=key[first],
+    )  # fmt: skip
+    part_of = np.empty(int(units.max(initial=-1)) + 1, dtype=np.int64)
+    for i, rows in enumerate((by_unit.train, by_unit.val, by_unit.test)):
+        part_of[units[first[rows]]] = i
+    row_part = part_of[units]
+    train, val, test = (np.flatnonzero(row_part == i) for i in range(3))
+    return Split(train=train, val=val, test=test, seed=seed, rule=f"by unit: {by_unit.rule}")

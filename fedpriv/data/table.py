@@ -270,6 +270,8 @@ def _check_header(header: list[str], schema: Schema, source: str, sep: str, *, l
     needed = [*schema.column_names, schema.target.column]
     if schema.client_column is not None:
         needed.append(schema.client_column)
+    if schema.unit_column is not None:
+        needed.append(schema.unit_column)
     absent = [c for c in needed if c not in seen]
     other = [d for d in COMMON_SEPS if d != sep and any(d in h for h in header)]
     if absent and other:

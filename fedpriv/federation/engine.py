@@ -12,10 +12,12 @@ in their :class:`Transport`, in-process or Flower Grid: :mod:`fedpriv.federation
    every upload is **checked** (:mod:`fedpriv.federation.replies`: round, dtype,
    length, shares) and a malformed one is that client's dropout for the round;
 3. **secure sum**: the shim's server (:class:`~fedpriv.federation.secagg.SecAggServer`)
-   decides who survived, or aborts below the Shamir threshold t; otherwise one
-   consistency exchange (every survivor signs the survivor list; fewer than t
-   signatures abort) and one unmask exchange through the transport, whose answers
-   remove every self-mask and every pair mask with a dropped client;
+   decides who survived, or aborts below the Shamir threshold t (under SecAgg+'s
+   graph, :mod:`fedpriv.federation.secagg_topology`: survivors not connected, or a
+   neighbourhood with fewer than t survivors); otherwise one consistency exchange
+   (every survivor signs the survivor list; fewer than t signatures abort) and one
+   unmask exchange through the transport, whose answers remove every self-mask and
+   every pair mask with a dropped client;
 4. **update**: the decoded sum (``None`` if aborted: nothing is released) goes to
    ``strategy.update``, which adds the noise through the ledger and range-checks the
    noisy value (:mod:`fedpriv.privacy.range_guard`); a sum beyond what honest clients
@@ -26,6 +28,7 @@ in their :class:`Transport`, in-process or Flower Grid: :mod:`fedpriv.federation
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -50,7 +53,8 @@ from fedpriv.federation.secagg import (
     FixedPointCodec,
     SecAggConfig,
 )
-from fedpriv.federation.secagg_consistency import VERIFY_KEY_BYTES
+from fedpriv.federation.secagg_consistency import VERIFY_KEY_BYTES, book_digest
+from fedpriv.federation.secagg_topology import Sparse, topology_for
 from fedpriv.federation.status import RoundAbortedError
 from fedpriv.privacy.distributed import DistributedNoise, round_shares
 from fedpriv.privacy.node_budget import strategy_plan
@@ -112,7 +116,8 @@ class RoundEngine(RoundSums):
     secure_aggregation : bool
         Masked sums (default) or plain fixed-point sums (in-process benchmarks).
     secagg : SecAggConfig, optional
-        The Shamir threshold rule (default: a strict majority).
+        The Shamir threshold rule (default: a strict majority) and SecAgg+'s targets;
+        the sparse graph only at participation 1 (:mod:`fedpriv.federation.secagg_topology`).
     scale : float
         Fixed-point scale; must be :data:`DEFAULT_SCALE`.
     communication : Communication, optional
@@ -151,6 +156,9 @@ class RoundEngine(RoundSums):
         self.dropout_rate = dropout_rate
         self.secure = secure_aggregation
         self.secagg = secagg or SecAggConfig()
+        if self.participation < 1.0 and self.secagg.sparse:
+            self.secagg = dataclasses.replace(self.secagg, sparse=False)  # random subsets
+        self.graph: Sparse | None = None  # the run's SecAgg+ graph, set by setup_keys
         self.scale = scale
         self.communication = communication or Communication(n_clients)
         self._codecs: dict[tuple[float, int], FixedPointCodec] = {}
@@ -161,10 +169,18 @@ class RoundEngine(RoundSums):
 
     # -- set-up ----------------------------------------------------------------
     def setup_keys(self) -> None:
-        """The key exchange (two exchanges, as over Flower: upload keys, pin the book)."""
+        """The key exchange (two exchanges, as over Flower: upload keys, pin the book), then
+        the run's SecAgg+ graph from the transport's run id and the key book, as every
+        client derives it (``None``: the complete graph)."""
         self.transport.setup_keys()
         self.communication.round_trips += 2
         self.communication.bytes_uploaded += KEY_UPLOAD_BYTES
+        run_id = getattr(self.transport, "run_id", None)
+        if run_id is not None:
+            public, verify = self.transport.key_book
+            self.graph = topology_for(
+                self.secagg, ids=public, run_id=str(run_id), book_digest=book_digest(public, verify)
+            )
 
     def begin(
         self,
@@ -225,7 +241,13 @@ class RoundEngine(RoundSums):
             noise = self._shares(query, asked, codec)
             if noise is None:  # fewer than two would survive f dropouts: send nothing
                 return RoundPlan(query=query, asked=asked, lost=frozenset(lost))
-        return RoundPlan(query=query, asked=asked, lost=frozenset(lost), codec=codec, noise=noise)
+        t = None  # the announced Shamir threshold: the neighbourhood's, or the round's
+        if self.secure:
+            t = self.graph.threshold if self.graph else self.secagg.effective_threshold(len(asked))
+        return RoundPlan(
+            query=query, asked=asked, lost=frozenset(lost), codec=codec, noise=noise,
+            graph=self.graph if self.secure else None, threshold=t,
+        )  # fmt: skip
 
     def _shares(self, query: Query, asked: list[int], codec: FixedPointCodec):
         """The round's shares (:func:`~fedpriv.privacy.distributed.round_shares`)."""
@@ -284,9 +306,11 @@ class RoundEngine(RoundSums):
         for i, u in enumerate(replies.senders):
             if self.secure:
                 m = replies.masked.get(u)
+                near = None if plan.graph is None else plan.graph.neighbours(u)
                 why = check_masked(
-                    m, sender=u, round_id=q.round, n=q.reply_length, participants=plan.asked
-                )
+                    m, sender=u, round_id=q.round, n=q.reply_length, participants=plan.asked,
+                    addressees=near,
+                )  # fmt: skip
             else:
                 m = rows[i]
                 why = check_plain(m, n=q.reply_length, max_abs=plan.codec.max_abs)

@@ -27,6 +27,7 @@ Randomness: :func:`random_elements` only, from the OS CSPRNG (``secrets``).
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from functools import lru_cache
 
@@ -36,6 +37,9 @@ import numpy as np
 PRIME = (1 << 61) - 1
 #: Largest inner dimension of :func:`matmul`: 3·k·2^42 < 2^64 (three limb products per sum).
 MAX_INNER = 1 << 20
+#: Largest inner dimension whose limb products :func:`matmul` sums in float64 (BLAS):
+#: k·(2^21 − 1)^2 < 2^53, so every partial sum is an integer float64 holds exactly.
+FLOAT_INNER = 1 << 11
 
 _U64 = np.uint64
 _P61 = _U64(PRIME)
@@ -44,6 +48,9 @@ _LO29 = _U64((1 << 29) - 1)
 _LIMB = 21
 _LIMB_MASK = _U64((1 << _LIMB) - 1)
 _CHUNK = 1 << 16  # output entries per matmul block: bounds the (3, 3, m, w) limb products
+#: Products of more multiply-adds run with one BLAS thread (:func:`_one_thread`); below it
+#: OpenBLAS uses one anyway (its threshold, 4·2^16).
+_SERIAL_WORK = 1 << 18
 
 
 @lru_cache(maxsize=64)
@@ -162,7 +169,17 @@ def _weigh(term: np.ndarray, g: int, prime: int) -> np.ndarray:
     return ((x << _U64(e)) & _P61) | (x >> _U64(61 - e))
 
 
-def matmul(a: np.ndarray, b: np.ndarray, prime: int = PRIME) -> np.ndarray:
+def left_limbs(a: np.ndarray) -> np.ndarray:
+    """The left operand's limbs as :func:`matmul` sums them, shape (3, 1, m, k): to
+    compute once for a matrix used in many products (``matmul(..., a_limbs=)``)."""
+    a = _u64("a", a)
+    exact = np.float64 if a.shape[-1] <= FLOAT_INNER else np.uint64  # matmul's docstring
+    return _limbs(a)[:, None].astype(exact)
+
+
+def matmul(
+    a: np.ndarray, b: np.ndarray, prime: int = PRIME, *, a_limbs: np.ndarray | None = None
+) -> np.ndarray:
     """(a @ b) mod p for canonical uint64 matrices a (m, k) and b (k, s).
 
     Exact: with 21-bit limbs a = Σ_i a_i·2^(21i), b = Σ_j b_j·2^(21j), each
@@ -171,7 +188,10 @@ def matmul(a: np.ndarray, b: np.ndarray, prime: int = PRIME) -> np.ndarray:
     k ≤ :data:`MAX_INNER`; each weight class is folded below 2^61 and scaled by
     2^(21·g) mod p (a rotation of 61 bits, 2^61 ≡ 1), and the five classes
     add to less than 5·2^61 < 2^64 before the last reduction. Computed in
-    column blocks to bound memory.
+    column blocks to bound memory. For k ≤ :data:`FLOAT_INNER` the limb products
+    are summed by a float64 matrix product (BLAS): each sum is an integer below
+    2^53, exact in float64 whatever the order of the additions. ``a_limbs``:
+    :func:`left_limbs` of ``a``, if already computed.
     """
     a, b = _u64("a", a), _u64("b", b)
     check_prime(prime)
@@ -180,18 +200,39 @@ def matmul(a: np.ndarray, b: np.ndarray, prime: int = PRIME) -> np.ndarray:
     m, k = a.shape
     if k > MAX_INNER:
         raise ValueError(f"inner dimension {k} exceeds {MAX_INNER} (uint64 limb sums)")
-    al = _limbs(a)[:, None]  # (3, 1, m, k)
-    bl = _limbs(b)[None]  # (1, 3, k, s)
+    al = left_limbs(a) if a_limbs is None else a_limbs  # (3, 1, m, k)
+    bl = _limbs(b)[None].astype(al.dtype)  # (1, 3, k, s)
     out = np.empty((m, b.shape[1]), dtype=np.uint64)
     width = max(1, _CHUNK // max(m, 1))
-    for lo in range(0, b.shape[1], width):
-        c = np.matmul(al, bl[..., lo : lo + width])  # c[i, j] = a_i @ b_j, entries < k·2^42
+    with _one_thread() if m * k * b.shape[1] > _SERIAL_WORK else contextlib.nullcontext():
+        _products(al, bl, out, width, prime)
+    return out
+
+
+def _products(al: np.ndarray, bl: np.ndarray, out: np.ndarray, width: int, prime: int) -> None:
+    """:func:`matmul`'s column blocks, into ``out``."""
+    for lo in range(0, bl.shape[-1], width):
+        # c[i, j] = a_i @ b_j, entries < k·2^42 (integers, exact in either type)
+        c = np.matmul(al, bl[..., lo : lo + width]).astype(np.uint64)
         acc = _weigh(c[0, 0], 0, prime)
         for g in range(1, 5):
             same = [c[i, g - i] for i in range(3) if 0 <= g - i < 3]
             acc += _weigh(sum(same[1:], same[0]), g, prime)  # sum < 3·k·2^42 < 2^64
         out[:, lo : lo + width] = reduce(acc, prime)  # acc < 5·2^61 < 2^64
-    return out
+
+
+@lru_cache(maxsize=1)
+def _blas() -> object:
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()  # inspects the loaded libraries once
+
+
+def _one_thread():
+    """One BLAS thread for a large product. On a machine whose cores are busy, OpenBLAS's
+    threads spin waiting for one another: a (73 × 125)·(125 × 5000) product took 8× the
+    CPU time with its default threads as with one."""
+    return _blas().limit(limits=1, user_api="blas")
 
 
 def random_elements(shape: int | tuple[int, ...], prime: int = PRIME) -> np.ndarray:

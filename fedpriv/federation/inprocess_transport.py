@@ -21,7 +21,7 @@ import numpy as np
 
 from fedpriv.errors import public_error
 from fedpriv.federation.engine import Replies, RoundPlan
-from fedpriv.federation.protocol import ClientData, ClientHandler, poisson_sample
+from fedpriv.federation.protocol import ClientData, ClientHandler, client_sample
 from fedpriv.federation.rounds import UnmaskRequest
 from fedpriv.federation.secagg import SecAggClient, SecAggConfig, UnmaskAnswer
 from fedpriv.privacy.distributed import draw_share, share_streams
@@ -84,7 +84,8 @@ class InProcessTransport:
         keys = {p.client_id: p.public_key for p in self.parties}
         verify = {p.client_id: p.verify_key for p in self.parties}
         for p in self.parties:
-            p.setup(keys, verify_keys=verify)  # pins the key book
+            # Pins the key book; derives the run's graph from it and the public run id.
+            p.setup(keys, verify_keys=verify, run_id=self.run_id)
         self._book = (keys, verify)
 
     @property
@@ -117,9 +118,9 @@ class InProcessTransport:
         out: dict[int, Exception] = {}
         for i in plan.asked:
             if self.secure and self.parties:
-                try:  # the announced t, the run's, against the node's own rule
-                    t = self.secagg.effective_threshold(max(len(plan.asked), 2))
-                    self.parties[i].check_threshold(max(len(plan.asked), 2), t)
+                try:  # the announced t and neighbourhood against the node's own derivation
+                    self.parties[i].check_threshold(max(len(plan.asked), 2), plan.threshold)
+                    self.parties[i].check_neighbourhood(_announced(plan, i))
                 except ValueError as err:
                     out[i] = err
                     continue
@@ -140,7 +141,7 @@ class InProcessTransport:
         r, n = query.round, query.reply_length
         refused = self._refused(plan)
         samples = {
-            i: poisson_sample(self.clients[i].n, query.sampling_rate, self.streams[i].at(r))
+            i: client_sample(self.clients[i], query.sampling_rate, self.streams[i].at(r))
             for i in asked
         }
         if self.vectorised and asked and not refused:
@@ -180,7 +181,7 @@ class InProcessTransport:
                     # The client's own shim refuses a malformed vector (length, NaN, bound).
                     masked[i] = self.parties[i].mask(
                         vec, round_id=r, participants=asked, codec=plan.codec, noise=share,
-                        threshold=self.secagg.effective_threshold(len(asked)),  # announced
+                        threshold=plan.threshold, neighbours=_announced(plan, i),  # announced
                         min_survivors=None if plan.noise is None else plan.noise.min_survivors,
                     )  # fmt: skip
                 else:
@@ -219,7 +220,7 @@ class InProcessTransport:
                 answers[u] = self.parties[u].unmask(
                     round_id=r, survivors=survivors, dropped=dropped,
                     n=request.plan.query.reply_length, inbox=request.inboxes[u],
-                    signatures=request.signatures,
+                    signatures=request.signatures_for(u),
                 )  # fmt: skip
             except ValueError as err:  # a refusal: that survivor stays silent
                 logger.warning("client %d refused the unmask of round %d: %s", u, r, err)
@@ -230,3 +231,8 @@ class InProcessTransport:
                 led.note("unmask", run=self.run_id, round=r, survivors=len(survivors),
                          dropped=len(dropped))  # fmt: skip
         return answers
+
+
+def _announced(plan: RoundPlan, client: int) -> tuple[int, ...] | None:
+    """The neighbourhood the server announces to ``client`` (``None``: complete graph)."""
+    return None if plan.graph is None else plan.graph.neighbours(client)

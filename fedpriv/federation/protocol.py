@@ -98,11 +98,18 @@ class ClientData:
     The rows are stored once, feature-major: ``XT`` (d × n, C-contiguous
     float64), because tree routing reads whole feature rows
     (:mod:`fedpriv.models._kernels`); ``X`` is its transposed view.
+
+    ``units``: with unit-level privacy (:mod:`fedpriv.privacy.units`), each row's
+    unit as a dense code 0 … U − 1, the rows already bounded to the schema's
+    ``max_records_per_unit``; the client then samples whole units
+    (:func:`client_sample`) and DP-SGD clips per unit. ``None``: every row is its
+    own unit (record-level privacy).
     """
 
     client_id: int
     X: np.ndarray
     y: np.ndarray
+    units: np.ndarray | None = None
     XT: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -116,10 +123,27 @@ class ClientData:
                 f"client {self.client_id}: X must be (n, d) and y (n,); got {self.X.shape} "
                 f"and {self.y.shape}"
             )
+        if self.units is not None:
+            units = np.ascontiguousarray(self.units, dtype=np.int64)
+            dense = units.size == 0 or (
+                units.min() == 0 and np.unique(units).size == int(units.max()) + 1
+            )
+            if units.shape != self.y.shape or not dense:
+                raise ValueError(
+                    f"client {self.client_id}: units must be one code per row, dense in "
+                    f"0 … U − 1; got shape {units.shape}"
+                )
+            units.flags.writeable = False
+            object.__setattr__(self, "units", units)
 
     @property
     def n(self) -> int:
         return int(self.y.size)
+
+    @property
+    def n_units(self) -> int:
+        """Units U of the rows (each row its own without ``units``)."""
+        return self.n if self.units is None else int(self.units.max(initial=-1)) + 1
 
     @functools.cached_property
     def X_rows(self) -> np.ndarray:
@@ -163,6 +187,13 @@ class ClientHandler(ABC):
         """The stage of ``query`` and how far one record can move this handler's reply to
         it, from the query's public settings only (:class:`ReplySensitivity`). Raises
         ``ValueError`` for a query it does not recognise: the node then refuses it."""
+
+    def unit_sensitivity(self, query: Query, max_records: int) -> ReplySensitivity:
+        """How far one *unit* of at most ``max_records`` records (bounded and sampled
+        whole, :mod:`fedpriv.privacy.units`) can move the reply: ``max_records`` times
+        :meth:`reply_sensitivity`, every part too (triangle inequality). A handler that
+        clips per unit (DP-SGD's steps) overrides it; a node accounts with it."""
+        return scaled_sensitivity(self.reply_sensitivity(query), max_records)
 
 
 class Strategy(ABC):
@@ -233,6 +264,17 @@ class Strategy(ABC):
         return []
 
 
+def scaled_sensitivity(sens: ReplySensitivity, max_records: int) -> ReplySensitivity:
+    """``sens`` of one record as a unit's of at most ``max_records`` (every figure × m)."""
+    from fedpriv.privacy.units import scale_sensitivity
+
+    if max_records == 1:
+        return sens
+    l1, l2 = scale_sensitivity(sens.l1, sens.l2, max_records)
+    parts = {k: scale_sensitivity(a, b, max_records) for k, (a, b) in sens.parts.items()}
+    return ReplySensitivity(stage=sens.stage, l1=l1, l2=l2, parts=parts)
+
+
 #: Where :func:`poisson_sample` switches to geometric gaps (measured crossover).
 GEOMETRIC_MAX_RATE, GEOMETRIC_MIN_RECORDS = 0.0625, 2048
 
@@ -268,6 +310,17 @@ def poisson_sample(n: int, rate: float, rng: np.random.Generator) -> np.ndarray:
     return idx[: np.searchsorted(idx, n)]
 
 
+def client_sample(data: ClientData, rate: float, rng: np.random.Generator) -> np.ndarray:
+    """The rows a client answers a round from: a Poisson sample of its records, or, with
+    ``data.units``, of its whole units (:func:`fedpriv.privacy.units.unit_sample`: one
+    private coin per unit, a sampled unit brings all its rows)."""
+    if data.units is None:
+        return poisson_sample(data.n, rate, rng)
+    from fedpriv.privacy.units import unit_sample
+
+    return unit_sample(data.units, data.n_units, rate, rng)
+
+
 def require_every_record(sample: np.ndarray, data: ClientData, why: str) -> None:
     """Refuse a query whose ``sample`` is not every record of ``data`` (a q = 1 release:
     its sensitivity and the public record count assume every row answers); ``why``
@@ -276,8 +329,14 @@ def require_every_record(sample: np.ndarray, data: ClientData, why: str) -> None
         raise ValueError(f"{why}: the sample must be all rows ({data.n})")
 
 
-def make_clients(X: np.ndarray, y: np.ndarray, partition: list[np.ndarray]) -> list[ClientData]:
-    """One :class:`ClientData` per index array of ``partition`` (ids 0..K−1).
+def make_clients(
+    X: np.ndarray,
+    y: np.ndarray,
+    partition: list[np.ndarray],
+    units: np.ndarray | None = None,
+) -> list[ClientData]:
+    """One :class:`ClientData` per index array of ``partition`` (ids 0..K−1); ``units``:
+    each row's unit code (a client's rows already bounded per unit), or ``None``.
 
     Refuses (:class:`~fedpriv.errors.DataError`) a partition that gives a row
     to two clients, or twice to one, or points outside the rows
@@ -286,4 +345,11 @@ def make_clients(X: np.ndarray, y: np.ndarray, partition: list[np.ndarray]) -> l
     the data enters); the handlers clip whatever they are given.
     """
     parts = check_partition(partition, len(y))
-    return [ClientData(client_id=k, X=X[idx], y=y[idx]) for k, idx in enumerate(parts)]
+    if units is None:
+        return [ClientData(client_id=k, X=X[idx], y=y[idx]) for k, idx in enumerate(parts)]
+    from fedpriv.privacy.units import dense_units
+
+    return [
+        ClientData(client_id=k, X=X[idx], y=y[idx], units=dense_units(units[idx]))
+        for k, idx in enumerate(parts)
+    ]

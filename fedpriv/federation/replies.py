@@ -14,7 +14,7 @@ Each check returns ``None`` for a well-formed upload, else a short public reason
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -38,12 +38,19 @@ def _ring_vector(name: str, v: object, n: int) -> str | None:
 
 
 def check_masked(
-    upload: object, *, sender: int, round_id: int, n: int, participants: Sequence[int]
+    upload: object,
+    *,
+    sender: int,
+    round_id: int,
+    n: int,
+    participants: Sequence[int],
+    addressees: Collection[int] | None = None,
 ) -> str | None:
     """Why ``upload`` is not a round-``round_id`` masked input of ``sender`` (or ``None``).
 
     It must be a :class:`MaskedInput` of this round, a uint64 vector of length n,
-    and one sealed share for each other participant, each of the AEAD's length.
+    and one sealed share for each other participant (under SecAgg+'s graph, for each
+    of the sender's ``addressees``, its neighbours), each of the AEAD's length.
     """
     if not isinstance(upload, MaskedInput):
         return f"not a masked input ({type(upload).__name__})"
@@ -51,11 +58,12 @@ def check_masked(
         return f"round {upload.round_id!r}, not {round_id}"
     if why := _ring_vector("vector", upload.vector, n):
         return why
-    peers = set(participants) - {sender}
+    peers = set(participants) - {sender} if addressees is None else set(addressees)
     shares = upload.shares
     if not isinstance(shares, Mapping) or set(shares) != peers:
         got = sorted(shares) if isinstance(shares, Mapping) else type(shares).__name__
-        return f"shares addressed to {got}, not to the other participants {sorted(peers)}"
+        whom = "the other participants" if addressees is None else "its neighbours"
+        return f"shares addressed to {got}, not to {whom} {sorted(peers)}"
     if any(not isinstance(c, bytes) or len(c) != SEALED_SHARE_BYTES for c in shares.values()):
         return f"a sealed share is not {SEALED_SHARE_BYTES} bytes"
     return None
@@ -77,7 +85,9 @@ def check_answer(
 ) -> str | None:
     """Why ``answer`` is not an unmask answer for (survivors, dropped) (or ``None``).
 
-    One 40-byte share of each survivor's seed, one ring vector per dropped client.
+    One 40-byte share of each survivor's seed, one ring vector per dropped client
+    (under SecAgg+'s graph the caller passes the answerer's own: its surviving
+    neighbours and itself, its dropped neighbours).
     """
     if not isinstance(answer, UnmaskAnswer):
         return f"not an unmask answer ({type(answer).__name__})"

@@ -23,11 +23,12 @@ log = logs.get_logger("fedpriv.federation.engine")  # the engine's log, as befor
 
 class RoundSums:
     """Mixin of :class:`~fedpriv.federation.engine.RoundEngine`: :meth:`_secure_sum`
-    (needs ``secagg``, ``transport`` and ``communication``)."""
+    (needs ``secagg``, ``transport`` and ``communication``; the round's graph rides
+    on its plan)."""
 
     def _secure_sum(self, plan: RoundPlan, replies: Replies) -> np.ndarray | None:
         r, asked = plan.query.round, plan.asked
-        server = SecAggServer(codec=plan.codec, config=self.secagg)
+        server = SecAggServer(codec=plan.codec, config=self.secagg, graph=plan.graph)
         masked = {u: replies.masked[u] for u in replies.senders}
         try:
             survivors, dropped = server.unmask_plan(round_id=r, participants=asked, masked=masked)
@@ -60,16 +61,27 @@ class RoundSums:
             return None  # a server-side view the survivors did not sign: release nothing
         # The unmask exchange, every round: survivors return shares of the survivors'
         # self-mask seeds and their pair masks with the dropped clients.
+        # Under SecAgg+'s graph each survivor gets t of its own neighbours' signatures.
+        forward = None if plan.graph is None else {u: server.forward(u, signed) for u in survivors}
         answers = self.transport.unmask(
             UnmaskRequest(
-                plan=plan, survivors=survivors, dropped=dropped, inboxes=inboxes, signatures=signed
+                plan=plan, survivors=survivors, dropped=dropped, inboxes=inboxes,
+                signatures=signed, forward=forward,
             )
-        )
+        )  # fmt: skip
         comm.round_trips += 1
         comm.recoveries += bool(dropped)
-        n = plan.query.reply_length
+        n, hood = plan.query.reply_length, server.topology(asked)
+        live, lost = set(survivors), set(dropped)
         for u in sorted(answers):
-            why = check_answer(answers[u], survivors=survivors, dropped=dropped, n=n)
+            if u in live and plan.graph is not None:  # its own duties: its neighbourhood's
+                owed = (
+                    sorted(live.intersection(hood.closed(u))),
+                    lost.intersection(hood.neighbours(u)),
+                )
+            else:
+                owed = (survivors, dropped)
+            why = check_answer(answers[u], survivors=owed[0], dropped=owed[1], n=n)
             if u not in survivors or why is not None:
                 comm.rejected_replies += 1
                 log.warning(

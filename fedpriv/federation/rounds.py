@@ -15,6 +15,7 @@ import numpy as np
 
 from fedpriv.federation.protocol import Query
 from fedpriv.federation.secagg import FixedPointCodec, MaskedInput, UnmaskAnswer
+from fedpriv.federation.secagg_topology import Sparse
 from fedpriv.privacy.distributed import ShareSpec
 
 if TYPE_CHECKING:  # the accountant (dp_accounting, scipy) costs a ClientApp ~0.7 s to import
@@ -78,6 +79,10 @@ class RoundPlan:
     codec: FixedPointCodec | None = None
     #: Distributed noise: the shares each asked client adds (``None``: central noise).
     noise: ShareSpec | None = None
+    #: The run's SecAgg+ graph (``None``: the complete graph over ``asked``).
+    graph: Sparse | None = None
+    #: The Shamir threshold t announced to the asked clients (``None``: no secure sum).
+    threshold: int | None = None
 
     @property
     def aborted(self) -> bool:
@@ -113,6 +118,14 @@ class UnmaskRequest:
     dropped: list[int]
     inboxes: Mapping[int, Mapping[int, bytes]]
     signatures: Mapping[int, bytes]
+    #: Whose signatures go to each survivor (SecAgg+: t of its neighbours'); ``None``: all.
+    forward: Mapping[int, Sequence[int]] | None = None
+
+    def signatures_for(self, survivor: int) -> dict[int, bytes]:
+        """The signatures sent to ``survivor`` with its unmask request."""
+        if self.forward is None:
+            return dict(self.signatures)
+        return {j: self.signatures[j] for j in self.forward[survivor]}
 
 
 class Transport(Protocol):
@@ -136,6 +149,10 @@ class Transport(Protocol):
     def key_book(self) -> tuple[Mapping[int, bytes], Mapping[int, bytes]]:
         """(public keys, verify keys) by client, as broadcast at the key exchange."""
         ...
+
+    # Optional: ``run_id`` (str), the public run id every client also holds. With it,
+    # the engine and the clients derive SecAgg+'s graph from it and the key book; a
+    # transport without one keeps the complete graph.
 
     def consistency(
         self, plan: RoundPlan, survivors: list[int], dropped: list[int]

@@ -19,6 +19,7 @@ aborted and releases nothing.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -94,8 +95,10 @@ class InProcessRuntime:
         Use the handler's ``answer_many`` (all clients in one call) when it
         has one; replies are bit-identical to per-client ``answer`` calls.
     secagg : SecAggConfig, optional
-        Secure aggregation's public parameters (the Shamir threshold rule;
-        default ``SecAggConfig()``: a strict majority of each round's participants).
+        Secure aggregation's public parameters (the Shamir threshold rule and SecAgg+'s
+        targets; default ``SecAggConfig()``: a strict majority of each round's
+        participants, or of each neighbourhood once K is large enough for the sparse
+        graph, :mod:`fedpriv.federation.secagg_topology`; participation 1 only).
     noise : DistributedNoise, optional
         Distributed noise (:mod:`fedpriv.privacy.distributed`): the clients add the
         noise inside secure aggregation. ``None`` (default): the server adds it. In
@@ -177,12 +180,15 @@ class InProcessRuntime:
         if self.noise is not None and ledger is not None:
             # client_key(run key, i) below: whoever holds the run key recomputes every share.
             ledger.mark_uncertified(DERIVED_KEYS_CAVEAT)
+        secagg = self.secagg  # SecAgg+'s sparse graph only when every client answers
+        if rho < 1.0 and secagg.sparse:
+            secagg = dataclasses.replace(secagg, sparse=False)
         transport = InProcessTransport(
             clients=self.clients,
             handler=self.handler,
             client_keys=[client_key(key, c.client_id) for c in self.clients],
             secure_aggregation=self.secure_aggregation,
-            secagg=self.secagg,
+            secagg=secagg,
             vectorised=self.vectorised,
             node_ledgers=self.node_ledgers,
             node_min_threshold=self.node_min_threshold,
@@ -194,7 +200,7 @@ class InProcessRuntime:
             participation=rho,
             dropout_rate=self.dropout_rate,
             secure_aggregation=self.secure_aggregation,
-            secagg=self.secagg,
+            secagg=secagg,
             scale=self.scale,
             communication=self.communication,  # a tally across runs, as before
             noise=self.noise,

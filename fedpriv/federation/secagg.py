@@ -7,13 +7,11 @@ pairwise masks are per round and a dropped client's are revealed by the survivor
 themselves, so pairwise secret keys are never secret-shared (and shares of the
 self-mask seeds travel with the masked input instead of in a ShareKeys round).
 
-Keys (once per run; :mod:`fedpriv.federation.secagg_keys`). Each client u draws an
-X25519 (RFC 7748) and an Ed25519 (RFC 8032) key pair from the OS CSPRNG and uploads
-pk_u and its verify key vk_u; the server broadcasts the key book {v: (pk_v, vk_v)},
-which every client *pins* (:meth:`SecAggClient.setup`). From the X25519 secret with
-each peer v it derives, by HKDF-SHA256 (RFC 5869), a mask key s_uv and directional
-share keys k_{u→v}, k_{v→u}. Any later message naming a key (public or verify) that
-differs from the pinned one, or a participant without a pinned key, is refused
+Keys (once per run; :mod:`fedpriv.federation.secagg_keys`). Each client u uploads an
+X25519 (RFC 7748) public key pk_u and an Ed25519 (RFC 8032) verify key vk_u and pins
+the key book {v: (pk_v, vk_v)} the server broadcasts (:meth:`SecAggClient.setup`); by
+HKDF-SHA256 of the X25519 secret with each peer v it derives a mask key s_uv and share
+keys k_{u→v}, k_{v→u}. A later message naming another key is refused
 (:class:`SecAggKeyError`).
 
 Round r, participants P (n = |P|), threshold t = :meth:`SecAggConfig.effective_threshold`
@@ -82,6 +80,16 @@ keys it forged, i.e. more colluders), unless the deployment's node authenticatio
 the OS CSPRNG, the deliberate exception to "all randomness from an injected numpy
 Generator": reproducibility is unaffected, since every mask cancels exactly and the
 sum depends on the inputs alone.
+
+Sparse graph (SecAgg+, Bell et al. CCS 2020; :mod:`fedpriv.federation.secagg_topology`).
+For a large K, P above becomes u's k neighbours N(u) in a random Harary graph every
+client derives from the run id and the pinned key book: keys, pair masks and the
+shares of b_u^r (t-of-(k + 1) within N(u) ∪ {u}) stay in the neighbourhood. Step 2
+also refuses an S not connected in the graph or leaving u fewer than t surviving
+neighbours, and u counts t of its neighbours' signatures; in step 3 u reveals only
+its surviving neighbours' shares and its masks with dropped neighbours. The argument
+holds per neighbourhood, 2t > k + c_u for c_u colluding neighbours, which the graph's
+(k, t) make fail with probability ≤ 2^-σ (⌊γK⌋ colluders, ⌊δK⌋ dropouts).
 """
 
 from __future__ import annotations
@@ -91,7 +99,6 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
 from fedpriv.federation import secagg_consistency as consistency
 from fedpriv.federation import shamir
@@ -106,11 +113,9 @@ from fedpriv.federation.secagg_common import (
     check_ids,
     check_u64,
     point,
-    self_mask,
-    share_ad,
     share_nonce,
 )
-from fedpriv.federation.secagg_keys import ClientKeys
+from fedpriv.federation.secagg_peers import PeerKeys
 from fedpriv.federation.secagg_server import SecAggServer
 
 __all__ = [
@@ -126,21 +131,21 @@ __all__ = [
     "sum_plain",
 ]
 
-_MASK_TAG = b"fpSA"  # nonce domain tag: pair-mask keystreams and nothing else
-
 
 def _slices(raw: bytes, size: int) -> list[bytes]:
     return [raw[k : k + size] for k in range(0, len(raw), size)]
 
 
-class SecAggClient(ClientKeys):
-    """One client's side: pinned keys (:class:`~fedpriv.federation.secagg_keys.
-    ClientKeys`), double masking, the signed survivor list, the unmask answer.
+class SecAggClient(PeerKeys):
+    """One client's side: pinned keys and peers (:class:`~fedpriv.federation.secagg_peers.
+    PeerKeys`), double masking, the signed survivor list, the unmask answer.
 
     ``private_key_bytes`` and ``signing_key_bytes`` (32 raw bytes each) are for
     tests; otherwise both keys come from the OS CSPRNG (module docstring).
     ``config`` fixes the threshold rule and this node's floor
-    (:meth:`SecAggConfig.effective_threshold`), which the server must announce.
+    (:meth:`SecAggConfig.effective_threshold`), which the server must announce,
+    and the targets of SecAgg+'s sparse graph, which the client derives itself
+    once :meth:`setup` is given the run id.
     """
 
     def __init__(
@@ -155,38 +160,11 @@ class SecAggClient(ClientKeys):
             client_id=client_id,
             private_key_bytes=private_key_bytes,
             signing_key_bytes=signing_key_bytes,
+            config=config,
         )
-        self.config = config or SecAggConfig()
         self._rounds: dict[int, ClientRound] = {}
         self._answered: set[int] = set()  # rounds whose unmask this client answered
         self._views: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # signed (S, D)
-
-    def check_threshold(self, participants: int, threshold: int | None) -> int:
-        """This node's t for ``participants``; ValueError if the announced ``threshold``
-        differs (in particular if a run setting tries to lower it below the node's floor)."""
-        t = self.config.effective_threshold(participants)
-        if threshold is not None and threshold != t:
-            raise ValueError(
-                f"threshold {threshold!r} announced for {participants} participants, but this "
-                f"client's rule {self.config} gives t = {t} (floor "
-                f"{self.config.floor(participants)} from min_threshold_fraction): refused"
-            )
-        return t
-
-    def _pair_masks(self, peers: Sequence[int], round_id: int, n: int) -> np.ndarray:
-        # m_ij^r = ChaCha20 keystream, i.e. algorithms.ChaCha20(s_ij, nonce) encrypting zeros
-        # with nonce = le32(block counter 1) ‖ tag ‖ le64(r). The AEAD yields exactly that
-        # keystream (RFC 8439 §2.8; the test checks it) and reuses its OpenSSL context, 2× faster
-        # per call; its 16-byte Poly1305 tag is dropped. The round id never enters the counter
-        # word, else round r+1's stream would be round r's shifted by one block. One row per
-        # peer, from one buffer: per-peer numpy calls cost more than the cipher.
-        nonce = _MASK_TAG + round_id.to_bytes(8, "little")
-        zeros = bytes(8 * n)
-        raw = b"".join([self._prgs[j].encrypt(nonce, zeros, None) for j in peers])
-        return np.frombuffer(raw, dtype="<u8").reshape(len(peers), n + 2)[:, :n]
-
-    def _self_mask(self, seed: np.ndarray, round_id: int, n: int) -> np.ndarray:
-        return self_mask(seed, round_id, n)
 
     def mask(
         self,
@@ -199,6 +177,7 @@ class SecAggClient(ClientKeys):
         public_keys: Mapping[int, bytes] | None = None,
         noise: np.ndarray | None = None,
         min_survivors: int | None = None,
+        neighbours: Sequence[int] | None = None,
     ) -> MaskedInput:
         """Step 1: y_u and the encrypted shares of a fresh b_u^r (module docstring).
 
@@ -211,17 +190,24 @@ class SecAggClient(ClientKeys):
 
         ``threshold``, if given (the server's announcement), must equal this
         client's :meth:`check_threshold`; ``public_keys``, if given, must
-        match the pinned ones. Once per round: two vectors under one mask reveal
-        their difference, so retry with a fresh round id.
+        match the pinned ones; ``neighbours`` (the server's announcement under the
+        sparse graph) must be the derived ones (:meth:`check_neighbourhood`), and
+        the participants every client of the run. Once per round: two vectors
+        under one mask reveal their difference, so retry with a fresh round id.
         """
         r = check_u64("round_id", round_id)
         peers = check_ids("participants", participants)
-        self.check_keys(peers, public_keys)
+        near = self.check_neighbourhood(neighbours)
+        holders = peers if near is None else self._graph.closed(self.client_id)
+        self.check_keys(holders, public_keys)
         if self.client_id not in peers or not 2 <= len(peers) <= codec.max_summands:
             raise ValueError(
                 f"participants must include client {self.client_id} and number in "
                 f"[2, {codec.max_summands}] (max_summands); got {list(peers)}"
             )
+        if near is not None and peers != self._graph.ids:
+            n = self._graph.graph.size
+            raise ValueError(f"a sparse-graph round asks every client ({n}); got {len(peers)}")
         t = self.check_threshold(len(peers), threshold)
         m = 0 if min_survivors is None else check_u64("min_survivors", min_survivors)
         if m > len(peers):
@@ -240,24 +226,26 @@ class SecAggClient(ClientKeys):
                 )
             out += share.view(np.uint64)  # two's complement: addition mod 2^64
         seed = shamir.draw_seed()  # b_u^r: OS CSPRNG, fresh every round
-        # All limbs at once: row k is the share for peers[k], one 40-byte slice of ``raw``.
-        raw = shamir.to_bytes(shamir.split(seed, xs=[point(j) for j in peers], threshold=t))
-        share = dict(zip(peers, _slices(raw, shamir.SHARE_BYTES), strict=True))
+        # All limbs at once: row k is the share for holders[k], one 40-byte slice of ``raw``.
+        if near is None:
+            xs = [point(j) for j in holders]
+        else:  # ranks in its closed neighbourhood, in holder order: 1..k + 1
+            xs = list(self._graph.points(self.client_id).values())
+        raw = shamir.to_bytes(shamir.split(seed, xs=xs, threshold=t))
+        share = dict(zip(holders, _slices(raw, shamir.SHARE_BYTES), strict=True))
         out += self._self_mask(seed, r, out.size)
-        up = [j for j in peers if j > self.client_id]
-        down = [j for j in peers if j < self.client_id]
+        up = [j for j in holders if j > self.client_id]
+        down = [j for j in holders if j < self.client_id]
         masks = self._pair_masks(up + down, r, out.size)
         # uint64 sums wrap mod 2^64, which is the ring's addition.
         out += masks[: len(up)].sum(axis=0, dtype=np.uint64)
         out -= masks[len(up) :].sum(axis=0, dtype=np.uint64)
+        nonce, u, rb = share_nonce(r), self.client_id, r.to_bytes(8, "big")
+        aeads, ads = self._aeads, self._ads  # AD: share_ad(u, j, r), its prefix kept per j
         sealed = {
-            j: ChaCha20Poly1305(self._keys[j][1]).encrypt(
-                share_nonce(r), share[j], share_ad(self.client_id, j, r)
-            )
-            for j in peers
-            if j != self.client_id
+            j: aeads[j][1].encrypt(nonce, share[j], ads[j][0] + rb) for j in holders if j != u
         }
-        self._rounds[r] = ClientRound(frozenset(peers), out.size, t, share[self.client_id], m)
+        self._rounds[r] = ClientRound(frozenset(holders), out.size, t, share[u], m)
         return MaskedInput(vector=out, shares=sealed, round_id=r)
 
     def _view(self, r: int, survivors: Sequence[int], dropped: Sequence[int]):
@@ -265,15 +253,18 @@ class SecAggClient(ClientKeys):
         if r not in self._rounds:
             raise ValueError(f"client {self.client_id} never masked for round {r}")
         rnd = self._rounds[r]
+        signed = self._views.get(r)
+        if signed is not None and signed == (tuple(sorted(survivors)), tuple(sorted(dropped))):
+            return rnd, signed  # the very list it checked and signed: checked already
+        everyone = rnd.peers if self._graph is None else self._graph.id_set
         view = consistency.check_view(
-            client_id=self.client_id, round_id=r, peers=rnd.peers, threshold=rnd.threshold,
+            client_id=self.client_id, round_id=r, peers=everyone, threshold=rnd.threshold,
             min_survivors=rnd.min_survivors, survivors=survivors, dropped=dropped,
+            graph=self._graph,
         )  # fmt: skip
         if self._views.get(r, view) != view:
-            raise ValueError(
-                f"client {self.client_id} already signed another survivor list for round {r} "
-                f"(S {list(self._views[r][0])}, D {list(self._views[r][1])}): refused"
-            )
+            why = f"already signed another survivor list for round {r}: refused"
+            raise ValueError(f"client {self.client_id} {why}")
         return rnd, view
 
     def sign_survivors(
@@ -284,7 +275,8 @@ class SecAggClient(ClientKeys):
         One list per round: the same list again gets the same signature, any other
         is refused; so are lists this client would not unmask (:func:`~fedpriv.
         federation.secagg_consistency.check_view`: disjoint, splitting the round's
-        participants, this client in S, |S| ≥ t and |S| ≥ m).
+        participants, this client in S, |S| ≥ t and |S| ≥ m; under the sparse graph
+        S connected and t of its neighbours in S).
         """
         r = check_u64("round_id", round_id)
         _, view = self._view(r, survivors, dropped)
@@ -302,16 +294,18 @@ class SecAggClient(ClientKeys):
         signatures: Mapping[int, bytes] | None,
         public_keys: Mapping[int, bytes] | None = None,
     ) -> UnmaskAnswer:
-        """Step 2: shares of b_w^r for every survivor w, pair masks with every dropped v.
+        """Step 2: shares of b_w^r for every survivor w, pair masks with every dropped v
+        (under the sparse graph: its neighbours among them, and itself).
 
         ``inbox[w]`` is survivor w's encrypted share for this client;
         ``signatures[j]`` is survivor j's :meth:`sign_survivors` signature on this
         very (S, D). Answers once per round, only for a round this client masked,
         only if ``survivors`` and ``dropped`` pass :meth:`sign_survivors`'s checks,
         are the list this client signed (if it signed one), and at least t distinct
-        survivors signed them under their pinned keys. Whether a peer really dropped
-        cannot be checked here; that every honest survivor was shown the same list
-        can (module docstring).
+        survivors signed them under their pinned keys (under the sparse graph, t of
+        its own neighbours: it verifies O(k) signatures). Whether a peer really
+        dropped cannot be checked here; that every honest survivor was shown the
+        same list can (module docstring).
         """
         r = check_u64("round_id", round_id)
         if r in self._answered:
@@ -323,23 +317,25 @@ class SecAggClient(ClientKeys):
         self.check_keys(rnd.peers, public_keys)
         if check_u64("n", n) != rnd.size:
             raise ValueError(f"n must equal the round-{r} vector length {rnd.size}; got {n}")
-        senders = set(live) - {self.client_id}
+        senders = rnd.peers.intersection(live) - {self.client_id}
         if set(inbox) != senders:
             raise ValueError(
-                f"inbox must hold one encrypted share from each other survivor "
+                f"inbox must hold one encrypted share from each other survivor holding one "
                 f"{sorted(senders)}; got {sorted(inbox)}"
             )
+        sparse = self._graph is not None
+        members = sorted(senders) if sparse else live  # the sparse graph: neighbours only
         consistency.check_signatures(
             message=consistency.view_message(self._digest, r, live, gone), signatures=signatures,
-            keys=self._vkeys, survivors=live, threshold=rnd.threshold, round_id=r,
-            known=[self.client_id] if r in self._views else [],  # it signed this very list
+            keys={j: self._verify_key(j) for j in members}, survivors=members,
+            threshold=rnd.threshold, round_id=r,
+            known=[self.client_id] if r in self._views and not sparse else [],  # signed it
         )  # fmt: skip
         shares = {self.client_id: rnd.own_share}
+        nonce, rb, aeads, ads = share_nonce(r), r.to_bytes(8, "big"), self._aeads, self._ads
         for w in sorted(senders):
-            try:
-                plain = ChaCha20Poly1305(self._keys[w][2]).decrypt(
-                    share_nonce(r), bytes(inbox[w]), share_ad(w, self.client_id, r)
-                )
+            try:  # AD: share_ad(w, u, r)
+                plain = aeads[w][2].decrypt(nonce, bytes(inbox[w]), ads[w][1] + rb)
             except InvalidTag:
                 raise ValueError(
                     f"the share from client {w} for round {r} failed authentication"
@@ -349,12 +345,13 @@ class SecAggClient(ClientKeys):
         self._answered.add(r)
         self._views[r] = (live, gone)
         rnd.own_share = None
-        masks = dict(zip(gone, self._pair_masks(gone, r, rnd.size).astype(np.uint64), strict=True))
+        lost = sorted(rnd.peers.intersection(gone))
+        masks = dict(zip(lost, self._pair_masks(lost, r, rnd.size).astype(np.uint64), strict=True))
         signed = {j: m if j > self.client_id else np.negative(m) for j, m in masks.items()}
         return UnmaskAnswer(shares=shares, masks=signed)
 
     def export_state(self) -> tuple[bytes, str]:
-        """Private key, signing key, pinned key book and round bookkeeping, for
+        """Private key, signing key, pinned key book, run id and round bookkeeping, for
         stateless runtimes.
 
         A Flower client is rebuilt from its node state for every message; the
@@ -362,11 +359,12 @@ class SecAggClient(ClientKeys):
         unmask answer) must survive that, so they travel with the key. The signing
         key, derived pair keys and this client's own share of each unanswered
         round's seed travel too: they are as secret as the private key and live in
-        the same node-local state.
+        the same node-local state. The graph is derived again from the run id.
         """
         rounds = {str(r): x.state() for r, x in self._rounds.items()}
         views = {str(r): [list(s), list(d)] for r, (s, d) in self._views.items()}
         state = {"rounds": rounds, "answered": sorted(self._answered), "views": views}
+        state["run"] = self._run_id
         return self._sk.private_bytes_raw(), json.dumps({**state, **self._keys_state()})
 
     @classmethod
@@ -378,7 +376,8 @@ class SecAggClient(ClientKeys):
         book: str,
         config: SecAggConfig | None = None,
     ) -> SecAggClient:
-        """Rebuild a client from :meth:`export_state`, with its pinned key book."""
+        """Rebuild a client from :meth:`export_state`, with its pinned key book (and,
+        given its run id, the graph it derives from them under ``config``)."""
         data = json.loads(book) if book else {}
         client = cls(
             client_id=client_id,
@@ -391,5 +390,6 @@ class SecAggClient(ClientKeys):
         client._views = {
             int(r): (tuple(s), tuple(d)) for r, (s, d) in data.get("views", {}).items()
         }
+        client._run_id = data.get("run")
         client._load_keys(data)
         return client

@@ -8,8 +8,10 @@ both need, so neither imports the other.
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from cryptography.hazmat.primitives import hashes
@@ -17,6 +19,7 @@ from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from fedpriv.federation import shamir
+from fedpriv.federation.secagg_graph import GraphParameters, choose_parameters
 from fedpriv.validation import check_count
 
 _SELF_TAG = b"fpSM"  # nonce domain tag: self-mask keystreams and nothing else
@@ -24,6 +27,9 @@ _SHARE_TAG = b"fpSS"  # nonce domain tag: encrypted shares
 _SEED_INFO = b"fedpriv-secagg-self-mask"  # HKDF info: the self-mask key of a seed
 #: Node-config key of a node's own Shamir threshold floor (:class:`SecAggConfig`).
 MIN_THRESHOLD_KEY = "secagg-min-threshold"
+#: Node-config keys of a node's own floors on the sparse graph's targets γ and σ.
+MIN_COLLUSION_KEY = "secagg-min-collusion"
+MIN_SIGMA_KEY = "secagg-min-sigma"
 
 
 class SecAggAbort(RuntimeError):
@@ -55,11 +61,35 @@ class SecAggConfig:
         it: :meth:`effective_threshold` is what the protocol uses. A majority at
         least is what makes the consistency round sound: two different survivor
         lists cannot each collect t signatures when every honest client signs one
-        list per round and 2t > n.
+        list per round and 2t > n. Under the sparse graph, n is the neighbourhood's
+        size k (:meth:`neighbourhood_threshold`).
+    collusion, dropout : float
+        In [0, 1): γ and δ, the fractions of the run's K clients assumed colluding with
+        the server and dropping out (run settings ``secagg-collusion``,
+        ``secagg-dropout``), for which SecAgg+'s sparse graph is sized
+        (:mod:`fedpriv.federation.secagg_graph`).
+    sigma, eta : float
+        In (0, 1000): the graph's security failure ≤ 2^-σ and correctness failure
+        ≤ 2^-η (``secagg-sigma``, ``secagg-eta``).
+    sparse : bool
+        Whether the run may use the sparse graph (:meth:`graph_parameters`); a run
+        with participation below 1 keeps the complete graph
+        (:mod:`fedpriv.federation.secagg_topology`).
+    min_collusion, min_sigma : float
+        The node's own floors on γ and σ (node-config ``secagg-min-collusion``,
+        ``secagg-min-sigma``; default 0): it refuses a run whose targets are weaker
+        (:meth:`check_node_targets`).
     """
 
     threshold_fraction: float = 0.5
     min_threshold_fraction: float = 0.5
+    collusion: float = 0.1
+    dropout: float = 0.1
+    sigma: float = 40.0
+    eta: float = 20.0
+    sparse: bool = True
+    min_collusion: float = 0.0
+    min_sigma: float = 0.0
 
     def __post_init__(self) -> None:
         f = self.threshold_fraction
@@ -70,6 +100,27 @@ class SecAggConfig:
             raise ValueError(
                 f"min_threshold_fraction (secagg-min-threshold) must lie in [0.5, 1]; got {g!r}"
             )
+        for name, v, hi in (
+            ("collusion", self.collusion, 1.0),
+            ("dropout", self.dropout, 1.0),
+            ("min_collusion", self.min_collusion, 1.0),
+        ):
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 <= v < hi:
+                raise ValueError(f"{name} must lie in [0, 1); got {v!r}")
+        for name, v, lo in (("sigma", self.sigma, 0.0), ("eta", self.eta, 0.0),
+                            ("min_sigma", self.min_sigma, -1.0)):  # fmt: skip
+            if isinstance(v, bool) or not isinstance(v, int | float) or not lo < v < 1000:
+                raise ValueError(f"{name} must lie in ({max(lo, 0):g}, 1000); got {v!r}")
+
+    @classmethod
+    def of_run(cls, settings, **node: float) -> SecAggConfig:
+        """A run's parameters from its :class:`~fedpriv.federation.settings.RunSettings`
+        (the sparse graph only at participation 1), with a node's own floors ``node``."""
+        return cls(
+            threshold_fraction=settings.secagg_threshold, collusion=settings.secagg_collusion,
+            dropout=settings.secagg_dropout, sigma=settings.secagg_sigma,
+            eta=settings.secagg_eta, sparse=settings.participation >= 1.0, **node,
+        )  # fmt: skip
 
     def threshold(self, n: int) -> int:
         """The run's rule for ``n`` ≥ 2 participants: max(2, ⌊threshold_fraction·n⌋ + 1)."""
@@ -85,16 +136,71 @@ class SecAggConfig:
         """t = max(:meth:`floor`, :meth:`threshold`): the run may raise t, never lower it."""
         return max(self.floor(n), self.threshold(n))
 
+    def graph_parameters(self, num_nodes: int) -> GraphParameters | None:
+        """SecAgg+'s degree and threshold for the run's K = ``num_nodes`` clients, or
+        ``None``: the complete graph (not :attr:`sparse`; ⌊γK⌋ or ⌊δK⌋ is 0, so the
+        graph's analysis would cover no colluder or no dropout; or no sparser degree
+        meets the targets)."""
+        if not self.sparse:
+            return None
+        return _graph_parameters(num_nodes, self.collusion, self.dropout, self.sigma, self.eta)
+
+    def neighbourhood_threshold(self, params: GraphParameters) -> int:
+        """t within a neighbourhood of k: the graph's t, raised by the run's rule and the
+        node's floor over k (:meth:`effective_threshold`), never lowered."""
+        return max(params.threshold, self.effective_threshold(params.degree))
+
+    def check_node_targets(self) -> None:
+        """ValueError if the run's γ or σ is below the node's own floor."""
+        for key, run, floor, what in (
+            (MIN_COLLUSION_KEY, self.collusion, self.min_collusion, "secagg-collusion γ"),
+            (MIN_SIGMA_KEY, self.sigma, self.min_sigma, "secagg-sigma σ"),
+        ):
+            if run < floor:
+                raise ValueError(
+                    f"the run's {what} = {run:g} is below this node's {key} = {floor:g}: refused"
+                )
+
+
+@lru_cache(maxsize=64)
+def _graph_parameters(
+    n: int, gamma: float, delta: float, sigma: float, eta: float
+) -> GraphParameters | None:
+    if n < 3:
+        return None
+    try:
+        p = choose_parameters(
+            n, corrupt_fraction=gamma, dropout_fraction=delta, sigma=sigma, eta=eta
+        )
+    except ValueError:  # not even the complete graph meets the targets: Bonawitz's protocol
+        return None
+    if p.corrupt < 1 or p.dropouts < 1 or p.degree >= n - 1:
+        return None
+    return p
+
 
 def node_config_floor(node_config: Mapping[str, object]) -> float:
     """The node-config key ``secagg-min-threshold`` as a fraction in [0.5, 1] (default 0.5)."""
-    raw = node_config.get(MIN_THRESHOLD_KEY, 0.5)
+    return _node_number(node_config, MIN_THRESHOLD_KEY, 0.5, 0.5, 1.0, "[0.5, 1]")
+
+
+def node_config_targets(node_config: Mapping[str, object]) -> dict[str, float]:
+    """The node's floors on the graph's targets: ``secagg-min-collusion`` in [0, 1) and
+    ``secagg-min-sigma`` in [0, 1000) (default 0 each), as :class:`SecAggConfig` fields."""
+    return {
+        "min_collusion": _node_number(node_config, MIN_COLLUSION_KEY, 0.0, 0.0, 1.0, "[0, 1)"),
+        "min_sigma": _node_number(node_config, MIN_SIGMA_KEY, 0.0, 0.0, 1000.0, "[0, 1000)"),
+    }
+
+
+def _node_number(config: Mapping[str, object], key: str, default, lo, hi, shown) -> float:
+    raw = config.get(key, default)
     try:
         g = float(raw)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise ValueError(f"{MIN_THRESHOLD_KEY} must be a number in [0.5, 1]; got {raw!r}") from None
-    if not 0.5 <= g <= 1.0:
-        raise ValueError(f"{MIN_THRESHOLD_KEY} must lie in [0.5, 1]; got {raw!r}")
+        raise ValueError(f"{key} must be a number in {shown}; got {raw!r}") from None
+    if not (lo <= g <= hi if shown.endswith("]") else lo <= g < hi):
+        raise ValueError(f"{key} must lie in {shown}; got {raw!r}")
     return g
 
 
@@ -162,8 +268,9 @@ def check_u64(name: str, value: object) -> int:
 def check_ids(name: str, ids: Iterable[object]) -> tuple[int, ...]:
     """Distinct client ids, sorted."""
     out = tuple(ids)
-    # Fast path for plain ints: the full check's abc isinstance costs more than a round's maths.
-    if not all(type(i) is int and 0 <= i < 2**64 for i in out):
+    # Fast path for plain ints (type, min and max in C): the full check's abc isinstance
+    # costs more than a round's maths, and a survivor list holds K ids.
+    if out and not (set(map(type, out)) == {int} and min(out) >= 0 and max(out) < 2**64):
         out = tuple(check_u64(f"{name} id", i) for i in out)
     if len(set(out)) != len(out):
         raise ValueError(f"{name} must be distinct client ids; got {list(out)}")
@@ -198,8 +305,16 @@ def share_nonce(round_id: int) -> bytes:
 
 def share_ad(sender: int, recipient: int, round_id: int) -> bytes:
     """Associated data of a share ciphertext: the server cannot move it to another
-    sender, recipient or round without failing authentication."""
-    return _SHARE_TAG + b"".join(v.to_bytes(8, "big") for v in (sender, recipient, round_id))
+    sender, recipient or round without failing authentication (tag ‖ three be64)."""
+    return share_ad_prefix(sender, recipient) + round_id.to_bytes(8, "big")
+
+
+def share_ad_prefix(sender: int, recipient: int) -> bytes:
+    """:func:`share_ad` without its round: fixed per pair, so computed once per run."""
+    return _AD_PREFIX.pack(_SHARE_TAG, sender, recipient)
+
+
+_AD_PREFIX = struct.Struct(">4s2Q")
 
 
 def keystream(aead: ChaCha20Poly1305, tag: bytes, round_id: int, n: int) -> np.ndarray:

@@ -14,11 +14,28 @@ survivors is caught before anything is revealed.
 The signed bytes bind the run by the digest of the pinned key book (every X25519
 and Ed25519 key with its client id): a signature from another run, or under a
 key book that differs from the verifier's, never verifies.
+
+Under SecAgg+'s sparse graph (:mod:`fedpriv.federation.secagg_topology`) the list
+signed is still the whole (S, D), but a client counts only its own neighbours'
+signatures: t of them, so it verifies O(k) signatures, not O(K). It also refuses a
+list whose survivors are not connected in the graph or leave it fewer than t
+surviving neighbours. Two lists cannot both collect t signatures within one
+neighbourhood when 2t > k + c_u (c_u of its k neighbours colluding): the bound
+:func:`~fedpriv.federation.secagg_graph.choose_parameters` holds against a
+semi-malicious server.
+
+Verification. Ed25519 verification is deterministic, so :func:`valid_signers`
+remembers every (verify key, signature, message) it accepted (a bounded memo of
+exact inputs, never of a key alone): a process holding many parties (the in-process
+runtime, where the server and every client check the same survivors' signatures)
+verifies each distinct signature once. A deployed node is its own process and
+verifies its t neighbours itself.
 """
 
 from __future__ import annotations
 
 import hashlib
+import struct
 from collections.abc import Mapping, Sequence
 
 from cryptography.exceptions import InvalidSignature
@@ -31,6 +48,8 @@ SIGNATURE_BYTES = 64
 VERIFY_KEY_BYTES = 32
 _BOOK_TAG = b"fpKB"  # domain tag of the key book digest
 _VIEW_TAG = b"fpSC"  # domain tag of a signed survivor list
+_MEMO_SIZE = 1 << 15  # accepted (key, signature, message) triples remembered
+_accepted: dict[tuple[bytes, bytes, bytes], None] = {}  # insertion-ordered: oldest first
 
 
 def _le64(v: int) -> bytes:
@@ -56,9 +75,14 @@ def view_message(
     """The canonical bytes a survivor signs: tag ‖ digest ‖ le64(r) ‖ |S| ‖ S ‖ |D| ‖ D
     (ids sorted, each le64), so one (run, r, S, D) has exactly one encoding."""
     live, gone = sorted(survivors), sorted(dropped)
-    parts = [_VIEW_TAG, bytes(digest), _le64(round_id), _le64(len(live))]
-    parts += [_le64(j) for j in live] + [_le64(len(gone))] + [_le64(j) for j in gone]
-    return b"".join(parts)
+    return b"".join(
+        [
+            _VIEW_TAG,
+            bytes(digest),
+            struct.pack(f"<{len(live) + 2}Q", round_id, len(live), *live),
+            struct.pack(f"<{len(gone) + 1}Q", len(gone), *gone),
+        ]
+    )
 
 
 def view_nbytes(survivors: int, dropped: int) -> int:
@@ -78,13 +102,14 @@ def verify_key(client_id: int, raw: bytes) -> Ed25519PublicKey:
 def valid_signers(
     message: bytes,
     signatures: Mapping[int, bytes],
-    keys: Mapping[int, Ed25519PublicKey],
+    keys: Mapping[int, bytes | Ed25519PublicKey],
     members: Sequence[int],
     need: int | None = None,
 ) -> list[int]:
-    """The distinct ``members`` whose signature on ``message`` verifies under their key,
-    in id order; with ``need``, only the first ``need`` of them (verification is the cost
-    of the round: an Ed25519 verification costs about four signatures)."""
+    """The distinct ``members`` whose signature on ``message`` verifies under their key
+    (raw 32 bytes or a key object), in id order; with ``need``, only the first ``need``
+    of them (verification is the cost of the round: an Ed25519 verification costs
+    about two signatures)."""
     ok: list[int] = []
     for j in sorted(set(signatures) & set(members) & set(keys)):
         if need is not None and len(ok) >= need:
@@ -92,12 +117,27 @@ def valid_signers(
         sig = signatures[j]
         if not isinstance(sig, bytes | bytearray) or len(sig) != SIGNATURE_BYTES:
             continue
-        try:
-            keys[j].verify(bytes(sig), message)
-        except InvalidSignature:
-            continue
-        ok.append(j)
+        if _verifies(keys[j], bytes(sig), message):
+            ok.append(j)
     return ok
+
+
+def _verifies(key: bytes | Ed25519PublicKey, sig: bytes, message: bytes) -> bool:
+    """Whether ``sig`` verifies on ``message`` under ``key``: a deterministic function of
+    the three, so an accepted triple is remembered (module docstring)."""
+    raw = key if isinstance(key, bytes) else key.public_bytes_raw()
+    memo = (raw, sig, message)
+    if memo in _accepted:
+        return True
+    try:
+        obj = key if not isinstance(key, bytes) else Ed25519PublicKey.from_public_bytes(key)
+        obj.verify(sig, message)
+    except (InvalidSignature, ValueError):  # ValueError: 32 bytes that encode no point
+        return False
+    if len(_accepted) >= _MEMO_SIZE:
+        del _accepted[next(iter(_accepted))]
+    _accepted[memo] = None
+    return True
 
 
 def check_signatures(
@@ -138,26 +178,34 @@ def check_view(
     min_survivors: int,
     survivors: Sequence[int],
     dropped: Sequence[int],
+    graph=None,
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(S, D) sorted, if they may be signed or unmasked by ``client_id``; else ValueError.
 
-    S and D must be disjoint, split the round's participants, keep the client in
-    S and leave at least t survivors and at least the round's survivors bound m
-    (the m = n − f its noise share was sized for; 0 under central noise).
+    S and D must be disjoint, split the round's participants ``peers``, keep the
+    client in S and leave at least t survivors and at least the round's survivors
+    bound m (the m = n − f its noise share was sized for; 0 under central noise).
+    Under the sparse graph ``graph`` (a :class:`~fedpriv.federation.secagg_topology.
+    Sparse`), t counts the client's surviving neighbours, and S must be connected.
     """
     r = round_id
     live, gone = check_ids("survivors", survivors), check_ids("dropped", dropped)
-    if both := sorted(set(live) & set(gone)):
+    if both := sorted(set(live).intersection(gone)):
         raise ValueError(
             f"clients {both} are listed both as survivors and as dropped in round {r}: "
             "refused (their self-mask seed and pair masks together would unmask them)"
         )
-    if set(live) | set(gone) != peers or client_id not in live:
+    # Disjoint, so they split the participants iff the counts add up and both lie within.
+    split = len(live) + len(gone) == len(peers) and peers.issuperset(live)
+    if not (split and peers.issuperset(gone)) or client_id not in live:
         raise ValueError(
             f"survivors {list(live)} and dropped {list(gone)} must split the round-{r} "
             f"participants {sorted(peers)}, with client {client_id} a survivor"
         )
-    if len(live) < threshold:
+    if graph is not None:
+        if why := graph.own_problem(client_id, live):
+            raise ValueError(f"round {r}: {why}: refused")
+    elif len(live) < threshold:
         raise ValueError(f"{len(live)} survivors < threshold t = {threshold} in round {r}: refused")
     if len(live) < min_survivors:
         raise ValueError(

@@ -169,11 +169,13 @@ def harary_graph(client_ids: Iterable[int], degree: int, seed: bytes) -> Communi
     return CommunicationGraph(ids=ids, degree=k, ring=ring, position=position)
 
 
-def _index(graph: CommunicationGraph, u: int) -> int:
-    i = int(np.searchsorted(graph.ids, np.uint64(u)))
-    if i >= graph.size or int(graph.ids[i]) != u:
-        raise KeyError(f"client {u} is not a node of the communication graph")
-    return i
+def _indices(graph: CommunicationGraph, us: Iterable[int]) -> np.ndarray:
+    """Positions in ``graph.ids`` of clients ``us`` (one searchsorted), or KeyError."""
+    want = np.array(us if isinstance(us, list | tuple) else list(us), dtype=np.uint64)
+    idx = np.minimum(np.searchsorted(graph.ids, want), graph.size - 1)
+    if (bad := graph.ids[idx] != want).any():
+        raise KeyError(f"client {int(want[bad][0])} is not a node of the communication graph")
+    return idx
 
 
 def _offsets(graph: CommunicationGraph) -> np.ndarray:
@@ -186,7 +188,7 @@ def _offsets(graph: CommunicationGraph) -> np.ndarray:
 
 def neighbours(graph: CommunicationGraph, u: int) -> tuple[int, ...]:
     """Client ``u``'s k neighbours, sorted: those within k/2 of it on the ring."""
-    near = graph.ring[(graph.position[_index(graph, u)] + _offsets(graph)) % graph.size]
+    near = graph.ring[(graph.position[_indices(graph, [u])[0]] + _offsets(graph)) % graph.size]
     return tuple(np.sort(graph.ids[near]).tolist())
 
 
@@ -235,7 +237,7 @@ def survivors_connected(graph: CommunicationGraph, survivors: Iterable[int]) -> 
     """Whether G restricted to ``survivors`` is connected, in O(K): on H(K, k) a set is
     connected iff at most one cyclic gap between its consecutive ring positions exceeds
     k/2 (an edge spans at most k/2 positions)."""
-    idx = [_index(graph, int(v)) for v in survivors]
+    idx = _indices(graph, survivors)
     if len(idx) <= 1 or graph.complete:
         return True
     pos = np.sort(graph.position[idx])

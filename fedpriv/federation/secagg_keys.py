@@ -4,34 +4,38 @@ Each client draws an X25519 key pair (RFC 7748; key agreement) and an Ed25519 ke
 pair (RFC 8032; the consistency round's signatures) from the OS CSPRNG, uploads
 both public halves at the key exchange and *pins* the key book {client id:
 (public key, verify key)} the server broadcasts back (:meth:`ClientKeys.setup`).
-From the X25519 secret with each peer v it derives, by HKDF-SHA256 (RFC 5869), a
-mask key s_uv and directional share keys k_{u→v}, k_{v→u}. Any later message naming
-a key that differs from the pinned one, or a participant without a pinned key, is
-refused (:class:`~fedpriv.federation.secagg_common.SecAggKeyError`). The protocol
-itself is in :mod:`fedpriv.federation.secagg`.
+From the X25519 secret with each peer v it derives, by one HKDF-SHA256 (RFC 5869)
+of 96 bytes with info (label, min(u, v), max(u, v)), the mask key s_uv (its first 32
+bytes: what a 32-byte HKDF with that info gives) and the directional share keys
+k_{min→max}, k_{max→min}. Peers are every other client of the key book, or, under
+SecAgg+'s sparse graph, only the client's k neighbours
+(:mod:`fedpriv.federation.secagg_topology`): O(k) key agreements per client, once per
+run. Any later message naming a key that differs from the pinned one, or a
+participant without a pinned key, is refused
+(:class:`~fedpriv.federation.secagg_common.SecAggKeyError`). The protocol itself is
+in :mod:`fedpriv.federation.secagg`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from fedpriv.federation import secagg_consistency as consistency
-from fedpriv.federation.secagg_common import SecAggKeyError, check_u64
+from fedpriv.federation.secagg_common import SecAggKeyError, check_u64, share_ad_prefix
 
-_HKDF_INFO = b"fedpriv-secagg"  # pair mask key s_uv (unordered pair)
-_HKDF_SHARE_INFO = b"fedpriv-secagg-share"  # share key k_{u→v} (ordered pair)
+_HKDF_INFO = b"fedpriv-secagg"  # s_uv ‖ k_{lo→hi} ‖ k_{hi→lo} of the unordered pair
 
 
-def _hkdf(shared: bytes, label: bytes, a: int, b: int) -> bytes:
-    info = label + a.to_bytes(8, "big") + b.to_bytes(8, "big")
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(shared)
+def _hkdf(shared: bytes, lo: int, hi: int) -> bytes:
+    info = _HKDF_INFO + lo.to_bytes(8, "big") + hi.to_bytes(8, "big")
+    return HKDF(algorithm=hashes.SHA256(), length=96, salt=None, info=info).derive(shared)
 
 
 class ClientKeys:
@@ -59,10 +63,11 @@ class ClientKeys:
             self._signer = Ed25519PrivateKey.from_private_bytes(bytes(signing_key_bytes))
         self._pinned: dict[int, bytes] | None = None  # the key book, pinned at setup()
         self._vpinned: dict[int, bytes] = {}  # the verify keys, pinned with it
-        self._vkeys: dict[int, Ed25519PublicKey] = {}
         self._digest = b""  # the pinned key book's digest: binds signatures to this run
         self._keys: dict[int, tuple[bytes, bytes, bytes]] = {}  # peer -> (s, k_out, k_in)
-        self._prgs: dict[int, ChaCha20Poly1305] = {}
+        # peer -> the AEADs of (s, k_out, k_in): built once, reused every round.
+        self._aeads: dict[int, tuple[ChaCha20Poly1305, ...]] = {}
+        self._ads: dict[int, tuple[bytes, bytes]] = {}  # peer -> share AD prefixes (out, in)
 
     @property
     def public_key(self) -> bytes:
@@ -84,9 +89,14 @@ class ClientKeys:
         """The verify keys pinned by :meth:`setup` (``None`` before it)."""
         return None if self._pinned is None else dict(self._vpinned)
 
+    def _peers_for(self, book: Mapping[int, bytes], digest: bytes) -> Iterable[int]:
+        """The clients this one agrees pair keys with, once the book is pinned: every
+        other client (a subclass restricts them to its graph neighbours)."""
+        return [j for j in book if j != self.client_id]
+
     def setup(self, public_keys: Mapping[int, bytes], *, verify_keys: Mapping[int, bytes]) -> None:
         """Pin the key book {client id: public key} with the verify keys {client id:
-        verify key} and derive the pair keys; once per run."""
+        verify key} and derive the pair keys with :meth:`_peers_for`; once per run."""
         if self._pinned is not None:
             raise RuntimeError("setup() already ran; the key book is pinned once per run")
         book = {check_u64("client id", j): bytes(pk) for j, pk in public_keys.items()}
@@ -99,21 +109,29 @@ class ClientKeys:
                     f"(or missing); listed ids {sorted(listed)}"
                 )
         digest = consistency.book_digest(book, vbook)  # refuses ids without a verify key
-        vkeys = {j: consistency.verify_key(j, vk) for j, vk in vbook.items()}
-        for j, pk in book.items():
-            if j != self.client_id:
-                self._derive(j, pk)
-        self._pinned, self._vpinned, self._vkeys, self._digest = book, vbook, vkeys, digest
+        for j, vk in vbook.items():  # 32 bytes each; a point that is none fails to verify
+            if len(vk) != consistency.VERIFY_KEY_BYTES:
+                raise ValueError(f"verify key of client {j} must be 32 bytes; got {len(vk)}")
+        self._pinned, self._vpinned, self._digest = book, vbook, digest
+        for j in self._peers_for(book, digest):
+            self._derive(j, book[j])
+
+    def _verify_key(self, j: int) -> bytes:
+        """Client j's pinned verify key, raw (verified with by the consistency round)."""
+        return self._vpinned[j]
 
     def _derive(self, j: int, pk: bytes) -> None:
         shared = self._sk.exchange(X25519PublicKey.from_public_bytes(pk))
         lo, hi = sorted((self.client_id, j))
-        self._keys[j] = (
-            _hkdf(shared, _HKDF_INFO, lo, hi),
-            _hkdf(shared, _HKDF_SHARE_INFO, self.client_id, j),
-            _hkdf(shared, _HKDF_SHARE_INFO, j, self.client_id),
-        )
-        self._prgs[j] = ChaCha20Poly1305(self._keys[j][0])
+        okm = _hkdf(shared, lo, hi)
+        s, k_up, k_down = okm[:32], okm[32:64], okm[64:]
+        self._set_keys(j, (s, k_up, k_down) if self.client_id == lo else (s, k_down, k_up))
+
+    def _set_keys(self, j: int, keys: tuple[bytes, bytes, bytes]) -> None:
+        self._keys[j] = keys
+        self._aeads[j] = tuple(ChaCha20Poly1305(k) for k in keys)
+        # The associated data of shares to and from j, but for the round (share_ad).
+        self._ads[j] = (share_ad_prefix(self.client_id, j), share_ad_prefix(j, self.client_id))
 
     def check_keys(
         self,
@@ -133,7 +151,7 @@ class ClientKeys:
             raise SecAggKeyError(
                 f"client {self.client_id} has no pinned key book: setup() never ran"
             )
-        if unknown := sorted(set(peers) - set(self._pinned)):
+        if unknown := sorted(j for j in peers if j not in self._pinned):  # O(peers), not O(K)
             raise SecAggKeyError(f"participants {unknown} have no key pinned at the key exchange")
         for what, given, pinned in (
             ("public", public_keys, self._pinned),
@@ -162,14 +180,10 @@ class ClientKeys:
             return
         self._pinned = {int(j): bytes.fromhex(k) for j, k in pinned.items()}
         self._vpinned = {int(j): bytes.fromhex(k) for j, k in data.get("verify", {}).items()}
-        self._vkeys = {j: consistency.verify_key(j, k) for j, k in self._vpinned.items()}
         self._digest = consistency.book_digest(self._pinned, self._vpinned)
         saved = data.get("keys", {})
-        for j, pk in self._pinned.items():
-            if j == self.client_id:
-                continue
+        for j in self._peers_for(self._pinned, self._digest):
             if str(j) in saved:
-                self._keys[j] = tuple(bytes.fromhex(k) for k in saved[str(j)])
-                self._prgs[j] = ChaCha20Poly1305(self._keys[j][0])
+                self._set_keys(j, tuple(bytes.fromhex(k) for k in saved[str(j)]))
             else:
-                self._derive(j, pk)
+                self._derive(j, self._pinned[j])

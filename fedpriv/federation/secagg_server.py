@@ -3,7 +3,11 @@
 It sees masked vectors, ciphertexts it cannot read, and the survivors' unmask
 answers; from them it removes every self-mask and every pair mask with a dropped
 client (Bonawitz et al. 2017, §4, the server's last step), leaving exactly the
-survivors' sum in Z_{2^64}.
+survivors' sum in Z_{2^64}. Given the run's sparse graph (``graph``, SecAgg+:
+:mod:`fedpriv.federation.secagg_topology`) every rule is per neighbourhood: a
+survivor's shares and pair masks come from its neighbours, and a round whose
+survivors are not connected in the graph, or leave some survivor fewer than t
+surviving neighbours, is aborted before anything is revealed.
 """
 
 from __future__ import annotations
@@ -23,9 +27,9 @@ from fedpriv.federation.secagg_common import (
     check_ids,
     check_ring,
     check_u64,
-    point,
     self_mask,
 )
+from fedpriv.federation.secagg_topology import Sparse, Topology, round_topology
 
 logger = logging.getLogger(__name__)
 
@@ -42,9 +46,16 @@ class SecAggServer:
     unmasks its sender, but nothing may be released twice for a round.
     """
 
-    def __init__(self, *, codec: FixedPointCodec, config: SecAggConfig | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        codec: FixedPointCodec,
+        config: SecAggConfig | None = None,
+        graph: Sparse | None = None,
+    ) -> None:
         self.codec = codec
         self.config = config or SecAggConfig()
+        self.graph = graph  # the run's sparse graph; None: the complete graph
         self._closed: set[int] = set()  # rounds aggregated or aborted
 
     def missing(self, participants: Iterable[int], masked: Iterable[int]) -> list[int]:
@@ -74,15 +85,28 @@ class SecAggServer:
             )
         if len(peers) < 2:
             raise self._abort(r, f"{len(peers)} participant(s): a sum of one is that vector")
-        return r, peers, live, self.config.effective_threshold(len(peers))
+        if self.graph is not None and peers != self.graph.ids:
+            raise self._abort(r, "a sparse-graph round must ask every client of the run")
+        return r, peers, live, self.topology(peers)
+
+    def topology(self, participants: Sequence[int]) -> Topology:
+        """The round's graph: the run's sparse one, or the complete graph over
+        ``participants`` with t = :meth:`SecAggConfig.effective_threshold`."""
+        t = self.config.effective_threshold(max(len(participants), 2))
+        return round_topology(self.graph, participants, t)
 
     def unmask_plan(
         self, *, round_id: int, participants: Sequence[int], masked: Iterable[int]
     ) -> tuple[list[int], list[int]]:
-        """(survivors, dropped) for the unmask request, or :class:`SecAggAbort` if < t survived."""
-        r, peers, live, t = self._open(round_id, participants, masked)
-        if len(live) < t:
+        """(survivors, dropped) for the unmask request, or :class:`SecAggAbort` if < t
+        survived (under the sparse graph: the survivors are not connected, or some
+        survivor keeps fewer than t surviving neighbours)."""
+        r, peers, live, hood = self._open(round_id, participants, masked)
+        if len(live) < hood.threshold:
+            t = hood.threshold
             raise self._abort(r, f"{len(live)} of {len(peers)} replied, below threshold t = {t}")
+        if why := hood.problem(live):
+            raise self._abort(r, why)
         return list(live), self.missing(peers, live)
 
     def check_signatures(
@@ -104,32 +128,51 @@ class SecAggServer:
         (:mod:`fedpriv.federation.secagg_consistency`); checking them here too keeps
         a client's bad signature from costing the round while t good ones remain.
         """
-        r, peers, live, t = self._open(round_id, participants, survivors)
+        r, peers, live, hood = self._open(round_id, participants, survivors)
+        t = hood.threshold
         if sorted(set(peers) - set(live)) != list(check_ids("dropped", dropped)):
             raise ValueError(f"round {r}: dropped {list(dropped)} must be participants \\ S")
         public, verify = key_book
-        keys = {j: consistency.verify_key(j, bytes(verify[j])) for j in live if j in verify}
+        keys = {j: bytes(verify[j]) for j in live if j in verify}  # raw: verified once each
         message = consistency.view_message(
             consistency.book_digest(public, verify), r, live, dropped
         )
-        ok = consistency.valid_signers(message, signatures, keys, live, need=t)
-        if len(ok) < t:
-            raise self._abort(r, f"{len(ok)} valid signatures on the survivor list < t = {t}")
-        return {j: bytes(signatures[j]) for j in ok}
+        if not hood.sparse:
+            ok = consistency.valid_signers(message, signatures, keys, live, need=t)
+            if len(ok) < t:
+                raise self._abort(r, f"{len(ok)} valid signatures on the survivor list < t = {t}")
+            return {j: bytes(signatures[j]) for j in ok}
+        # Each survivor counts its own neighbours' signatures: verify every one (once).
+        ok = set(consistency.valid_signers(message, signatures, keys, live))
+        for u in live:
+            if (got := len(ok.intersection(hood.neighbours(u)))) < t:
+                raise self._abort(
+                    r, f"{got} valid signatures by survivor {u}'s neighbours < t = {t}"
+                )
+        return {j: bytes(signatures[j]) for j in sorted(ok)}
+
+    def forward(self, survivor: int, signatures: Mapping[int, bytes]) -> list[int]:
+        """Whose :meth:`check_signatures` signatures go to ``survivor`` with its unmask
+        request: all of them (complete graph: t), or t of its neighbours' (sparse)."""
+        if self.graph is None:
+            return sorted(signatures)
+        near = [j for j in self.graph.neighbours(survivor) if j in signatures]
+        return near[: self.graph.threshold]
 
     def inboxes(
         self, survivors: Sequence[int], shares: Mapping[int, Mapping[int, bytes]]
     ) -> dict[int, dict[int, bytes]]:
-        """Route ``shares[u][v]`` (u's ciphertext for v) to survivor v, from survivors only."""
+        """Route ``shares[u][v]`` (u's ciphertext for v) to survivor v, from survivors only
+        (under the sparse graph, from v's surviving neighbours only)."""
         live = check_ids("survivors", survivors)
-        out: dict[int, dict[int, bytes]] = {v: {} for v in live}
+        hood = self.topology(live)
+        alive = set(live)
         for u in live:
-            for v in live:
-                if v != u:
-                    if v not in shares.get(u, {}):
-                        raise ValueError(f"survivor {u} sent no encrypted share for survivor {v}")
-                    out[v][u] = bytes(shares[u][v])
-        return out
+            if missing := alive.intersection(hood.neighbours(u)).difference(shares.get(u, {})):
+                v = min(missing)
+                raise ValueError(f"survivor {u} sent no encrypted share for survivor {v}")
+        # The graph is symmetric: v's senders are its surviving neighbours.
+        return {v: {u: bytes(shares[u][v]) for u in hood.neighbours(v) if u in alive} for v in live}
 
     def aggregate(
         self,
@@ -147,8 +190,8 @@ class SecAggServer:
         fewer than t answers, or (with dropouts) not every survivor answered,
         or some seed's shares are inconsistent: the sum would be uniform noise.
         """
-        r, peers, live, t = self._open(round_id, participants, masked)
-        gone = self.missing(peers, live)
+        r, peers, live, hood = self._open(round_id, participants, masked)
+        t, gone = hood.threshold, self.missing(peers, live)
         n = check_ring(f"masked[{live[0]}]", masked[live[0]]).size if live else 0
         total = np.zeros(n, dtype=np.uint64)
         for u in live:
@@ -156,42 +199,46 @@ class SecAggServer:
         if len(live) < t:
             raise self._abort(r, f"{len(live)} of {len(peers)} replied, below threshold t = {t}")
         told = check_ids("answers", answers)
-        if not set(told) <= set(live):
+        alive, lost, heard = set(live), set(gone), set(told)
+        if not heard <= alive:
             raise ValueError(f"round {r}: answers must come from survivors {list(live)}")
         if len(told) < t:
             raise self._abort(r, f"{len(told)} unmask answers, below threshold t = {t}")
-        if gone and len(told) < len(live):
-            silent = sorted(set(live) - set(told))
+        # Every pair mask with a dropped client comes from its surviving neighbours.
+        silent = sorted({u for v in gone for u in hood.neighbours(v) if u in alive} - heard)
+        if silent:
             raise self._abort(r, f"survivors {silent} did not reveal their masks with {gone}")
         for i in told:
-            got = answers[i]
-            if not set(got.shares) <= set(live) or not set(got.masks) <= set(gone):
+            got, near = answers[i], hood.neighbours(i)
+            owe_shares, owe_masks = alive.intersection(hood.closed(i)), lost.intersection(near)
+            if not set(got.shares) <= owe_shares or not set(got.masks) <= owe_masks:
                 raise ValueError(
-                    f"round {r}: client {i} must answer shares for survivors {list(live)} and "
-                    f"masks for dropped {gone}; got {sorted(got.shares)}, {sorted(got.masks)}"
+                    f"round {r}: client {i} must answer shares for survivors "
+                    f"{sorted(owe_shares)} and masks for dropped {sorted(owe_masks)}; got "
+                    f"{sorted(got.shares)}, {sorted(got.masks)}"
                 )
-            if set(got.shares) != set(live) or set(got.masks) != set(gone):
+            if set(got.shares) != owe_shares or set(got.masks) != owe_masks:
                 raise self._abort(r, f"client {i}'s unmask answer is incomplete")
-        for seed in self._seeds(r, told, live, answers, t).values():
+        for seed in self._seeds(r, hood, told, live, answers).values():
             np.subtract(total, self_mask(seed, r, n), out=total)
         for i in told:
-            for v in gone:
-                mask = check_ring(f"answers[{i}].masks[{v}]", answers[i].masks[v], n)
-                np.subtract(total, mask, out=total)
+            for v, m in answers[i].masks.items():
+                np.subtract(total, check_ring(f"answers[{i}].masks[{v}]", m, n), out=total)
         self._closed.add(r)
         return self.codec.decode(total)
 
     def _seeds(
         self,
         r: int,
+        hood: Topology,
         told: Sequence[int],
         live: Sequence[int],
         answers: Mapping[int, UnmaskAnswer],
-        t: int,
     ) -> dict[int, np.ndarray]:
         """Every survivor's seed b_u^r (all limbs), one Lagrange computation and one matrix
-        product per group of :func:`share_holders`; aborts naming a seed that cannot be
-        recovered (a malformed share, or extra shares off the polynomial)."""
+        product per group of :func:`seed_groups`; aborts naming a seed that cannot be
+        recovered (too few shares, a malformed share, or extra shares off the polynomial)."""
+        t = hood.threshold
         for i in told:
             if set(map(len, answers[i].shares.values())) != {shamir.SHARE_BYTES}:
                 raise self._abort(
@@ -199,15 +246,19 @@ class SecAggServer:
                     f"{shamir.SHARE_BYTES} bytes",
                 )  # fmt: skip
         seeds: dict[int, np.ndarray] = {}
-        for holders, group in share_holders(told, live, answers).items():
-            # ys[k, g] = holder k's share of group[g]'s seed, one row of LIMBS words.
-            raw = b"".join(b"".join(map(answers[i].shares.__getitem__, group)) for i in holders)
+        for points, members in seed_groups(hood, told, live).items():
+            if len(points) < t:
+                u = members[0][0]
+                raise self._abort(r, f"survivor {u}'s seed has {len(points)} shares < t = {t}")
+            # ys[k, g] = the share at points[k] of members[g]'s seed, one row of LIMBS words.
+            raw = b"".join(
+                [answers[hs[k]].shares[u] for k in range(len(points)) for u, hs in members]
+            )
             ys = np.frombuffer(raw, dtype="<u8").astype(np.uint64)
+            group = [u for u, _ in members]
             try:
                 got = shamir.reconstruct(
-                    [point(i) for i in holders],
-                    ys.reshape(len(holders), len(group), shamir.LIMBS),
-                    threshold=t,
+                    list(points), ys.reshape(len(points), len(group), shamir.LIMBS), threshold=t
                 )
             except ValueError as err:  # ShamirError included: a wrong or malformed share
                 index = getattr(err, "index", None)
@@ -219,21 +270,29 @@ class SecAggServer:
         return seeds
 
 
-def share_holders(
-    told: Sequence[int], live: Sequence[int], answers: Mapping[int, UnmaskAnswer]
-) -> dict[tuple[int, ...], list[int]]:
-    """Survivors grouped by the answers that hold a share of their seed (ids sorted).
+def seed_groups(
+    hood: Topology, told: Sequence[int], live: Sequence[int]
+) -> dict[tuple[int, ...], list[tuple[int, tuple[int, ...]]]]:
+    """Survivors grouped by the Shamir points of the answers holding their seed's shares:
+    {points: [(survivor, its holders in point order)]}.
 
-    Each group costs one Lagrange computation (cached per point set) and one
-    matrix product for all its seeds. Here every answer holds a share of every
-    survivor's seed (:meth:`SecAggServer.aggregate` aborts otherwise): one
-    group. A sparser sharing (each seed shared within a neighbourhood) gives one
-    group per distinct set of holders.
+    Each group costs one Lagrange computation (cached per point set) and one matrix
+    product for all its seeds. Under the complete graph every answer holds a share of
+    every survivor's seed at its own point: one group. Under the sparse graph a
+    survivor's holders are its answering neighbours, at their ranks in its closed
+    neighbourhood: the survivors all of whose neighbours answered form one group
+    (:mod:`fedpriv.federation.secagg_topology`), one more per pattern of silent ones.
     """
-    held = [set(answers[i].shares) for i in told]
-    if all(h.issuperset(live) for h in held):
-        return {tuple(told): list(live)}
-    groups: dict[tuple[int, ...], list[int]] = {}
+    heard = set(told)
+    groups: dict[tuple[int, ...], list[tuple[int, tuple[int, ...]]]] = {}
+    every_rank: dict[int, tuple[int, ...]] = {}
     for u in live:
-        groups.setdefault(tuple(i for i, h in zip(told, held, strict=True) if u in h), []).append(u)
+        everyone = hood.closed(u)
+        if hood.sparse and heard.issuperset(everyone):  # all answered: ranks 1..k + 1
+            holders, n = everyone, len(everyone)
+            points = every_rank.get(n) or every_rank.setdefault(n, tuple(range(1, n + 1)))
+        else:
+            holders = tuple(h for h in everyone if h in heard)
+            points = tuple(hood.point(u, h) for h in holders)
+        groups.setdefault(points, []).append((u, holders))
     return groups

@@ -136,3 +136,35 @@ def check_budget(epsilon: Any, delta: Any) -> None:
         dlt = check_delta("delta", typed_value("delta", float, delta))
         if dlt == 0:
             raise SettingError(f"delta must lie in (0, 1); got {delta!r}")
+
+
+#: Run settings checked by their own code, each with its reason: the budget
+#: (check_supported_budget), the sizes (check_run_sizes) and the dropouts (whose bound
+#: is another setting).
+_OWN_CHECKS = ("epsilon", "delta", "num_clients", "max_records", "ping_rounds",
+               "tolerated_dropouts")  # fmt: skip
+
+
+def check_values(settings_class: type, values: Mapping[str, Any]) -> None:
+    """Strict types and ranges of a run's own settings in ``values`` (snake_case), by
+    the fields of ``settings_class`` (:class:`~fedpriv.federation.settings.RunSettings`)."""
+    from fedpriv.federation.constraints import constraint_of, constraints
+    from fedpriv.federation.limits import check_run_sizes
+
+    hints = _hints(settings_class)
+    for key, value in values.items():
+        if value is not None:
+            typed_value(key, hints[key], value)
+    if "epsilon" in values:
+        check_budget(values["epsilon"], values.get("delta"))
+    check_run_sizes(values)  # num-clients, max-records, ping-rounds: what fits in memory
+    dropouts = values.get("tolerated_dropouts")
+    if dropouts is not None and dropouts < 0:
+        # Checked whatever the noise mode: a value that only distributed noise reads
+        # is still refused where it is wrong, not when the mode changes.
+        allowed = constraint_of(settings_class, "tolerated_dropouts").text(run=True)
+        raise SettingError(f"tolerated-dropouts must be an integer in {allowed}; got {dropouts!r}")
+    declared = constraints(settings_class)
+    for key, value in values.items():
+        if key in declared and key not in _OWN_CHECKS and value is not None:
+            declared[key].check(key, value)

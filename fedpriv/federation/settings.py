@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
 
-from fedpriv.federation.constraints import Interval, Text, constraint_of, constraints, setting
+from fedpriv.federation.constraints import Interval, Text, setting
 from fedpriv.federation.limits import (  # noqa: F401 (parse_override(s): re-exported)
     DELTA_MAX,
     DELTA_MIN,
@@ -50,6 +50,7 @@ from fedpriv.federation.setting_values import (  # noqa: F401 (re-exported)
     UNSET,
     _hints,
     check_budget,
+    check_values,
     config_from_values,
     method_defaults,
     respell,
@@ -66,10 +67,6 @@ PARTICIPATION_ACCOUNTINGS = ("valid", "tight", "paper")
 
 #: A run's waits, in seconds.
 _SECONDS = Interval(0, 86_400, closed="right", unit="seconds")
-#: Checked by their own code, each with its reason: the budget (check_supported_budget),
-#: the sizes (check_run_sizes) and the dropouts (whose bound is another setting).
-_OWN_CHECKS = ("epsilon", "delta", "num_clients", "max_records", "ping_rounds",
-               "tolerated_dropouts")  # fmt: skip
 
 
 def _sized(key: str, note: str = "") -> Interval:
@@ -80,23 +77,13 @@ def _sized(key: str, note: str = "") -> Interval:
 
 def check_run_values(values: Mapping[str, Any]) -> None:
     """Strict types and ranges of the run's own settings in ``values`` (snake_case)."""
-    hints = _hints(RunSettings)
-    for key, value in values.items():
-        if value is not None:
-            typed_value(key, hints[key], value)
-    if "epsilon" in values:
-        check_budget(values["epsilon"], values.get("delta"))
-    check_run_sizes(values)  # num-clients, max-records, ping-rounds: what fits in memory
-    dropouts = values.get("tolerated_dropouts")
-    if dropouts is not None and dropouts < 0:
-        # Checked whatever the noise mode: a value that only distributed noise reads
-        # is still refused where it is wrong, not when the mode changes.
-        allowed = constraint_of(RunSettings, "tolerated_dropouts").text(run=True)
-        raise SettingError(f"tolerated-dropouts must be an integer in {allowed}; got {dropouts!r}")
-    declared = constraints(RunSettings)
-    for key, value in values.items():
-        if key in declared and key not in _OWN_CHECKS and value is not None:
-            declared[key].check(key, value)
+    check_values(RunSettings, values)
+
+
+#: SecAgg+'s fractions of the run's K clients (γ colluding, δ dropping out).
+_FRACTION = Interval(0, 1, closed="left", note="sizes SecAgg+'s graph")
+#: SecAgg+'s failure exponents: 2^-σ security, 2^-η correctness.
+_EXPONENT = Interval(0, 1000, closed="neither", note="sizes SecAgg+'s graph")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,8 +157,16 @@ class RunSettings:
             note="read by distributed noise; unused under central noise",
         ),
     )
-    #: Shamir t = max(2, ⌊secagg_threshold·n⌋ + 1) of a round's n participants.
+    #: Shamir t = max(2, ⌊secagg_threshold·n⌋ + 1) of a round's n participants (of a
+    #: neighbourhood's k under SecAgg+'s graph: fedpriv.federation.secagg_topology).
     secagg_threshold: float = setting(0.5, Interval(0, 1, closed="left"))
+    #: SecAgg+ (participation 1): the sparse graph's degree k and threshold t are the
+    #: smallest meeting security failure ≤ 2^-sigma and correctness failure ≤ 2^-eta
+    #: for ⌊collusion·K⌋ clients colluding with the server and ⌊dropout·K⌋ dropping out.
+    secagg_collusion: float = setting(0.1, _FRACTION)
+    secagg_dropout: float = setting(0.1, _FRACTION)
+    secagg_sigma: float = setting(40.0, _EXPONENT)
+    secagg_eta: float = setting(20.0, _EXPONENT)
     #: Seconds the server waits for a round's replies (each of its two exchanges). A
     #: round of in-memory work takes ~0.3 s in simulation (the README job) and a few
     #: seconds in a deployment (a ClientApp process per message); a node that died

@@ -149,10 +149,21 @@ def evaluate(
     return _evaluate(s, c, _check_points(xs, prime), prime)
 
 
+@lru_cache(maxsize=64)
+def _vandermonde_limbs(xs: tuple[int, ...], degree: int, prime: int) -> np.ndarray:
+    # V's limbs for field.matmul, split once per point set: every client of a SecAgg+
+    # run shares at the same points (fedpriv.federation.secagg_topology).
+    return _frozen(field.left_limbs(vandermonde(xs, degree, prime)))
+
+
 def _evaluate(s: np.ndarray, c: np.ndarray, points: tuple[int, ...], prime: int) -> np.ndarray:
     # Y = V·[s; c] for checked arguments: one matrix product for the whole batch.
     stacked = np.concatenate([s[None], c]).reshape(c.shape[0] + 1, -1)
-    ys = field.matmul(vandermonde(points, stacked.shape[0], prime), stacked, prime)
+    degree = stacked.shape[0]
+    ys = field.matmul(
+        vandermonde(points, degree, prime), stacked, prime,
+        a_limbs=_vandermonde_limbs(points, degree, prime),
+    )  # fmt: skip
     return ys.reshape(len(points), *s.shape)
 
 

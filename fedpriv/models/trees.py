@@ -17,6 +17,7 @@ import numpy as np
 
 from fedpriv.models import _kernels
 from fedpriv.models.base import ReleasedModel
+from fedpriv.options import SplitFeatures
 from fedpriv.validation import check_count, check_generator
 
 
@@ -302,3 +303,18 @@ def leaf_sums_sensitivity(n_classes: int) -> tuple[float, float]:
     l1 = min(c * _kernels.GRAD_BOUND, math.sqrt(c) * g2)
     l1 += min(c * _kernels.HESS_BOUND, math.sqrt(c) * h2)
     return l1, math.sqrt(g2**2 + h2**2)
+
+
+def split_feature_weights(
+    mode: SplitFeatures | str, column_widths: tuple[int, ...] | None
+) -> np.ndarray | None:
+    """Public split-feature probabilities for ``mode``.
+
+    ``"columns"``: each schema column equally likely, shared by its one-hot
+    levels (needs the schema's column widths; without a schema, uniform).
+    ``"uniform"``: each encoded feature equally likely.
+    """
+    mode = SplitFeatures.parse(mode)
+    if mode is SplitFeatures.COLUMNS and column_widths is not None:
+        return column_balanced_weights(column_widths)
+    return None

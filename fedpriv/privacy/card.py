@@ -9,8 +9,9 @@ and states:
   which accountant binds, and whether the figure is *certified* (a caveat,
   e.g. seeded private randomness or the paper's ρ·q participation
   accounting, voids it);
-* the neighbouring relation (add/remove one record) and the trust model
-  (docs/explanation/trust-model.md);
+* the neighbouring relation (add/remove one record, or one unit with all its
+  records: ``unit``, e.g. ``patient_nbr, at most 4 records``) and the trust
+  model (docs/explanation/trust-model.md);
 * every recorded DpEvent, by label and by its ``repr`` (and its
   :func:`~fedpriv.privacy.events.event_to_dict` form);
 * the participation accounting mode and ρ;
@@ -91,6 +92,9 @@ class PrivacyCard:
     budget_epsilon: float
     budget_delta: float | None
     neighbouring_relation: str = NEIGHBOURING
+    #: Whom the relation adds or removes: ``"record"``, or ``"<unit column>, at most m
+    #: records"`` (:mod:`fedpriv.privacy.units`).
+    unit: str = "record"
     trust_model: dict[str, Any] = field(default_factory=dict)
     participation: dict[str, Any] = field(default_factory=dict)
     events: tuple[CardEvent, ...] = ()
@@ -285,6 +289,7 @@ def build_card(
         budget_epsilon=_num(d["budget"]["epsilon"]),
         budget_delta=float(d["budget"]["delta"]),
         neighbouring_relation=d.get("neighbouring_relation", NEIGHBOURING),
+        unit=str(d.get("unit", "record")),
         events=_events(d),
         caveats=tuple(caveats),
         scope=d.get("scope", ""),
@@ -345,4 +350,5 @@ def report_from_dict(d: dict[str, Any], caveats: tuple[str, ...] = ()) -> Privac
         reserved=reserved,
         caveats=tuple(caveats),
         scope=d.get("scope", ""),
+        unit=str(d.get("unit", "record")),
     )

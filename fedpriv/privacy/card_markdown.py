@@ -13,6 +13,12 @@ import math
 from fedpriv.privacy.card import NEIGHBOURING, PrivacyCard
 
 _NEIGHBOURING_TEXT = "datasets differing by adding or removing one record"
+#: What a unit-level guarantee rests on besides the mechanisms (fedpriv.privacy.units).
+_UNIT_PRECONDITION = (
+    "**Unit precondition:** every unit's records are held by one node (the schema's "
+    '`unit_scope = "node"`): the consortium guarantees it; a node cannot check it alone '
+    "(a unit held by two nodes could contribute twice the bound)."
+)
 
 
 def _fmt(x: float | None) -> str:
@@ -42,9 +48,13 @@ def render_markdown(card: PrivacyCard) -> str:
             "",
         ]
     relation = _NEIGHBOURING_TEXT if card.neighbouring_relation == NEIGHBOURING else ""
+    if relation and card.unit != "record":
+        relation = "datasets differing by adding or removing one unit with all its records"
     lines += [
-        f"**Neighbouring relation:** `{card.neighbouring_relation}` ({relation}).",
+        f"**Neighbouring relation:** `{card.neighbouring_relation}` ({relation}); "
+        f"unit: {card.unit}.",
         "",
+        *([_UNIT_PRECONDITION, ""] if card.unit != "record" else []),
         "## Trust model",
         "",
     ]

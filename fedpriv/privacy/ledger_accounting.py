@@ -92,7 +92,27 @@ class LedgerAccounting:
             caveats=tuple(self._caveats),
             slack=self._slack,
             distributed=self.distributed,
+            unit=self.unit,
         )
+
+    @property
+    def unit(self) -> str:
+        """Whom the figures protect: ``"record"``, or ``"<unit column>, at most m
+        records"`` once every fit charged here declared that unit (:meth:`declare_unit`)."""
+        return getattr(self, "_unit", None) or "record"
+
+    def declare_unit(self, unit: str) -> None:
+        """A fit's privacy unit (:attr:`fedpriv.data.Schema.privacy_unit`), declared before
+        it spends: a ledger that holds only fits of one unit reports it; a ledger that
+        also holds another's (or undeclared releases) reports ``"record"``, the weaker
+        guarantee that holds for all of them. Applies to every ancestor too."""
+        for led in self._chain():
+            fresh = getattr(led, "_unit", None) is None and not led._spent and not led._reserved
+            if fresh:
+                led._unit = str(unit)
+            elif led.unit != unit:
+                led._unit = "record"
+            led._journal_write()
 
     def mark_uncertified(self, reason: str) -> None:
         """Void the run's guarantee with ``reason`` (reported as ``certified: false``);

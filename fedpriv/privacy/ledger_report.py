@@ -72,6 +72,9 @@ class PrivacyReport:
     slack: float = 0.0
     #: The distributed-noise setting, when the run used it.
     distributed: Any = None
+    #: Whom the guarantee protects: ``"record"``, or ``"<unit column>, at most m
+    #: records"`` (:mod:`fedpriv.privacy.units`): neighbours differ by one such unit.
+    unit: str = "record"
 
     @property
     def epsilon(self) -> float:
@@ -122,6 +125,7 @@ class PrivacyReport:
                 else {}
             ),
             "neighbouring_relation": "add_or_remove_one",
+            "unit": self.unit,
             "pld_value_discretization": self.discretization,
             "n_releases": len(self.entries),
             "events": [

@@ -61,6 +61,7 @@ from fedpriv.privacy.node_plan import (
     NodeRefusal,
     admit_stages,
     match_query,
+    per_unit,
 )
 from fedpriv.privacy.node_policy import (
     POLICY_ENV,
@@ -97,14 +98,19 @@ class NodeLedger:
     """One node's ledger: the runs it admitted, persisted as JSON in its state directory."""
 
     def __init__(
-        self, policy: NodePolicy, state_dir: str | Path | None = None, *, data: str = ""
+        self,
+        policy: NodePolicy,
+        state_dir: str | Path | None = None,
+        *,
+        data: str = "",
+        unit_records: int = 1,
     ) -> None:
         if policy.lifetime and not state_dir:
             raise ValueError(
                 f"a lifetime budget needs node-config {STATE_DIR!r} (where the node keeps its "
                 "ledger across runs); got none"
             )
-        self.policy = policy
+        self.policy, self.unit_records = policy, int(unit_records)  # m: Δ is then a unit's
         self.path = Path(state_dir) / LEDGER_FILE if state_dir else None
         self.audit = AuditLog(state_dir) if state_dir else None
         self._data: dict[str, Any] = {"runs": {}}
@@ -170,6 +176,7 @@ class NodeLedger:
         of its hash (:mod:`fedpriv.privacy.node_approval`) before it is charged.
         """
         digest = plan_hash(plan)
+        handler_of = per_unit(handler_of, self.unit_records)
         try:
             eps, admitted = self._admit(str(run_id), plan, handler_of, columns, digest)
         except NodeRefusal as err:
@@ -293,6 +300,7 @@ class NodeLedger:
         asked to add. Returns the admitted stage it belongs to (``None``: an admitted
         non-private run)."""
         where = {"run": str(run_id), "stage": stage, "round": int(query.round)}
+        handler_of = per_unit(handler_of, self.unit_records)  # a unit's sensitivities
         try:
             found = self._admit_query(str(run_id), stage, query, handler_of, share)
         except NodeRefusal as err:
@@ -366,27 +374,6 @@ def node_summary(state_dir: str | Path) -> dict[str, Any]:
     policy = NodePolicy.from_node_config(data.get("policy", {})) or NodePolicy()
     ledger = NodeLedger(policy, state_dir)
     return {"state_dir": str(state_dir), **ledger.summary()}
-
-
-def summary_text(summary: Mapping[str, Any]) -> str:
-    """The summary as a few lines of text."""
-
-    def num(x: Any) -> str:
-        return "none" if x is None or (isinstance(x, float) and math.isinf(x)) else f"{x:.6g}"
-
-    p = summary["policy"]
-    lines = [
-        f"node ledger in {summary['state_dir']}",
-        f"policy: per run ε ≤ {num(p['max-epsilon'])}, δ ≤ {num(p['max-delta'])}; lifetime "
-        f"ε ≤ {num(p['max-lifetime-epsilon'])}, δ ≤ {num(p['max-lifetime-delta'])}",
-        f"lifetime spend: ε {num(summary['lifetime_epsilon'])}, δ "
-        f"{num(summary['lifetime_delta'])} over {len(summary['runs'])} run(s)",
-        f"remaining: ε {num(summary['remaining_epsilon'])}, δ {num(summary['remaining_delta'])}",
-    ]
-    for rid, r in summary["runs"].items():
-        lines.append(f"  run {rid}: ε {num(r['epsilon'])}, δ {num(r['delta'])}, "
-                     f"{r['rounds_answered']} rounds answered")  # fmt: skip
-    return "\n".join(lines)
 
 
 def read_ledger(state_dir: str | Path) -> dict[str, Any]:

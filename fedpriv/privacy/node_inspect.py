@@ -24,7 +24,7 @@ from fedpriv.privacy.node_audit import (
     ledger_mismatches,
     verify_audit_log,
 )
-from fedpriv.privacy.node_budget import LEDGER_FILE, POLICY_KEYS, node_summary, summary_text
+from fedpriv.privacy.node_budget import LEDGER_FILE, POLICY_KEYS, node_summary
 
 #: Entries of the audit log the report lists (the most recent).
 LAST = 5
@@ -173,4 +173,25 @@ def report_text(report: Mapping[str, Any]) -> str:
     if a["last"]:
         lines.append(f"last {len(a['last'])} entries:")
         lines += [f"  {entry_line(e)}" for e in a["last"]]
+    return "\n".join(lines)
+
+
+def summary_text(summary: Mapping[str, Any]) -> str:
+    """The summary as a few lines of text."""
+
+    def num(x: Any) -> str:
+        return "none" if x is None or (isinstance(x, float) and math.isinf(x)) else f"{x:.6g}"
+
+    p = summary["policy"]
+    lines = [
+        f"node ledger in {summary['state_dir']}",
+        f"policy: per run ε ≤ {num(p['max-epsilon'])}, δ ≤ {num(p['max-delta'])}; lifetime "
+        f"ε ≤ {num(p['max-lifetime-epsilon'])}, δ ≤ {num(p['max-lifetime-delta'])}",
+        f"lifetime spend: ε {num(summary['lifetime_epsilon'])}, δ "
+        f"{num(summary['lifetime_delta'])} over {len(summary['runs'])} run(s)",
+        f"remaining: ε {num(summary['remaining_epsilon'])}, δ {num(summary['remaining_delta'])}",
+    ]
+    for rid, r in summary["runs"].items():
+        lines.append(f"  run {rid}: ε {num(r['epsilon'])}, δ {num(r['delta'])}, "
+                     f"{r['rounds_answered']} rounds answered")  # fmt: skip
     return "\n".join(lines)

@@ -57,6 +57,30 @@ RELATIVE_SLACK = 1e-9
 HandlerOf = Callable[[str], Any]
 
 
+class _UnitView:
+    """A handler as a node with unit-level privacy derives from it: every sensitivity is
+    one unit's, ``handler.unit_sensitivity(query, m)`` (:mod:`fedpriv.privacy.units`)."""
+
+    def __init__(self, handler: Any, unit_records: int) -> None:
+        self.handler, self.unit_records = handler, unit_records
+
+    def reply_sensitivity(self, query: Query) -> ReplySensitivity:
+        unit = getattr(self.handler, "unit_sensitivity", None)
+        if unit is not None:
+            return unit(query, self.unit_records)
+        from fedpriv.federation.protocol import scaled_sensitivity
+
+        return scaled_sensitivity(self.handler.reply_sensitivity(query), self.unit_records)
+
+
+def per_unit(handler_of: HandlerOf, unit_records: int) -> HandlerOf:
+    """``handler_of`` whose handlers state a unit's sensitivity, m = ``unit_records``
+    records (its schema's ``max_records_per_unit``; 1: ``handler_of`` itself)."""
+    if int(unit_records) == 1:
+        return handler_of
+    return lambda method: _UnitView(handler_of(method), int(unit_records))
+
+
 class NodeRefusal(Refusal):
     """A node's own rules refuse a plan or a query; nothing was read or answered.
 
@@ -157,7 +181,8 @@ def _multiplier(stage: NodeStage, release: StageRelease, sens: tuple[float, floa
     if l1 > release.unit * (1 + RELATIVE_SLACK):
         raise NodeRefusal(
             f"stage {stage.name!r}: its {release.mechanism} release is calibrated for a "
-            f"sensitivity of {release.unit:g}, but one record moves what it releases by up "
+            f"sensitivity of {release.unit:g}, but one record (a unit, with units) moves what "
+            f"it releases by up "
             f"to {l1:g} under its settings; refused"
         )
     return None
@@ -311,8 +336,8 @@ def match_query(
         slack = 1 + RELATIVE_SLACK
         if sens.l1 > a.l1 * slack or sens.l2 > a.l2 * slack:
             raise NodeRefusal(
-                f"{where}: one record could move the reply by (L1 {sens.l1:g}, L2 {sens.l2:g}), "
-                f"over the admitted (L1 {a.l1:g}, L2 {a.l2:g})"
+                f"{where}: one record (a unit) could move the reply by (L1 {sens.l1:g}, "
+                f"L2 {sens.l2:g}), over the admitted (L1 {a.l1:g}, L2 {a.l2:g})"
             )
         if share is not None:
             if st.participation < 1 and st.accounting != "valid":

@@ -49,9 +49,10 @@ MAX_COUNT = 10**7
 COUNT_LABEL = "record count (no max_records declared)"
 
 
-def count_mechanism(epsilon: float) -> LaplaceMechanism:
-    """The count's Laplace mechanism at ``epsilon`` (Δ₁ = 1)."""
-    return LaplaceMechanism(l1_sensitivity=1.0, epsilon=check_positive("epsilon", epsilon))
+def count_mechanism(epsilon: float, unit_records: int = 1) -> LaplaceMechanism:
+    """The count's Laplace mechanism at ``epsilon`` (Δ₁ = 1; a unit's m records: m)."""
+    m = check_count("unit_records", unit_records)
+    return LaplaceMechanism(l1_sensitivity=float(m), epsilon=check_positive("epsilon", epsilon))
 
 
 def count_upper_bound(noisy: float, mechanism: LaplaceMechanism, tail: float = COUNT_TAIL) -> int:
@@ -78,12 +79,19 @@ def count_event(epsilon: float) -> ApproxDpEvent:
 
 
 def release_count(
-    ledger: PrivacyLedger, n: int, *, epsilon: float, rng: np.random.Generator
+    ledger: PrivacyLedger,
+    n: int,
+    *,
+    epsilon: float,
+    rng: np.random.Generator,
+    unit_records: int = 1,
 ) -> tuple[float, int]:
     """Release n through ``ledger`` at ``epsilon`` (pure, Laplace); (ñ, its upper bound U).
+    ``unit_records``: m with unit-level privacy (the rows already bounded per unit: one
+    unit moves n by at most m).
 
     The event is recorded (budget checked) before the noise is drawn."""
-    mechanism = count_mechanism(epsilon)
+    mechanism = count_mechanism(epsilon, unit_records)
     value = np.array([float(check_count("n", n, minimum=0))])
     check_private("rng", rng)
     ledger.spend(count_event(epsilon), label=COUNT_LABEL)

@@ -128,12 +128,17 @@ class SparseThreshold:
     gap: float
     gate: float = 0.0
     two_sided: bool = False
+    #: Records per unit count (unit-level privacy, :mod:`fedpriv.privacy.units`): a
+    #: count q is answered as q/u on the calibrated scale, i.e. σ, the gate and τ are
+    #: multiplied by u on the integer counts (exact: the counts stay on the grid).
+    unit: int = 1
 
     def __post_init__(self) -> None:
         check_positive("sigma", self.sigma)
         check_positive("gap", self.gap)
         if not math.isfinite(self.gate):
             raise ValueError(f"gate must be finite; got {self.gate!r}")
+        check_count("unit", self.unit)
 
     @property
     def tau(self) -> float:
@@ -146,12 +151,13 @@ class SparseThreshold:
         A noise draw is made for every count, gated or not, so how many draws
         a call consumes depends only on how many counts it gets.
         """
-        q = np.asarray(counts, dtype=np.float64)
-        # Counts are integers, on the grid already: no rounding margin is needed.
-        noisy = gaussian_on_grid(q, self.sigma, rng)
-        out = (q > self.gate) & (noisy > self.tau)
+        q, u = np.asarray(counts, dtype=np.float64), self.unit
+        # Counts are integers, on the grid already: no rounding margin is needed. With
+        # u > 1 this is Algorithm 2 on q/u (a unit moves each q/u by at most 1).
+        noisy = gaussian_on_grid(q, u * self.sigma, rng)
+        out = (q > u * self.gate) & (noisy > u * self.tau)
         if self.two_sided:
-            out |= q >= self.tau + self.gap + 1.0
+            out |= q >= u * (self.tau + self.gap + 1.0)
         return out
 
 
@@ -168,15 +174,19 @@ class SparseThresholdCalibration:
     delta_certified: float
     two_sided: bool = False
 
-    def mechanism(self, gate: float = 0.0) -> SparseThreshold:
+    def mechanism(self, gate: float = 0.0, unit: int = 1) -> SparseThreshold:
         """The calibrated mechanism with deterministic gate ``gate`` (τ = gate + 1 + Δ).
 
         Theorem 6's δ depends on Δ/σ and on the gate being exactly τ − Δ − 1,
-        not on where the gate sits, so any gate ≥ 0 keeps the calibration.
+        not on where the gate sits, so any gate ≥ 0 keeps the calibration. ``unit``
+        u: answer counts of units of at most u records on the scale q/u
+        (:class:`SparseThreshold`); ``m`` must then count a unit's queries.
         """
         if not (math.isfinite(gate) and gate >= 0):
             raise ValueError(f"gate must be a finite count >= 0; got {gate!r}")
-        return SparseThreshold(sigma=self.sigma, gap=self.gap, gate=gate, two_sided=self.two_sided)
+        return SparseThreshold(
+            sigma=self.sigma, gap=self.gap, gate=gate, two_sided=self.two_sided, unit=unit
+        )
 
 
 def _delta_of(two_sided: bool):

@@ -15,7 +15,7 @@ from fedpriv.data import load_csv_whole
 from fedpriv.federation.settings import RunSettings, SettingError
 from fedpriv.privacy.randomness import SecretKey
 from fedpriv.privacy.record_count import COUNT_LABEL, count_event
-from tests.cli.data import SCHEMA, rows, write
+from tests.cli.data import HEADER, SCHEMA, rows, write
 from tests.keys import key_for
 
 FOLD = re.compile(r"fold (\d)/3: AUC (\S+) \| Brier (\S+) \(base rate (\S+)\) \| run (\w+)")
@@ -172,3 +172,29 @@ def test_cv_on_a_bundled_corpus_folds_every_row(monkeypatch, capsys):
     # Two folds: each row trains once, in the fit of the fold it is not in.
     assert sum(fitted) == load_for_run("heart", num_clients=4, split_seed=0).y.size
     assert "(mean ± sd over 2 of 2 folds)" in capsys.readouterr().out
+
+
+def test_cv_on_patients_folds_by_unit_and_reports_the_unit(tmp_path, capsys):
+    # Three records per patient, each patient at one hospital; unit: the patient.
+    text = open(SCHEMA).read().replace(
+        'client_column = "hospital"', 'client_column = "hospital"\nunit_column = "patient"\n'
+        'max_records_per_unit = 2\nunit_scope = "node"'
+    )  # fmt: skip
+    schema = tmp_path / "patients.toml"
+    schema.write_text(text)
+    lines = rows(240, seed=3)
+    csv = tmp_path / "patients.csv"
+    csv.write_text(
+        "patient," + HEADER.replace("hospital", "hospital", 1)
+        + "".join(f"p{i // 3}," + line.replace(f",{'abc'[i % 3]},", f",{'abc'[i // 3 % 3]},", 1)
+                  for i, line in enumerate(lines))
+    )  # fmt: skip
+    out = tmp_path / "cv"
+    argv = ["cv", "--csv", str(csv), "--schema", str(schema), "--folds", str(FOLDS)]
+    assert main([*argv, *FAST, "--out", str(out)]) == 0
+    doc = json.loads((out / "cv.json").read_text())
+    assert {f["status"] for f in doc["folds"]} == {"completed"}
+    privacy = doc["privacy"]
+    assert privacy["unit"] == "patient, at most 2 records"
+    assert 0.99 * EPS <= privacy["epsilon"] <= EPS
+    assert [e["label"] for e in privacy["events"]].count(COUNT_LABEL) == 1

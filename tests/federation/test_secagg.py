@@ -29,7 +29,8 @@ from fedpriv.federation.secagg import (
     UnmaskAnswer,
     sum_plain,
 )
-from fedpriv.federation.secagg_server import share_holders
+from fedpriv.federation.secagg_server import seed_groups
+from fedpriv.federation.secagg_topology import Complete
 
 ALPHA = 1e-3  # false-alarm rate of the chi-square uniformity tests (fixed keys: deterministic)
 # Self-mask seeds come from the OS CSPRNG, so tests on them vary run to run: a smaller
@@ -579,19 +580,16 @@ def test_inconsistent_or_malformed_shares_are_detected_and_abort_the_round(case)
     assert not server.accept_late(5, 4)  # the round is closed: nothing is released for it
 
 
-def test_survivors_are_grouped_by_the_answers_holding_their_shares():
-    # One Lagrange computation per group: every answer holds every survivor's share here
-    # (one group); a sparser sharing, as within neighbourhoods, gives one per holder set.
-    def answers(held):
-        return {i: UnmaskAnswer(shares=dict.fromkeys(us, b""), masks={}) for i, us in held.items()}
-
-    full = answers({1: [1, 2, 3], 2: [1, 2, 3], 3: [1, 2, 3]})
-    assert share_holders((1, 2, 3), (1, 2, 3), full) == {(1, 2, 3): [1, 2, 3]}
-    sparse = answers({1: [1, 2, 4], 2: [1, 2, 3, 4], 3: [2, 3], 4: [1, 3, 4]})
-    assert share_holders((1, 2, 3, 4), (1, 2, 3, 4), sparse) == {
-        (1, 2, 4): [1, 4],
-        (1, 2, 3): [2],
-        (2, 3, 4): [3],
+def test_survivors_are_grouped_by_the_points_of_the_answers_holding_their_shares():
+    # One Lagrange computation per group. Under the complete graph every answer holds
+    # every survivor's share at its own point (id + 1): one group, whoever answered.
+    # (The sparse graph's groups: tests/federation/test_secagg_plus.py.)
+    hood = Complete(participants=(1, 2, 3, 4), threshold=3)
+    assert seed_groups(hood, (1, 2, 3, 4), (1, 2, 3, 4)) == {
+        (2, 3, 4, 5): [(u, (1, 2, 3, 4)) for u in (1, 2, 3, 4)]
+    }
+    assert seed_groups(hood, (1, 3, 4), (1, 2, 3, 4)) == {
+        (2, 4, 5): [(u, (1, 3, 4)) for u in (1, 2, 3, 4)]
     }
 
 

@@ -92,8 +92,10 @@ def test_no_message_carries_a_seed_a_key_or_a_timing(monkeypatch):
         # plan's reply, what the node's own policy has left (∞ without one: no data in it).
         # (Connected before the strategy began: its plan went alone, in ``query.plan``.)
         expected = {
-            # key-origin: a public flag, "fresh" or "injected" (server-derived key)
-            "query.keys": {"partition-id", "public-key", "verify-key", "key-origin"},
+            # key-origin: a public flag, "fresh" or "injected" (server-derived key);
+            # run-id: Flower's public run id as the node holds it, which seeds SecAgg+'s
+            # graph with the key book (the server takes the nodes' one, never its own)
+            "query.keys": {"partition-id", "run-id", "public-key", "verify-key", "key-origin"},
             "query.plan": {"remaining-epsilon", "remaining-delta"},
             "query.fedpriv": {"round"},
             "query.consistency": {"round", "signature"},  # its signature on the survivors

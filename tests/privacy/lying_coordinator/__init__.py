@@ -12,5 +12,9 @@ with a twin that restores the old trust and lets it through:
    ``test_plan_and_queries``;
 5. the reproduction key under distributed noise: ``test_reproduction_keys``;
 6. the exact row count as a membership test: ``test_exact_count``;
-7. a forged sum from a hostile client: ``test_forged_sum``.
+7. a forged sum from a hostile client: ``test_forged_sum``;
+8. SecAgg+'s graph: a forged neighbourhood or threshold, targets below a node's own
+   floors, a victim's neighbours shown different survivor lists, survivors not
+   connected or a neighbourhood below t: ``test_sparse_graph`` (and
+   ``tests/federation/test_secagg_plus.py``).
 """
