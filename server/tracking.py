@@ -104,19 +104,31 @@ def default_uri(root: Path | None = None) -> tuple[str, str | None]:
     as it is, else the local store in ``<root or cwd>/mlruns``."""
     env = os.environ.get("MLFLOW_TRACKING_URI")
     if env:
-        return env, None
+        return env, artefacts_beside(env)
     base = (root or Path.cwd()).resolve() / "mlruns"
     base.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{base / 'mlflow.db'}", (base / "artifacts").as_uri()
+
+
+def artefacts_beside(uri: str) -> str | None:
+    """A SQLite store's new experiments keep their artefacts beside the database
+    (``<folder>/artifacts``), not in whatever folder the command ran from; the folder is
+    made if absent."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    folder = Path(uri[len("sqlite:///") :]).parent
+    folder.mkdir(parents=True, exist_ok=True)  # SQLite makes the file, not its folder
+    return (folder / "artifacts").resolve().as_uri()
 
 
 def _client(uri: str | None):
     require("mlflow")
     from mlflow.tracking import MlflowClient
 
-    location = None
     if uri is None:
         uri, location = default_uri()
+    else:
+        location = artefacts_beside(uri)
     return MlflowClient(tracking_uri=uri), location
 
 
