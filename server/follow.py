@@ -89,19 +89,22 @@ def follow(
         never).
     """
     path = Path(path).resolve()
-    shown, start, last_eps = 0, clock(), None
+    shown, start, said = 0, clock(), None  # said: rounds shown when ε was last printed
     while True:
         run = read_run(path)  # FileNotFoundError: not a run folder (the caller's one line)
         if shown == 0 and not run.progress and not run.running:
             echo(f"{path}: no progress.jsonl (an in-process run, or one written before it existed)")
         for rec in run.progress[shown:]:
             echo(round_line(rec))
-        if len(run.progress) > shown or (once and run.running):
-            line = journal_line(run)
-            if line is not None and line != last_eps and run.running:
-                echo(line)
-                last_eps = line
         shown = len(run.progress)
+        # The journal's ε about every tenth of the rounds (as the round lines' bound), and
+        # on a one-off look.
+        every = max(1, (run.rounds_planned or 10) // 10)
+        if run.running and (once or said is None or shown - said >= every) and shown != said:
+            line = journal_line(run)
+            if line is not None:
+                echo(line)
+                said = shown
         if not run.running:
             for line in end_lines(run):
                 echo(line)

@@ -71,6 +71,8 @@ class Report:
     importance: dict[str, float] = field(default_factory=dict)
     scored: Scored | None = None
     notes: list[str] = field(default_factory=list)
+    #: A GAM's term index -> its schema column (the terms follow the public schema's order).
+    term_names: dict[int, str] = field(default_factory=dict)
 
 
 def participation(run: RunFiles) -> tuple[list[dict[str, Any]], dict[int, dict[str, int]]]:
@@ -121,6 +123,20 @@ def public_rows(config: dict[str, Any] | None) -> tuple[np.ndarray, np.ndarray, 
     return evaluation_data(RunSettings.from_run_config(config))
 
 
+def term_names(config: dict[str, Any] | None) -> dict[int, str]:
+    """A dp_gam run's term ``k`` is its public schema's column ``k``: the names the
+    release labels (``term k bin``) stand for; ``{}`` for another method or schema."""
+    if not config or config.get("method") != "dp_gam":
+        return {}
+    from fedpriv.data.node import run_schema
+
+    try:
+        schema = run_schema(str(config.get("schema") or ""), str(config.get("dataset") or ""))
+    except Exception:  # a moved schema file: the labels stay as released
+        return {}
+    return dict(enumerate(schema.column_names))
+
+
 def score(model: Any, X: np.ndarray, y: np.ndarray, source: str) -> Scored | None:
     """ROC curve, AUC and reliability diagram of ``model`` on public rows (binary only)."""
     from sklearn.metrics import roc_auc_score, roc_curve
@@ -164,6 +180,7 @@ def gather(path: str | Path) -> Report:
     if events and delta:
         report.epsilon_curve = epsilon_by_round(events, delta)
     report.per_round, report.per_node = participation(run)
+    report.term_names = term_names(run.config)
     rows = None
     try:
         rows = public_rows(run.config)

@@ -168,8 +168,14 @@ def privacy(r) -> str:
     out.append(_table(rows))
     events = p.get("events") or []
     groups: OrderedDict[tuple[str, str], int] = OrderedDict()
+
+    def named(m: re.Match) -> str:  # "term 4" -> "term 4 (its column)"
+        name = r.term_names.get(int(m[1]))
+        return m[0] if name is None else f"term {m[1]} ({name})"
+
     for e in events:
         label = re.sub(r"^round \d+: ", "", str(e.get("label", "")))
+        label = re.sub(r"\bterm (\d+)\b", named, label)
         key = (label, _event_text(e.get("event") or {}))
         groups[key] = groups.get(key, 0) + 1
     out.append(f"<h3>Releases ({len(events)} events, grouped)</h3>")

@@ -21,13 +21,17 @@ def _term_ticks(t) -> tuple[np.ndarray, list[tuple[float, str]]]:
     and tick labels in raw units."""
     edges = np.asarray(t.edges, dtype=np.float64)
     lo, hi = edges[0], edges[-1]
-    f = {"log1p": np.log1p, "sqrt": np.sqrt}.get(t.transform, lambda x: x)
+    f, inverse = {
+        "log1p": (np.log1p, np.expm1),
+        "sqrt": (np.sqrt, np.square),
+    }.get(t.transform, (lambda x: x, lambda x: x))
     us = (f(edges) - f(lo)) / (f(hi) - f(lo))
     if t.transform == "identity":
         ticks = [((v - lo) / (hi - lo), svg.fmt(v)) for v in svg.nice_ticks(lo, hi)]
-    else:
-        pick = np.linspace(0, edges.size - 1, min(5, edges.size)).round().astype(int)
-        ticks = [(float(us[i]), svg.fmt(edges[i])) for i in pick]
+    else:  # evenly spaced on the public scale, labelled with the raw value there
+        at = np.linspace(0.0, 1.0, 5)
+        raw = inverse(f(lo) + at * (f(hi) - f(lo)))
+        ticks = [(float(u), svg.fmt(float(v))) for u, v in zip(at, raw, strict=True)]
     return us, ticks
 
 
@@ -56,15 +60,19 @@ def model(r) -> str:
     if imp:
         rows = [(t.name, imp[t.name]) for t in order]
         out.append(
-            "<h3>Term importance</h3><p>Blue: mean absolute centred contribution "
-            "(logits) over the public evaluation rows; orange: the shape's spread "
-            "(max − min over its bins), which reads no row. Never averaged over private "
-            "rows (that would be a release).</p>"
+            "<h3>Term importance</h3><p>Left: the mean absolute centred contribution "
+            "(logits) over the public evaluation rows, as EBM's term importance; right: "
+            "the shape's spread (max − min over its bins), which reads no row. Never "
+            "averaged over private rows (that would be a release).</p>"
         )
         out.append(
             "<div class='panel'>"
             + svg.hbars(
-                rows, label="term importance", x_label="logits", second=[t.spread for t in order]
+                rows,
+                label="term importance",
+                x_label="logits",
+                second=[t.spread for t in order],
+                titles=("mean |contribution| over public rows", "spread of the shape"),
             )
             + "</div>"
         )

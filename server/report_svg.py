@@ -159,14 +159,17 @@ def line_chart(
 
 
 def _legend(names: list[str]) -> list[str]:
+    """Bottom right, where the report's curves (rising, concave or near the diagonal) leave
+    the plot empty."""
     out = []
+    x = W - RIGHT - 12 - 7 * max((len(n) for n in names), default=0)
     for i, name in enumerate(names):
-        y = TOP + 6 + 16 * i
+        y = H - BOTTOM - 10 - 16 * (len(names) - 1 - i)
         out.append(
-            f'<rect x="{LEFT + 12}" y="{y - 8}" width="12" height="4" '
+            f'<rect x="{x - 18}" y="{y - 6}" width="12" height="4" '
             f'fill="{COLOURS[i % len(COLOURS)]}"/>'
         )
-        out.append(f'<text x="{LEFT + 30}" y="{y}">{escape(name)}</text>')
+        out.append(f'<text x="{x}" y="{y}">{escape(name)}</text>')
     return out
 
 
@@ -267,35 +270,34 @@ def level_bars(labels, values, std, *, x_label: str, label: str) -> str:
     return svg(parts, height=height, label=label, cls="shape-plot")
 
 
-def hbars(rows, *, label: str, x_label: str, second=None) -> str:
-    """Horizontal bars ``[(name, value)]`` (sorted by the caller); ``second``: a value
-    per row drawn as a thin bar below (e.g. a row-free measure beside a row-based one)."""
+def hbars(rows, *, label: str, x_label: str, second=None, titles=("", "")) -> str:
+    """Horizontal bars ``[(name, value)]`` (sorted by the caller); ``second``: a second
+    measure per row drawn in its own column on its own scale, ``titles`` heading each."""
     n = len(rows)
-    height = TOP + 22 * n + BOTTOM
-    left = 150
-    top = max((v for _, v in rows), default=1.0)
+    left, top_pad = 170, TOP + (18 if second is not None else 0)
+    width = W if second is None else 860
+    height = top_pad + 22 * n + BOTTOM
+    columns = [([v for _, v in rows], left, (width if second is None else 520) - 90)]
     if second is not None:
-        top = max(top, max(second, default=0.0))
-    scale = (W - left - RIGHT - 90) / (top or 1.0)
+        columns.append((list(second), 540, width - RIGHT - 90))
     parts = []
-    for i, (name, v) in enumerate(rows):
-        y = TOP + 22 * i
+    for i, (name, _) in enumerate(rows):
+        y = top_pad + 22 * i
         parts.append(f'<text x="{left - 6}" y="{y + 13}" text-anchor="end">{escape(name)}</text>')
-        parts.append(
-            f'<rect x="{left}" y="{y + 2}" width="{max(v * scale, 0.5):.1f}" height="11" '
-            f'fill="{COLOURS[0]}"><title>{escape(name)}: {fmt(v)}</title></rect>'
-        )
-        text, end = fmt(v), v
-        if second is not None:
-            s = second[i]
+    for c, (values, x0, x1) in enumerate(columns):
+        scale = (x1 - x0) / (max(values, default=1.0) or 1.0)
+        colour = COLOURS[0] if c == 0 else COLOURS[4]
+        if titles[c]:
+            parts.append(f'<text x="{x0}" y="{TOP + 4}" class="axis">{escape(titles[c])}</text>')
+        for i, ((name, _), v) in enumerate(zip(rows, values, strict=True)):
+            y = top_pad + 22 * i
             parts.append(
-                f'<rect x="{left}" y="{y + 14}" width="{max(s * scale, 0.5):.1f}" '
-                f'height="4" fill="{COLOURS[4]}"><title>{fmt(s)}</title></rect>'
+                f'<rect x="{x0}" y="{y + 2}" width="{max(v * scale, 0.5):.1f}" height="12" '
+                f'fill="{colour}"><title>{escape(name)}: {fmt(v)}</title></rect>'
             )
-            text, end = f"{fmt(v)} · {fmt(s)}", max(v, s)
-        parts.append(f'<text x="{left + end * scale + 4:.1f}" y="{y + 12}">{text}</text>')
+            parts.append(f'<text x="{x0 + v * scale + 4:.1f}" y="{y + 12}">{fmt(v)}</text>')
     parts.append(f'<text x="{left}" y="{height - 10}" class="axis">{escape(x_label)}</text>')
-    return svg(parts, height=height, label=label)
+    return svg(parts, width=width, height=height, label=label)
 
 
 def round_bars(rounds, *, label: str) -> str:
