@@ -122,9 +122,15 @@ def summary(r) -> str:
     )
 
 
-def _event_text(spec: dict[str, Any]) -> str:
+def _event_text(spec: Any) -> str:
+    """A serialised DpEvent as its repr-like text (nested events too), not yet escaped."""
+    if isinstance(spec, list):
+        return "[" + ", ".join(_event_text(x) for x in spec) + "]"
+    if not isinstance(spec, dict):
+        f = as_float(spec)
+        return str(spec) if f is None else f"{f:.4g}"
     kind = str(spec.get("type", "?")).rsplit(".", 1)[-1]
-    params = ", ".join(f"{k}={_fmt(v)}" for k, v in spec.items() if k != "type")
+    params = ", ".join(f"{k}={_event_text(v)}" for k, v in spec.items() if k != "type")
     return f"{kind}({params})"
 
 
@@ -144,9 +150,9 @@ def privacy(r) -> str:
     certified = p.get("certified")
     cert = "yes" if certified else "no" if certified is not None else "?"
     rows = [
-        ("ε (PLD accountant, primary)", _fmt(p.get("epsilon_pld"))),
-        ("ε (RDP accountant, cross-check)", _fmt(p.get("epsilon_rdp"))),
-        ("ε stated (the smaller bound)", _fmt(p.get("epsilon"))),
+        ("ε (PLD accountant, primary)", _fmt(p.get("epsilon_pld"), 6)),
+        ("ε (RDP accountant, cross-check)", _fmt(p.get("epsilon_rdp"), 6)),
+        ("ε stated (the smaller bound)", _fmt(p.get("epsilon"), 6)),
         ("binding accountant", escape(str(p.get("binding_accountant", "?")))),
         ("δ", _fmt(p.get("delta"))),
         ("budget (ε, δ)", f"({_fmt(budget)}, {_fmt((p.get('budget') or {}).get('delta'))})"),
