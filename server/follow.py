@@ -12,6 +12,7 @@ appears or ``timeout`` passes.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -43,6 +44,8 @@ def journal_line(run: RunFiles) -> str | None:
     eps = as_float(p.get("epsilon"))
     if eps is None:
         return None
+    if math.isinf(eps):
+        return "ε = ∞: a non-private run (no privacy guarantee)"
     budget = as_float((p.get("budget") or {}).get("epsilon"))
     of = "" if budget is None else f" of {budget:g}"
     state = "so far" if p.get("complete") is False else "(final)"
