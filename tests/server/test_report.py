@@ -171,3 +171,13 @@ def test_an_in_process_run_folder(tmp_path):
     assert f"{report.scored.auc:.4f}" == run["auc"]  # the same held-out rows
     assert len(report.epsilon_curve) == 5 and report.explanation is not None
     assert "an in-process fit" in render(report)
+
+
+def test_track_without_mlflow_is_refused_before_any_work(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(__import__("sys").modules, "mlflow", None)  # as if not installed
+    out = tmp_path / "fit"
+    argv = ["run", "--method", "dp_gam", "--dataset", "heart", "--out", str(out),
+            "--track", "mlflow"]  # fmt: skip
+    assert main(argv) == 2
+    assert "needs MLflow: pip install 'fedpriv[track]'" in capsys.readouterr().err
+    assert not out.exists()  # refused before any row was read

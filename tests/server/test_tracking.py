@@ -80,3 +80,16 @@ def test_an_unknown_tracker_is_a_setting_error():
 
     with pytest.raises(SettingError, match="--track must be one of"):
         require("wandb")
+
+
+def test_run_flower_passes_track_to_the_launcher(monkeypatch, tmp_path):
+    from fedpriv.server import simulate
+
+    seen = []
+    monkeypatch.setattr(simulate, "main", lambda argv: seen.append(argv) or 0)
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    argv = ["run", "--flower", "--out", str(tmp_path), "--track", "mlflow", "--track-uri", uri]
+    assert main(argv) == 0
+    (launched,) = seen
+    i = launched.index("--track")
+    assert launched[i : i + 4] == ["--track", "mlflow", "--track-uri", uri]
