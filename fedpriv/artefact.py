@@ -116,6 +116,23 @@ class Artefact:
         """:meth:`predict_proba` of raw rows (:meth:`encode`)."""
         return self.predict_proba(self.encode(frame))
 
+    def explain(self) -> Any:
+        """The model by the schema's column names: a GAM's terms in raw units, each bin
+        with a bound on its noise from the card's events and the run's settings
+        (:mod:`fedpriv.models.gam_noise`), or a tree model's split usage.
+
+        Raises :class:`ArtefactError` for a model without an explanation (DP-SGD's).
+        """
+        if not hasattr(self.model, "explain"):
+            raise ArtefactError(f"a {self.method} model has no term or split explanation")
+        explanation = self.model.explain(self.schema)
+        if self.card.private and hasattr(explanation, "noise_rule"):
+            from fedpriv.models.gam_noise import with_noise_band
+
+            events = [(e.label, e.spec) for e in self.card.events]
+            explanation = with_noise_band(explanation, self.model, events, self.settings)
+        return explanation
+
 
 # -- writing -------------------------------------------------------------------
 def _digest_array(a: np.ndarray) -> dict[str, Any]:

@@ -34,6 +34,7 @@ import numpy as np
 from fedpriv.server.dp_evaluation import not_run, run_dp_evaluation, scoped_ledgers
 from fedpriv.server.flower_strategy import FlowerStrategy
 from fedpriv.server.grid_runtime import GridRuntime, PollingGrid
+from fedpriv.server.run_progress import PROGRESS_FILE
 from flwr.app import ArrayRecord, Context
 from flwr.serverapp import Grid, ServerApp
 
@@ -250,8 +251,9 @@ def train(
     train_ledger, eval_ledger = scoped_ledgers(ledger, s)
     core = build_strategy(s, schema, n_records=n_records, n_features=n_features)
     strategy = FlowerStrategy(
-        core, settings=s, n_features=n_features, max_records=max_records, ledger=train_ledger
-    )
+        core, settings=s, n_features=n_features, max_records=max_records, ledger=train_ledger,
+        progress_file=out / PROGRESS_FILE,
+    )  # fmt: skip
     runtime = progress.runtime = strategy.connect(grid)
     runtime.ping(s.ping_rounds)
     result = strategy.start(

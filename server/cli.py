@@ -38,7 +38,9 @@ from fedpriv.server.cli_consortium import coordinator
 from fedpriv.server.cli_cv import cv
 from fedpriv.server.cli_logs import quiet_flower
 from fedpriv.server.cli_node import inspect_path, node
+from fedpriv.server.cli_report import follow, report
 from fedpriv.server.cli_run import run_in_process
+from fedpriv.server.tracking_options import track_options
 
 from fedpriv import logs
 
@@ -146,9 +148,11 @@ def cli(ctx: click.Context, verbose: bool) -> None:
     "take max(120, TIMEOUT/30) s + 15 s per node.",
 )  # fmt: skip
 @click.option("--verbose", "-v", "run_verbose", is_flag=True, help="Show Flower's output.")
+@track_options
 @click.pass_context
 def run(ctx: click.Context, method, preset, dataset, csv, schema, client_column, train, test,
-        sets, flower, share_secret_key, out, force, timeout, run_verbose) -> int:  # fmt: skip
+        sets, flower, share_secret_key, out, force, timeout, run_verbose, track,
+        track_uri) -> int:  # fmt: skip
     """Train one method: in process (default) or as a Flower simulation (--flower).
 
     --train FILE --test FILE: fit on the whole train file, score the test file.
@@ -157,7 +161,9 @@ def run(ctx: click.Context, method, preset, dataset, csv, schema, client_column,
     an earlier run's (its privacy record would be lost) unless --force.
     """
     from fedpriv.server.launch import parse_set
+    from fedpriv.server.tracking import launcher_args, require, results_folder, track_folder
 
+    require(track)  # MLflow missing: refused before any work
     verbose = run_verbose or (ctx.obj or {}).get("verbose", False)
     overrides = parse_set(list(sets))
     given = overrides.pop("method", None)
@@ -204,13 +210,17 @@ def run(ctx: click.Context, method, preset, dataset, csv, schema, client_column,
                 argv += ["--set", f"{key}={json.dumps(str(path.resolve()))}"]
         for s in sets:
             argv += ["--set", s]
+        argv += launcher_args(track, track_uri)
         outdir = (out or Path.cwd() / "results" / "flower").resolve()
         return quiet_flower(simulate.main, [*argv, "--out-dir", str(outdir)], outdir,
                             verbose=verbose)  # fmt: skip
-    return run_in_process(
+    out = results_folder(track, out)  # tracked: the results need a folder
+    code = run_in_process(
         method=method, dataset=dataset, csv=csv, schema=schema, client_column=client_column,
         overrides=overrides, out=out, force=force, train=train, test=test, preset=preset,
     )  # fmt: skip
+    track_folder(track, track_uri, out)
+    return code
 
 
 @cli.command(context_settings=_PASS)
@@ -317,8 +327,13 @@ def predict(model: Path, file: Path, out: Path | None) -> int:
 @cli.command()
 @click.argument("model", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="The machine-readable card or report.")
-def inspect(model: Path, as_json: bool) -> int:
-    """Print MODEL's privacy card (Markdown, or JSON with --json).
+@click.option(
+    "--terms", is_flag=True,
+    help="The model's terms in raw units (a GAM) or its split usage (trees) instead.",
+)  # fmt: skip
+def inspect(model: Path, as_json: bool, terms: bool) -> int:
+    """Print MODEL's privacy card (Markdown, or JSON with --json); with --terms, what the
+    model says per column (Artefact.explain: released values and the public schema only).
 
     MODEL may be a model file, a run's results directory (its model file), or a
     node's state directory (its node-config ``state-dir``): then the node's own
@@ -326,7 +341,7 @@ def inspect(model: Path, as_json: bool) -> int:
     history, the chain verified. A folder holding none of these, a corrupt ledger
     or a broken audit chain exits with code 2 and one line.
     """
-    click.echo(inspect_path(model, as_json))
+    click.echo(inspect_path(model, as_json, terms=terms))
     return 0
 
 
@@ -369,6 +384,8 @@ def draft(file: Path, out: Path | None, target, client_column, sep) -> int:
 
 
 cli.add_command(node)
+cli.add_command(report)
+cli.add_command(follow)
 cli.add_command(coordinator)
 cli.add_command(cv)
 

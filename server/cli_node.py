@@ -67,18 +67,23 @@ def _privacy_report(path: Path, as_json: bool) -> str:
     )
 
 
-def _card(path: Path, as_json: bool) -> str:
+def _card(path: Path, as_json: bool, terms: bool = False) -> str:
     from fedpriv.artefact import (
         load_model,  # its ArtefactError: one line (fedpriv.server.cli_errors)
     )
 
-    card = load_model(path).card
+    art = load_model(path)
+    if terms:  # the model per column: a GAM's terms in raw units, or split usage
+        explained = art.explain()
+        return json.dumps(explained.to_dict(), indent=1) if as_json else explained.to_text()
+    card = art.card
     return json.dumps(card.to_dict(), indent=1) if as_json else card.to_markdown()
 
 
-def inspect_path(path: Path, as_json: bool) -> str:
+def inspect_path(path: Path, as_json: bool, *, terms: bool = False) -> str:
     """What ``fedpriv inspect PATH`` prints; raises :class:`Refused`, an ``ArtefactError``
-    or an ``InspectError`` (each one line and exit code 2, :mod:`fedpriv.server.cli_errors`)."""
+    or an ``InspectError`` (each one line and exit code 2, :mod:`fedpriv.server.cli_errors`).
+    ``terms``: the model file's :meth:`~fedpriv.artefact.Artefact.explain` instead of its card."""
     from fedpriv.artefact import ARTEFACT_NAME
     from fedpriv.privacy.node_audit import AUDIT_FILE
     from fedpriv.privacy.node_budget import LEDGER_FILE
@@ -89,12 +94,14 @@ def inspect_path(path: Path, as_json: bool) -> str:
     if path.is_file() and path.name in (LEDGER_FILE, AUDIT_FILE, PRIVACY_FILE):
         path = path.parent  # a node's or a run's file: its folder
     if path.is_file():
-        return _card(path, as_json)
+        return _card(path, as_json, terms)
+    if terms and not (path / ARTEFACT_NAME).is_file():
+        raise Refused(f"--terms reads a model file; {path} holds no {ARTEFACT_NAME}")
     if is_state_dir(path):
         report = node_report(path)
         return json.dumps(report, indent=1) if as_json else report_text(report)
     if (path / ARTEFACT_NAME).is_file():  # a run's results directory
-        return _card(path / ARTEFACT_NAME, as_json)
+        return _card(path / ARTEFACT_NAME, as_json, terms)
     if (path / PRIVACY_FILE).is_file():  # a failed run's: no model file
         return _privacy_report(path, as_json)
     children = sorted(p for p in path.iterdir() if p.is_dir() and not p.is_symlink())

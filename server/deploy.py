@@ -48,7 +48,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from fedpriv.server import node_budgets, node_keys
+from fedpriv.server import node_budgets, node_keys, tracking
 from fedpriv.server.coordinator_runs import (
     RUN_LIMIT_BASE,
     check_file_job,
@@ -258,6 +258,7 @@ def main(argv: list[str] | None = None, **launch: Any) -> int:
     )
     node_budgets.add_arguments(ap)
     node_keys.add_argument(ap)
+    tracking.add_arguments(ap)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument(
         "--preset",
@@ -285,6 +286,7 @@ def main(argv: list[str] | None = None, **launch: Any) -> int:
     if args.out_dir:
         overrides["out-dir"] = str(Path(args.out_dir).resolve())
     try:  # the run config is resolved and checked first, before any process starts
+        tracking.require(args.track)
         policy = node_budgets.policy_of(args)
         code, out = deploy(
             overrides,
@@ -301,6 +303,7 @@ def main(argv: list[str] | None = None, **launch: Any) -> int:
     except SettingError as exc:  # one line, exit 2
         log.error("error: %s", exc)
         return 2
+    tracking.track_folder(args.track, args.track_uri, out)
     if code == 0 and out is not None:
         timed = bool(overrides.get("timings"))  # round times only when asked (uncertified)
         print(

@@ -27,9 +27,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from logging import INFO
+from pathlib import Path
 
 import numpy as np
 from fedpriv.server.grid_runtime import GridRuntime, PlannedRound
+from fedpriv.server.run_progress import append_progress
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.common import log
 from flwr.serverapp import Grid
@@ -63,6 +65,8 @@ class FlowerStrategy(_FlowerStrategy):
         The server's private randomness (noise, participation coins). Default:
         injected through ``$FEDPRIV_SECRET_KEY`` (to reproduce a run), else a
         fresh key from OS entropy. Never logged, saved or sent.
+    progress_file : Path, optional
+        Where to append one line per round (:mod:`fedpriv.server.run_progress`).
     """
 
     def __init__(
@@ -74,8 +78,10 @@ class FlowerStrategy(_FlowerStrategy):
         max_records: int,
         ledger: PrivacyLedger | None,
         secret_key: SecretKey | None = None,
+        progress_file: Path | None = None,
     ) -> None:
         self.core = strategy
+        self.progress_file = progress_file
         self.secret_key = secret_key if secret_key is not None else key_from_environment()
         self.settings = settings
         self.n_features = n_features
@@ -141,6 +147,15 @@ class FlowerStrategy(_FlowerStrategy):
         }
         if bound is not None:  # about every tenth round: a PLD is not free
             metrics["epsilon_upper_bound"] = bound
+        if self.progress_file is not None:
+            append_progress(
+                self.progress_file,
+                {
+                    "round": server_round, "rounds": self.settings.rounds,
+                    "asked": [int(p) for p in planned.asked], "replied": list(planned.senders),
+                    "aborted": not released, "epsilon_upper_bound": bound,
+                },
+            )  # fmt: skip
         return self.model_arrays(), MetricRecord(metrics)
 
     def configure_evaluate(

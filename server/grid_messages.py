@@ -30,6 +30,8 @@ class PlannedRound:
     plan: RoundPlan
     started: float
     replies: int = 0
+    #: The partitions whose upload was taken (set by ``finish_round``).
+    senders: tuple[int, ...] = ()
 
     @property
     def query(self) -> Query:

@@ -171,6 +171,7 @@ class GridRuntime:
         plan = planned.plan
         got = None if plan.aborted else self.transport.collect(plan, replies)
         planned.replies = 0 if got is None else len(got.senders)
+        planned.senders = () if got is None else tuple(int(u) for u in got.senders)
         return self.engine.finish(plan, got)
 
     def log_round(self, planned: PlannedRound, ledger: PrivacyLedger | None) -> float | None:

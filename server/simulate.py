@@ -34,7 +34,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from fedpriv.server import node_budgets, node_keys
+from fedpriv.server import node_budgets, node_keys, tracking
 from fedpriv.server.launch import (
     BIN,
     ROOT,
@@ -250,12 +250,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     node_budgets.add_arguments(ap)
     node_keys.add_argument(ap)
+    tracking.add_arguments(ap)
     args = ap.parse_args(argv)
     logs.configure(tag="simulate")
     overrides = parse_set(args.set)
     if args.out_dir:
         overrides["out-dir"] = str(Path(args.out_dir).resolve())
     try:  # the run config is resolved and checked first, before any process starts
+        tracking.require(args.track)
         policy = node_budgets.policy_of(args)
         env = node_budgets.policy_environment(policy, args.node_state)
         code, out = simulate(
@@ -268,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     except SettingError as exc:  # one line, exit 2
         log.error("error: %s", exc)
         return 2
+    tracking.track_folder(args.track, args.track_uri, out)
     if code == 0 and out is not None:
         print(result_line(out, "floats uploaded per client {mean_floats_uploaded_per_client:.0f}"))
     if args.node_state:  # what each hospital's own ledger says it has left

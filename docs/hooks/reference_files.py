@@ -26,6 +26,8 @@ def _example_report() -> dict[str, Any]:
 
 
 def file_formats_page() -> str:
+    from fedpriv.server import run_progress
+
     from fedpriv import artefact
     from fedpriv.federation import status
     from fedpriv.methods import model_classes
@@ -38,8 +40,9 @@ def file_formats_page() -> str:
         "What fedpriv writes, read from the modules that write it. A run's results "
         "folder (`fedpriv run --out DIR`, or `<out-dir>/<run id>/` of a Flower run) holds "
         f"`{artefact.ARTEFACT_NAME}` and `privacy.json`; a Flower run adds "
-        f"`{status.STATUS_FILE}`, `config.json`, `metrics.json`, `communication.json` and "
-        "`rounds.json` ([Run status and results](../how-to/run-status.md)).\n",
+        f"`{status.STATUS_FILE}`, `config.json`, `metrics.json`, `communication.json`, "
+        f"`rounds.json` and `{run_progress.PROGRESS_FILE}` ([Run status and "
+        "results](../how-to/run-status.md), [Look at a run](../how-to/look-at-a-run.md)).\n",
         f"## The model file: `{artefact.ARTEFACT_NAME}`\n",
         md(artefact.__doc__),
         f"Format `{artefact.FORMAT}`, version {artefact.FORMAT_VERSION}. Model classes a "
@@ -56,6 +59,8 @@ def file_formats_page() -> str:
         table(("field", "type"), fields),
         "A completed run of 75 rounds (generated):\n",
         code(json.dumps(outcome.to_dict(), indent=1), "json"),
+        f"## `{run_progress.PROGRESS_FILE}`: a Flower run's rounds as they go\n",
+        md(run_progress.__doc__),
         f"## The node ledger: `{node_budget.LEDGER_FILE}`\n",
         md(node_budget.__doc__),
         "The file (JSON, written atomically at every admission) holds `runs`: per run id "

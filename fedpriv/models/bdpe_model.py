@@ -100,6 +100,13 @@ class BDPEModel(ReleasedModel):
             H += self.beta[t] * self.leaf_values[t][leaf]
         return H
 
+    def explain(self, schema=None):
+        """Internal nodes per schema column (:class:`fedpriv.models.explain_trees.SplitUsage`)."""
+        from fedpriv.models.explain_trees import SELECTED, split_usage
+
+        feats = self.feature
+        return split_usage(feats, schema, trees=self.n_trees, origin=SELECTED)
+
     def decision_function(self, X: np.ndarray) -> np.ndarray:
         """The calibrated logit aH + b when the run released a calibration, else H: either
         way > 0 exactly where ``predict_proba`` > ½."""

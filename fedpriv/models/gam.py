@@ -375,6 +375,13 @@ class GAMModel(ReleasedModel):
         p = sigmoid(f)
         return np.column_stack([1.0 - p, p])
 
+    def explain(self, schema=None):
+        """The terms by column name in raw units
+        (:func:`fedpriv.models.explain.explain_gam`; no noise band: ``Artefact.explain``)."""
+        from fedpriv.models.explain import explain_gam
+
+        return explain_gam(self, schema)
+
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         """P(y = 1) of every row (as :class:`~fedpriv.models.trees.TreeEnsemble`); for a
         softmax model P(class 1), as the forests' models (:meth:`class_scores`: all C)."""

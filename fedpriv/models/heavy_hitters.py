@@ -147,6 +147,13 @@ class ForestModel(ReleasedModel):
         """P(y = 1): the fraction of trees voting 1 (binary tasks)."""
         return self.class_scores(X)[:, 1]
 
+    def explain(self, schema=None):
+        """Internal nodes per schema column (:class:`fedpriv.models.explain_trees.SplitUsage`)."""
+        from fedpriv.models.explain_trees import PRUNED, split_usage
+
+        feats = np.concatenate([t.feature[~t.is_leaf] for t in self.trees])
+        return split_usage(feats, schema, trees=len(self.trees), origin=PRUNED)
+
     def decision_function(self, X: np.ndarray) -> np.ndarray:
         return self.predict_proba(X) - 0.5
 

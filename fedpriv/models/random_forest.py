@@ -34,6 +34,13 @@ class RandomForestModel(ReleasedModel):
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         return self.class_scores(X)[:, 1]
 
+    def explain(self, schema=None):
+        """Internal nodes per schema column (:class:`fedpriv.models.explain_trees.SplitUsage`)."""
+        from fedpriv.models.explain_trees import RANDOM, split_usage
+
+        feats = np.concatenate([t.feature for t in self.trees])
+        return split_usage(feats, schema, trees=len(self.trees), origin=RANDOM)
+
     def decision_function(self, X: np.ndarray) -> np.ndarray:
         return self.predict_proba(X) - 0.5
 

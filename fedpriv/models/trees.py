@@ -196,6 +196,15 @@ class TreeEnsemble(ReleasedModel):
             base=self.base, trees=(*self.trees, tree), leaf_values=(*self.leaf_values, values)
         )
 
+    def explain(self, schema=None):
+        """Internal nodes per schema column (:class:`fedpriv.models.explain_trees.SplitUsage`)."""
+        from fedpriv.models.explain_trees import RANDOM, split_usage
+
+        feats = (
+            np.concatenate([t.feature for t in self.trees]) if self.trees else np.zeros(0, np.int64)
+        )
+        return split_usage(feats, schema, trees=len(self.trees), origin=RANDOM)
+
     def decision_function(self, X: np.ndarray, *, start: int = 0) -> np.ndarray:
         """Logit of every row ((n,), or (n, C) multiclass); with ``start`` only trees
         ``start:`` are summed (no base)."""
