@@ -206,18 +206,7 @@ def dpsgd_audit(
     make_strategy = honest_or_twin(DPSGDStrategy, twin_factor, config, n_records=n_public)
 
     spec = NetworkSpec(kind=model, n_features=N_FEATURES, hidden=config.hidden)
-    X, y = data.X_all, data.y_all
-    cx, cy = data.canary_x[None, :], np.array([data.canary_y])
-    scale = n_public * config.sampling_rate / config.learning_rate
-
-    def statistic(run: Run) -> float:
-        thetas = [q.arrays["params"] for q in run.queries] + [run.model.params]
-        total = 0.0
-        for t in range(len(thetas) - 1):
-            released = (thetas[t] - thetas[t + 1]) * scale  # S_t (+ c_t) + N_t
-            residual = released - clipped_gradient_sum(spec, thetas[t], X, y, clip)
-            total += residual @ clipped_gradient_sum(spec, thetas[t], cx, cy, clip) / clip
-        return float(total)
+    statistic = sgd_canary_statistic(spec, data, config, n_public, clip)
 
     return LearnerAudit(
         name=f"dpsgd-{model}",
@@ -229,6 +218,26 @@ def dpsgd_audit(
         make_handler=DPSGDClient,
         statistic=statistic,
     )
+
+
+def sgd_canary_statistic(spec, data, config, n_public: float, clip: float):
+    """The DP-SGD audits' statistic: per step, the released sum S_t (+ c_t) + N_t (the
+    parameter step rescaled by the public n, q and η) minus the known clipped sum of
+    ``data``'s rows, projected on the canary's clipped gradient, summed over steps."""
+    X, y = data.X_all, data.y_all
+    cx, cy = data.canary_x[None, :], np.array([data.canary_y])
+    scale = n_public * config.sampling_rate / config.learning_rate
+
+    def statistic(run: Run) -> float:
+        thetas = [q.arrays["params"] for q in run.queries] + [run.model.params]
+        total = 0.0
+        for t in range(len(thetas) - 1):
+            released = (thetas[t] - thetas[t + 1]) * scale
+            residual = released - clipped_gradient_sum(spec, thetas[t], X, y, clip)
+            total += residual @ clipped_gradient_sum(spec, thetas[t], cx, cy, clip) / clip
+        return float(total)
+
+    return statistic
 
 
 def boosting_audit(

@@ -37,13 +37,14 @@ from fedpriv.experiments.audit.learners import (
     LearnerAudit,
     corner_rows,
     random_rows,
+    sgd_canary_statistic,
 )
 from fedpriv.experiments.audit.runs import Run, run_fit
 from fedpriv.strategies.dpsgd import DPSGDStrategy, LogisticConfig
 from fedpriv.strategies.gam import DPGAMStrategy, GAMConfig
 
 from fedpriv.federation.protocol import ClientData
-from fedpriv.models.networks import NetworkSpec, clipped_gradient_sum
+from fedpriv.models.networks import NetworkSpec
 from fedpriv.privacy.randomness import SecretKey
 
 #: The canary unit's records (the public bound m every honest learner calibrates to).
@@ -154,18 +155,7 @@ def dpsgd_unit_audit(
     # The public bound on the records, the same for D and D': K × (a client's rows + m).
     n_public = len(base.y) * (max(len(y) for y in base.y) + m)
     spec = NetworkSpec(kind="logistic", n_features=base.X[0].shape[1])
-    X, y = base.X_all, base.y_all
-    cx, cy = base.canary_x[None, :], np.array([base.canary_y])
-    scale = n_public * config.sampling_rate / config.learning_rate
-
-    def statistic(run: Run) -> float:
-        thetas = [q.arrays["params"] for q in run.queries] + [run.model.params]
-        total = 0.0
-        for t in range(len(thetas) - 1):
-            released = (thetas[t] - thetas[t + 1]) * scale
-            residual = released - clipped_gradient_sum(spec, thetas[t], X, y, clip)
-            total += residual @ clipped_gradient_sum(spec, thetas[t], cx, cy, clip) / clip
-        return float(total)
+    statistic = sgd_canary_statistic(spec, base, config, n_public, clip)
 
     return UnitAudit(
         name="dpsgd-logistic-unit",
