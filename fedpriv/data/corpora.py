@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from fedpriv.data.dataset import TabularDataset, cached
-from fedpriv.data.encode import LoadReport, encode
+from fedpriv.data.encode import Encoded, LoadReport, encode
 from fedpriv.data.errors import DataError
 from fedpriv.data.schema import Schema, Target
 from fedpriv.data.split import make_split, stratified_indices
@@ -203,6 +203,38 @@ def load_heart(
 
 
 # --------------------------------------------------------------------------
+def diabetes130_specialties(sch: Schema, n_clients: int) -> tuple[int, list[str]]:
+    """K and the K − 1 largest specialties of the schema's public list (the clients)."""
+    k = check_count("n_clients", n_clients, minimum=2)
+    largest = list(sch.extra["largest_specialties"])
+    if k - 1 > len(largest):
+        raise ValueError(f"n_clients must lie in [2, {len(largest) + 1}]; got {n_clients}")
+    return k, largest[: k - 1]
+
+
+def read_diabetes130(
+    sch: Schema, report: LoadReport, *, every_encounter: bool
+) -> tuple[pd.DataFrame, Encoded]:
+    """The file in ``encounter_id`` order, expired and hospice discharges dropped,
+    encoded; only each patient's first encounter unless ``every_encounter``."""
+    path = diabetes130_path()
+    frame, lines = read_table(path, sch)
+    order = np.argsort(frame["encounter_id"].to_numpy(dtype=np.int64), kind="stable")
+    frame, lines = frame.iloc[order].reset_index(drop=True), lines[order]
+    if not every_encounter:
+        first = ~frame["patient_nbr"].duplicated(keep="first").to_numpy()
+        frame, lines = _drop(frame, lines, first, "repeat encounters of a patient", report)
+    disp = pd.to_numeric(frame["discharge_disposition_id"], errors="coerce")
+    keep = ~disp.isin(EXPIRED_OR_HOSPICE).to_numpy()
+    frame, lines = _drop(frame, lines, keep, "expired or hospice discharges", report)
+    return frame, encode(frame, sch, source=str(path), lines=lines, report=report)
+
+
+def diabetes130_path() -> Path:
+    """The bundled Diabetes 130-US file."""
+    return data_dir() / "diabetes_130us" / "diabetic_data.csv.gz"
+
+
 def load_diabetes130(
     *, n_clients: int = 5, split_seed: int = 0, val_fraction: float = 0.2, use_cache: bool = True
 ) -> TabularDataset:
@@ -212,41 +244,24 @@ def load_diabetes130(
     hospice discharges dropped; clients are the ``n_clients - 1`` largest
     specialties (a fixed list in the schema) plus one "other/missing" client.
     With one row per patient, the stratified row split is a patient split.
+    Every encounter, patients as units: :func:`fedpriv.data.encounters.load_diabetes130_encounters`.
     """
-    k = check_count("n_clients", n_clients, minimum=2)
     sch = schema("diabetes130")
-    largest = list(sch.extra["largest_specialties"])
-    if k - 1 > len(largest):
-        raise ValueError(f"n_clients must lie in [2, {len(largest) + 1}]; got {n_clients}")
-    path = data_dir() / "diabetes_130us" / "diabetic_data.csv.gz"
+    k, largest = diabetes130_specialties(sch, n_clients)
 
     def build() -> TabularDataset:
         report = LoadReport(source="diabetes130")
-        frame, lines = read_table(path, sch)
-        order = np.argsort(frame["encounter_id"].to_numpy(dtype=np.int64), kind="stable")
-        frame, lines = frame.iloc[order].reset_index(drop=True), lines[order]
-        first = ~frame["patient_nbr"].duplicated(keep="first").to_numpy()
-        frame, lines = _drop(frame, lines, first, "repeat encounters of a patient", report)
-        disp = pd.to_numeric(frame["discharge_disposition_id"], errors="coerce")
-        keep = ~disp.isin(EXPIRED_OR_HOSPICE).to_numpy()
-        frame, lines = _drop(frame, lines, keep, "expired or hospice discharges", report)
-        enc = encode(frame, sch, source=str(path), lines=lines, report=report)
-        specialty = frame[sch.client_column]
-        index = {s: i for i, s in enumerate(largest[: k - 1])}
-        clients = specialty.map(index).fillna(k - 1).to_numpy(dtype=np.int64)
+        frame, enc = read_diabetes130(sch, report, every_encounter=False)
+        index = {s: i for i, s in enumerate(largest)}
+        clients = frame[sch.client_column].map(index).fillna(k - 1).to_numpy(dtype=np.int64)
         split = make_split(enc.y, seed=split_seed, val_fraction=val_fraction)
         return TabularDataset.from_encoded(
-            "diabetes130",
-            sch,
-            [enc],
-            split,
-            report,
-            clients=clients,
-            client_names=(*largest[: k - 1], "other/missing"),
-        )
+            "diabetes130", sch, [enc], split, report, clients=clients,
+            client_names=(*largest, "other/missing"),
+        )  # fmt: skip
 
     opts = {"n_clients": k, "split_seed": split_seed, "val_fraction": val_fraction}
-    return cached("diabetes130", [path], sch, opts, build, use_cache=use_cache)
+    return cached("diabetes130", [diabetes130_path()], sch, opts, build, use_cache=use_cache)
 
 
 # --------------------------------------------------------------------------

@@ -32,14 +32,17 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from fedpriv.data.corpora import EXPIRED_OR_HOSPICE, _drop, data_dir, schema
+from fedpriv.data.corpora import (
+    diabetes130_path,
+    diabetes130_specialties,
+    read_diabetes130,
+    schema,
+)
 from fedpriv.data.dataset import TabularDataset, cached
-from fedpriv.data.encode import LoadReport, encode
+from fedpriv.data.encode import LoadReport
 from fedpriv.data.schema import Schema
 from fedpriv.data.split import unit_split
-from fedpriv.data.table import read_table
 from fedpriv.data.units import unit_codes
-from fedpriv.validation import check_count
 
 #: The file's patient id, the unit of the patient-level schema.
 PATIENT = "patient_nbr"
@@ -70,25 +73,15 @@ def load_diabetes130_encounters(
 ) -> TabularDataset:
     """Every encounter of Diabetes 130-US (module docstring); ``max_records_per_unit``
     m: patient-level privacy with at most m encounters per patient, else per record."""
-    k = check_count("n_clients", n_clients, minimum=2)
     sch = patient_schema(max_records_per_unit)
-    largest = list(sch.extra["largest_specialties"])
-    if k - 1 > len(largest):
-        raise ValueError(f"n_clients must lie in [2, {len(largest) + 1}]; got {n_clients}")
-    path = data_dir() / "diabetes_130us" / "diabetic_data.csv.gz"
+    k, largest = diabetes130_specialties(sch, n_clients)
 
     def build() -> TabularDataset:
         report = LoadReport(source="diabetes130 (every encounter)")
-        frame, lines = read_table(path, sch)
-        order = np.argsort(frame["encounter_id"].to_numpy(dtype=np.int64), kind="stable")
-        frame, lines = frame.iloc[order].reset_index(drop=True), lines[order]
-        disp = pd.to_numeric(frame["discharge_disposition_id"], errors="coerce")
-        keep = ~disp.isin(EXPIRED_OR_HOSPICE).to_numpy()
-        frame, lines = _drop(frame, lines, keep, "expired or hospice discharges", report)
-        enc = encode(frame, sch, source=str(path), lines=lines, report=report)
+        frame, enc = read_diabetes130(sch, report, every_encounter=True)
         patients = unit_codes(frame[PATIENT].astype(str).str.strip().to_numpy(dtype=object))
         first = ~pd.Series(patients).duplicated().to_numpy()  # encounter_id order
-        index = {s: i for i, s in enumerate(largest[: k - 1])}
+        index = {s: i for i, s in enumerate(largest)}
         own = frame[sch.client_column].map(index).fillna(k - 1).to_numpy(dtype=np.int64)
         client_of = np.empty(patients.max() + 1, dtype=np.int64)
         client_of[patients[first]] = own[first]  # the first encounter's client
@@ -97,9 +90,10 @@ def load_diabetes130_encounters(
                            strata=clients * 2 + enc.y)  # fmt: skip
         return TabularDataset.from_encoded(
             "diabetes130", sch, [enc], split, report, clients=clients,
-            client_names=(*largest[: k - 1], "other/missing"),
+            client_names=(*largest, "other/missing"),
         )  # fmt: skip
 
     opts = {"n_clients": k, "split_seed": split_seed, "val_fraction": val_fraction,
             "encounters": "all"}  # fmt: skip
-    return cached("diabetes130-encounters", [path], sch, opts, build, use_cache=use_cache)
+    files = [diabetes130_path()]
+    return cached("diabetes130-encounters", files, sch, opts, build, use_cache=use_cache)
