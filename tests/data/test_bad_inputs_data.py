@@ -18,15 +18,15 @@ from fedpriv.data.encode import OUT_OF_BOUNDS_REFUSED
 from fedpriv.data.node import files_dataset, read_encoded
 from fedpriv.data.schema import Schema
 from fedpriv.errors import public_error
+from tests.data.unit_schema import BINARY_TARGET
 
-SCHEMA = """name = "ward"
+SCHEMA = (
+    """name = "ward"
 missing_tokens = ["?", ""]
 
-[target]
-column = "y"
-positive = ["1"]
-labels = ["0", "1"]
-
+"""
+    + BINARY_TARGET
+    + """
 [[columns]]
 name = "age"
 type = "numeric"
@@ -37,6 +37,7 @@ name = "unit"
 type = "categorical"
 categories = ["a", "b"]
 """
+)
 HEADER = "age,unit,y\n"
 
 
