@@ -15,6 +15,7 @@ rebuilt.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -96,3 +97,20 @@ def answering(datas: Sequence[ClientData], samples: Sequence[np.ndarray], why: s
         if size and not out[i]:
             require_every_record(sample, data, why)
     return out
+
+
+def arrays_digest(arrays) -> str:
+    """SHA-256 of arrays' bytes in order: the key of a cache built from public arrays."""
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+def cached_bins(state: dict[str, Any], key: str, compute) -> np.ndarray:
+    """The rows' bins under the public binning ``key``, computed once and kept in
+    ``state`` (a runtime may drop it: it is rebuilt from the rows and the key)."""
+    if state.get("bins_key") != key or state.get("bins") is None:
+        state["bins"] = compute()
+        state["bins_key"] = key
+    return state["bins"]

@@ -17,11 +17,16 @@ would (:mod:`fedpriv.clients.batched`).
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import numpy as np
-from fedpriv.clients.batched import ClientRows, answering, client_rows
+from fedpriv.clients.batched import (
+    ClientRows,
+    answering,
+    arrays_digest,
+    cached_bins,
+    client_rows,
+)
 from fedpriv.clients.reply_settings import require_rate, setting_choice, setting_int
 
 from fedpriv.federation.protocol import (
@@ -31,7 +36,7 @@ from fedpriv.federation.protocol import (
     ReplySensitivity,
     require_every_record,
 )
-from fedpriv.models.bdpe import example_weights, feature_bins, level_sums
+from fedpriv.models.bdpe import example_weights, feature_bins, level_cells, level_sums
 from fedpriv.models.bdpe_model import BDPEModel, node_of_rows
 from fedpriv.models.forest_sensitivity import (
     LEAF_MASSES,
@@ -144,7 +149,7 @@ class BDPEClient(ClientHandler):
             level, feature, threshold, thresholds = _level_query(query, arrays, model, d)
             node = node_of_rows(feature, threshold, level, rows.data.X)
             bins = self._bins(arrays, thresholds, rows.data, state)
-            out = level_sums_many(bins, thresholds, node, 1 << level, y, w, rows)
+            out = level_sums_many(rows, bins, thresholds, node, 1 << level, y, w)
         else:
             raise ValueError(f"phase must be one of ['level', 'calibrate']; got {phase!r}")
         if out.shape[1] != query.reply_length:
@@ -169,14 +174,8 @@ class BDPEClient(ClientHandler):
 
     @staticmethod
     def _bins(arrays, thresholds, data: ClientData, state: dict[str, Any]) -> np.ndarray:
-        h = hashlib.sha256()
-        for name in ("cand_feature", "cand_threshold"):
-            h.update(np.ascontiguousarray(arrays[name]).tobytes())
-        key = h.hexdigest()
-        if state.get("bins_key") != key or state.get("bins") is None:
-            state["bins"] = feature_bins(data.XT, thresholds)
-            state["bins_key"] = key
-        return state["bins"]
+        key = arrays_digest(arrays[name] for name in ("cand_feature", "cand_threshold"))
+        return cached_bins(state, key, lambda: feature_bins(data.XT, thresholds))
 
 
 def calibration_counts(margins: np.ndarray, y: np.ndarray, edges) -> np.ndarray:
@@ -193,10 +192,8 @@ def calibration_counts(margins: np.ndarray, y: np.ndarray, edges) -> np.ndarray:
 
 def _prefix_key(model: BDPEModel, k: int) -> str:
     """Digest of the first ``k`` released trees (structure, leaf values, β)."""
-    h = hashlib.sha256()
-    for a in (model.feature[:k], model.threshold[:k], model.leaf_values[:k], model.beta[:k]):
-        h.update(np.ascontiguousarray(a).tobytes())
-    return h.hexdigest()
+    m = model
+    return arrays_digest((m.feature[:k], m.threshold[:k], m.leaf_values[:k], m.beta[:k]))
 
 
 def calibration_counts_many(margins: np.ndarray, y: np.ndarray, edges, rows: ClientRows):
@@ -218,15 +215,7 @@ def calibration_counts_many(margins: np.ndarray, y: np.ndarray, edges, rows: Cli
 HIST_SLOTS = 1 << 22
 
 
-def level_sums_many(
-    bins: np.ndarray,
-    thresholds: list[np.ndarray],
-    node: np.ndarray,
-    n_nodes: int,
-    y: np.ndarray,
-    w: np.ndarray,
-    rows: ClientRows,
-) -> np.ndarray:
+def level_sums_many(rows: ClientRows, bins, thresholds, node, n_nodes: int, y, w) -> np.ndarray:
     """(K, ·): each client's level reply ``[total | left]`` from :func:`level_sums` over
     its block of ``rows``, as rows.
 
@@ -235,14 +224,9 @@ def level_sums_many(
     accumulates its client's rows in their order, as that client's own call
     does; then the same cumulative sum over bins.
     """
-    w = np.clip(np.asarray(w, dtype=np.float64), 0.0, 1.0)
-    keep = (y == 0) | (y == 1)
-    w = np.where(keep, w, 0.0)
-    cls = np.where(keep, y, 0)
+    w, cls, V, cell = level_cells(thresholds, node, y, w)
     d = bins.shape[1]
-    V = max(len(t) for t in thresholds) + 1 if thresholds else 1
     width = n_nodes * 2 * V  # one feature's slots
-    cell = (node * 2 + (1 - cls)) * V  # class 1 first: (w¹, w⁰)
     K, G = rows.clients, sum(len(t) for t in thresholds)
     out = np.empty((K, n_nodes * 2 * (1 + G)))
     step = max(1, HIST_SLOTS // max(d * width, 1))

@@ -30,11 +30,16 @@ would (:mod:`fedpriv.clients.batched`).
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import numpy as np
-from fedpriv.clients.batched import ClientRows, answering, client_rows
+from fedpriv.clients.batched import (
+    ClientRows,
+    answering,
+    arrays_digest,
+    cached_bins,
+    client_rows,
+)
 from fedpriv.clients.reply_settings import require_rate, setting_choice, setting_int
 
 from fedpriv.federation.protocol import (
@@ -62,13 +67,6 @@ from fedpriv.models.gam_sensitivity import (
 )
 from fedpriv.models.gam_softmax import softmax_bin_sums, softmax_intercept_sums
 from fedpriv.privacy.randomness import SecretKey
-
-
-def _binning_key(terms: Terms) -> str:
-    h = hashlib.sha256()
-    for a in terms.to_arrays().values():
-        h.update(np.ascontiguousarray(a).tobytes())
-    return h.hexdigest()
 
 
 def _sums(model: GAMModel, f: np.ndarray, y: np.ndarray, bins: np.ndarray, n: int):
@@ -201,11 +199,8 @@ class GAMClient(ClientHandler):
 
     @staticmethod
     def _bins(terms: Terms, data: ClientData, state: dict[str, Any]) -> np.ndarray:
-        key = _binning_key(terms)
-        if state.get("bins_key") != key or state.get("bins") is None:
-            state["bins"] = bin_matrix(terms, data.XT)
-            state["bins_key"] = key
-        return state["bins"]
+        key = arrays_digest(terms.to_arrays().values())
+        return cached_bins(state, key, lambda: bin_matrix(terms, data.XT))
 
 
 #: The phases whose reply scores the rows with the query's released model.

@@ -319,6 +319,18 @@ def feature_bins(XT: np.ndarray, thresholds: list[np.ndarray]) -> np.ndarray:
     return out
 
 
+def level_cells(thresholds: list[np.ndarray], node: np.ndarray, y: np.ndarray, w: np.ndarray):
+    """What :func:`level_sums` and its batched twin share: the weights clipped to
+    [0, 1] (0 off the classes), the class codes, V = the most bins of a feature, and
+    each record's (node, class) slot offset ``(node·2 + 1 − class)·V`` (class 1 first)."""
+    w = np.clip(np.asarray(w, dtype=np.float64), 0.0, 1.0)
+    keep = (y == 0) | (y == 1)
+    w = np.where(keep, w, 0.0)
+    cls = np.where(keep, y, 0)
+    V = max(len(t) for t in thresholds) + 1 if thresholds else 1
+    return w, cls, V, (node * 2 + (1 - cls)) * V
+
+
 def level_sums(
     bins: np.ndarray,
     thresholds: list[np.ndarray],
@@ -345,13 +357,8 @@ def level_sums(
     summation order: the same floats in every runtime), then a cumulative sum
     over bins: the left side of threshold q is the records of bins ≤ q.
     """
-    w = np.clip(np.asarray(w, dtype=np.float64), 0.0, 1.0)
-    keep = (y == 0) | (y == 1)
-    w = np.where(keep, w, 0.0)
-    cls = np.where(keep, y, 0)
+    w, cls, V, cell = level_cells(thresholds, node, y, w)
     d = bins.shape[1]
-    V = max(len(t) for t in thresholds) + 1 if thresholds else 1
-    cell = (node * 2 + (1 - cls)) * V  # class 1 first: (w¹, w⁰)
     idx = (np.arange(d, dtype=np.int64)[None, :] * (n_nodes * 2 * V)) + cell[:, None] + bins
     hist = np.bincount(idx.ravel(), weights=np.repeat(w, d), minlength=d * n_nodes * 2 * V)
     hist = hist.astype(np.float64, copy=False)  # np.bincount of no rows is int64
