@@ -155,7 +155,7 @@ class LearnerAudit:
         sums do (tests/server/test_estimators.py) at a third to a half of the cost."""
         return run_fit(
             strategy=self.make_strategy(twin),
-            handler=self.make_handler(),
+            handler=self.handler(twin),
             clients=self.data.clients(canary),
             epsilon=self.epsilon,
             delta=self.delta,
@@ -164,6 +164,10 @@ class LearnerAudit:
             secure_aggregation=secure_aggregation,
             noise=self.noise,
         )
+
+    def handler(self, twin: bool) -> Any:
+        """The client half of this fit (the twin differs in its strategy only)."""
+        return self.make_handler()
 
     @property
     def plain_sums_release_the_same(self) -> bool:

@@ -39,13 +39,11 @@ from fedpriv.experiments.audit.learners import (
     random_rows,
     sgd_canary_statistic,
 )
-from fedpriv.experiments.audit.runs import Run, run_fit
 from fedpriv.strategies.dpsgd import DPSGDStrategy, LogisticConfig
 from fedpriv.strategies.gam import DPGAMStrategy, GAMConfig
 
 from fedpriv.federation.protocol import ClientData
 from fedpriv.models.networks import NetworkSpec
-from fedpriv.privacy.randomness import SecretKey
 
 #: The canary unit's records (the public bound m every honest learner calibrates to).
 UNIT_RECORDS = 20
@@ -85,22 +83,16 @@ class UnitAudit(LearnerAudit):
 
     make_twin_handler: Callable[[], Any] | None = None
 
-    def fit(
-        self, *, canary: bool, seed: int, key: SecretKey | None, twin: bool = False,
-        secure_aggregation: bool = True,
-    ) -> Run:  # fmt: skip
-        handler = self.make_twin_handler if twin and self.make_twin_handler else self.make_handler
-        return run_fit(
-            strategy=self.make_strategy(twin),
-            handler=handler(),
-            clients=self.data.clients(canary),
-            epsilon=self.epsilon,
-            delta=self.delta,
-            seed=seed,
-            key=key,
-            secure_aggregation=secure_aggregation,
-            noise=self.noise,
-        )
+    def handler(self, twin: bool) -> Any:
+        """The twin's client half where it has one (per-record clipping), else the honest one."""
+        return (self.make_twin_handler if twin and self.make_twin_handler else self.make_handler)()
+
+
+def _unit_audit(
+    name: str, base: CanaryData, m: int, epsilon: float, delta: float, **parts: Any
+) -> UnitAudit:
+    """The audit ``name`` on ``base``'s rows with a canary unit of ``m`` records."""
+    return UnitAudit(name=name, epsilon=epsilon, delta=delta, data=unit_data(base, m), **parts)
 
 
 def gam_unit_audit(
@@ -117,16 +109,13 @@ def gam_unit_audit(
     def make_strategy(twin: bool) -> DPGAMStrategy:
         return DPGAMStrategy(config, unit_records=1 if twin else m)
 
-    return UnitAudit(
-        name="dp_gam-unit",
-        epsilon=epsilon,
-        delta=delta,
+    return _unit_audit(  # the audit's name, rows, m, ε and δ
+        "dp_gam-unit", base, m, epsilon, delta,
         twin="record-level sensitivity (no scaling by m)",
-        data=unit_data(base, m),
         make_strategy=make_strategy,
         make_handler=GAMClient,
         statistic=lambda run: float(run.model.shapes[0][1]),
-    )
+    )  # fmt: skip
 
 
 class PerRecordClipping(DPSGDClient):
@@ -157,18 +146,15 @@ def dpsgd_unit_audit(
     spec = NetworkSpec(kind="logistic", n_features=base.X[0].shape[1])
     statistic = sgd_canary_statistic(spec, base, config, n_public, clip)
 
-    return UnitAudit(
-        name="dpsgd-logistic-unit",
-        epsilon=epsilon,
-        delta=delta,
+    return _unit_audit(  # the audit's name, rows, m, ε and δ
+        "dpsgd-logistic-unit", base, m, epsilon, delta,
         twin="per-record clipping (each of the unit's m gradients to C)",
-        data=unit_data(base, m),
         # One strategy for both (steps keep Δ = C per unit): only the client differs.
         make_strategy=lambda twin: DPSGDStrategy(config, n_records=n_public, unit_records=m),
         make_handler=DPSGDClient,
         make_twin_handler=PerRecordClipping,
         statistic=statistic,
-    )
+    )  # fmt: skip
 
 
 #: Trials per side of each unit audit in CI (tests/privacy/test_unit_audits.py).
