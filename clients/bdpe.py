@@ -20,22 +20,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from fedpriv.clients.batched import (
-    ClientRows,
-    answering,
-    arrays_digest,
-    cached_bins,
-    client_rows,
-)
+from fedpriv.clients import batched
 from fedpriv.clients.reply_settings import require_rate, setting_choice, setting_int
 
-from fedpriv.federation.protocol import (
-    ClientData,
-    ClientHandler,
-    Query,
-    ReplySensitivity,
-    require_every_record,
-)
+from fedpriv.federation import protocol
+from fedpriv.federation.protocol import ClientData, ClientHandler, Query, ReplySensitivity
 from fedpriv.models.bdpe import example_weights, feature_bins, level_cells, level_sums
 from fedpriv.models.bdpe_model import BDPEModel, node_of_rows
 from fedpriv.models.forest_sensitivity import (
@@ -98,7 +87,7 @@ class BDPEClient(ClientHandler):
         state: dict[str, Any],
         key: SecretKey | None = None,
     ) -> np.ndarray:
-        require_every_record(sample, data, "bdpe counts every record in every level")
+        protocol.require_every_record(sample, data, "bdpe counts every record in every level")
         arrays = dict(query.arrays)
         model = BDPEModel.from_arrays(arrays)  # routing checks every split feature
         y = class_codes(data.y, 2)  # −1: not a class, counted nowhere
@@ -134,8 +123,8 @@ class BDPEClient(ClientHandler):
         :func:`calibration_counts_many`). A client the round did not ask (an
         empty sample) gets zeros; ``state`` is the runtime's one shared state.
         """
-        active = answering(datas, samples, "bdpe counts every record in every level")
-        rows = client_rows(datas, state)
+        active = batched.answering(datas, samples, "bdpe counts every record in every level")
+        rows = batched.client_rows(datas, state)
         arrays = dict(query.arrays)
         model = BDPEModel.from_arrays(arrays)
         y = class_codes(rows.data.y, 2)
@@ -174,8 +163,8 @@ class BDPEClient(ClientHandler):
 
     @staticmethod
     def _bins(arrays, thresholds, data: ClientData, state: dict[str, Any]) -> np.ndarray:
-        key = arrays_digest(arrays[name] for name in ("cand_feature", "cand_threshold"))
-        return cached_bins(state, key, lambda: feature_bins(data.XT, thresholds))
+        key = batched.arrays_digest(arrays[name] for name in ("cand_feature", "cand_threshold"))
+        return batched.cached_bins(state, key, lambda: feature_bins(data.XT, thresholds))
 
 
 def calibration_counts(margins: np.ndarray, y: np.ndarray, edges) -> np.ndarray:
@@ -193,10 +182,10 @@ def calibration_counts(margins: np.ndarray, y: np.ndarray, edges) -> np.ndarray:
 def _prefix_key(model: BDPEModel, k: int) -> str:
     """Digest of the first ``k`` released trees (structure, leaf values, β)."""
     m = model
-    return arrays_digest((m.feature[:k], m.threshold[:k], m.leaf_values[:k], m.beta[:k]))
+    return batched.arrays_digest((m.feature[:k], m.threshold[:k], m.leaf_values[:k], m.beta[:k]))
 
 
-def calibration_counts_many(margins: np.ndarray, y: np.ndarray, edges, rows: ClientRows):
+def calibration_counts_many(margins: np.ndarray, y: np.ndarray, edges, rows: batched.ClientRows):
     """(K, 2B): each client's :func:`calibration_counts` over its block of ``rows``
     (counts: exact in any order)."""
     e = np.asarray(edges, dtype=np.float64)
@@ -215,7 +204,7 @@ def calibration_counts_many(margins: np.ndarray, y: np.ndarray, edges, rows: Cli
 HIST_SLOTS = 1 << 22
 
 
-def level_sums_many(rows: ClientRows, bins, thresholds, node, n_nodes: int, y, w) -> np.ndarray:
+def level_sums_many(rows: batched.ClientRows, bins, thresholds, node, n_nodes: int, y, w):
     """(K, ·): each client's level reply ``[total | left]`` from :func:`level_sums` over
     its block of ``rows``, as rows.
 

@@ -23,9 +23,10 @@ the released sums back.
 
 The handler keeps only a cache of its rows' bins (keyed by the public
 binning), which a runtime may drop: the reply is a function of the query and
-the rows alone, so every runtime gets the same floats. In process,
-:meth:`GAMClient.answer_many` answers every client at once, bit for bit as each
-would (:mod:`fedpriv.clients.batched`).
+the rows alone, so every runtime gets the same floats. The in-process runtime
+asks :meth:`GAMClient.answer_many` for all K replies in one pass over the
+clients' rows laid end to end (:mod:`fedpriv.clients.batched`): the same floats
+as K calls of :meth:`GAMClient.answer`.
 """
 
 from __future__ import annotations
