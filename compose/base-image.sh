@@ -13,14 +13,8 @@ set -euo pipefail
 TAG=fedpriv-base:bookworm
 MIRROR=http://deb.debian.org/debian
 SUITE=bookworm
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --tag) TAG=$2; shift 2 ;;
-        --mirror) MIRROR=$2; shift 2 ;;
-        -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
-        *) echo "base-image.sh: unknown argument $1" >&2; exit 2 ;;
-    esac
-done
+. "$(dirname "$0")/options.sh"
+parse_options "$0" 2,10 "--tag=TAG --mirror=MIRROR" "" -- "$@"
 
 missing=()
 for tool in debootstrap docker tar; do

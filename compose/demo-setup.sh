@@ -13,15 +13,8 @@
 set -euo pipefail
 
 DIR=./deploy IMAGE=fedpriv:latest NODES=3
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --image) IMAGE=$2; shift 2 ;;
-        --nodes) NODES=$2; shift 2 ;;
-        -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
-        -*) echo "demo-setup.sh: unknown option $1" >&2; exit 2 ;;
-        *) DIR=$1; shift ;;
-    esac
-done
+. "$(dirname "$0")/options.sh"
+parse_options "$0" 2,12 "--image=IMAGE --nodes=NODES" DIR -- "$@"
 if [ -d "$DIR" ] && [ -n "$(ls -A "$DIR")" ]; then
     echo "demo-setup.sh: $DIR is not empty (a consortium's keys and ledgers live there)" >&2
     exit 2

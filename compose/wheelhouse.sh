@@ -14,16 +14,8 @@ set -euo pipefail
 
 OUT= TORCH_WHEEL= CONSTRAINTS= PY=${PYTHON:-python3}
 TORCH_INDEX=https://download.pytorch.org/whl/cpu
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --torch-wheel) TORCH_WHEEL=$2; shift 2 ;;
-        --constraints) CONSTRAINTS=$2; shift 2 ;;
-        --python) PY=$2; shift 2 ;;
-        -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
-        -*) echo "wheelhouse.sh: unknown option $1" >&2; exit 2 ;;
-        *) OUT=$1; shift ;;
-    esac
-done
+. "$(dirname "$0")/options.sh"
+parse_options "$0" 2,12 "--torch-wheel=TORCH_WHEEL --constraints=CONSTRAINTS --python=PY" OUT -- "$@"
 [ -n "$OUT" ] || { echo "usage: wheelhouse.sh DIR [--torch-wheel FILE] [--constraints FILE]" >&2; exit 2; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$OUT"
