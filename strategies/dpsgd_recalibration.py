@@ -62,15 +62,8 @@ def resolve(mode: Recalibration, walk: float) -> Recalibration:
 class RecalibrationRounds:
     """The last :data:`~fedpriv.models.sgd_recalibration.ROUNDS` rounds of a run."""
 
-    def __init__(
-        self,
-        mode: Recalibration,
-        spec: NetworkSpec,
-        n_records: float,
-        *,
-        n_bound: float = 0.0,
-        unit_records: int = 1,
-    ) -> None:
+    def __init__(self, mode: Recalibration, spec: NetworkSpec, n_records: float, *,
+                 n_bound: float = 0.0, unit_records: int = 1) -> None:  # fmt: skip
         self.mode = Recalibration.parse(mode)
         if self.mode is Recalibration.AUTO:
             raise ValueError("resolve 'auto' before the rounds are planned")

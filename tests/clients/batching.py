@@ -22,6 +22,19 @@ from tests.keys import key_for, private_rng
 SIZES = st.lists(st.integers(0, 60), min_size=1, max_size=5)
 
 
+def graded_labels(rng: np.random.Generator, X: np.ndarray, n_classes: int) -> np.ndarray:
+    """Class codes (as floats) that grow with feature 0, so trees and terms have signal."""
+    return np.minimum(rng.random(len(X)) * n_classes * (0.5 + X[:, 0]), n_classes - 1) // 1
+
+
+def mixed_rows(n: int, n_classes: int, seed: int, numeric: np.ndarray):
+    """n rows in [0, 1]: the ``numeric`` columns uniform, the others binary (P = 0.4)."""
+    rng = np.random.default_rng(seed)
+    X = rng.random((n, numeric.size))
+    X[:, ~numeric] = X[:, ~numeric] < 0.4
+    return X, graded_labels(rng, X, n_classes)
+
+
 def split(X: np.ndarray, y: np.ndarray, sizes: Sequence[int], first_id: int = 7):
     """Consecutive blocks of ``sizes`` rows, one client each (ids from ``first_id``:
     not their positions)."""

@@ -9,7 +9,14 @@ from hypothesis import strategies as st
 
 from fedpriv.federation.protocol import ClientData
 from fedpriv.models.gam import Terms
-from tests.clients.batching import SIZES, assert_paths_agree, begun, drive, split
+from tests.clients.batching import (
+    SIZES,
+    assert_paths_agree,
+    begun,
+    drive,
+    graded_labels,
+    split,
+)
 
 #: Term 0 numeric (3 cuts of feature 0), terms 1..6 binary (features 1..6, cut at ½).
 M = 6
@@ -26,8 +33,7 @@ CONFIG = GAMConfig(
 def _data(n: int, n_classes: int, seed: int):
     rng = np.random.default_rng(seed)
     X = np.hstack([rng.random((n, 1)), (rng.random((n, M)) < 0.3).astype(float)])
-    y = np.minimum(rng.random(n) * n_classes * (0.5 + X[:, 0]), n_classes - 1).astype(int)
-    return X, y.astype(float)
+    return X, graded_labels(rng, X, n_classes)
 
 
 def _strategy(n_records: int, n_classes: int = 2, participation: float = 1.0):
@@ -39,8 +45,7 @@ def _strategy(n_records: int, n_classes: int = 2, participation: float = 1.0):
 @settings(max_examples=10, deadline=None)
 @given(sizes=SIZES, seed=st.integers(0, 2**31), epsilon=st.sampled_from([None, 1.0]))
 def test_answer_many_rows_are_each_clients_answer(n_classes, sizes, seed, epsilon):
-    X, y = _data(sum(sizes), n_classes, seed)
-    clients = split(X, y, sizes)
+    clients = split(*_data(sum(sizes), n_classes, seed), sizes)
     phases = drive(_strategy(sum(sizes), n_classes), GAMClient(), clients, epsilon=epsilon,
                    seed=seed, drop_cache=seed % 2 == 1)  # fmt: skip
     expected = {"intercept", "term", "pair", "select"} | ({"group"} if n_classes == 2 else set())

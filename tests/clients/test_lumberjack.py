@@ -10,17 +10,20 @@ from hypothesis import strategies as st
 
 from fedpriv.federation.protocol import ClientData
 from fedpriv.models.lumberjack import FeatureSpace
-from tests.clients.batching import SIZES, assert_paths_agree, begun, drive, split
+from tests.clients.batching import (
+    SIZES,
+    assert_paths_agree,
+    begun,
+    drive,
+    mixed_rows,
+    split,
+)
 
 NUMERIC = np.array([True, True, True, False])
 
 
 def _data(n: int, n_classes: int, seed: int):
-    rng = np.random.default_rng(seed)
-    X = rng.random((n, NUMERIC.size))
-    X[:, ~NUMERIC] = X[:, ~NUMERIC] < 0.4
-    y = np.minimum(rng.random(n) * n_classes * (0.5 + X[:, 0]), n_classes - 1).astype(int)
-    return X, y.astype(float)
+    return mixed_rows(n, n_classes, seed, NUMERIC)
 
 
 def _strategy(n_records: int, n_classes: int = 2, recalibrate: float = 0.2):
@@ -34,8 +37,7 @@ def _strategy(n_records: int, n_classes: int = 2, recalibrate: float = 0.2):
 @settings(max_examples=10, deadline=None)
 @given(sizes=SIZES, seed=st.integers(0, 2**31), epsilon=st.sampled_from([None, 2.0]))
 def test_answer_many_rows_are_each_clients_answer(n_classes, sizes, seed, epsilon):
-    X, y = _data(sum(sizes), n_classes, seed)
-    clients = split(X, y, sizes)
+    clients = split(*_data(sum(sizes), n_classes, seed), sizes)
     recalibrate = 0.0 if epsilon is None else 0.2
     phases = drive(_strategy(sum(sizes), n_classes, recalibrate), LumberjackClient(), clients,
                    epsilon=epsilon, seed=seed)  # fmt: skip

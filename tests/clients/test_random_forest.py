@@ -10,7 +10,14 @@ from hypothesis import strategies as st
 
 from fedpriv.federation.protocol import ClientData
 from fedpriv.models.lumberjack import FeatureSpace
-from tests.clients.batching import SIZES, assert_paths_agree, begun, drive, split
+from tests.clients.batching import (
+    SIZES,
+    assert_paths_agree,
+    begun,
+    drive,
+    mixed_rows,
+    split,
+)
 from tests.keys import key_for
 
 NUMERIC = np.array([True, True, True, False])
@@ -18,11 +25,7 @@ MODES = ["all", "disjoint"]
 
 
 def _data(n: int, n_classes: int, seed: int):
-    rng = np.random.default_rng(seed)
-    X = rng.random((n, NUMERIC.size))
-    X[:, ~NUMERIC] = X[:, ~NUMERIC] < 0.4
-    y = np.minimum(rng.random(n) * n_classes * (0.5 + X[:, 0]), n_classes - 1).astype(int)
-    return X, y.astype(float)
+    return mixed_rows(n, n_classes, seed, NUMERIC)
 
 
 def _strategy(n_records: int, mode: str, n_classes: int = 2):
@@ -36,8 +39,7 @@ def _strategy(n_records: int, mode: str, n_classes: int = 2):
 @settings(max_examples=10, deadline=None)
 @given(sizes=SIZES, seed=st.integers(0, 2**31))
 def test_answer_many_rows_are_each_clients_answer(mode, n_classes, sizes, seed):
-    X, y = _data(sum(sizes), n_classes, seed)
-    clients = split(X, y, sizes)
+    clients = split(*_data(sum(sizes), n_classes, seed), sizes)
     unasked = seed % len(sizes)  # one client sits the round out (if it has rows)
     drive(_strategy(sum(sizes), mode, n_classes), RandomForestClient(), clients, seed=seed,
           asked=lambda r, i: i != unasked or seed % 3 == 0)  # fmt: skip
