@@ -13,7 +13,6 @@ holds with probability > 1 − 1e-3 over the keys (see each case's comment and
 
 import numpy as np
 import pytest
-from fedpriv.experiments.audit.auditing import audit_learner
 from fedpriv.experiments.audit.bdpe import bdpe_audit
 from fedpriv.experiments.audit.distributed import distributed_boosting_audit
 from fedpriv.experiments.audit.gam import gam_audit
@@ -28,6 +27,7 @@ from fedpriv.server.estimators import DPBoostingClassifier, DPLogisticClassifier
 
 from fedpriv.privacy.distributed import DERIVED_KEYS_CAVEAT
 from tests.keys import key_for
+from tests.privacy.audit_pairs import honest_and_twin
 
 # name: (audit factory, honest shift range); trials per side: CI_TRIALS. Refutation
 # margins, bootstrapped from the full experiment's 2,000 twin trials per side
@@ -71,25 +71,13 @@ def test_honest_learner_holds_its_epsilon_and_its_broken_twin_is_refuted(name):
     factory, (lo, hi) = CASES[name]
     audit, n_trials = factory(), CI_TRIALS[name]
     base = 100 + list(CASES).index(name)
-    honest = audit_learner(audit, n_trials=n_trials, keys="injected", base_key=key_for(base))
     # The twin on plain sums where they release bit for bit what the secure sums do
     # (central noise; checked on a twin fit below): the same scores, hence the same ε̂,
     # at a third to a half of the cost. The honest audit keeps the secure sums.
     plain = audit.plain_sums_release_the_same
-    twin = audit_learner(
-        audit,
-        n_trials=200 if name in PERFECT_TWINS else n_trials,
-        twin=True,
-        keys="injected",
-        base_key=key_for(base + 50),
-        secure_aggregation=not plain,
-    )
-    h, b = honest["plain"], twin["plain"]
-    assert h.epsilon_hat <= audit.epsilon, (name, h.result)
-    assert b.epsilon_hat > audit.epsilon, (name, b.result)
-    # The statistic sees the honest canary at about the strength the noise allows
-    # (e.g. DP-SGD: Σ_t shift C over noise √T·zC, i.e. √T/z ≈ 0.5 at ε = 2).
-    assert lo < h.scores.shift() < hi, (name, h.scores.shift())
+    twin_trials = 200 if name in PERFECT_TWINS else n_trials
+    honest_and_twin(audit, trials=n_trials, base=base, shift=(lo, hi), twin_trials=twin_trials,
+                    twin_secure=not plain)  # fmt: skip
     # The twin is a bug the ledger cannot see: its report claims the honest ε (certified
     # but for the in-process distributed noise's own caveat: every client key derives
     # from the run's key, which the server side holds).

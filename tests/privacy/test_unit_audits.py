@@ -9,10 +9,10 @@ must be refuted by the same audit: ε̂ > ε.
 """
 
 import pytest
-from fedpriv.experiments.audit.auditing import audit_learner
 from fedpriv.experiments.audit.units import UNIT_TRIALS, dpsgd_unit_audit, gam_unit_audit
 
 from tests.keys import key_for
+from tests.privacy.audit_pairs import honest_and_twin
 
 # name: (factory, honest shift range). Measured at 300 trials per side with these keys:
 # dp_gam ε̂ 0.00 (shift 0.04: λ = 17 σ_H grows with m, and the noisier intercept leaves
@@ -29,15 +29,8 @@ def test_the_unit_level_learner_holds_its_epsilon_and_the_record_level_twin_is_r
     factory, (lo, hi) = CASES[name]
     audit, n = factory(), UNIT_TRIALS[name]
     base = 400 + list(CASES).index(name)
-    honest = audit_learner(audit, n_trials=n, keys="injected", base_key=key_for(base))
-    twin = audit_learner(
-        audit, n_trials=n, twin=True, keys="injected", base_key=key_for(base + 50),
-        secure_aggregation=False,  # plain sums release the same (central noise)
-    )  # fmt: skip
-    h, t = honest["plain"], twin["plain"]
-    assert h.epsilon_hat <= audit.epsilon, (name, h.result)
-    assert t.epsilon_hat > audit.epsilon, (name, t.result)
-    assert lo < h.scores.shift() < hi, (name, h.scores.shift())
+    # The twin on plain sums: they release the same (central noise).
+    honest_and_twin(audit, trials=n, base=base, shift=(lo, hi))
     # Both claim the honest ε in their ledgers: the twin's bug is invisible there.
     run = audit.fit(canary=True, seed=0, key=key_for(base), twin=True)
     assert run.report.accounting.certified and run.report.epsilon <= audit.epsilon
