@@ -10,14 +10,7 @@ from hypothesis import strategies as st
 
 from fedpriv.federation.protocol import ClientData
 from fedpriv.models.lumberjack import FeatureSpace
-from tests.clients.batching import (
-    SIZES,
-    assert_paths_agree,
-    begun,
-    drive,
-    mixed_rows,
-    split,
-)
+from tests.clients import batching
 from tests.keys import key_for
 
 NUMERIC = np.array([True, True, True, False])
@@ -25,7 +18,7 @@ MODES = ["all", "disjoint"]
 
 
 def _data(n: int, n_classes: int, seed: int):
-    return mixed_rows(n, n_classes, seed, NUMERIC)
+    return batching.mixed_rows(n, n_classes, seed, NUMERIC)
 
 
 def _strategy(n_records: int, mode: str, n_classes: int = 2):
@@ -37,29 +30,29 @@ def _strategy(n_records: int, mode: str, n_classes: int = 2):
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("n_classes", [2, 3])
 @settings(max_examples=10, deadline=None)
-@given(sizes=SIZES, seed=st.integers(0, 2**31))
+@given(sizes=batching.SIZES, seed=st.integers(0, 2**31))
 def test_answer_many_rows_are_each_clients_answer(mode, n_classes, sizes, seed):
-    clients = split(*_data(sum(sizes), n_classes, seed), sizes)
+    clients = batching.split(*_data(sum(sizes), n_classes, seed), sizes)
     unasked = seed % len(sizes)  # one client sits the round out (if it has rows)
-    drive(_strategy(sum(sizes), mode, n_classes), RandomForestClient(), clients, seed=seed,
+    batching.drive(_strategy(sum(sizes), mode, n_classes), RandomForestClient(), clients, seed=seed,
           asked=lambda r, i: i != unasked or seed % 3 == 0)  # fmt: skip
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_the_comparison_sees_one_moved_row(mode):
     X, y = _data(200, 2, 1)
-    clients = split(X, y, (80, 120))
+    clients = batching.split(X, y, (80, 120))
     X1 = clients[1].X.copy()
     X1[:, 0] = 1.0 - X1[:, 0]
     twin = [clients[0], ClientData(client_id=8, X=X1, y=clients[1].y)]
     with pytest.raises(AssertionError, match="client 1"):
-        drive(_strategy(200, mode), RandomForestClient(), clients, answered=twin)
+        batching.drive(_strategy(200, mode), RandomForestClient(), clients, answered=twin)
 
 
 def test_disjoint_trees_come_from_each_clients_own_key():
     X, y = _data(300, 2, 2)
-    clients = split(X, y, (150, 150))
-    query = begun(_strategy(300, "disjoint"), NUMERIC.size).next_query()
+    clients = batching.split(X, y, (150, 150))
+    query = batching.begun(_strategy(300, "disjoint"), NUMERIC.size).next_query()
     every = [np.arange(c.n) for c in clients]
     keys = [key_for(1), key_for(2)]
     rows = RandomForestClient().answer_many(query, clients, every, {}, keys)
@@ -77,6 +70,6 @@ def test_disjoint_trees_come_from_each_clients_own_key():
 @pytest.mark.parametrize("mode", MODES)
 def test_a_fit_all_at_once_equals_the_per_client_fit(mode):
     X, y = _data(400, 3, 3)
-    clients = split(X, y, (150, 0, 100, 150))
-    ref = assert_paths_agree(lambda: _strategy(400, mode, 3), RandomForestClient, clients)
+    clients = batching.split(X, y, (150, 0, 100, 150))
+    ref = batching.assert_paths_agree(lambda: _strategy(400, mode, 3), RandomForestClient, clients)
     assert np.abs(ref["leaf_scores"]).sum() > 0
