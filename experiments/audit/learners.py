@@ -212,16 +212,9 @@ def dpsgd_audit(
     spec = NetworkSpec(kind=model, n_features=N_FEATURES, hidden=config.hidden)
     statistic = sgd_canary_statistic(spec, data, config, n_public, clip)
 
-    return LearnerAudit(
-        name=f"dpsgd-{model}",
-        epsilon=epsilon,
-        delta=delta,
-        twin=f"noise / {twin_factor:g}",
-        data=data,
-        make_strategy=make_strategy,
-        make_handler=DPSGDClient,
-        statistic=statistic,
-    )
+    return LearnerAudit(name=f"dpsgd-{model}", epsilon=epsilon, delta=delta, data=data,
+                        twin=f"noise / {twin_factor:g}", make_strategy=make_strategy,
+                        make_handler=DPSGDClient, statistic=statistic)  # fmt: skip
 
 
 def sgd_canary_statistic(spec, data, config, n_public: float, clip: float):
