@@ -31,6 +31,7 @@ from fedpriv.data import data_dir
 from fedpriv.privacy.node_approval import list_pending
 from fedpriv.privacy.node_audit import AuditLog, verify_audit_log
 from fedpriv.privacy.node_budget import STATE_DIR, read_ledger
+from tests.server.test_report_browser import CHROMIUM, chromium, console_errors
 
 SMALL = {"num-clients": 3, "depth": 3, "epsilon": 2.0, "seed": 3, "round-timeout": 300.0}
 
@@ -322,3 +323,14 @@ def test_ten_supernodes_complete_a_run(tmp_path, capsys):
     assert "completed: 2 of 2 rounds released" in line
     (run,) = [p for p in (tmp_path / "out").iterdir() if p.is_dir() and not p.is_symlink()]
     assert json.loads((run / "config.json").read_text())["num-clients"] == 10
+    # Its report renders in a real browser: no console error, the model's split usage
+    # and the ε, ROC and reliability curves drawn.
+    assert fedpriv(["report", str(run)]) == 0
+    page = run / "report.html"
+    assert "split usage" in page.read_text()
+    if CHROMIUM is None:
+        pytest.skip("no Chromium (apt-get install chromium): the deployment's report not rendered")
+    dom = chromium(page, tmp_path, "--dump-dom")
+    assert dom.returncode == 0 and console_errors(dom.stderr) == [], dom.stderr[-2000:]
+    assert "<title>fedpriv report: boosting on" in dom.stdout
+    assert dom.stdout.count("<polyline") >= 3
