@@ -32,7 +32,6 @@ from fedpriv.data import load_heart
 from fedpriv.data.node import declared_max_records
 from fedpriv.methods import get_method
 from fedpriv.privacy.distributed import DERIVED_KEYS_CAVEAT
-from fedpriv.privacy.node_budget import read_ledger
 from fedpriv.privacy.randomness import KEY_ENV
 from tests.keys import key_for, key_hex
 from tests.server.loopback import RUN_ID, LoopbackGrid
@@ -379,24 +378,3 @@ def _multiplier(event: dict) -> float:
     while "event" in event:
         event = event["event"]
     return event["noise_multiplier"]
-
-
-def test_nodes_refuse_a_plan_over_their_own_budget_and_keep_their_ledgers(monkeypatch, tmp_path):
-    """Each node's node-config policy: within it the run goes through and every node's
-    ledger (in its state-dir) agrees with the server's; over it the run stops at the plan."""
-    job = {"dataset": "heart", "num-clients": 4, "method": "boosting", "rounds": 3,
-           "depth": 2, "epsilon": 1.0, "seed": 5}  # fmt: skip
-    nodes = {p: {"max-epsilon": 1.0, "max-lifetime-epsilon": 1.5,
-                 "state-dir": str(tmp_path / f"node-{p}")} for p in range(4)}  # fmt: skip
-    out = run_app(monkeypatch, tmp_path / "first", job, node_config=nodes)
-    privacy = _json(out, "privacy")
-    left = _json(out, "communication")["nodes_remaining_budget"]
-    for p in range(4):
-        (run,) = read_ledger(tmp_path / f"node-{p}")["runs"].values()
-        assert run["epsilon"] == pytest.approx(privacy["epsilon"], rel=1e-9)
-        assert run["stages"]["noise"]["answered"] == [0, 1, 2]
-        assert left[str(p)]["epsilon"] == pytest.approx(1.5 - run["epsilon"])
-    # A second run of ε 1 would take each node past its lifetime 1.5: refused at the plan.
-    with pytest.raises(RuntimeError, match="key exchange: 0 of 4 nodes answered"):
-        run_app(monkeypatch, tmp_path / "second", job, node_config=nodes)
-    assert len(read_ledger(tmp_path / "node-0")["runs"]) == 1
