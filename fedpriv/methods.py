@@ -45,6 +45,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.metadata
+import inspect
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -177,21 +178,37 @@ class Method:
         return self.config_class(**values)
 
     def resolve_config(
-        self, config: Any, *, epsilon: float | None, delta: float | None, n_records: float | None
+        self,
+        config: Any,
+        *,
+        epsilon: float | None,
+        delta: float | None,
+        n_records: float | None,
+        released_count: float | None = None,
     ) -> Any:
         """``config`` with its automatic settings fixed from the run's public facts: the
-        learner's (ε, δ) (``None``: non-private) and the public bound on all records.
+        learner's (ε, δ) (``None``: non-private), the public bound on all records and,
+        when that bound is a released count's upper bound, the released count ñ
+        (``released_count``; ``None`` when the bound was declared).
 
         A configuration with a ``resolved(epsilon=, delta=, n_records=)`` method is
         resolved by it (DP-SGD's rounds, sampling rate and learning rate from n,
         :mod:`fedpriv.strategies.dpsgd_schedule`; Lumberjack's trees and depth from
         (ε, δ) and n, :mod:`fedpriv.models.lumberjack_sizes`); any other is returned as
-        is. The run counts its rounds on the result: the one resolution every entry
-        point (estimators, launchers, the ServerApp, the strategies) goes through."""
+        is. ``released_count`` is passed on only to a ``resolved`` that takes it
+        (Lumberjack's; a plugin's contract is unchanged). The run counts its rounds on
+        the result: the one resolution every entry point (estimators, launchers, the
+        ServerApp, the strategies) goes through."""
         resolved = getattr(config, "resolved", None)
         if resolved is None:
             return config
-        return resolved(epsilon=epsilon, delta=delta, n_records=n_records)
+        extra = {}
+        if (
+            released_count is not None
+            and "released_count" in inspect.signature(resolved).parameters
+        ):
+            extra["released_count"] = released_count
+        return resolved(epsilon=epsilon, delta=delta, n_records=n_records, **extra)
 
     @staticmethod
     def _resolved_like(config: Any, kept: Any) -> Any:

@@ -35,13 +35,17 @@ class FitSize:
     """A fit's ledger (``None``: non-private), the ledger its learner charges (the same,
     or a scope of it once a record count was released), its secret key, the public
     bound ``n_records`` on all records and ``max_records`` per client (``None``: the
-    non-private reference's own rows)."""
+    non-private reference's own rows), and ``released_count``: the released count ñ
+    itself when no bound was declared (``None`` otherwise), for choices that should
+    follow the likely size rather than its 1 − 1e-9 upper bound (Lumberjack's
+    automatic forest size, :mod:`fedpriv.models.lumberjack_sizes`)."""
 
     ledger: PrivacyLedger | None
     learner: PrivacyLedger | None
     key: SecretKey
     n_records: int
     max_records: int | None
+    released_count: float | None = None
 
 
 def learner_epsilon(epsilon: float) -> float:
@@ -76,9 +80,10 @@ def fit_size(
     never used: a private fit first releases it
     (:func:`~fedpriv.privacy.record_count.release_count`,
     :data:`~fedpriv.privacy.record_count.COUNT_SHARE` of ε, charged to the fit's
-    ledger), every bound is its high-probability upper bound U, and the learner gets a
-    scope of the ledger with the rest of ε. The non-private reference (no ledger) uses
-    the rows: it releases them unprotected anyway.
+    ledger), every bound is its high-probability upper bound U, the released count ñ
+    itself is kept for choices that follow the likely size (``released_count``), and
+    the learner gets a scope of the ledger with the rest of ε. The non-private
+    reference (no ledger) uses the rows: it releases them unprotected anyway.
     """
     from fedpriv.privacy.record_count import release_count
 
@@ -99,8 +104,8 @@ def fit_size(
         return FitSize(None, None, key, n, None)
     eps_count = est.epsilon - learner_epsilon(est.epsilon)
     rng = key.derive("server").generator("record-count")  # never the learner's stream
-    _, upper = release_count(ledger, n, epsilon=eps_count, rng=rng, unit_records=m)
+    noisy, upper = release_count(ledger, n, epsilon=eps_count, rng=rng, unit_records=m)
     for rows in partition:  # n ≤ U but with probability COUNT_TAIL: the bound's only
         check_bound(len(rows), upper, source="fit")
     learner = ledger.scope(PrivacyBudget(epsilon=learner_epsilon(est.epsilon), delta=est.delta))
-    return FitSize(ledger, learner, key, upper, upper)
+    return FitSize(ledger, learner, key, upper, upper, released_count=noisy)

@@ -32,7 +32,8 @@ class LumberjackClassifier(_Forest):
 
     Settings: :class:`fedpriv.strategies.lumberjack.LumberjackConfig` (paper: 30 trees,
     ε₁ = 0.75ε, δ = 1e-6; ``trees`` and ``depth`` automatic by default, from the
-    budget and the public record bound); run parameters: :mod:`fedpriv.server.estimators`.
+    budget and the public record bound, or the released record count when no
+    ``max_records`` is declared); run parameters: :mod:`fedpriv.server.estimators`.
     With ``epsilon=math.inf`` every non-empty node splits and leaves take the
     majority.
 

@@ -235,13 +235,15 @@ class MethodEstimator(Estimator):
         schema = data.schema if isinstance(data, TabularDataset) else None
         size = self._fit_size(partition, public_size, key=key, schema=schema)
         # Automatic sizes (Lumberjack's trees and depth) from the learner's budget and that
-        # public n, before the rounds are counted; the strategy resolves them the same way.
+        # public n (Lumberjack: the released count itself when there is one), before the
+        # rounds are counted; the strategy then keeps them.
         budget = None if size.learner is None else size.learner.budget
         config = self.config_ = self.method_record.resolve_config(
             config,
             epsilon=None if budget is None else budget.epsilon,
             delta=None if budget is None else budget.delta,
             n_records=size.n_records,
+            released_count=size.released_count,
         )
         context = StrategyContext(
             schema=data.schema if isinstance(data, TabularDataset) else None,

@@ -26,7 +26,13 @@ from dataclasses import dataclass
 from fedpriv.federation.constraints import Interval, check_fields, integers, setting
 from fedpriv.federation.limits import SIZE_LIMITS
 from fedpriv.models.lumberjack import STAGE_HEIGHT, lumberjack_rounds, stage_heights
-from fedpriv.models.lumberjack_sizes import AUTO, PAPER_DEPTH, PAPER_TREES, auto_size
+from fedpriv.models.lumberjack_sizes import (
+    AUTO,
+    PAPER_DEPTH,
+    PAPER_TREES,
+    auto_size,
+    sizing_records,
+)
 from fedpriv.options import LeafMechanism, SplitFeatures
 from fedpriv.privacy import calibrate_sparse_threshold, staged_queries_per_record
 
@@ -38,9 +44,10 @@ class LumberjackConfig:
     """Lumberjack's settings (paper §6: 30 trees, ε₁ = 0.75ε; depth 49 staged).
 
     ``trees`` and ``depth``: 0 (the default) is automatic, at most the paper's 30
-    trees and depth 49, fewer where the public record bound cannot fill them at the
-    run's (ε, δ) (:mod:`fedpriv.models.lumberjack_sizes`; :meth:`resolved` fixes
-    them once the budget and the bound are known); a value set here is kept. The
+    trees and depth 49, fewer where the public record bound (without a declared one,
+    the released record count) cannot fill them at the run's (ε, δ)
+    (:mod:`fedpriv.models.lumberjack_sizes`; :meth:`resolved` fixes them once the
+    budget and the bound are known); a value set here is kept. The
     privacy budget (paper: δ = 1e-6) is the run ledger's. ``recalibrate_share``
     s > 0 gives s of it to a last round that fits the Brier-optimal affine map
     of the forest's probabilities (:mod:`fedpriv.models.recalibration`; it needs
@@ -120,12 +127,19 @@ class LumberjackConfig:
         return cal.mechanism(gate=self.gate).tau
 
     def resolved(
-        self, *, epsilon: float | None, delta: float | None, n_records: float | None
+        self,
+        *,
+        epsilon: float | None,
+        delta: float | None,
+        n_records: float | None,
+        released_count: float | None = None,
     ) -> LumberjackConfig:
         """This configuration with automatic ``trees`` and ``depth`` fixed
         (:func:`fedpriv.models.lumberjack_sizes.auto_size`) from public facts only: the
         learner's (ε, δ) and ``n_records``, the public bound on all records (never a
-        count). Non-private (ε ``None`` or ∞) or without a bound: the paper's sizes.
+        count), or, when that bound is a released count's upper bound, the released
+        count ``released_count`` itself (:func:`~fedpriv.models.lumberjack_sizes.sizing_records`).
+        Non-private (ε ``None`` or ∞) or without a bound: the paper's sizes.
         Set values are kept; a resolved configuration resolves to itself."""
         if not self.automatic:
             return self
@@ -133,7 +147,7 @@ class LumberjackConfig:
             trees, depth = self.trees or PAPER_TREES, self.depth or PAPER_DEPTH
         else:
             trees, depth = auto_size(
-                n_records=n_records,
+                n_records=sizing_records(n_records, released_count),
                 tau=lambda k, d: self.tau(epsilon=epsilon, delta=delta, trees=k, depth=d),
                 trees=self.trees,
                 depth=self.depth,

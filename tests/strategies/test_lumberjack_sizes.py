@@ -10,6 +10,7 @@ from fedpriv.strategies.lumberjack import LumberjackConfig
 
 from fedpriv.data import load_heart
 from fedpriv.data.node import declared_max_records
+from fedpriv.methods import get_method
 from fedpriv.models.lumberjack import stage_heights
 from fedpriv.models.lumberjack_sizes import (
     GROWTH_RATIO,
@@ -18,6 +19,7 @@ from fedpriv.models.lumberjack_sizes import (
     PAPER_TREES,
     auto_size,
     size_ladder,
+    sizing_records,
 )
 from fedpriv.privacy import staged_queries_per_record
 from tests.keys import key_for
@@ -176,3 +178,37 @@ def test_on_heart_the_automatic_forest_spreads_where_the_paper_plan_is_constant(
     # Both spend the budget they were given.
     assert 0.99 * epsilon <= auto.epsilon_spent_ <= epsilon
     assert 0.99 * epsilon <= paper.epsilon_spent_ <= epsilon
+
+
+def test_a_released_count_sizes_the_plan_and_a_declared_bound_is_used_as_it_is():
+    assert sizing_records(640) == 640  # declared: the bound itself
+    assert sizing_records(2_400, 391.7) == 391.7  # released: ñ, not its upper bound U
+    assert sizing_records(2_400, -35.0) == 1.0  # clipped to [1, U]
+    assert sizing_records(2_400, 9_000.0) == 2_400
+    at_u = LumberjackConfig().resolved(epsilon=0.99, delta=1e-6, n_records=2_400)
+    at_n = LumberjackConfig().resolved(
+        epsilon=0.99, delta=1e-6, n_records=2_400, released_count=391.0
+    )
+    assert (at_u.trees, at_u.depth) == (30, 21)  # τ ≈ 542: more than Heart's 391 rows
+    assert (at_n.trees, at_n.depth) == (MIN_AUTO_TREES, 7)  # τ ≈ 118
+    # The registry passes ñ on only to a ``resolved`` that takes it: DP-SGD's schedule
+    # (and a plugin's contract) follow the bound alone.
+    logistic = get_method("logistic")
+    cfg = logistic.config_class()
+    assert logistic.resolve_config(
+        cfg, epsilon=1.0, delta=1e-5, n_records=2_400, released_count=391.0
+    ) == logistic.resolve_config(cfg, epsilon=1.0, delta=1e-5, n_records=2_400)
+
+
+def test_without_a_declared_bound_heart_at_epsilon_1_grows_from_the_released_count(heart):
+    # No max_records (the README's quickstart): the fit releases the count and its bound U
+    # is several times the 391 rows; sized from U no node could pass τ (the forest was the
+    # class rates), sized from ñ the lean plan grows. The bounds still use U.
+    clf = LumberjackClassifier(epsilon=1.0, seed=1, secret_key=key_for(1)).fit(heart)
+    n = heart.xy("train")[1].size
+    assert clf.context_.n_records > 4 * n  # U, for the caps and the codec
+    assert (clf.config_.trees, clf.config_.depth) == (MIN_AUTO_TREES, 7)
+    assert clf.calibration_.tau < n / 2  # the root and its children can pass
+    p = clf.predict_proba(heart.xy("test")[0])[:, 1]
+    assert np.std(p) >= 0.05 and clf.run_status_ == "completed"
+    assert 0.99 <= clf.epsilon_spent_ <= 1.0
