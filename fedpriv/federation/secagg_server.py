@@ -118,12 +118,15 @@ class SecAggServer:
         dropped: Sequence[int],
         signatures: Mapping[int, bytes],
         key_book: tuple[Mapping[int, bytes], Mapping[int, bytes]],
+        book_digest: bytes | None = None,
     ) -> dict[int, bytes]:
         """t of the survivors' valid signatures on (run, r, S, D), the first in id order,
         to forward with the unmask request; :class:`SecAggAbort` (round closed) if fewer
         than t are valid.
 
-        ``key_book`` is (public keys, verify keys) as broadcast at the key exchange.
+        ``key_book`` is (public keys, verify keys) as broadcast at the key exchange;
+        ``book_digest``, its :func:`~fedpriv.federation.secagg_consistency.book_digest`
+        if the caller kept it (the book is fixed for the run; computed here otherwise).
         Each node checks the signatures itself before revealing anything
         (:mod:`fedpriv.federation.secagg_consistency`); checking them here too keeps
         a client's bad signature from costing the round while t good ones remain.
@@ -134,9 +137,9 @@ class SecAggServer:
             raise ValueError(f"round {r}: dropped {list(dropped)} must be participants \\ S")
         public, verify = key_book
         keys = {j: bytes(verify[j]) for j in live if j in verify}  # raw: verified once each
-        message = consistency.view_message(
-            consistency.book_digest(public, verify), r, live, dropped
-        )
+        if book_digest is None:
+            book_digest = consistency.book_digest(public, verify)
+        message = consistency.view_message(book_digest, r, live, dropped)
         if not hood.sparse:
             ok = consistency.valid_signers(message, signatures, keys, live, need=t)
             if len(ok) < t:
