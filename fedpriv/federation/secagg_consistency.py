@@ -199,7 +199,7 @@ def check_view(
     """
     r = round_id
     live, gone = check_ids("survivors", survivors), check_ids("dropped", dropped)
-    if both := sorted(set(live).intersection(gone)):
+    if gone and not set(gone).isdisjoint(live) and (both := sorted(set(live).intersection(gone))):
         raise ValueError(
             f"clients {both} are listed both as survivors and as dropped in round {r}: "
             "refused (their self-mask seed and pair masks together would unmask them)"
