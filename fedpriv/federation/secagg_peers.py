@@ -157,7 +157,8 @@ class PeerKeys(ClientKeys):
         (AD share_ad(w, u, r)); ValueError naming the first that fails authentication."""
         nonce, rb, box = share_nonce(r), r.to_bytes(8, "big"), self._open
         try:
-            return [box[w][0](nonce, inbox[w], box[w][1] + rb) for w in senders]
+            pairs = zip(map(box.__getitem__, senders), senders, strict=True)
+            return [op(nonce, inbox[w], ad + rb) for (op, ad), w in pairs]
         except InvalidTag:
             pass
         for w in senders:  # which one: the rare path
