@@ -32,7 +32,10 @@ import cProfile
 import io
 import json
 import logging
+import os
 import pstats
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,14 +119,15 @@ def fit_once(case: Case, *, secure: bool, data, key) -> dict:
     return {"cpu": cpu, "setup": setup.seconds, "rounds": int(comm.rounds)}
 
 
-def measure(case: Case, repeats: int) -> dict:
+def measure(case: Case, repeats: int, *, warm_secure: bool = True) -> dict:
     """Warm-up, then ``repeats`` alternating plain and secure fits; minima."""
     from fedpriv.experiments.keys import secret_key_for
 
     data = _data(case.dataset)
     key = secret_key_for("secagg-cost", case.name)  # every fit: the same draws in both modes
     fit_once(case, secure=False, data=data, key=key)
-    fit_once(case, secure=True, data=data, key=key)
+    if warm_secure:
+        fit_once(case, secure=True, data=data, key=key)
     plain, secure = [], []
     for _ in range(repeats):
         plain.append(fit_once(case, secure=False, data=data, key=key))
@@ -138,6 +142,34 @@ def measure(case: Case, repeats: int) -> dict:
         "target_ratio": case.target, "load": Path("/proc/loadavg").read_text().split()[:3],
         "plain_all": [x["cpu"] for x in plain], "secure_all": [x["cpu"] for x in secure],
     }  # fmt: skip
+
+
+def against(base: Path, cases: list[str], alternations: int) -> list[dict]:
+    """This tree against the source tree ``base`` (e.g. ``git archive`` of an earlier
+    commit, with this script copied in): one fresh process per measurement, the two
+    trees alternating, so both see the same machine load; minima over the alternations.
+    K ≥ 1,000 warms up with a plain fit only (a secure fit takes a minute there)."""
+    here = Path(__file__).resolve().parents[1]
+    rows = []
+    for name in cases:
+        got: dict[str, list[dict]] = {"base": [], "this": []}
+        for _ in range(alternations):
+            for label, tree in (("base", base), ("this", here)):
+                cmd = [sys.executable, "-m", "fedpriv.experiments.secagg_cost", "--cases", name,
+                       "--repeats", "1", "--line"]  # fmt: skip
+                env = {**os.environ, "PYTHONPATH": str(tree)}
+                out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
+                got[label].append(json.loads(out.stdout.strip().splitlines()[-1]))
+        for label, runs in got.items():
+            best = min(runs, key=lambda x: x["secure_cpu"])
+            plain = min(x["plain_cpu"] for x in runs)
+            s, setup, rounds = best["secure_cpu"], best["setup_cpu"], best["rounds"]
+            rows.append({**best, "case": f"{name} {label}", "plain_cpu": plain,
+                         "ratio": s / plain, "per_round_overhead": (s - plain - setup) / rounds,
+                         "secure_all": [x["secure_cpu"] for x in runs],
+                         "plain_all": [x["plain_cpu"] for x in runs]})  # fmt: skip
+        print(table(rows[-2:]), flush=True)
+    return rows
 
 
 def profile(case: Case, top: int = 35) -> str:
@@ -181,6 +213,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--profile", choices=list(CASES), default=None)
     parser.add_argument("--floor", action="store_true")
+    parser.add_argument("--against", type=Path, default=None, help="a base source tree")
+    parser.add_argument("--alternations", type=int, default=3)
+    parser.add_argument("--line", action="store_true", help="print one JSON line per case")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     if args.profile:
@@ -191,10 +226,22 @@ def main(argv: list[str] | None = None) -> None:
 
         print(report())
         return
+    if args.against:
+        rows = against(args.against, args.cases, args.alternations)
+        print(f"load {Path('/proc/loadavg').read_text().split()[0]}\n{table(rows)}")
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=1))
+        return
     rows = []
     for name in args.cases:
-        rows.append(measure(CASES[name], args.repeats))
+        case = CASES[name]
+        rows.append(measure(case, args.repeats, warm_secure=case.clients < 1000))
+        if args.line:
+            print(json.dumps(rows[-1]), flush=True)
+            continue
         print(table(rows[-1:]), flush=True)
+    if args.line:
+        return
     print(f"load {' '.join(rows[-1]['load'])}\n{table(rows)}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
