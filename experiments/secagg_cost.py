@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import pstats
+import secrets
 import subprocess
 import sys
 import time
@@ -150,6 +151,9 @@ def against(base: Path, cases: list[str], alternations: int) -> list[dict]:
     trees alternating, so both see the same machine load; minima over the alternations.
     K ≥ 1,000 warms up with a plain fit only (a secure fit takes a minute there)."""
     here = Path(__file__).resolve().parents[1]
+    # One key for every process of the comparison (the same draws, rounds and sizes in
+    # both trees): $FEDPRIV_SECRET_KEY if set, else a fresh one for this comparison.
+    key = os.environ.get("FEDPRIV_SECRET_KEY") or secrets.token_hex(32)
     rows = []
     for name in cases:
         got: dict[str, list[dict]] = {"base": [], "this": []}
@@ -157,7 +161,7 @@ def against(base: Path, cases: list[str], alternations: int) -> list[dict]:
             for label, tree in (("base", base), ("this", here)):
                 cmd = [sys.executable, "-m", "fedpriv.experiments.secagg_cost", "--cases", name,
                        "--repeats", "1", "--line"]  # fmt: skip
-                env = {**os.environ, "PYTHONPATH": str(tree)}
+                env = {**os.environ, "PYTHONPATH": str(tree), "FEDPRIV_SECRET_KEY": key}
                 out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
                 got[label].append(json.loads(out.stdout.strip().splitlines()[-1]))
         for label, runs in got.items():
