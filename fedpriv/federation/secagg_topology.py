@@ -184,7 +184,7 @@ def topology_for(config, *, ids: Iterable[int], run_id: str, book_digest: bytes)
         seed = graph_seed(run_id=run_id, book_digest=book_digest)
         graph = harary_graph(ids, params.degree, seed)
         out = Sparse(graph=graph, params=params, threshold=config.neighbourhood_threshold(params))
-    if len(_derived) >= 8:
+    if len(_derived) >= 2:  # a run or two: a graph caches every neighbourhood
         del _derived[next(iter(_derived))]
     _derived[key] = out
     return out
