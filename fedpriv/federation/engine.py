@@ -159,6 +159,7 @@ class RoundEngine(RoundSums):
         if self.participation < 1.0 and self.secagg.sparse:
             self.secagg = dataclasses.replace(self.secagg, sparse=False)  # random subsets
         self.graph: Sparse | None = None  # the run's SecAgg+ graph, set by setup_keys
+        self.book_digest: bytes | None = None  # the key book's digest, set by setup_keys
         self.scale = scale
         self.communication = communication or Communication(n_clients)
         self._codecs: dict[tuple[float, int], FixedPointCodec] = {}
@@ -178,8 +179,9 @@ class RoundEngine(RoundSums):
         run_id = getattr(self.transport, "run_id", None)
         if run_id is not None:
             public, verify = self.transport.key_book
+            self.book_digest = book_digest(public, verify)  # fixed for the run: kept
             self.graph = topology_for(
-                self.secagg, ids=public, run_id=str(run_id), book_digest=book_digest(public, verify)
+                self.secagg, ids=public, run_id=str(run_id), book_digest=self.book_digest
             )
 
     def begin(

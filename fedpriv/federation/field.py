@@ -17,7 +17,10 @@ step wraps; one more fold and one conditional subtraction give the canonical
 result. :func:`matmul` splits entries into three 21-bit limbs and lets numpy's
 integer matmul add the limb products (each < 2^42; k of them, k ≤ 2^20, stay below
 2^62), then recombines the nine limb products with the scalar rules above. No
-Python integer enters the arithmetic.
+Python integer enters the arithmetic, but in the smallest products (at most
+:data:`SMALL_WORK` multiply-adds, e.g. a Shamir split among five clients), where
+numpy's object dtype multiplies exact Python integers in a tenth of the limb
+products' fixed cost.
 
 A small prime p < 2^31 takes the direct path a·b mod p (a·b < 2^62), so the
 same code runs over a tiny field in tests, where Shamir's perfect secrecy can be
@@ -48,6 +51,8 @@ _LO29 = _U64((1 << 29) - 1)
 _LIMB = 21
 _LIMB_MASK = _U64((1 << _LIMB) - 1)
 _CHUNK = 1 << 16  # output entries per matmul block: bounds the (3, 3, m, w) limb products
+#: Products of at most this many multiply-adds run on exact Python integers (object dtype).
+SMALL_WORK = 256
 #: Products of more multiply-adds run with one BLAS thread (:func:`_one_thread`); below it
 #: OpenBLAS uses one anyway (its threshold, 4·2^16).
 _SERIAL_WORK = 1 << 18
@@ -200,6 +205,9 @@ def matmul(
     m, k = a.shape
     if k > MAX_INNER:
         raise ValueError(f"inner dimension {k} exceeds {MAX_INNER} (uint64 limb sums)")
+    if m * k * b.shape[1] <= SMALL_WORK:  # exact integers: no limbs, no BLAS call
+        exact = (a.astype(object) @ b.astype(object)) % prime
+        return exact.astype(np.uint64).reshape(m, b.shape[1])
     al = left_limbs(a) if a_limbs is None else a_limbs  # (3, 1, m, k)
     bl = _limbs(b)[None].astype(al.dtype)  # (1, 3, k, s)
     out = np.empty((m, b.shape[1]), dtype=np.uint64)

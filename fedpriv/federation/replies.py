@@ -27,6 +27,15 @@ SHARE_BYTES = shamir.SHARE_BYTES
 SEALED_SHARE_BYTES = SHARE_BYTES + 16
 
 
+def _all_bytes(values: Collection[object], size: int) -> bool:
+    """Whether every value is ``bytes`` (a subclass too) of length ``size`` (checked in C:
+    a round has K·k of them)."""
+    kinds = set(map(type, values))
+    if kinds != {bytes} and not all(issubclass(k, bytes) for k in kinds):
+        return False
+    return set(map(len, values)) == {size}
+
+
 def _ring_vector(name: str, v: object, n: int) -> str | None:
     if not isinstance(v, np.ndarray):
         return f"{name} is a {type(v).__name__}, not an array"
@@ -64,7 +73,7 @@ def check_masked(
         got = sorted(shares) if isinstance(shares, Mapping) else type(shares).__name__
         whom = "the other participants" if addressees is None else "its neighbours"
         return f"shares addressed to {got}, not to {whom} {sorted(peers)}"
-    if any(not isinstance(c, bytes) or len(c) != SEALED_SHARE_BYTES for c in shares.values()):
+    if shares and not _all_bytes(shares.values(), SEALED_SHARE_BYTES):
         return f"a sealed share is not {SEALED_SHARE_BYTES} bytes"
     return None
 
@@ -94,7 +103,7 @@ def check_answer(
     shares, masks = answer.shares, answer.masks
     if not isinstance(shares, Mapping) or set(shares) != set(survivors):
         return "shares are not one per survivor"
-    if any(not isinstance(s, bytes) or len(s) != SHARE_BYTES for s in shares.values()):
+    if shares and not _all_bytes(shares.values(), SHARE_BYTES):
         return f"a share is not {SHARE_BYTES} bytes"
     if not isinstance(masks, Mapping) or set(masks) != set(dropped):
         return "pair masks are not one per dropped client"

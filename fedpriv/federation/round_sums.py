@@ -56,6 +56,7 @@ class RoundSums:
             signed = server.check_signatures(
                 round_id=r, participants=asked, survivors=survivors, dropped=dropped,
                 signatures=signed, key_book=self.transport.key_book,
+                book_digest=self.book_digest,
             )  # fmt: skip
         except (SecAggAbort, ValueError):
             return None  # a server-side view the survivors did not sign: release nothing

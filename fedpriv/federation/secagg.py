@@ -98,7 +98,6 @@ import json
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from cryptography.exceptions import InvalidTag
 
 from fedpriv.federation import secagg_consistency as consistency
 from fedpriv.federation import shamir
@@ -112,8 +111,6 @@ from fedpriv.federation.secagg_common import (
     UnmaskAnswer,
     check_ids,
     check_u64,
-    point,
-    share_nonce,
 )
 from fedpriv.federation.secagg_peers import PeerKeys
 from fedpriv.federation.secagg_server import SecAggServer
@@ -165,6 +162,7 @@ class SecAggClient(PeerKeys):
         self._rounds: dict[int, ClientRound] = {}
         self._answered: set[int] = set()  # rounds whose unmask this client answered
         self._views: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # signed (S, D)
+        self._signed: dict[int, tuple[tuple, bytes]] = {}  # round -> (its (S, D), its bytes)
 
     def mask(
         self,
@@ -226,26 +224,18 @@ class SecAggClient(PeerKeys):
                 )
             out += share.view(np.uint64)  # two's complement: addition mod 2^64
         seed = shamir.draw_seed()  # b_u^r: OS CSPRNG, fresh every round
+        plan = self._holder_plan(holders)  # points, sealing keys, mask order: once per run
         # All limbs at once: row k is the share for holders[k], one 40-byte slice of ``raw``.
-        if near is None:
-            xs = [point(j) for j in holders]
-        else:  # ranks in its closed neighbourhood, in holder order: 1..k + 1
-            xs = list(self._graph.points(self.client_id).values())
-        raw = shamir.to_bytes(shamir.split(seed, xs=xs, threshold=t))
-        share = dict(zip(holders, _slices(raw, shamir.SHARE_BYTES), strict=True))
+        raw = shamir.to_bytes(shamir.split(seed, xs=plan.xs, threshold=t))
+        shares = _slices(raw, shamir.SHARE_BYTES)
+        own = shares.pop(plan.own)  # the rest: the other holders' shares, in their order
         out += self._self_mask(seed, r, out.size)
-        up = [j for j in holders if j > self.client_id]
-        down = [j for j in holders if j < self.client_id]
-        masks = self._pair_masks(up + down, r, out.size)
+        masks = self._pair_masks(plan.order, r, out.size)
         # uint64 sums wrap mod 2^64, which is the ring's addition.
-        out += masks[: len(up)].sum(axis=0, dtype=np.uint64)
-        out -= masks[len(up) :].sum(axis=0, dtype=np.uint64)
-        nonce, u, rb = share_nonce(r), self.client_id, r.to_bytes(8, "big")
-        aeads, ads = self._aeads, self._ads  # AD: share_ad(u, j, r), its prefix kept per j
-        sealed = {
-            j: aeads[j][1].encrypt(nonce, share[j], ads[j][0] + rb) for j in holders if j != u
-        }
-        self._rounds[r] = ClientRound(frozenset(holders), out.size, t, share[u], m)
+        out += masks[: plan.up].sum(axis=0, dtype=np.uint64)
+        out -= masks[plan.up :].sum(axis=0, dtype=np.uint64)
+        sealed = self._seal_shares(plan, r, shares)
+        self._rounds[r] = ClientRound(frozenset(holders), out.size, t, own, m)
         return MaskedInput(vector=out, shares=sealed, round_id=r)
 
     def _view(self, r: int, survivors: Sequence[int], dropped: Sequence[int]):
@@ -281,7 +271,17 @@ class SecAggClient(PeerKeys):
         r = check_u64("round_id", round_id)
         _, view = self._view(r, survivors, dropped)
         self._views[r] = view  # committed before the signature leaves this client
-        return self._signer.sign(consistency.view_message(self._digest, r, *view))
+        return self._signer.sign(self._message(r, *view))
+
+    def _message(self, r: int, live: tuple[int, ...], gone: tuple[int, ...]) -> bytes:
+        """The signed bytes of (run, r, S, D), kept for the round's list this client signed."""
+        kept = self._signed.get(r)
+        if kept is not None and kept[0] == (live, gone):
+            return kept[1]
+        message = consistency.view_message(self._digest, r, live, gone)
+        if self._views.get(r) == (live, gone):
+            self._signed = {r: ((live, gone), message)}  # the latest round's only
+        return message
 
     def unmask(
         self,
@@ -317,30 +317,23 @@ class SecAggClient(PeerKeys):
         self.check_keys(rnd.peers, public_keys)
         if check_u64("n", n) != rnd.size:
             raise ValueError(f"n must equal the round-{r} vector length {rnd.size}; got {n}")
-        senders = rnd.peers.intersection(live) - {self.client_id}
+        # S and D split the participants (checked): the holders in S are those not in D.
+        senders = rnd.peers.difference(gone, (self.client_id,))
         if set(inbox) != senders:
             raise ValueError(
                 f"inbox must hold one encrypted share from each other survivor holding one "
                 f"{sorted(senders)}; got {sorted(inbox)}"
             )
         sparse = self._graph is not None
-        members = sorted(senders) if sparse else live  # the sparse graph: neighbours only
+        order = sorted(senders)
+        members = order if sparse else live  # the sparse graph: neighbours only
         consistency.check_signatures(
-            message=consistency.view_message(self._digest, r, live, gone), signatures=signatures,
-            keys={j: self._verify_key(j) for j in members}, survivors=members,
-            threshold=rnd.threshold, round_id=r,
+            message=self._message(r, live, gone), signatures=signatures,
+            keys=self._vpinned, survivors=members, threshold=rnd.threshold, round_id=r,
             known=[self.client_id] if r in self._views and not sparse else [],  # signed it
         )  # fmt: skip
         shares = {self.client_id: rnd.own_share}
-        nonce, rb, aeads, ads = share_nonce(r), r.to_bytes(8, "big"), self._aeads, self._ads
-        for w in sorted(senders):
-            try:  # AD: share_ad(w, u, r)
-                plain = aeads[w][2].decrypt(nonce, bytes(inbox[w]), ads[w][1] + rb)
-            except InvalidTag:
-                raise ValueError(
-                    f"the share from client {w} for round {r} failed authentication"
-                ) from None
-            shares[w] = plain
+        shares.update(zip(order, self._open_shares(r, order, inbox), strict=True))
         # Commit: from here on this round's answer is out, and no second one will follow.
         self._answered.add(r)
         self._views[r] = (live, gone)

@@ -270,11 +270,24 @@ def check_ids(name: str, ids: Iterable[object]) -> tuple[int, ...]:
     out = tuple(ids)
     # Fast path for plain ints (type, min and max in C): the full check's abc isinstance
     # costs more than a round's maths, and a survivor list holds K ids.
-    if out and not (set(map(type, out)) == {int} and min(out) >= 0 and max(out) < 2**64):
+    plain = set(map(type, out)) == {int}
+    if plain and len(out) > _CHECKED_MIN and (done := _checked.get(out)) is not None:
+        return done  # every party of a process checks the round's survivor list: once
+    if out and not (plain and min(out) >= 0 and max(out) < 2**64):
         out = tuple(check_u64(f"{name} id", i) for i in out)
     if len(set(out)) != len(out):
         raise ValueError(f"{name} must be distinct client ids; got {list(out)}")
-    return tuple(sorted(out))
+    done = tuple(sorted(out))
+    if plain and len(out) > _CHECKED_MIN:
+        if len(_checked) >= _CHECKED_SIZE:
+            del _checked[next(iter(_checked))]
+        _checked[out] = done
+    return done
+
+
+# Long id lists of plain ints found valid, as given -> sorted (public ids; oldest first).
+_checked: dict[tuple[int, ...], tuple[int, ...]] = {}
+_CHECKED_MIN, _CHECKED_SIZE = 64, 16
 
 
 def check_ring(name: str, value: object, n: int | None = None) -> np.ndarray:

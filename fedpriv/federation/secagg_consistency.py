@@ -48,8 +48,11 @@ SIGNATURE_BYTES = 64
 VERIFY_KEY_BYTES = 32
 _BOOK_TAG = b"fpKB"  # domain tag of the key book digest
 _VIEW_TAG = b"fpSC"  # domain tag of a signed survivor list
-_MEMO_SIZE = 1 << 15  # accepted (key, signature, message) triples remembered
-_accepted: dict[tuple[bytes, bytes, bytes], None] = {}  # insertion-ordered: oldest first
+_MEMO_MESSAGES = 64  # signed messages whose accepted (key, signature) pairs are remembered
+# message -> {raw verify key: the signature accepted}; insertion-ordered: oldest message first.
+# Keyed by message first so that a party checking t signers of one list pays one lookup
+# of the (long) message and t of the 32-byte keys.
+_accepted: dict[bytes, dict[bytes, bytes]] = {}
 
 
 def _le64(v: int) -> bytes:
@@ -111,9 +114,13 @@ def valid_signers(
     of them (verification is the cost of the round: an Ed25519 verification costs
     about two signatures)."""
     ok: list[int] = []
-    for j in sorted(set(signatures) & set(members) & set(keys)):
+    # The offered signatures first (t of a neighbourhood), then membership: O(offered),
+    # never O(key book) per party.
+    for j in sorted(set(signatures).intersection(members)):
         if need is not None and len(ok) >= need:
             break
+        if j not in keys:
+            continue
         sig = signatures[j]
         if not isinstance(sig, bytes | bytearray) or len(sig) != SIGNATURE_BYTES:
             continue
@@ -126,17 +133,19 @@ def _verifies(key: bytes | Ed25519PublicKey, sig: bytes, message: bytes) -> bool
     """Whether ``sig`` verifies on ``message`` under ``key``: a deterministic function of
     the three, so an accepted triple is remembered (module docstring)."""
     raw = key if isinstance(key, bytes) else key.public_bytes_raw()
-    memo = (raw, sig, message)
-    if memo in _accepted:
-        return True
+    seen = _accepted.get(message)
+    if seen is not None and seen.get(raw) == sig:
+        return True  # this very signature under this very key on this very message
     try:
         obj = key if not isinstance(key, bytes) else Ed25519PublicKey.from_public_bytes(key)
         obj.verify(sig, message)
     except (InvalidSignature, ValueError):  # ValueError: 32 bytes that encode no point
         return False
-    if len(_accepted) >= _MEMO_SIZE:
-        del _accepted[next(iter(_accepted))]
-    _accepted[memo] = None
+    if seen is None:
+        if len(_accepted) >= _MEMO_MESSAGES:
+            del _accepted[next(iter(_accepted))]
+        seen = _accepted[message] = {}
+    seen[raw] = sig
     return True
 
 
@@ -190,7 +199,7 @@ def check_view(
     """
     r = round_id
     live, gone = check_ids("survivors", survivors), check_ids("dropped", dropped)
-    if both := sorted(set(live).intersection(gone)):
+    if gone and not set(gone).isdisjoint(live) and (both := sorted(set(live).intersection(gone))):
         raise ValueError(
             f"clients {both} are listed both as survivors and as dropped in round {r}: "
             "refused (their self-mask seed and pair masks together would unmask them)"

@@ -18,7 +18,7 @@ in :mod:`fedpriv.federation.secagg`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from cryptography.hazmat.primitives import hashes
@@ -65,9 +65,10 @@ class ClientKeys:
         self._vpinned: dict[int, bytes] = {}  # the verify keys, pinned with it
         self._digest = b""  # the pinned key book's digest: binds signatures to this run
         self._keys: dict[int, tuple[bytes, bytes, bytes]] = {}  # peer -> (s, k_out, k_in)
-        # peer -> the AEADs of (s, k_out, k_in): built once, reused every round.
-        self._aeads: dict[int, tuple[ChaCha20Poly1305, ...]] = {}
-        self._ads: dict[int, tuple[bytes, bytes]] = {}  # peer -> share AD prefixes (out, in)
+        # Per peer, built once and reused every round (bound methods of the AEADs):
+        self._stream: dict[int, Callable] = {}  # encrypt under s (its keystream: pair masks)
+        self._seal: dict[int, tuple[Callable, bytes]] = {}  # (encrypt under k_out, AD prefix)
+        self._open: dict[int, tuple[Callable, bytes]] = {}  # (decrypt under k_in, AD prefix)
 
     @property
     def public_key(self) -> bytes:
@@ -129,9 +130,11 @@ class ClientKeys:
 
     def _set_keys(self, j: int, keys: tuple[bytes, bytes, bytes]) -> None:
         self._keys[j] = keys
-        self._aeads[j] = tuple(ChaCha20Poly1305(k) for k in keys)
+        s, k_out, k_in = keys
+        self._stream[j] = ChaCha20Poly1305(s).encrypt
         # The associated data of shares to and from j, but for the round (share_ad).
-        self._ads[j] = (share_ad_prefix(self.client_id, j), share_ad_prefix(j, self.client_id))
+        self._seal[j] = (ChaCha20Poly1305(k_out).encrypt, share_ad_prefix(self.client_id, j))
+        self._open[j] = (ChaCha20Poly1305(k_in).decrypt, share_ad_prefix(j, self.client_id))
 
     def check_keys(
         self,
@@ -151,7 +154,9 @@ class ClientKeys:
             raise SecAggKeyError(
                 f"client {self.client_id} has no pinned key book: setup() never ran"
             )
-        if unknown := sorted(j for j in peers if j not in self._pinned):  # O(peers), not O(K)
+        if not self._pinned.keys() >= set(peers) and (
+            unknown := sorted(j for j in peers if j not in self._pinned)  # O(peers), not O(K)
+        ):
             raise SecAggKeyError(f"participants {unknown} have no key pinned at the key exchange")
         for what, given, pinned in (
             ("public", public_keys, self._pinned),

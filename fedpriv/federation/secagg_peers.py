@@ -12,16 +12,34 @@ message naming another (fail closed). The protocol is :mod:`fedpriv.federation.s
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
+from cryptography.exceptions import InvalidTag
 
-from fedpriv.federation.secagg_common import SecAggConfig, self_mask
+from fedpriv.federation.secagg_common import SecAggConfig, point, self_mask, share_nonce
 from fedpriv.federation.secagg_graph import check_neighbourhood
 from fedpriv.federation.secagg_keys import ClientKeys
 from fedpriv.federation.secagg_topology import Sparse, topology_for
 
 _MASK_TAG = b"fpSA"  # nonce domain tag: pair-mask keystreams and nothing else
+_PLANS = 8  # holder sets whose plan a client keeps (one under the sparse graph)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HolderPlan:
+    """For one set of holders of a client's seed (sorted, the client among them): the
+    Shamir points in holder order, the client's own position, the other holders with the
+    sealing (encrypt, AD prefix) of each, and the pair-mask order (peers above the
+    client first, ``up`` of them, then those below)."""
+
+    xs: tuple[int, ...]
+    own: int
+    others: tuple[int, ...]
+    seal: tuple[tuple[Callable, bytes], ...]
+    up: int
+    order: tuple[int, ...]
 
 
 class PeerKeys(ClientKeys):
@@ -43,6 +61,7 @@ class PeerKeys(ClientKeys):
         self.config = config or SecAggConfig()
         self._run_id: str | None = None  # the graph's public seed, with the key book
         self._graph: Sparse | None = None  # the run's sparse graph (None: complete)
+        self._plans: dict[tuple[int, ...], HolderPlan] = {}  # holders -> mask's order of work
 
     def setup(
         self,
@@ -120,9 +139,59 @@ class PeerKeys(ClientKeys):
         # word, else round r+1's stream would be round r's shifted by one block. One row per
         # peer, from one buffer: per-peer numpy calls cost more than the cipher.
         nonce = _MASK_TAG + round_id.to_bytes(8, "little")
-        zeros = bytes(8 * n)
-        raw = b"".join([self._aeads[j][0].encrypt(nonce, zeros, None) for j in peers])
+        zeros, stream = bytes(8 * n), self._stream
+        raw = b"".join([stream[j](nonce, zeros, None) for j in peers])
         return np.frombuffer(raw, dtype="<u8").reshape(len(peers), n + 2)[:, :n]
+
+    def _seal_shares(self, plan: HolderPlan, r: int, shares: Sequence[bytes]) -> dict[int, bytes]:
+        """The other holders' shares (in ``plan.others`` order) sealed by ChaCha20-Poly1305
+        under k_{u→v}, nonce :func:`share_nonce` (r), AD :func:`share_ad` (u, v, r)."""
+        nonce, rb = share_nonce(r), r.to_bytes(8, "big")
+        sealed = [
+            seal(nonce, sh, ad + rb) for (seal, ad), sh in zip(plan.seal, shares, strict=True)
+        ]
+        return dict(zip(plan.others, sealed, strict=True))
+
+    def _open_shares(self, r: int, senders: Sequence[int], inbox: Mapping[int, bytes]) -> list:
+        """The round-r shares ``inbox[w]`` from each of ``senders``, opened under k_{w→u}
+        (AD share_ad(w, u, r)); ValueError naming the first that fails authentication."""
+        nonce, rb, box = share_nonce(r), r.to_bytes(8, "big"), self._open
+        try:
+            pairs = zip(map(box.__getitem__, senders), senders, strict=True)
+            return [op(nonce, inbox[w], ad + rb) for (op, ad), w in pairs]
+        except InvalidTag:
+            pass
+        for w in senders:  # which one: the rare path
+            try:
+                box[w][0](nonce, inbox[w], box[w][1] + rb)
+            except InvalidTag:
+                raise ValueError(
+                    f"the share from client {w} for round {r} failed authentication"
+                ) from None
+        raise AssertionError("a share failed authentication once only")  # pragma: no cover
+
+    def _holder_plan(self, holders: tuple[int, ...]) -> HolderPlan:
+        """The order of :meth:`~fedpriv.federation.secagg.SecAggClient.mask`'s work for
+        the holders of this client's seed: fixed for the run under the sparse graph (its
+        closed neighbourhood), per participant set under the complete graph (cached)."""
+        if (plan := self._plans.get(holders)) is not None:
+            return plan
+        u = self.client_id
+        if self._graph is None:
+            xs = tuple(point(j) for j in holders)
+        else:  # ranks in its closed neighbourhood, in holder order: 1..k + 1
+            xs = tuple(self._graph.points(u).values())
+        up = tuple(j for j in holders if j > u)
+        down = tuple(j for j in holders if j < u)
+        others = tuple(j for j in holders if j != u)
+        plan = HolderPlan(
+            xs=xs, own=holders.index(u), others=others, up=len(up), order=up + down,
+            seal=tuple(self._seal[j] for j in others),
+        )  # fmt: skip
+        if len(self._plans) >= _PLANS:
+            self._plans.pop(next(iter(self._plans)))
+        self._plans[holders] = plan
+        return plan
 
     def _self_mask(self, seed: np.ndarray, round_id: int, n: int) -> np.ndarray:
         return self_mask(seed, round_id, n)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from operator import itemgetter
 
 import numpy as np
 
@@ -118,12 +119,15 @@ class SecAggServer:
         dropped: Sequence[int],
         signatures: Mapping[int, bytes],
         key_book: tuple[Mapping[int, bytes], Mapping[int, bytes]],
+        book_digest: bytes | None = None,
     ) -> dict[int, bytes]:
         """t of the survivors' valid signatures on (run, r, S, D), the first in id order,
         to forward with the unmask request; :class:`SecAggAbort` (round closed) if fewer
         than t are valid.
 
-        ``key_book`` is (public keys, verify keys) as broadcast at the key exchange.
+        ``key_book`` is (public keys, verify keys) as broadcast at the key exchange;
+        ``book_digest``, its :func:`~fedpriv.federation.secagg_consistency.book_digest`
+        if the caller kept it (the book is fixed for the run; computed here otherwise).
         Each node checks the signatures itself before revealing anything
         (:mod:`fedpriv.federation.secagg_consistency`); checking them here too keeps
         a client's bad signature from costing the round while t good ones remain.
@@ -134,9 +138,9 @@ class SecAggServer:
             raise ValueError(f"round {r}: dropped {list(dropped)} must be participants \\ S")
         public, verify = key_book
         keys = {j: bytes(verify[j]) for j in live if j in verify}  # raw: verified once each
-        message = consistency.view_message(
-            consistency.book_digest(public, verify), r, live, dropped
-        )
+        if book_digest is None:
+            book_digest = consistency.book_digest(public, verify)
+        message = consistency.view_message(book_digest, r, live, dropped)
         if not hood.sparse:
             ok = consistency.valid_signers(message, signatures, keys, live, need=t)
             if len(ok) < t:
@@ -172,7 +176,7 @@ class SecAggServer:
                 v = min(missing)
                 raise ValueError(f"survivor {u} sent no encrypted share for survivor {v}")
         # The graph is symmetric: v's senders are its surviving neighbours.
-        return {v: {u: bytes(shares[u][v]) for u in hood.neighbours(v) if u in alive} for v in live}
+        return {v: {u: shares[u][v] for u in hood.neighbours(v) if u in alive} for v in live}
 
     def aggregate(
         self,
@@ -246,20 +250,21 @@ class SecAggServer:
                     f"{shamir.SHARE_BYTES} bytes",
                 )  # fmt: skip
         seeds: dict[int, np.ndarray] = {}
+        held = {i: answers[i].shares for i in told}  # holder -> {owner: its share}
         for points, members in seed_groups(hood, told, live).items():
             if len(points) < t:
                 u = members[0][0]
                 raise self._abort(r, f"survivor {u}'s seed has {len(points)} shares < t = {t}")
+            # Owner by owner, its holders' shares in point order (the inner loop in C), then
             # ys[k, g] = the share at points[k] of members[g]'s seed, one row of LIMBS words.
             raw = b"".join(
-                [answers[hs[k]].shares[u] for k in range(len(points)) for u, hs in members]
+                [b"".join(map(itemgetter(u), map(held.__getitem__, hs))) for u, hs in members]
             )
-            ys = np.frombuffer(raw, dtype="<u8").astype(np.uint64)
             group = [u for u, _ in members]
+            ys = np.frombuffer(raw, dtype="<u8").astype(np.uint64)
+            ys = ys.reshape(len(group), len(points), shamir.LIMBS).transpose(1, 0, 2)
             try:
-                got = shamir.reconstruct(
-                    list(points), ys.reshape(len(points), len(group), shamir.LIMBS), threshold=t
-                )
+                got = shamir.reconstruct(list(points), ys, threshold=t)
             except ValueError as err:  # ShamirError included: a wrong or malformed share
                 index = getattr(err, "index", None)
                 who = f"client {group[index[0]]}" if index else f"clients {group}"

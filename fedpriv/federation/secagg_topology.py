@@ -86,6 +86,10 @@ class Sparse:
     _near: dict[int, tuple[int, ...]] = field(default_factory=dict, repr=False)
     _closed: dict[int, tuple[int, ...]] = field(default_factory=dict, repr=False)
     _points: dict[int, dict[int, int]] = field(default_factory=dict, repr=False)
+    # survivor list -> (connected, as a set): the clients' own checks of one round's list
+    _lists: dict[tuple[int, ...], tuple[bool, frozenset[int]]] = field(
+        default_factory=dict, repr=False
+    )
 
     @cached_property
     def ids(self) -> tuple[int, ...]:
@@ -144,10 +148,14 @@ class Sparse:
 
     def own_problem(self, u: int, survivors: Iterable[int]) -> str | None:
         """A client's own check of a survivor list: connected, and t of its neighbours in it."""
-        live = list(survivors)
-        if not survivors_connected(self.graph, live):
+        live = tuple(survivors)
+        if (seen := self._lists.get(live)) is None:  # every client checks the same list
+            if len(self._lists) >= 4:
+                del self._lists[next(iter(self._lists))]
+            seen = self._lists[live] = (survivors_connected(self.graph, live), frozenset(live))
+        if not seen[0]:
             return f"the {len(live)} survivors are not connected in the communication graph"
-        near = len(set(self.neighbours(u)).intersection(live))
+        near = len(seen[1].intersection(self.neighbours(u)))
         if near < self.threshold:
             return (
                 f"{near} of client {u}'s neighbours survive, below the neighbourhood "
@@ -166,12 +174,26 @@ def topology_for(config, *, ids: Iterable[int], run_id: str, book_digest: bytes)
     :meth:`check_node_targets` error when a node's own floors refuse the run's targets.
     """
     config.check_node_targets()
-    ids = sorted({int(i) for i in ids})
+    ids = tuple(sorted({int(i) for i in ids}))
+    key = (config, ids, str(run_id), bytes(book_digest))
+    if key in _derived:  # a deterministic function of public values: derived once per process
+        return _derived[key]
     params = config.graph_parameters(len(ids))
-    if params is None:
-        return None
-    graph = harary_graph(ids, params.degree, graph_seed(run_id=run_id, book_digest=book_digest))
-    return Sparse(graph=graph, params=params, threshold=config.neighbourhood_threshold(params))
+    out = None
+    if params is not None:
+        seed = graph_seed(run_id=run_id, book_digest=book_digest)
+        graph = harary_graph(ids, params.degree, seed)
+        out = Sparse(graph=graph, params=params, threshold=config.neighbourhood_threshold(params))
+    if len(_derived) >= 2:  # a run or two: a graph caches every neighbourhood
+        del _derived[next(iter(_derived))]
+    _derived[key] = out
+    return out
+
+
+# (config, ids, run id, book digest) -> the run's graph: every party of one process (the
+# in-process runtime: the server and K clients) derives the same public graph; one object
+# serves them all, with its caches of neighbourhoods and survivor checks.
+_derived: dict[tuple, Sparse | None] = {}
 
 
 def round_topology(sparse: Sparse | None, participants: Sequence[int], threshold: int) -> Topology:

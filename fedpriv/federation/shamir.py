@@ -120,11 +120,25 @@ def lagrange_weights(xs: tuple[int, ...], at: tuple[int, ...], prime: int = PRIM
     reconstructs every survivor's seed from the same points.
     """
     points = np.array(_check_points(xs, field.check_prime(prime)), dtype=np.uint64)
-    targets = reduce_ints(at, prime)
+    return _frozen(_weights(points, reduce_ints(at, prime), prime))
+
+
+def _weights(points: np.ndarray, targets: np.ndarray, prime: int) -> np.ndarray:
+    # Λ of :func:`lagrange_weights` for distinct canonical points (0 allowed: split's base).
     num = field.exclusive_products(field.submod(targets[:, None], points[None, :], prime), prime)
     den = field.exclusive_products(field.submod(points[:, None], points[None, :], prime), prime)
     inv = field.inverse(np.diagonal(den).copy(), prime)  # x_j − x_m ≠ 0 for m ≠ j
-    return _frozen(field.mulmod(num, inv[None, :], prime))
+    return field.mulmod(num, inv[None, :], prime)
+
+
+@lru_cache(maxsize=64)
+def _completion(xs: tuple[int, ...], threshold: int, prime: int) -> tuple[np.ndarray, np.ndarray]:
+    # f at xs[t − 1:] from f(0) and f at xs[:t − 1] (Lagrange through those t points), and
+    # its limbs for field.matmul: computed once per point set (every client of a SecAgg+
+    # run shares at the same points, fedpriv.federation.secagg_topology).
+    base = np.array((0, *xs[: threshold - 1]), dtype=np.uint64)
+    weights = _weights(base, np.array(xs[threshold - 1 :], dtype=np.uint64), prime)
+    return _frozen(weights), _frozen(field.left_limbs(weights))
 
 
 def reduce_ints(values: Iterable[int], prime: int = PRIME) -> np.ndarray:
@@ -173,15 +187,21 @@ def split(
     """Shamir shares of every secret of the batch at the points ``xs``, shape (n, *batch):
     any ``threshold`` rows recover the batch.
 
-    The (t − 1)·B coefficients come in one draw from the OS CSPRNG
-    (:func:`fedpriv.federation.field.random_elements`), never from a seeded
-    generator: predictable coefficients would give the secrets away from
-    fewer than t shares.
+    The shares at the first t − 1 points are (t − 1)·B uniform elements, one draw
+    from the OS CSPRNG (:func:`fedpriv.federation.field.random_elements`), never from
+    a seeded generator: predictable ones would give the secrets away from fewer than t
+    shares. The others are the polynomial through (0, s) and those t − 1 points,
+    evaluated with cached Lagrange weights: one matrix product of n − t + 1 rows, not
+    n. This is the same distribution as uniform coefficients (module docstring: for a
+    fixed s, coefficients and the values at t − 1 non-zero points are in bijection).
     """
     points = _check_points(xs, field.check_prime(prime))
     t = _check_threshold(threshold, len(points))
     s = _check_elements("secrets", secrets, prime)
-    return _evaluate(s, field.random_elements((t - 1, *s.shape), prime), points, prime)
+    free = field.random_elements((t - 1, *s.shape), prime).reshape(t - 1, s.size)
+    weights, limbs = _completion(points, t, prime)
+    rest = field.matmul(weights, np.concatenate([s.reshape(1, -1), free]), prime, a_limbs=limbs)
+    return np.concatenate([free, rest]).reshape(len(points), *s.shape)
 
 
 def reconstruct(

@@ -65,6 +65,26 @@ def test_matmul_is_the_exact_matrix_product_mod_p(prime, m, k, s, data):
     np.testing.assert_array_equal(field.matmul(_u64(a), _u64(b), prime), _u64(want))
 
 
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    prime=st.sampled_from([P, 13, 2**31 - 1]),
+    m=st.integers(1, 5),
+    k=st.integers(1, 9),
+    s=st.integers(1, 5),
+    data=st.data(),
+)
+def test_matmul_limb_products_are_exact_on_small_matrices_too(prime, m, k, s, data):
+    # Products this small take the exact-integer path; the limb path must agree on them.
+    entry = st.one_of(st.sampled_from([0, prime - 1]), st.integers(0, prime - 1))
+    a = data.draw(st.lists(st.lists(entry, min_size=k, max_size=k), min_size=m, max_size=m))
+    b = data.draw(st.lists(st.lists(entry, min_size=s, max_size=s), min_size=k, max_size=k))
+    want = [[sum(a[i][j] * b[j][c] for j in range(k)) % prime for c in range(s)] for i in range(m)]
+    assert m * k * s <= field.SMALL_WORK
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(field, "SMALL_WORK", 0)
+        np.testing.assert_array_equal(field.matmul(_u64(a), _u64(b), prime), _u64(want))
+
+
 def test_matmul_limb_sums_do_not_wrap_at_the_largest_entries():
     # (p−1)^2 ≡ 1, so each entry of the product of all-(p−1) matrices is k mod p; the
     # limb sums are then at their largest. Blocks over columns must agree too.
