@@ -54,6 +54,11 @@ def fit_score(
     """(test Brier, test AUC, CPU seconds) of one fit at the method's defaults (or
     ``settings``) with secret key ``key`` and public seed ``seed``."""
     est = get_method(method).estimator_class(epsilon=epsilon, seed=seed, secret_key=key, **settings)
+    return _scored(est, data)
+
+
+def _scored(est, data) -> tuple[float, float, float]:
+    """Fit ``est`` on ``data``; (test Brier, test AUC, CPU seconds of the fit)."""
     t0 = time.process_time()
     est.fit(data)
     seconds = time.process_time() - t0
@@ -91,12 +96,7 @@ def readme_fit_score(data, line: str, key, *, seed: int = 0) -> tuple[float, flo
     overrides, flower = README_RUNS[line]
     est = MethodEstimator.from_settings(resolve(overrides, flower=flower).settings)
     est.set_params(secret_key=key, seed=seed)
-    t0 = time.process_time()
-    est.fit(data)
-    seconds = time.process_time() - t0
-    X, y = data.xy("test")
-    p = est.predict_proba(X)[:, 1]
-    return float(brier_score_loss(y, p)), float(roc_auc_score(y, p)), seconds
+    return _scored(est, data)
 
 
 def reference_brier(data) -> float:

@@ -49,37 +49,31 @@ def test_add_sub_pow_and_inverse_agree_with_python_integers(pairs, e):
     np.testing.assert_array_equal(field.mulmod(field.inverse(nonzero), nonzero), 1)
 
 
-@settings(max_examples=60, deadline=None, derandomize=True)
-@given(
-    prime=st.sampled_from([P, 13, 2**31 - 1]),
-    m=st.integers(1, 5),
-    k=st.integers(1, 9),
-    s=st.integers(1, 5),
-    data=st.data(),
-)
-def test_matmul_is_the_exact_matrix_product_mod_p(prime, m, k, s, data):
+@st.composite
+def _products(draw):
+    """(prime, a, b, a·b mod prime by Python integers): small matrices, edge entries."""
+    prime = draw(st.sampled_from([P, 13, 2**31 - 1]))
+    m, k, s = draw(st.integers(1, 5)), draw(st.integers(1, 9)), draw(st.integers(1, 5))
     entry = st.one_of(st.sampled_from([0, prime - 1]), st.integers(0, prime - 1))
-    a = data.draw(st.lists(st.lists(entry, min_size=k, max_size=k), min_size=m, max_size=m))
-    b = data.draw(st.lists(st.lists(entry, min_size=s, max_size=s), min_size=k, max_size=k))
+    a = draw(st.lists(st.lists(entry, min_size=k, max_size=k), min_size=m, max_size=m))
+    b = draw(st.lists(st.lists(entry, min_size=s, max_size=s), min_size=k, max_size=k))
     want = [[sum(a[i][j] * b[j][c] for j in range(k)) % prime for c in range(s)] for i in range(m)]
+    return prime, a, b, want
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(case=_products())
+def test_matmul_is_the_exact_matrix_product_mod_p(case):
+    prime, a, b, want = case
     np.testing.assert_array_equal(field.matmul(_u64(a), _u64(b), prime), _u64(want))
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
-@given(
-    prime=st.sampled_from([P, 13, 2**31 - 1]),
-    m=st.integers(1, 5),
-    k=st.integers(1, 9),
-    s=st.integers(1, 5),
-    data=st.data(),
-)
-def test_matmul_limb_products_are_exact_on_small_matrices_too(prime, m, k, s, data):
+@given(case=_products())
+def test_matmul_limb_products_are_exact_on_small_matrices_too(case):
     # Products this small take the exact-integer path; the limb path must agree on them.
-    entry = st.one_of(st.sampled_from([0, prime - 1]), st.integers(0, prime - 1))
-    a = data.draw(st.lists(st.lists(entry, min_size=k, max_size=k), min_size=m, max_size=m))
-    b = data.draw(st.lists(st.lists(entry, min_size=s, max_size=s), min_size=k, max_size=k))
-    want = [[sum(a[i][j] * b[j][c] for j in range(k)) % prime for c in range(s)] for i in range(m)]
-    assert m * k * s <= field.SMALL_WORK
+    prime, a, b, want = case
+    assert len(a) * len(b) * len(b[0]) <= field.SMALL_WORK
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(field, "SMALL_WORK", 0)
         np.testing.assert_array_equal(field.matmul(_u64(a), _u64(b), prime), _u64(want))
