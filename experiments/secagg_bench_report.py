@@ -130,7 +130,7 @@ def write_report(rows: Sequence[dict], meta: dict, out: Path) -> None:
         f"{', '.join(f'{x:.2f}' for x in meta['load_end'])} at the end; run "
         f"{meta['wall_s'] / 60:.1f} min wall. Limits per cell: {meta['limit']:g} s CPU "
         f"(a watchdog in the cell's own process), {meta['memory_gb']:g} GB address space, "
-        f"{3 * meta['limit']:g} s wall. Seed {meta['seed']}.",
+        f"{meta.get('wall', 3 * meta['limit']):g} s wall. Seed {meta['seed']}.",
         "",
         "## Where each stops",
         "",
@@ -151,6 +151,8 @@ def write_report(rows: Sequence[dict], meta: dict, out: Path) -> None:
     for k in ks:
         md += ["", f"## K = {k}", "", *_table([r for r in rows if r["K"] == k])]
     md += ["", *HOW_TO_READ.splitlines()]
+    if meta.get("notes"):  # the run's own remarks (``<out>.meta.json``)
+        md += ["", "## Notes", "", *meta["notes"]]
     out.with_suffix(".md").write_text("\n".join(md) + "\n")
 
 

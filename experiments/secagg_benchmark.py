@@ -23,7 +23,7 @@ complete graph with fedpriv's strict majority t.
 
 Each cell runs in its own process under a limit of ``--limit`` CPU seconds (a watchdog
 thread in the cell's process), an
-address-space limit of ``--memory`` GB and a wall limit of 3 × ``--limit``; a cell over
+address-space limit of ``--memory`` GB and a wall limit of ``--wall`` seconds; a cell over
 one is reported "stopped: …", and the same system's cells with K, L and dropout all at
 least as large are not run (reported "skipped"). A cell whose sum differs from the plain
 sum (fedpriv: bit for bit; Flower: beyond |S| quantisation steps) fails: "error".
@@ -179,7 +179,7 @@ def watchdog(limit: float, every: float = 0.5) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def launch(cell: Cell, *, seed: int, limit: float, memory_gb: float) -> dict:
+def launch(cell: Cell, *, seed: int, limit: float, memory_gb: float, wall: float) -> dict:
     """Run ``cell`` in a child process under the limits; its row (status and costs)."""
     cmd = [sys.executable, "-m", "fedpriv.experiments.secagg_benchmark", "--cell", cell.key,
            "--seed", str(seed), "--limit", str(limit)]  # fmt: skip
@@ -190,7 +190,7 @@ def launch(cell: Cell, *, seed: int, limit: float, memory_gb: float) -> dict:
     row = {"system": cell.system, "K": cell.k, "L": cell.length, "dropout": cell.dropout}
     try:
         proc = subprocess.run(
-            cmd, env=env, capture_output=True, text=True, timeout=3 * limit,
+            cmd, env=env, capture_output=True, text=True, timeout=wall,
             preexec_fn=_limits(memory_gb),
         )  # fmt: skip
     except subprocess.TimeoutExpired:
@@ -202,7 +202,7 @@ def launch(cell: Cell, *, seed: int, limit: float, memory_gb: float) -> dict:
         load_before=before, load_after=os.getloadavg()[0],
     )  # fmt: skip
     if proc is None:
-        return {**row, "status": f"stopped: wall limit ({3 * limit:g} s)"}
+        return {**row, "status": f"stopped: wall limit ({wall:g} s)"}
     if proc.returncode == STOPPED:
         return {**row, "status": f"stopped: limit ({limit:g} s CPU)"}
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
@@ -222,16 +222,22 @@ def grid(ks, lengths, dropouts, systems) -> list[Cell]:
     ]  # fmt: skip
 
 
-def run_grid(cells, *, seed: int, limit: float, memory_gb: float, out: Path) -> list[dict]:
-    """Run every cell (skipping those a stopped cell covers), writing rows as they come."""
-    rows, stops = [], []
+def run_grid(
+    cells, *, seed: int, limit: float, memory_gb: float, wall: float, out: Path,
+    done: Mapping[str, dict] | None = None,
+) -> list[dict]:  # fmt: skip
+    """Run every cell (skipping those a stopped cell covers), writing rows as they come;
+    a cell in ``done`` (an earlier run's rows by cell key, same seed) that ran is reused."""
+    rows, stops, done = [], [], done or {}
     for cell in cells:
         stop = next((s for s in stops if s.covers(cell)), None)
-        if stop is not None:
+        if done.get(cell.key, {}).get("status") == "ok":
+            row = done[cell.key]
+        elif stop is not None:
             row = {"system": cell.system, "K": cell.k, "L": cell.length, "dropout": cell.dropout,
                    "status": f"skipped: {stop.key} stopped"}  # fmt: skip
         else:
-            row = launch(cell, seed=seed, limit=limit, memory_gb=memory_gb)
+            row = launch(cell, seed=seed, limit=limit, memory_gb=memory_gb, wall=wall)
             if row["status"].startswith("stopped"):
                 stops.append(cell)
         log.info("%s: %s", cell.key, row["status"])
@@ -249,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
     ap.add_argument("--limit", type=float, default=300.0, help="CPU seconds per cell")
     ap.add_argument("--memory", type=float, default=6.0, help="GB of address space per cell")
+    ap.add_argument("--wall", type=float, default=1800.0, help="wall seconds per cell")
+    ap.add_argument("--resume", action="store_true", help="reuse the cells <out>.jsonl ran")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--report-only", action="store_true",
@@ -271,8 +279,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     cells = grid(args.ks, args.lengths, args.dropouts, args.systems)
     t0, load0 = time.perf_counter(), os.getloadavg()
-    rows = run_grid(cells, seed=args.seed, limit=args.limit, memory_gb=args.memory, out=args.out)
-    meta = {"limit": args.limit, "memory_gb": args.memory, "seed": args.seed,
+    old = args.out.with_suffix(".jsonl")
+    done = [json.loads(ln) for ln in old.read_text().splitlines()] if args.resume else []
+    rows = run_grid(
+        cells, seed=args.seed, limit=args.limit, memory_gb=args.memory, wall=args.wall,
+        out=args.out, done={Cell(system=r["system"], k=r["K"], length=r["L"],
+                                 dropout=r["dropout"]).key: r for r in done},
+    )  # fmt: skip
+    meta = {"limit": args.limit, "memory_gb": args.memory, "seed": args.seed, "wall": args.wall,
             "wall_s": time.perf_counter() - t0, "load_start": load0,
             "load_end": os.getloadavg(), "cpus": os.cpu_count()}  # fmt: skip
     meta_path.write_text(json.dumps(meta))
