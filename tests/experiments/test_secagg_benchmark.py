@@ -32,28 +32,29 @@ def test_the_smallest_cell_sums_to_the_plain_sum(system, dropout):
         assert row["round_client_cpu_s"] > 0 and row["round_server_cpu_s"] > 0
 
 
-def test_a_wrong_fedpriv_sum_fails_the_cell(monkeypatch):
-    real = fp.run_fedpriv
+def _shifted(module, name: str, shift):
+    """``module.name`` with ``shift(vectors, args)`` added to the total it returns."""
+    real = getattr(module, name)
 
-    def off_by_one_tick(vectors, drop, config=None):
-        out = real(vectors, drop, config)
-        out["total"] = out["total"] + np.eye(1, L)[0] * 2.0**-32  # one ring tick
+    def wrong(vectors, drop, *args):
+        out = real(vectors, drop, *args)
+        out["total"] = out["total"] + shift(vectors, args)
         return out
 
-    monkeypatch.setattr(fp, "run_fedpriv", off_by_one_tick)
+    return wrong
+
+
+def test_a_wrong_fedpriv_sum_fails_the_cell(monkeypatch):
+    one_tick = _shifted(fp, "run_fedpriv", lambda v, a: np.eye(1, L)[0] * 2.0**-32)
+    monkeypatch.setattr(fp, "run_fedpriv", one_tick)
     with pytest.raises(sb.AggregateMismatch, match="fedpriv,10,64"):
         sb.run_cell(sb.Cell(system="fedpriv", k=K, length=L, dropout=0.1))
 
 
 def test_a_flower_sum_beyond_its_quantisation_fails_the_cell(monkeypatch):
-    real = fl.run_flower
-
-    def off(vectors, drop, params):
-        out = real(vectors, drop, params)
-        out["total"] = out["total"] + 2 * len(vectors) * params.step  # > |S| steps
-        return out
-
-    monkeypatch.setattr(fl, "run_flower", off)
+    # 2|S| quantisation steps: beyond the |S| steps its rounding can explain.
+    beyond = _shifted(fl, "run_flower", lambda v, a: 2 * len(v) * a[0].step)
+    monkeypatch.setattr(fl, "run_flower", beyond)
     with pytest.raises(sb.AggregateMismatch, match="flower,10,64"):
         sb.run_cell(sb.Cell(system="flower", k=K, length=L, dropout=0.0))
 

@@ -6,45 +6,20 @@ from dp_accounting import dp_event
 from fedpriv.clients.boosting import BoostingClient
 from fedpriv.strategies.boosting import L2_SENSITIVITY, BoostingConfig, DPBoostingStrategy
 
-from fedpriv.data import iid
 from fedpriv.federation.protocol import make_clients
 from fedpriv.federation.runtime import InProcessRuntime
 from fedpriv.privacy import PrivacyBudget, PrivacyLedger
+from tests.federation.boosting_fits import assert_same_model, boosting_fit, toy_clients
 from tests.keys import key_for
 
 
 @pytest.fixture(scope="module")
 def clients():
-    rng = np.random.default_rng(0)
-    X = rng.random((1500, 6))
-    y = (X[:, 0] + X[:, 1] * X[:, 2] + rng.normal(0, 0.3, 1500) > 0.9).astype(float)
-    return make_clients(X, y, iid(1500, n_clients=5, rng=np.random.default_rng(1)))
+    return toy_clients(1500, 5)
 
 
-def _run(clients, *, epsilon=None, rounds=12, seed=7, secret_key=None, **kw):
-    cfg = BoostingConfig(rounds=rounds, depth=3, sampling_rate=0.1, intercept=False)
-    ledger = (
-        None
-        if epsilon is None
-        else PrivacyLedger(budget=PrivacyBudget(epsilon=epsilon, delta=1e-5))
-    )
-    # An injected key: every path and every repeat draws the same noise and coins.
-    key = key_for(0) if secret_key is None else secret_key
-    rt = InProcessRuntime(
-        clients=clients, handler=BoostingClient(), seed=seed, secret_key=key, **kw
-    )
-    # The strategy planned for the runtime's ρ: one value (the engine refuses two).
-    rho = kw.get("participation", 1.0)
-    strategy = rt.run(DPBoostingStrategy(cfg, participation=rho), ledger=ledger)
-    return strategy, rt, ledger
-
-
-def _same_model(a, b):
-    assert len(a.trees) == len(b.trees)
-    for ta, tb, va, vb in zip(a.trees, b.trees, a.leaf_values, b.leaf_values, strict=True):
-        np.testing.assert_array_equal(ta.feature, tb.feature)
-        np.testing.assert_array_equal(ta.threshold, tb.threshold)
-        np.testing.assert_array_equal(va, vb)
+def _run(clients, *, epsilon=None, rounds=12, **kw):
+    return boosting_fit(clients, rounds=rounds, depth=3, sampling_rate=0.1, epsilon=epsilon, **kw)
 
 
 @pytest.mark.parametrize("epsilon", [None, 2.0])
@@ -55,12 +30,12 @@ def test_secure_plain_vectorised_and_per_client_paths_release_the_same_model(cli
         {"vectorised": False},
         {"secure_aggregation": False, "vectorised": False},
     ):
-        _same_model(ref, _run(clients, epsilon=epsilon, **kw)[0].model())
+        assert_same_model(ref, _run(clients, epsilon=epsilon, **kw)[0].model())
 
 
 def test_same_seed_and_key_same_model_other_key_or_seed_other_model(clients):
     a = _run(clients, epsilon=2.0)[0].model()
-    _same_model(a, _run(clients, epsilon=2.0)[0].model())
+    assert_same_model(a, _run(clients, epsilon=2.0)[0].model())
     # Another key: the same public trees, other noise and Poisson coins.
     other_key = _run(clients, epsilon=2.0, secret_key=key_for(1))[0].model()
     for ta, tb in zip(a.trees, other_key.trees, strict=True):

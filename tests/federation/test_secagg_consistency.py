@@ -22,6 +22,7 @@ from fedpriv.federation.secagg import (
 from fedpriv.federation.secagg_common import node_config_floor, point, self_mask
 from fedpriv.privacy.distributed import DistributedNoise, draw_share, share_spec, share_streams
 from fedpriv.privacy.randomness import GRID
+from tests.federation.boosting_fits import assert_same_model, boosting_fit, toy_clients
 from tests.keys import key_for
 
 CODEC = FixedPointCodec(scale=2.0**20, max_abs=3.0, max_summands=8)
@@ -327,28 +328,12 @@ def _low_threshold_attack(config):
 # --- in-process runs ---------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def boosting_clients():
-    from fedpriv.data import iid
-    from fedpriv.federation.protocol import make_clients
-
-    rng = np.random.default_rng(0)
-    X = rng.random((1500, 6))
-    y = (X[:, 0] + X[:, 1] * X[:, 2] + rng.normal(0, 0.3, 1500) > 0.9).astype(float)
-    return make_clients(X, y, iid(1500, n_clients=5, rng=np.random.default_rng(1)))
+    return toy_clients(1500, 5)
 
 
 def _fit(clients, **kw):
-    from fedpriv.clients.boosting import BoostingClient
-    from fedpriv.strategies.boosting import BoostingConfig, DPBoostingStrategy
-
-    from fedpriv.federation.runtime import InProcessRuntime
-    from fedpriv.privacy import PrivacyBudget, PrivacyLedger
-
-    cfg = BoostingConfig(rounds=8, depth=3, sampling_rate=0.1, intercept=False)
-    ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=2.0, delta=1e-5))
-    rt = InProcessRuntime(
-        clients=clients, handler=BoostingClient(), seed=7, secret_key=key_for(0), **kw
-    )
-    return rt.run(DPBoostingStrategy(cfg), ledger=ledger).model(), rt.communication, ledger
+    strategy, rt, ledger = boosting_fit(clients, rounds=8, depth=3, sampling_rate=0.1, **kw)
+    return strategy.model(), rt.communication, ledger
 
 
 def _without_consistency(monkeypatch):
@@ -364,12 +349,8 @@ def test_the_consistency_round_leaves_the_released_model_bit_for_bit(boosting_cl
     with_check = _fit(boosting_clients, dropout_rate=0.3)
     _without_consistency(monkeypatch)
     without = _fit(boosting_clients, dropout_rate=0.3)
-    a, b = with_check[0], without[0]
-    assert len(a.trees) == len(b.trees) == 8
-    for ta, tb, va, vb in zip(a.trees, b.trees, a.leaf_values, b.leaf_values, strict=True):
-        np.testing.assert_array_equal(ta.feature, tb.feature)
-        np.testing.assert_array_equal(ta.threshold, tb.threshold)
-        np.testing.assert_array_equal(va, vb)
+    assert len(with_check[0].trees) == 8
+    assert_same_model(with_check[0], without[0])
     assert with_check[2].epsilon() == without[2].epsilon()
     ca, cb = with_check[1], without[1]
     assert ca.rounds_aborted == cb.rounds_aborted and ca.recoveries == cb.recoveries > 0

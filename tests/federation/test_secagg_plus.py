@@ -11,104 +11,27 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedpriv.federation import secagg_consistency, shamir
+from fedpriv.federation import shamir
 from fedpriv.federation.secagg import (
-    FixedPointCodec,
     SecAggAbort,
     SecAggClient,
     SecAggConfig,
     SecAggServer,
     sum_plain,
 )
-from fedpriv.federation.secagg_graph import NeighbourhoodMismatch, harary_graph
+from fedpriv.federation.secagg_graph import NeighbourhoodMismatch
 from fedpriv.federation.secagg_server import seed_groups
 from fedpriv.federation.secagg_topology import Sparse
-
-K, RUN = 20, "run-secagg-plus"
-CODEC = FixedPointCodec(scale=2.0**20, max_abs=3.0, max_summands=128)
-N = 16  # reply length
-
-
-def _clients(k=K, seed=0, run_id=RUN, config=None):
-    """K set-up clients (pinned key book, fixed test keys) that derived the run's graph."""
-    rng = np.random.default_rng(seed)
-    clients = {
-        i: SecAggClient(
-            client_id=i,
-            private_key_bytes=rng.bytes(32),
-            signing_key_bytes=rng.bytes(32),
-            config=config,
-        )
-        for i in range(k)
-    }
-    keys = {i: c.public_key for i, c in clients.items()}
-    verify = {i: c.verify_key for i, c in clients.items()}
-    for c in clients.values():
-        c.setup(keys, verify_keys=verify, run_id=run_id)
-    return clients
-
-
-def _book(clients):
-    return (
-        {i: c.public_key for i, c in clients.items()},
-        {i: c.verify_key for i, c in clients.items()},
-    )
-
-
-def _vectors(ids, seed):
-    rng = np.random.default_rng(seed)
-    return {i: rng.uniform(-CODEC.max_abs, CODEC.max_abs, size=N) for i in ids}
-
-
-def _mask(clients, xs, r):
-    g = clients[0].graph
-    return {
-        i: clients[i].mask(
-            xs[i],
-            round_id=r,
-            participants=sorted(clients),
-            codec=CODEC,
-            threshold=g.threshold,
-            neighbours=g.neighbours(i),
-        )
-        for i in xs
-    }
-
-
-def _round(clients, xs, r=0, *, silent=()):
-    """One honest sparse round: those in ``xs`` upload, those in ``silent`` say nothing at
-    the unmask. Returns (sum, uploads, answers, what each survivor received)."""
-    g = clients[0].graph
-    server = SecAggServer(codec=CODEC, graph=g)
-    ups = _mask(clients, xs, r)
-    live, gone = server.unmask_plan(round_id=r, participants=sorted(clients), masked=ups)
-    inboxes = server.inboxes(live, {i: u.shares for i, u in ups.items()})
-    sigs = {i: clients[i].sign_survivors(round_id=r, survivors=live, dropped=gone) for i in live}
-    ok = server.check_signatures(
-        round_id=r, participants=sorted(clients), survivors=live, dropped=gone, signatures=sigs,
-        key_book=_book(clients),
-    )  # fmt: skip
-    received = {
-        i: {"inbox": inboxes[i], "signatures": {j: ok[j] for j in server.forward(i, ok)},
-            "survivors": live, "dropped": gone}
-        for i in live
-    }  # fmt: skip
-    answers = {
-        i: clients[i].unmask(
-            round_id=r,
-            survivors=live,
-            dropped=gone,
-            n=N,
-            inbox=received[i]["inbox"],
-            signatures=received[i]["signatures"],
-        )
-        for i in live
-        if i not in silent
-    }
-    masked = {i: u.vector for i, u in ups.items()}
-    everyone = sorted(clients)
-    total = server.aggregate(round_id=r, participants=everyone, masked=masked, answers=answers)
-    return total, ups, answers, received
+from tests.federation.secagg_plus_rounds import (
+    CODEC,
+    K,
+    N,
+    _answers,
+    _clients,
+    _mask,
+    _round,
+    _vectors,
+)
 
 
 # --- when the sparse graph is used ----------------------------------------------------
@@ -169,14 +92,7 @@ def test_a_straggler_stays_masked_by_its_self_mask():
     server = SecAggServer(codec=CODEC, graph=g)
     live, gone = server.unmask_plan(round_id=0, participants=list(range(K)), masked=on_time)
     assert gone == [late]
-    inboxes = server.inboxes(live, {i: u.shares for i, u in on_time.items()})
-    sigs = {i: clients[i].sign_survivors(round_id=0, survivors=live, dropped=gone) for i in live}
-    answers = {
-        i: clients[i].unmask(
-            round_id=0, survivors=live, dropped=gone, n=N, inbox=inboxes[i], signatures=sigs
-        )
-        for i in live
-    }
+    answers = _answers(server, clients, on_time, live, gone)
     assert all(late not in a.shares for a in answers.values())  # no share of its seed
     # Every pair mask of the straggler is now known: its y is x + PRG(b) alone.
     y = ups[late].vector.copy()
@@ -342,136 +258,3 @@ def test_a_neighbourhood_with_fewer_than_t_survivors_aborts():
             )
         with pytest.raises(ValueError, match=rf"7 of client {u}'s neighbours survive"):
             c[u].sign_survivors(round_id=0, survivors=live, dropped=gone)
-
-
-# --- the consistency round per neighbourhood ----------------------------------------------
-def test_a_client_verifies_t_of_its_neighbours_signatures_only(monkeypatch):
-    clients = _clients()
-    g = clients[0].graph
-    xs = _vectors(range(K), seed=7)
-    ups = _mask(clients, xs, 0)
-    server = SecAggServer(codec=CODEC, graph=g)
-    live, gone = server.unmask_plan(round_id=0, participants=list(range(K)), masked=ups)
-    sigs = {i: clients[i].sign_survivors(round_id=0, survivors=live, dropped=gone) for i in live}
-    inboxes = server.inboxes(live, {i: u.shares for i, u in ups.items()})
-    seen = []
-    real = secagg_consistency._verifies
-    monkeypatch.setattr(secagg_consistency, "_verifies", lambda *a: seen.append(a) or real(*a))
-    clients[3].unmask(
-        round_id=0, survivors=live, dropped=gone, n=N, inbox=inboxes[3], signatures=sigs
-    )
-    assert len(seen) == g.threshold == 8  # of K − 1 = 19 signatures on offer
-    # Non-neighbours' signatures do not count: 7 of them with 7 neighbours' are refused.
-    far = {j: sigs[j] for j in range(K) if j not in g.closed(5)}
-    offered = {**far, **{j: sigs[j] for j in g.neighbours(5)[:7]}}
-    assert len(offered) == 14 > g.threshold
-    with pytest.raises(ValueError, match=r"7 valid signatures .* below threshold t = 8"):
-        clients[5].unmask(
-            round_id=0, survivors=live, dropped=gone, n=N, inbox=inboxes[5], signatures=offered
-        )
-
-
-def test_remembered_verifications_are_exact_inputs_only():
-    c = _clients()[1]
-    msg = b"a signed survivor list"
-    sig = c._signer.sign(msg)
-    key = c._verify_key(1)
-    assert secagg_consistency._verifies(key, sig, msg)
-    assert secagg_consistency._verifies(key, sig, msg)  # remembered
-    assert not secagg_consistency._verifies(key, sig, msg + b"!")  # another message
-    assert not secagg_consistency._verifies(c._verify_key(2), sig, msg)  # another key
-    forged = bytes([sig[0] ^ 1]) + sig[1:]
-    assert not secagg_consistency._verifies(key, forged, msg)
-
-
-# --- restoring a node from its state ----------------------------------------------------------
-def test_a_restored_client_derives_the_same_graph_and_keeps_its_round():
-    clients = _clients()
-    xs = _vectors(range(K), seed=8)
-    ups = _mask({**clients}, {i: xs[i] for i in range(K) if i != 2}, 0)
-    sk, book = clients[2].export_state()
-    twin = SecAggClient.restore(client_id=2, private_key_bytes=sk, book=book)
-    assert twin.graph.neighbours(2) == clients[2].graph.neighbours(2)
-    assert sorted(twin._keys) == sorted(clients[2]._keys)
-    ups[2] = twin.mask(
-        xs[2], round_id=0, participants=list(range(K)), codec=CODEC, threshold=8,
-        neighbours=twin.graph.neighbours(2),
-    )  # fmt: skip
-    g = clients[0].graph
-    server = SecAggServer(codec=CODEC, graph=g)
-    clients = {**clients, 2: twin}
-    live, gone = server.unmask_plan(round_id=0, participants=list(range(K)), masked=ups)
-    inboxes = server.inboxes(live, {i: u.shares for i, u in ups.items()})
-    sigs = {i: clients[i].sign_survivors(round_id=0, survivors=live, dropped=gone) for i in live}
-    answers = {
-        i: clients[i].unmask(
-            round_id=0, survivors=live, dropped=gone, n=N, inbox=inboxes[i], signatures=sigs
-        )
-        for i in live
-    }
-    masked = {i: u.vector for i, u in ups.items()}
-    everyone = list(range(K))
-    total = server.aggregate(round_id=0, participants=everyone, masked=masked, answers=answers)
-    np.testing.assert_array_equal(total, sum_plain(xs.values(), CODEC))
-
-
-def test_the_graph_is_the_harary_graph_of_the_public_seed():
-    from fedpriv.federation.secagg_consistency import book_digest
-    from fedpriv.federation.secagg_graph import graph_seed
-
-    clients = _clients()
-    public, verify = _book(clients)
-    seed = graph_seed(run_id=RUN, book_digest=book_digest(public, verify))
-    expected = harary_graph(range(K), 12, seed)
-    g = clients[7].graph
-    np.testing.assert_array_equal(g.graph.ring, expected.ring)
-
-
-# --- (d) in process at K = 100: the released model is the plain sum's, dropouts recover ------
-@pytest.fixture(scope="module")
-def hundred():
-    from fedpriv.data import iid
-    from fedpriv.federation.protocol import make_clients
-
-    rng = np.random.default_rng(0)
-    X = rng.random((4000, 6))
-    y = (X[:, 0] + X[:, 1] * X[:, 2] + rng.normal(0, 0.3, 4000) > 0.9).astype(float)
-    return make_clients(X, y, iid(4000, n_clients=100, rng=np.random.default_rng(1)))
-
-
-def _fit(clients, **kw):
-    from fedpriv.clients.boosting import BoostingClient
-    from fedpriv.strategies.boosting import BoostingConfig, DPBoostingStrategy
-
-    from fedpriv.federation.runtime import InProcessRuntime
-    from fedpriv.privacy import PrivacyBudget, PrivacyLedger
-    from tests.keys import key_for
-
-    cfg = BoostingConfig(rounds=4, depth=2, sampling_rate=0.2, intercept=False)
-    ledger = PrivacyLedger(budget=PrivacyBudget(epsilon=2.0, delta=1e-5))
-    rt = InProcessRuntime(
-        clients=clients, handler=BoostingClient(), seed=7, secret_key=key_for(0), **kw
-    )
-    return rt.run(DPBoostingStrategy(cfg), ledger=ledger).model(), rt.communication
-
-
-@pytest.mark.parametrize("dropout_rate", [0.0, 0.05])
-def test_a_sparse_in_process_fit_at_k100_releases_the_plain_sums_model(hundred, dropout_rate):
-    secure, comm = _fit(hundred, dropout_rate=dropout_rate)
-    plain, _ = _fit(hundred, dropout_rate=dropout_rate, secure_aggregation=False)
-    assert len(secure.trees) == len(plain.trees) == 4
-    for ta, tb, va, vb in zip(
-        secure.trees, plain.trees, secure.leaf_values, plain.leaf_values, strict=True
-    ):
-        np.testing.assert_array_equal(ta.feature, tb.feature)
-        np.testing.assert_array_equal(ta.threshold, tb.threshold)
-        np.testing.assert_array_equal(va, vb)
-    assert comm.rounds == 4 and comm.rounds_aborted == 0
-    assert comm.recoveries == (4 if dropout_rate else 0)  # every round lost a few, recovered
-    # The graph is sparse (k = 52 of K − 1 = 99): per round each client uploads its vector
-    # and 52 sealed shares (56 B), signs once (64 B) and answers its shares (40 B) for its
-    # surviving closed neighbourhood (53 without dropouts); once, its two public keys.
-    if not dropout_rate:
-        n = 2 * 2**2  # boosting's reply: (Σg, Σh) per leaf
-        per_round = 8 * n + 52 * 56 + 64 + 53 * 40
-        assert comm.bytes_uploaded.tolist() == [4 * per_round + 64] * 100
