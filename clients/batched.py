@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -27,21 +26,14 @@ from fedpriv.federation.protocol import ClientData, require_every_record
 
 @dataclass(frozen=True, kw_only=True)
 class ClientRows:
-    """K clients' rows laid end to end.
+    """K clients' rows laid end to end."""
 
-    Attributes
-    ----------
-    data : ClientData
-        Every row (client id −1), client 0's first; its ``XT`` is the
-        concatenation of the clients' ``XT`` (one copy).
-    starts : (K + 1,) int64
-        Client i's rows are ``starts[i]:starts[i + 1]``.
-    owner : (N,) int64
-        Each row's client position: the histograms' client index.
-    """
-
+    #: Every row (client id −1), client 0's first; its ``XT`` is the concatenation of
+    #: the clients' ``XT`` (one copy).
     data: ClientData
+    #: (K + 1,) int64: client i's rows are ``starts[i]:starts[i + 1]``.
     starts: np.ndarray
+    #: (N,) int64: each row's client position, the histograms' client index.
     owner: np.ndarray
 
     @property
@@ -57,7 +49,7 @@ class ClientRows:
         return np.repeat(clients, np.diff(self.starts))
 
 
-def client_rows(datas: Sequence[ClientData], state: dict[str, Any]) -> ClientRows:
+def client_rows(datas: Sequence[ClientData], state: dict) -> ClientRows:
     """The clients' rows as one block, cached in ``state`` under their ids.
 
     Another set of clients clears ``state``: everything else a handler keeps
@@ -107,7 +99,7 @@ def arrays_digest(arrays) -> str:
     return h.hexdigest()
 
 
-def cached_bins(state: dict[str, Any], key: str, compute) -> np.ndarray:
+def cached_bins(state: dict, key: str, compute) -> np.ndarray:
     """The rows' bins under the public binning ``key``, computed once and kept in
     ``state`` (a runtime may drop it: it is rebuilt from the rows and the key)."""
     if state.get("bins_key") != key or state.get("bins") is None:

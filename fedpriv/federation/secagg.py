@@ -145,20 +145,9 @@ class SecAggClient(PeerKeys):
     once :meth:`setup` is given the run id.
     """
 
-    def __init__(
-        self,
-        *,
-        client_id: int,
-        private_key_bytes: bytes | None = None,
-        config: SecAggConfig | None = None,
-        signing_key_bytes: bytes | None = None,
-    ) -> None:
-        super().__init__(
-            client_id=client_id,
-            private_key_bytes=private_key_bytes,
-            signing_key_bytes=signing_key_bytes,
-            config=config,
-        )
+    def __init__(self, **keys) -> None:
+        # client_id, private_key_bytes, signing_key_bytes, config: as PeerKeys takes them.
+        super().__init__(**keys)
         self._rounds: dict[int, ClientRound] = {}
         self._answered: set[int] = set()  # rounds whose unmask this client answered
         self._views: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # signed (S, D)

@@ -47,13 +47,8 @@ class SecAggServer:
     unmasks its sender, but nothing may be released twice for a round.
     """
 
-    def __init__(
-        self,
-        *,
-        codec: FixedPointCodec,
-        config: SecAggConfig | None = None,
-        graph: Sparse | None = None,
-    ) -> None:
+    def __init__(self, *, codec: FixedPointCodec, config: SecAggConfig | None = None,
+                 graph: Sparse | None = None) -> None:  # fmt: skip
         self.codec = codec
         self.config = config or SecAggConfig()
         self.graph = graph  # the run's sparse graph; None: the complete graph
