@@ -68,3 +68,21 @@ def test_the_page_renders_in_chromium(finished, tmp_path):  # noqa: F811 - the f
     assert len(colours) > 200
     green = (abs(pixels.astype(int) - [0x2C, 0xA0, 0x2C]).sum(axis=2) < 12).sum()
     assert green > 100
+
+
+@pytest.mark.processes
+def test_the_main_jobs_report_renders_in_chromium(tmp_path):
+    """The README's main job (a ``flwr run`` simulation of 5 hospitals, the main-job
+    preset), its report written by ``fedpriv report`` and rendered: every term drawn."""
+    from fedpriv.server.cli import main as fedpriv
+    from fedpriv.server.simulate import main as simulate
+
+    assert simulate(["--out-dir", str(tmp_path / "out")]) == 0
+    (run,) = [p for p in (tmp_path / "out").iterdir() if p.is_dir() and not p.is_symlink()]
+    assert fedpriv(["report", str(run)]) == 0
+    page = run / "report.html"
+    dom = chromium(page, tmp_path, "--dump-dom")
+    assert dom.returncode == 0 and console_errors(dom.stderr) == [], dom.stderr[-2000:]
+    assert "<title>fedpriv report: dp_gam on diabetes130" in dom.stdout
+    terms = len(load_model(run / "model.fedpriv.npz").schema.columns)
+    assert dom.stdout.count('class="shape-plot"') == terms
