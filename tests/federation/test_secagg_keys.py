@@ -10,16 +10,7 @@ import numpy as np
 import pytest
 
 from fedpriv.errors import ClientFailure
-from fedpriv.federation.secagg import (
-    FixedPointCodec,
-    SecAggAbort,
-    SecAggClient,
-    SecAggConfig,
-    SecAggKeyError,
-    SecAggServer,
-    UnmaskAnswer,
-    sum_plain,
-)
+from fedpriv.federation import secagg
 from tests.federation.secagg_parties import (
     CODEC,
     _clients,
@@ -33,10 +24,12 @@ from tests.federation.secagg_parties import (
 def test_key_substitution_is_refused_by_the_client():
     clients = _clients(4)
     pinned = {i: c.public_key for i, c in clients.items()}
-    evil = SecAggClient(client_id=3).public_key
+    evil = secagg.SecAggClient(client_id=3).public_key
     c = clients[1]
     assert c.pinned_keys == pinned
-    with pytest.raises(SecAggKeyError, match=r"public keys of clients \[3\] differ from those"):
+    with pytest.raises(
+        secagg.SecAggKeyError, match=r"public keys of clients \[3\] differ from those"
+    ):
         c.mask(
             np.zeros(4),
             round_id=0,
@@ -44,11 +37,11 @@ def test_key_substitution_is_refused_by_the_client():
             codec=CODEC,
             public_keys={**pinned, 3: evil},
         )
-    with pytest.raises(SecAggKeyError, match=r"participants \[7\] have no key pinned"):
+    with pytest.raises(secagg.SecAggKeyError, match=r"participants \[7\] have no key pinned"):
         c.mask(np.zeros(4), round_id=0, participants=[1, 2, 7], codec=CODEC)
     with pytest.raises(RuntimeError, match="pinned once per run"):
         c.setup({**pinned, 3: evil}, verify_keys={})  # no re-keying after the key exchange
-    assert issubclass(SecAggKeyError, ValueError)
+    assert issubclass(secagg.SecAggKeyError, ValueError)
     # Nothing was masked by the refused calls; the pinned keys are accepted.
     xs = _vectors([1, 2, 3], 4, seed=0)
     ups = {
@@ -57,9 +50,11 @@ def test_key_substitution_is_refused_by_the_client():
         )
         for i in xs
     }
-    inbox = SecAggServer(codec=CODEC).inboxes([1, 2, 3], {i: u.shares for i, u in ups.items()})
+    inbox = secagg.SecAggServer(codec=CODEC).inboxes(
+        [1, 2, 3], {i: u.shares for i, u in ups.items()}
+    )
     sigs = _sigs(clients, 0, [1, 2, 3], [])
-    with pytest.raises(SecAggKeyError, match=r"clients \[2\] differ"):
+    with pytest.raises(secagg.SecAggKeyError, match=r"clients \[2\] differ"):
         c.unmask(
             round_id=0, survivors=[1, 2, 3], dropped=[], n=4, inbox=inbox[1], public_keys={2: evil},
             signatures=sigs,
@@ -74,32 +69,32 @@ def test_a_restored_client_keeps_its_pins_pair_keys_and_round_bookkeeping():
     clients = _clients(3)
     xs = _vectors(clients, 6, seed=9)
     sk, book = clients[1].export_state()
-    twin = SecAggClient.restore(client_id=1, private_key_bytes=sk, book=book)
+    twin = secagg.SecAggClient.restore(client_id=1, private_key_bytes=sk, book=book)
     assert twin.pinned_keys == clients[1].pinned_keys
-    with pytest.raises(SecAggKeyError, match="differ"):  # the old restore re-derived here
+    with pytest.raises(secagg.SecAggKeyError, match="differ"):  # the old restore re-derived here
         twin.mask(
             xs[1],
             round_id=4,
             participants=[1, 2, 3],
             codec=CODEC,
-            public_keys={3: SecAggClient(client_id=3).public_key},
+            public_keys={3: secagg.SecAggClient(client_id=3).public_key},
         )
     total = _round({**clients, 1: twin}, xs, 4)[0]  # same pair keys: the masks cancel
-    np.testing.assert_array_equal(total, sum_plain(xs.values(), CODEC))
+    np.testing.assert_array_equal(total, secagg.sum_plain(xs.values(), CODEC))
     sk, book = twin.export_state()
-    again = SecAggClient.restore(client_id=1, private_key_bytes=sk, book=book)
+    again = secagg.SecAggClient.restore(client_id=1, private_key_bytes=sk, book=book)
     with pytest.raises(ValueError, match="already masked for round 4"):
         again.mask(xs[1], round_id=4, participants=[1, 2, 3], codec=CODEC)
-    fresh = SecAggClient.restore(client_id=1, private_key_bytes=sk, book="")
-    with pytest.raises(SecAggKeyError, match="no pinned key book"):
+    fresh = secagg.SecAggClient.restore(client_id=1, private_key_bytes=sk, book="")
+    with pytest.raises(secagg.SecAggKeyError, match="no pinned key book"):
         fresh.mask(xs[1], round_id=5, participants=[1, 2, 3], codec=CODEC)
 
 
 def test_client_setup_and_mask_preconditions():
-    c = SecAggClient(client_id=1, private_key_bytes=bytes(range(32)))
-    with pytest.raises(SecAggKeyError, match="setup"):
+    c = secagg.SecAggClient(client_id=1, private_key_bytes=bytes(range(32)))
+    with pytest.raises(secagg.SecAggKeyError, match="setup"):
         c.mask([0.0], round_id=0, participants=[1, 2], codec=CODEC)
-    other = SecAggClient(client_id=2)
+    other = secagg.SecAggClient(client_id=2)
     with pytest.raises(ValueError, match="not this client's"):
         c.setup({1: other.public_key, 2: other.public_key}, verify_keys={})
     with pytest.raises(ValueError, match="verify key listed for client 1 is not this client's"):
@@ -120,7 +115,7 @@ def test_client_setup_and_mask_preconditions():
 
 
 def test_an_empty_vector_encodes_to_the_empty_sum():
-    codec = FixedPointCodec(max_abs=1.0, max_summands=4, scale=2.0**20)
+    codec = secagg.FixedPointCodec(max_abs=1.0, max_summands=4, scale=2.0**20)
     enc = codec.encode(np.zeros(0))
     assert enc.dtype == np.uint64 and enc.shape == (0,)
     assert codec.decode(enc).shape == (0,)
@@ -130,26 +125,26 @@ def test_an_empty_vector_encodes_to_the_empty_sum():
 
 # --- threshold -----------------------------------------------------------------
 def test_threshold_default_is_a_strict_majority_of_at_least_two():
-    t = SecAggConfig().threshold
+    t = secagg.SecAggConfig().threshold
     assert [t(n) for n in (2, 3, 4, 5, 6, 10, 101)] == [2, 2, 3, 3, 4, 6, 51]
-    assert [SecAggConfig(threshold_fraction=0.0).threshold(n) for n in (2, 9)] == [2, 2]
-    assert [SecAggConfig(threshold_fraction=0.99).threshold(n) for n in (2, 9)] == [2, 9]
+    assert [secagg.SecAggConfig(threshold_fraction=0.0).threshold(n) for n in (2, 9)] == [2, 2]
+    assert [secagg.SecAggConfig(threshold_fraction=0.99).threshold(n) for n in (2, 9)] == [2, 9]
     for bad in (1.0, -0.1, float("nan")):
         with pytest.raises(ValueError, match=r"threshold_fraction must lie in \[0, 1\)"):
-            SecAggConfig(threshold_fraction=bad)
+            secagg.SecAggConfig(threshold_fraction=bad)
     with pytest.raises(ValueError, match=r"n \(participants\) must be an integer in \[2, inf\)"):
-        SecAggConfig().threshold(1)
+        secagg.SecAggConfig().threshold(1)
 
 
 def test_a_stricter_threshold_aborts_where_the_default_recovers():
     xs = _vectors([1, 2, 3, 4], 8, seed=3)  # 5 of 5 asked, 4 reply
-    strict = SecAggConfig(threshold_fraction=0.8)  # t = 5
+    strict = secagg.SecAggConfig(threshold_fraction=0.8)  # t = 5
     clients = _clients(5)
     assert _round(clients, xs, 0)[0].shape == (8,)
     for c in clients.values():
         c.config = strict
-    with pytest.raises(SecAggAbort, match="below threshold t = 5"):
-        _round(clients, xs, 1, server=SecAggServer(codec=CODEC, config=strict))
+    with pytest.raises(secagg.SecAggAbort, match="below threshold t = 5"):
+        _round(clients, xs, 1, server=secagg.SecAggServer(codec=CODEC, config=strict))
 
 
 # --- the Flower ClientApp handlers ----------------------------------------------
@@ -181,7 +176,7 @@ def test_flower_handlers_pin_the_key_book_and_refuse_substitution_and_second_unm
             state=RecordDict(),
             run_config={"num-clients": 3},
         )
-        client = SecAggClient(client_id=pid, private_key_bytes=rng.bytes(32))
+        client = secagg.SecAggClient(client_id=pid, private_key_bytes=rng.bytes(32))
         client_app._save_secagg(ctx, client)
         contexts[pid], book[pid], vbook[pid] = ctx, client.public_key, client.verify_key
     cfg = {"participants": [0, 1, 2], "public-keys": [book[p] for p in range(3)]}
@@ -194,22 +189,22 @@ def test_flower_handlers_pin_the_key_book_and_refuse_substitution_and_second_unm
         client_app.keybook.__wrapped__(message("keybook", keybook), contexts[0])
     with pytest.raises(ClientFailure, match="client_error"):
         client_app.keybook(message("keybook", keybook), contexts[0])
-    evil = {**cfg, "public-keys": [book[0], SecAggClient(client_id=1).public_key, book[2]]}
-    with pytest.raises(SecAggKeyError, match=r"clients \[1\] differ"):  # before any work
+    evil = {**cfg, "public-keys": [book[0], secagg.SecAggClient(client_id=1).public_key, book[2]]}
+    with pytest.raises(secagg.SecAggKeyError, match=r"clients \[1\] differ"):  # before any work
         client_app.answer.__wrapped__(message("fedpriv", evil), contexts[0])
-    with pytest.raises(SecAggKeyError, match=r"participants \[3\] have no key pinned"):
+    with pytest.raises(secagg.SecAggKeyError, match=r"participants \[3\] have no key pinned"):
         unknown = {"participants": [0, 1, 3], "public-keys": [book[0], book[1], book[2]]}
         client_app.answer.__wrapped__(message("fedpriv", unknown), contexts[0])
     # Step 1 as the `answer` handler does it, from and back to the node state.
     xs, ups = _vectors(range(3), 5, seed=1), {}
     for pid, ctx in contexts.items():
         state = ctx.state["secagg"]
-        c = SecAggClient.restore(
+        c = secagg.SecAggClient.restore(
             client_id=pid, private_key_bytes=bytes(state["sk"]), book=str(state["book"])
         )
         ups[pid] = c.mask(xs[pid], round_id=0, participants=[0, 1, 2], codec=CODEC)
         client_app._save_secagg(ctx, c)
-    server = SecAggServer(codec=CODEC)
+    server = secagg.SecAggServer(codec=CODEC)
     inboxes = server.inboxes([0, 1, 2], {i: u.shares for i, u in ups.items()})
     view = {"round": 0, "survivors": [0, 1, 2], "dropped": [], **cfg}
     sigs = {
@@ -222,8 +217,11 @@ def test_flower_handlers_pin_the_key_book_and_refuse_substitution_and_second_unm
         client_app.consistency.__wrapped__(
             message("consistency", {**view, "survivors": [0, 1], "dropped": [2]}), contexts[0]
         )
-    forged = {**cfg, "verify-keys": [vbook[0], SecAggClient(client_id=1).verify_key, vbook[2]]}
-    with pytest.raises(SecAggKeyError, match=r"verify keys of clients \[1\] differ"):
+    forged = {
+        **cfg,
+        "verify-keys": [vbook[0], secagg.SecAggClient(client_id=1).verify_key, vbook[2]],
+    }
+    with pytest.raises(secagg.SecAggKeyError, match=r"verify keys of clients \[1\] differ"):
         client_app.consistency.__wrapped__(message("consistency", {**view, **forged}), contexts[0])
 
     def unmask(pid, wrapped=False, **over):
@@ -241,7 +239,7 @@ def test_flower_handlers_pin_the_key_book_and_refuse_substitution_and_second_unm
         handler = client_app.unmask if wrapped else client_app.unmask.__wrapped__
         return handler(message("unmask", {**base, **over}), contexts[pid])
 
-    with pytest.raises(SecAggKeyError, match="differ"):
+    with pytest.raises(secagg.SecAggKeyError, match="differ"):
         unmask(0, **{"public-keys": evil["public-keys"]})
     with pytest.raises(ValueError, match="listed both as survivors and as dropped"):
         unmask(0, dropped=[2])
@@ -251,7 +249,7 @@ def test_flower_handlers_pin_the_key_book_and_refuse_substitution_and_second_unm
     for pid in range(3):
         rep = unmask(pid, wrapped=True)
         got, rec = rep.content["unmask"], rep.content["masks"]
-        answers[pid] = UnmaskAnswer(
+        answers[pid] = secagg.UnmaskAnswer(
             shares=dict(zip(got["of"], got["share"], strict=True)),
             masks={int(k): rec[k].numpy() for k in rec.keys()},
         )
@@ -259,7 +257,7 @@ def test_flower_handlers_pin_the_key_book_and_refuse_substitution_and_second_unm
         unmask(1)  # the node state remembers the first answer
     masked = {i: u.vector for i, u in ups.items()}
     total = server.aggregate(round_id=0, participants=[0, 1, 2], masked=masked, answers=answers)
-    np.testing.assert_array_equal(total, sum_plain(xs.values(), CODEC))
+    np.testing.assert_array_equal(total, secagg.sum_plain(xs.values(), CODEC))
 
 
 def test_the_clientapp_reads_its_floor_from_node_config_before_any_row():
@@ -283,7 +281,7 @@ def test_the_clientapp_reads_its_floor_from_node_config_before_any_row():
             run_id=1, node_id=10 + pid, state=RecordDict(), run_config={"num-clients": 3},
             node_config={"partition-id": pid, "num-partitions": 3, "secagg-min-threshold": floor},
         )  # fmt: skip
-        client = SecAggClient(client_id=pid, private_key_bytes=rng.bytes(32))
+        client = secagg.SecAggClient(client_id=pid, private_key_bytes=rng.bytes(32))
         client_app._save_secagg(ctx, client)
         contexts[pid], book[pid], vbook[pid] = ctx, client.public_key, client.verify_key
     cfg = {"participants": [0, 1, 2], "public-keys": [book[p] for p in range(3)]}

@@ -1,20 +1,14 @@
-"""Secure aggregation's protocol checks: the unmask request, malformed shares, pinned
-keys, the threshold and the Flower ClientApp's handlers.
-
-Protocol and threat model: ``fedpriv/federation/secagg.py`` (Bonawitz et al., CCS 2017,
-§4). Shamir sharing: ``fedpriv/federation/shamir.py`` (Shamir 1979).
+"""What a secure-aggregation round refuses, and what its server sees: an unmask request
+that overlaps, repeats or is malformed; inconsistent or forged Shamir shares (each
+aborts the round); survivors grouped by the points of their shares' holders; the
+server routing sealed bytes between survivors only (Bonawitz et al., CCS 2017, §4).
 """
 
 import numpy as np
 import pytest
 
 from fedpriv.federation import shamir
-from fedpriv.federation.secagg import (
-    SecAggAbort,
-    SecAggClient,
-    SecAggServer,
-    UnmaskAnswer,
-)
+from fedpriv.federation.secagg import SecAggAbort, SecAggClient, SecAggServer, UnmaskAnswer
 from fedpriv.federation.secagg_server import seed_groups
 from fedpriv.federation.secagg_topology import Complete
 from tests.federation.secagg_parties import (
