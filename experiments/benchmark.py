@@ -74,6 +74,7 @@ def run(
     reuse: Path | None = None,
     reuse_label: str | None = None,
     timing_from: Path | None = None,
+    run_label: str | None = None,
 ) -> Path:
     """Run every configured stage into ``out``; returns the report's path.
 
@@ -82,7 +83,8 @@ def run(
     every other configured stage are read from that earlier ``results.csv.gz``
     (``reuse_label`` names it in the report). ``timing_from``: the ``timing.csv`` of the
     invocation that computed this one's cells (from the cache here, at ~0 wall seconds):
-    its rows of the stages run here replace theirs.
+    its rows of the stages run here replace theirs. ``run_label`` says in the report
+    how this run's stages were computed (e.g. by earlier invocations, into the cache).
     """
     t0 = time.perf_counter()
     full = load(config, quick=quick)
@@ -118,7 +120,7 @@ def run(
         if pool is not None:
             pool.shutdown()
     df = pd.DataFrame(rows, columns=list(stages.ROW_KEYS))
-    provenance = [{"stage": s, "source": "this run"} for s in cfg.stages]
+    provenance = [{"stage": s, "source": run_label or "this run"} for s in cfg.stages]
     if reuse is not None:
         df, kept = _reused(df, reuse, cfg.stages, full.stages)
         label = reuse_label or f"`{reuse}`"
@@ -265,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         help="an earlier results.csv.gz: the rows of the stages not run come from it",
     )
     ap.add_argument("--reuse-label", default=None, help="how the report names --reuse")
+    ap.add_argument("--run-label", default=None, help="how the report names this run")
     ap.add_argument(
         "--timing-from",
         type=Path,
@@ -286,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         reuse=args.reuse,
         reuse_label=args.reuse_label,
         timing_from=args.timing_from,
+        run_label=args.run_label,
     )
     return 0
 

@@ -95,6 +95,8 @@ class DPEBMLearner:
         )
         self.model_.fit(X, y)
         self.epsilon_spent_ = self.epsilon
+        # interpret's noise std on each boosting update (its noise_scale_boosting_: the GDP
+        # multiplier times the update's sensitivity, learning rate included).
         self.noise_multiplier_ = float(getattr(self.model_, "noise_scale_boosting_", math.nan))
         self.communication_ = _Comm(np.array([math.nan]), FIXED["max_rounds"])
         return self

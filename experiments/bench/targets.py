@@ -145,7 +145,10 @@ def section(tables: dict[str, pd.DataFrame], table) -> list[str]:
             "## Targets: each learner tested on its own\n",
             "Met: mean margin ≥ 0. p: two-sided; Wilcoxon signed-rank paired by seed "
             "(one-sample against the paper's published mean), Welch's t-test where the seeds "
-            f"are not paired (a forest's fixed setting). Significant: p < {ALPHA:g}.\n",
+            f"are not paired (a forest's fixed setting). Significant: p < {ALPHA:g}. With n "
+            "paired seeds the smallest two-sided signed-rank p is 2 / 2^n ("
+            + "; ".join(f"n = {k}: {2.0 / 2**k:.3g}" for k in sorted(c["n"].unique()))
+            + ").\n",
         ]
         for name, g in c.groupby("check", sort=False):
             missed = g[~g["met"]]
