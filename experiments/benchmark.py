@@ -200,7 +200,9 @@ def _computed_timing(path: Path, timing: list[dict]) -> list[dict]:
     """``timing`` with its cached stages' rows replaced by ``path``'s (the computing run)."""
     old = {r["stage"]: r for r in pd.read_csv(path).to_dict("records")}
     return [
-        {**old[r["stage"]], "stage": f"{r['stage']} (computing run)"} if r["stage"] in old else r
+        {**old[r["stage"]], "stage": f"{r['stage']} (computing run)"}
+        if r["stage"] in old and "(earlier run)" not in r["stage"]
+        else r
         for r in timing
     ]
 
