@@ -28,7 +28,7 @@ MAIN_METRICS = (
 MULTICLASS_METRICS = ("auc", "brier", "accuracy", "logloss", "epsilon_spent", "brier_base")
 
 
-def _wide(df: pd.DataFrame, stage: str) -> pd.DataFrame:
+def wide(df: pd.DataFrame, stage: str) -> pd.DataFrame:
     """One row per cell (stage, dataset, learner, variant, config, ε, seed), metrics as columns."""
     sub = df[df["stage"] == stage]
     keys = ["dataset", "learner", "variant", "config", "epsilon", "seed"]
@@ -39,7 +39,7 @@ def main_summary(
     df: pd.DataFrame, stage: str = "main", metrics: tuple[str, ...] = MAIN_METRICS
 ) -> pd.DataFrame:
     """Per (dataset, ε, learner): mean and SD of each metric, the config, the paper's AUC."""
-    w = _wide(df, stage)
+    w = wide(df, stage)
     rows = []
     for (d, e, m), g in w.groupby(["dataset", "epsilon", "learner"], sort=False):
         row = {"dataset": d, "epsilon": e, "learner": m, "config": g["config"].iloc[0], "n": len(g)}
@@ -59,7 +59,7 @@ def main_summary(
 
 def pairwise(df: pd.DataFrame, metric: str = "auc") -> pd.DataFrame:
     """Paired tests for every learner pair per (dataset, ε), paired by seed (common seeds only)."""
-    w = _wide(df, "main")
+    w = wide(df, "main")
     rows = []
     for (d, e), g in w.groupby(["dataset", "epsilon"], sort=False):
         by = {m: s.set_index("seed")[metric] for m, s in g.groupby("learner", sort=False)}
@@ -71,7 +71,7 @@ def pairwise(df: pd.DataFrame, metric: str = "auc") -> pd.DataFrame:
 
 
 def ablation_summary(df: pd.DataFrame) -> pd.DataFrame:
-    w = _wide(df, "ablations")
+    w = wide(df, "ablations")
     rows = []
     for (d, v), g in w.groupby(["dataset", "variant"], sort=False):
         mean, sd = mean_sd(g["auc"].to_numpy())
@@ -94,7 +94,7 @@ def ablation_summary(df: pd.DataFrame) -> pd.DataFrame:
 
 def sweep_summary(df: pd.DataFrame) -> pd.DataFrame:
     """Mean ± SD of AUC and log loss per (learner, ε, T or steps), with the PLD z."""
-    w = _wide(df, "sweep")
+    w = wide(df, "sweep")
     w["iterations"] = w["rounds"]
     rows = []
     for (m, e, t), g in w.groupby(["learner", "epsilon", "iterations"], sort=True):
@@ -194,7 +194,7 @@ def tstar_analysis(sweep: pd.DataFrame, cfg) -> dict[str, pd.DataFrame]:
 
 
 def mia_summary(df: pd.DataFrame) -> pd.DataFrame:
-    w = _wide(df, "mia")
+    w = wide(df, "mia")
     w["who"] = np.where(w["variant"] == "offpath", "offpath", w["learner"])
     rows = []
     for (who, e), g in w.groupby(["who", "epsilon"], sort=False):
@@ -218,10 +218,12 @@ def mia_summary(df: pd.DataFrame) -> pd.DataFrame:
 
 def communication(df: pd.DataFrame) -> pd.DataFrame:
     """Tables 11/12: measured floats per client and analytic sync time per link."""
-    w = _wide(df, "main")
+    w = wide(df, "main")
     rows = []
     for (d, e, m), g in w.groupby(["dataset", "epsilon", "learner"], sort=False):
         floats, rounds = float(g["floats_per_client"].iloc[0]), int(g["rounds"].iloc[0])
+        if not math.isfinite(floats):  # a pooled reference (dp_ebm): nothing is uploaded
+            continue
         row = {
             "dataset": d,
             "epsilon": e,

@@ -22,6 +22,9 @@ MULTICLASS_DATASETS = ("brfss3",)
 #: The tuned learners (every round one Gaussian release: subsampled, or of every
 #: record for the histogram learner) and the forests, from the method registry.
 LEARNERS = tuple(m.name for m in methods() if m.family in ("gaussian-rounds", "histogram"))
+#: Tuned learners of the main stage: fedpriv's, and interpret's pooled DP-EBM (the ``ebm``
+#: extra; :mod:`fedpriv.experiments.bench.dp_ebm`).
+TUNED = (*LEARNERS, "dp_ebm")
 #: Learners benchmarked at fixed settings (no tuning): the forests, and bdpe_α (pure-ε
 #: releases calibrated to the study's (ε, δ)).
 FORESTS = tuple(m.name for m in methods() if m.family in ("forest", "pure"))
@@ -60,7 +63,7 @@ class Grid:
     values: tuple[tuple[str, tuple[Any, ...]], ...]
 
     def __post_init__(self) -> None:
-        _check("grid learner", self.learner, self.learner in LEARNERS, f"one of {list(LEARNERS)}")
+        _check("grid learner", self.learner, self.learner in TUNED, f"one of {list(TUNED)}")
         for name, vals in self.values:
             _check(f"grids.{self.learner}.{name}", vals, len(vals) > 0, "a non-empty list")
 
@@ -282,6 +285,7 @@ class StudyConfig:
     multiclass: Multiclass = field(default_factory=Multiclass)
     private_tuning: PrivateTuning = field(default_factory=PrivateTuning)
     stages: tuple[str, ...] = ("main", "ablations", "sweep", "tstar", "mia")
+    grid_points: int = 0  # > 0: every tuned learner's grid has exactly this many points
 
     def __post_init__(self) -> None:
         _check_subset("datasets", self.datasets, DATASETS)
@@ -292,7 +296,7 @@ class StudyConfig:
         _check_count("seeds", self.seeds, 2, 1000)
         _check_count("tune_seeds", self.tune_seeds, 1, 100)
         _check("tuning", self.tuning, self.tuning in TUNING_MODES, f"one of {list(TUNING_MODES)}")
-        _check_subset("learners", self.learners, LEARNERS)
+        _check_subset("learners", self.learners, TUNED)
         _check_count("n_clients", self.n_clients, 2, 100)
         _check_count("processes", self.processes, 1, 2)
         _check_subset("stages", self.stages, STAGES)
@@ -300,6 +304,12 @@ class StudyConfig:
         missing = [n for n in self.learners if n not in grids]
         if self.tuning in ("validation", "private") and missing:
             raise ValueError(f"grids must cover every learner; missing {missing}")
+        for g in self.grids:  # a symmetric study: the same search effort for every learner
+            n = len(g.configs())
+            if self.grid_points and g.learner in self.learners and n != self.grid_points:
+                raise ValueError(
+                    f"grids.{g.learner} must have grid_points={self.grid_points} points; got {n}"
+                )
         if "private_tuning" in self.stages:
             missing = [n for n in self.private_tuning.learners if n not in grids]
             if missing:

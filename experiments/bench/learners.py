@@ -76,6 +76,10 @@ def fitted(cell, part: str, secret_key):
     ``secret_key``. Returns (estimator, dataset, fit seconds)."""
     import time
 
+    if cell.learner == "dp_ebm":  # interpret's pooled DP-EBM: not a fedpriv method
+        from fedpriv.experiments.bench import dp_ebm
+
+        return dp_ebm.fitted(cell, part, secret_key)
     ds = dataset(cell.dataset)
     clf = make_estimator(
         cell.learner,

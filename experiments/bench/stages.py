@@ -153,19 +153,20 @@ def run_main(ctx: Context) -> tuple[list[dict], dict[tuple[str, float, str], dic
         )
     else:
         chosen, rows = _select(ctx)
-    plan: list[tuple[str, Cell]] = [
-        ("selected", ctx.fit(d, m, chosen[(d, e, m)], e, s))
-        for (d, e, m) in chosen
-        for s in range(cfg.seeds)
-    ]
+    # Seed-major order: the pool finishes seed 0 of every row, then seed 1, ..., so a run
+    # cut short holds the same seeds for every row (rerun with fewer seeds from the cache).
     fixed = cfg.forests.settings()
-    plan += [
-        ("fixed", ctx.fit(d, f, fixed[f], e, s))
-        for d in cfg.datasets
-        for e in cfg.epsilons
-        for f in cfg.forests.learners
-        for s in range(cfg.forests.seeds)
-    ]
+    plan: list[tuple[str, Cell]] = []
+    for s in range(max(cfg.seeds, cfg.forests.seeds)):
+        if s < cfg.seeds:
+            plan += [("selected", ctx.fit(d, m, chosen[(d, e, m)], e, s)) for (d, e, m) in chosen]
+        if s < cfg.forests.seeds:
+            plan += [
+                ("fixed", ctx.fit(d, f, fixed[f], e, s))
+                for d in cfg.datasets
+                for e in cfg.epsilons
+                for f in cfg.forests.learners
+            ]
     res = ctx.run("evaluate", [c for _, c in plan])
     for variant, c in plan:
         rows += rows_of("main", variant, c, res[c])

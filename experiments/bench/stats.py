@@ -73,3 +73,36 @@ def format_p(p: float) -> str:
     if math.isnan(p):
         return "–"
     return "<0.001" if p < 1e-3 else f"{p:.3f}"
+
+
+def target_test(
+    ours: dict[int, float], reference: dict[int, float] | float
+) -> tuple[str, int, float]:
+    """Two-sided p-value of one learner's target against its reference, over seeds.
+
+    ``ours`` and ``reference`` map evaluation seed → score. Same seeds on both sides:
+    the Wilcoxon signed-rank test on the per-seed differences (paired by seed, paper
+    §4.3); different seed sets (a forest's 5 seeds against a tuned learner's 20):
+    Welch's t-test, unpaired; a number (the paper's published mean): the one-sample
+    signed-rank test of ``ours`` − it.
+
+    Returns
+    -------
+    tuple
+        (test name, pairs or ``ours``' size, p); p is NaN with fewer than 2 values or
+        when every difference is 0.
+    """
+    a = np.array([ours[s] for s in sorted(ours)], dtype=np.float64)
+    if isinstance(reference, dict) and set(reference) == set(ours):
+        diff = a - np.array([reference[s] for s in sorted(ours)], dtype=np.float64)
+        name = "wilcoxon"
+    elif isinstance(reference, dict):
+        b = np.array(list(reference.values()), dtype=np.float64)
+        if a.size < 2 or b.size < 2:
+            return "welch", int(a.size), math.nan
+        return "welch", int(a.size), float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+    else:
+        diff, name = a - float(reference), "wilcoxon (one-sample)"
+    if diff.size < 2 or np.all(diff == 0.0):
+        return name, int(diff.size), math.nan
+    return name, int(diff.size), float(stats.wilcoxon(diff).pvalue)

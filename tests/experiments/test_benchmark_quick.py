@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+from fedpriv.experiments.bench import dp_ebm
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,6 +47,9 @@ def test_quick_run_writes_a_sane_report(tmp_path):
         "not** include",
         "## Targets",
         "## Multiclass",
+        "## Budget spent",
+        "## Fit time per learner",
+        "## Provenance",
     ):
         assert section in report
     assert "| processes | 1 |" in report
@@ -80,3 +84,14 @@ def test_quick_run_writes_a_sane_report(tmp_path):
     assert (comm["floats_per_client"] > 0).all()
     tfit = pd.read_csv(out / "tstar_fit.csv")
     assert tfit["tau"].iloc[0] > 0
+
+    targets = pd.read_csv(out / "targets.csv")
+    assert {"test", "p_value", "met", "significant"} <= set(targets.columns)
+    assert not targets["check"].str.contains("best").any()  # each learner on its own
+    budget = pd.read_csv(out / "budget.csv")
+    tuned = budget[(budget["stage"] == "main") & budget["learner"].isin(["logistic", "mlp"])]
+    assert len(tuned) == 2 and (tuned["spent_ratio_min"] >= 0.99).all()
+    assert (budget["spent_ratio_max"] <= 1.0 + 1e-9).all()  # never overshoots
+    if dp_ebm.available():
+        assert "dp_ebm" in set(summary["learner"])
+        assert "dp_ebm" in set(pd.read_csv(out / "fit_time.csv")["learner"])
