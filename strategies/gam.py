@@ -44,7 +44,9 @@ Binary columns in one round (``binary_group`` = s > 0, two classes): a pass
 visits every other column, then one *group* round that asks for each binary
 column's positive-bin (Σ w g, Σ w h), each record's weight w capped so that it
 counts in at most s columns at full weight (sensitivity √s · √(1 + 1/16),
-:mod:`fedpriv.models.gam_group`); each positive bin takes its Newton step. With
+:mod:`fedpriv.models.gam_group`); each positive bin takes its Newton step,
+divided by the mean number of group columns a record is positive in (from
+released hessian sums: :func:`~fedpriv.models.gam_group.group_damping`). With
 ``column_order = "gain"`` the group is one unit whose gain is its terms' sum.
 
 Interactions (``interactions`` > 0): the last ``interaction_rounds`` rounds
@@ -76,7 +78,7 @@ from fedpriv.models.gam import (
     residual_gains,
     schema_terms,
 )
-from fedpriv.models.gam_group import binary_terms, group_sensitivity
+from fedpriv.models.gam_group import binary_terms, group_damping, group_sensitivity
 from fedpriv.models.gam_sensitivity import (
     column_sensitivity,
     head_sensitivity,
@@ -178,6 +180,7 @@ class DPGAMStrategy(PairStage, NodeStages, Strategy):
         self._pairs = []
         self._gain = np.full(self._live.m, np.inf)  # residual gain per term (inf: unvisited)
         self._visits: dict[int, int] = {}  # round -> term
+        self._total_h: float | None = None  # Σ_b h_b of the latest column round (released)
 
     @property
     def rounds(self) -> int:
@@ -330,6 +333,7 @@ class DPGAMStrategy(PairStage, NodeStages, Strategy):
         step, self._hess[k] = self.newton_step(stats, nb, self.term_sensitivity, term=k)
         self._shapes[k] = self._shapes[k] + step
         self._gain[k] = self._last_gain
+        self._total_h = float(self._hess[k].sum())  # its bins partition the records
 
     def _update_group(self, stats: np.ndarray) -> None:
         group, n = self._group, self._group.size
@@ -349,7 +353,7 @@ class DPGAMStrategy(PairStage, NodeStages, Strategy):
         step = newton_bin_updates(
             g, h, learning_rate=self.config.learning_rate, reg_lambda=lam,
             max_update=self.config.max_update,
-        )  # fmt: skip
+        ) / group_damping(h, self._total_h)  # the terms step at once (group_damping)  # fmt: skip
         # Not clipped term by term: the group's gain as a unit is their sum.
         left = residual_gains(g, h, step, reg_lambda=lam, noise_std=sigma)
         for i, k in enumerate(group.tolist()):

@@ -109,3 +109,30 @@ def group_sums(margin: np.ndarray, y: np.ndarray, positive: np.ndarray, sparsity
     w = group_weights(pos, sparsity)
     P = pos.astype(np.float64)
     return np.concatenate([P @ (w * g), P @ (w * h)])
+
+
+def group_damping(group_h: np.ndarray, total_h: float | None) -> float:
+    """Divisor of a group round's Newton steps: ``max(1, Σ_k H_k / H)``.
+
+    Every term of the group steps at once from the same residuals, each step
+    sized to correct its positive bin alone; a record positive in k of the
+    terms moves by the sum of k such steps, so where the residuals agree the
+    group overshoots about k-fold (Jacobi against Gauss–Seidel coordinate
+    descent). At η·k > 2 successive group rounds oscillate with a growing
+    amplitude, and the gain order, reading the oscillation as gain, keeps
+    choosing the group (measured: BRFSS at ε = 8, 3 of 16 keys ended at
+    Brier 0.81 against the base rate's 0.13). ``Σ_k H_k / H`` is the
+    h-weighted mean number of group terms a record is positive in: the group
+    round's released positive-bin hessian sums ``H_k`` over ``H``, the total
+    of the latest column round's released bin hessians (its bins partition the
+    records). Both are released values, so the damping is post-processing.
+
+    Parameters
+    ----------
+    group_h : (n_terms,) the group round's released Σ w h per positive bin.
+    total_h : float or None
+        Σ_b h_b of the latest column round (``None`` before any: no damping).
+    """
+    if total_h is None or not total_h > 0:
+        return 1.0
+    return max(1.0, float(np.maximum(np.asarray(group_h, dtype=np.float64), 0.0).sum()) / total_h)

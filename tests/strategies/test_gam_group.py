@@ -84,11 +84,17 @@ def test_non_private_group_steps_are_exact_newton_steps_on_the_positive_bins():
     y = np.concatenate([c.y for c in clients])
     bins0 = np.minimum((X[:, 0] * 4).astype(int), 3)
     f = model.base + model.shapes[0][bins0]  # the margin the group round saw
-    for k in range(1, N_BINARY + 1):
-        s = bin_sums(f, y, (X[:, k] > 0.5).astype(np.int64), 2)  # no record is capped
+    p0 = 1.0 / (1.0 + np.exp(-np.full(len(y), model.base)))  # term 0's round saw the base
+    total_h = float((p0 * (1.0 - p0)).sum())
+    sums = [bin_sums(f, y, (X[:, k] > 0.5).astype(np.int64), 2) for k in range(1, N_BINARY + 1)]
+    # Every term steps at once: each Newton step over the h-weighted mean number of group
+    # columns a record is positive in (no record is capped: weights 1).
+    damping = max(1.0, sum(s[3] for s in sums) / total_h)
+    assert damping > 1.5  # the test data's records sit in several binary columns
+    for k, s in enumerate(sums, start=1):
         step = newton_bin_updates(s[1:2], s[3:4], learning_rate=0.8, reg_lambda=2.0,
                                   max_update=2.0)  # fmt: skip
-        np.testing.assert_allclose(model.shapes[k], [0.0, step[0]], rtol=1e-9)
+        np.testing.assert_allclose(model.shapes[k], [0.0, step[0] / damping], rtol=1e-9)
 
 
 def test_binary_group_off_or_multiclass_visits_every_column_in_turn():
@@ -129,3 +135,27 @@ def test_the_client_refuses_a_group_of_non_binary_terms():
     bad = q.__class__(**{**q.__dict__, "arrays": {**q.arrays, "group": np.array([0, 1])}})
     with pytest.raises(ValueError, match="binary terms only"):
         GAMClient().answer(bad, clients[0], np.arange(clients[0].n), {})
+
+
+@pytest.mark.parametrize("damped", [True, False])
+def test_group_rounds_do_not_oscillate_where_many_binary_columns_agree(damped, monkeypatch):
+    # BRFSS at ε = 8, gain order, η = 0.5: with each group term's full Newton step, this
+    # key's group rounds overshoot and oscillate (Brier 0.81 against the base rate's
+    # 0.13); damped by the records' mean count of positive group columns, it converges.
+    from fedpriv.server.estimators import DPGAMClassifier
+    from fedpriv.strategies import gam as gam_strategy
+    from sklearn.metrics import brier_score_loss
+
+    from fedpriv.data import load_dataset
+    from tests.keys import key_for
+
+    if not damped:  # the twin: every group term takes its full step
+        monkeypatch.setattr(gam_strategy, "group_damping", lambda h, total: 1.0)
+    data = load_dataset("brfss")
+    clf = DPGAMClassifier(epsilon=8.0, rounds=40, learning_rate=0.5, lam=10.0, bins=16,
+                          quantile_bins=True, column_order="gain", seed=1,
+                          secret_key=key_for(1)).fit(data)  # fmt: skip
+    X, y = data.xy("test")
+    brier = brier_score_loss(y, clf.predict_proba(X)[:, 1])
+    base = brier_score_loss(y, np.full(len(y), data.xy("train")[1].mean()))
+    assert (brier < base) == damped, (brier, base)
