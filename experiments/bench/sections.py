@@ -65,52 +65,38 @@ def fit_time(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+_RATIO, _SECS = "{:.4f}".format, "{:.2f}".format
+#: Each section: (table name, title, note, header, (column, format) per cell, sort order).
+_SECTIONS = (
+    ("budget", "Budget spent: ε spent / ε per learner",
+     "Over every test fit of each stage (all datasets and ε): a learner spends the "
+     "budget it was given, never more (target for the tuned learners: min ≥ 0.99). "
+     "The forests run at fixed settings and are listed as measured. Stages taken from "
+     "an earlier run (see Provenance) keep that run's calibration.",
+     ["stage", "learner", "fits", "min", "mean", "max", "spend from"],
+     [("stage", str), ("learner", str), ("fits", str), ("spent_ratio_min", _RATIO),
+      ("spent_ratio_mean", _RATIO), ("spent_ratio_max", _RATIO), ("source", str)], None),
+    ("fit_time", "Fit time per learner (this run)",
+     "Wall seconds of one fit in a pool worker (2 processes on 2 CPUs shared with other "
+     "jobs, so indicative only). dp_ebm is interpret's pooled, single-threaded fit on "
+     "every training row; dp_gam the federated in-process fit over the frozen clients.",
+     ["dataset", "learner", "kind", "fits", "mean s", "median s", "total s"],
+     [("dataset", str), ("learner", str), ("kind", lambda k: k.replace("_", " ")),
+      ("fits", str), ("mean_s", _SECS), ("median_s", _SECS), ("total_s", "{:.0f}".format)],
+     ["kind", "dataset", "learner"]),
+)  # fmt: skip
+
+
 def section(tables: dict[str, pd.DataFrame], table) -> list[str]:
     """Budget, fit-time and provenance sections (``table``: the report's formatter)."""
     parts: list[str] = []
-    b = tables.get("budget")
-    if b is not None and not b.empty:
-        rows = [
-            [
-                r["stage"],
-                r["learner"],
-                str(r["fits"]),
-                f"{r['spent_ratio_min']:.4f}",
-                f"{r['spent_ratio_mean']:.4f}",
-                f"{r['spent_ratio_max']:.4f}",
-                r["source"],
-            ]
-            for _, r in b.iterrows()
-        ]
-        parts += [
-            "## Budget spent: ε spent / ε per learner\n",
-            "Over every test fit of each stage (all datasets and ε): a learner spends the "
-            "budget it was given, never more (target for the tuned learners: min ≥ 0.99). "
-            "The forests run at fixed settings and are listed as measured. Stages taken from "
-            "an earlier run (see Provenance) keep that run's calibration.\n",
-            table(["stage", "learner", "fits", "min", "mean", "max", "spend from"], rows),
-        ]
-    f = tables.get("fit_time")
-    if f is not None and not f.empty:
-        rows = [
-            [
-                r["dataset"],
-                r["learner"],
-                r["kind"].replace("_", " "),
-                str(r["fits"]),
-                f"{r['mean_s']:.2f}",
-                f"{r['median_s']:.2f}",
-                f"{r['total_s']:.0f}",
-            ]
-            for _, r in f.sort_values(["kind", "dataset", "learner"]).iterrows()
-        ]
-        parts += [
-            "## Fit time per learner (this run)\n",
-            "Wall seconds of one fit in a pool worker (2 processes on 2 CPUs shared with other "
-            "jobs, so indicative only). dp_ebm is interpret's pooled, single-threaded fit on "
-            "every training row; dp_gam the federated in-process fit over the frozen clients.\n",
-            table(["dataset", "learner", "kind", "fits", "mean s", "median s", "total s"], rows),
-        ]
+    for name, title, note, header, spec, order in _SECTIONS:
+        frame = tables.get(name)
+        if frame is None or frame.empty:
+            continue
+        frame = frame if order is None else frame.sort_values(order)
+        rows = [[fmt(r[c]) for c, fmt in spec] for _, r in frame.iterrows()]
+        parts += [f"## {title}\n", note + "\n", table(header, rows)]
     p = tables.get("provenance")
     if p is not None and not p.empty:
         parts += [

@@ -15,18 +15,11 @@ needs_interpret = pytest.mark.skipif(
     not dp_ebm.available(), reason="interpret (the `ebm` extra) is not installed"
 )
 
+STUDY = {"name": "t", "datasets": ["synthetic"], "epsilons": [1.0], "delta": 1e-5, "seeds": 2,
+         "tune_seeds": 1}  # fmt: skip
+LEARNERS = ["logistic", "dp_ebm"]
 RAW = {
-    "study": {
-        "name": "t",
-        "datasets": ["synthetic"],
-        "epsilons": [1.0],
-        "delta": 1e-5,
-        "seeds": 2,
-        "tune_seeds": 1,
-        "tuning": "validation",
-        "learners": ["logistic", "dp_ebm"],
-        "grid_points": 2,
-    },
+    "study": {**STUDY, "tuning": "validation", "learners": LEARNERS, "grid_points": 2},
     "grids": {
         "logistic": {"rounds": [100], "learning_rate": [1.0, 2.0]},
         "dp_ebm": {"learning_rate": [0.01, 0.1]},
