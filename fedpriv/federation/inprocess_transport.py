@@ -24,6 +24,7 @@ from fedpriv.federation.engine import Replies, RoundPlan
 from fedpriv.federation.protocol import ClientData, ClientHandler, client_sample
 from fedpriv.federation.rounds import UnmaskRequest
 from fedpriv.federation.secagg import SecAggClient, SecAggConfig, UnmaskAnswer
+from fedpriv.federation.secagg_batch import mask_many
 from fedpriv.privacy.distributed import draw_share, share_streams
 from fedpriv.privacy.node_budget import NodeLedger, NodeRefusal
 from fedpriv.privacy.randomness import SecretKey
@@ -167,6 +168,8 @@ class InProcessTransport:
                     )
                 except Exception as err:
                     vectors[i] = err
+        if self.secure:
+            vectors = {**vectors, **self._mask_all(plan, vectors, lost, asked)}
         senders, plain, masked, errors = [], [], {}, 0
         for i, vec in vectors.items():
             if i in lost:
@@ -175,15 +178,7 @@ class InProcessTransport:
                 if isinstance(vec, Exception):
                     raise vec
                 if self.secure:
-                    share = None
-                    if plan.noise is not None:  # the client's own share, its own stream
-                        share = draw_share(self.share_streams[i], r, n, plan.noise.share_std)
-                    # The client's own shim refuses a malformed vector (length, NaN, bound).
-                    masked[i] = self.parties[i].mask(
-                        vec, round_id=r, participants=asked, codec=plan.codec, noise=share,
-                        threshold=plan.threshold, neighbours=_announced(plan, i),  # announced
-                        min_survivors=None if plan.noise is None else plan.noise.min_survivors,
-                    )  # fmt: skip
+                    masked[i] = vec  # masked by the client's own party (_mask_all)
                 else:
                     plain.append(vec)  # the engine checks it before it enters the sum
             except Exception as err:
@@ -194,6 +189,26 @@ class InProcessTransport:
                 continue
             senders.append(i)
         return Replies(senders=tuple(senders), masked=masked, plain=plain, errors=errors)
+
+    def _mask_all(self, plan: RoundPlan, vectors: dict, lost, asked) -> dict:
+        """Every answering client's masked input (or its error), its own party masking its
+        vector: all at once (:func:`~fedpriv.federation.secagg_batch.mask_many`)."""
+        r, n = plan.query.round, plan.query.reply_length
+        todo = [i for i, v in vectors.items() if i not in lost and not isinstance(v, Exception)]
+        options = []
+        for i in todo:
+            share = None
+            if plan.noise is not None:  # the client's own share, its own stream
+                share = draw_share(self.share_streams[i], r, n, plan.noise.share_std)
+            # The client's own shim refuses a malformed vector (length, NaN, bound).
+            options.append(dict(
+                round_id=r, participants=asked, codec=plan.codec, noise=share,
+                threshold=plan.threshold, neighbours=_announced(plan, i),  # announced
+                min_survivors=None if plan.noise is None else plan.noise.min_survivors,
+                public_keys=None,
+            ))  # fmt: skip
+        done = mask_many([self.parties[i] for i in todo], [vectors[i] for i in todo], options)
+        return dict(zip(todo, done, strict=True))
 
     def consistency(
         self, plan: RoundPlan, survivors: list[int], dropped: list[int]
