@@ -195,7 +195,7 @@ class InProcessTransport:
         vector: all at once (:func:`~fedpriv.federation.secagg_batch.mask_many`)."""
         r, n = plan.query.round, plan.query.reply_length
         todo = [i for i, v in vectors.items() if i not in lost and not isinstance(v, Exception)]
-        options = []
+        options, asked = [], tuple(asked)  # one tuple for every party: checked once
         for i in todo:
             share = None
             if plan.noise is not None:  # the client's own share, its own stream
@@ -213,11 +213,11 @@ class InProcessTransport:
     def consistency(
         self, plan: RoundPlan, survivors: list[int], dropped: list[int]
     ) -> dict[int, bytes]:
-        signatures = {}
+        signatures, lists = {}, (tuple(survivors), tuple(dropped))  # one object: checked once
         for u in survivors:
             try:
                 signatures[u] = self.parties[u].sign_survivors(
-                    round_id=plan.query.round, survivors=survivors, dropped=dropped
+                    round_id=plan.query.round, survivors=lists[0], dropped=lists[1]
                 )
             except ValueError as err:  # a refusal: that survivor does not sign
                 logger.warning(
@@ -228,7 +228,7 @@ class InProcessTransport:
 
     def unmask(self, request: UnmaskRequest) -> dict[int, UnmaskAnswer]:
         answers, r = {}, request.plan.query.round
-        survivors, dropped = request.survivors, request.dropped
+        survivors, dropped = tuple(request.survivors), tuple(request.dropped)  # checked once
         for u in survivors:
             led = self.node_ledgers[u]
             try:

@@ -120,3 +120,16 @@ def test_a_party_masks_once_per_batch():
         secagg_batch.mask_many(
             [clients[0], clients[0]], [np.zeros(N)] * 2, _options(clients, 0)[:2]
         )
+
+
+def test_a_long_id_tuple_is_checked_once_and_a_bad_one_every_time():
+    from fedpriv.federation.secagg_common import check_ids
+
+    ids = tuple(range(200, 0, -1))
+    assert check_ids("survivors", ids) == tuple(range(1, 201))
+    assert check_ids("survivors", ids) == tuple(range(1, 201))  # the very tuple: remembered
+    bad = (*range(100), 5)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="distinct"):
+            check_ids("survivors", bad)
+    assert check_ids("survivors", ids) == tuple(range(1, 201))
