@@ -114,6 +114,65 @@ def test_a_batched_round_sums_exactly_and_a_refusal_fails_its_client_only():
     np.testing.assert_array_equal(total, sum_plain([xs[i] for i in live], CODEC))
 
 
+def _answered_round(clients, r=0):
+    xs = np.random.default_rng(5).uniform(-3, 3, size=(K, N))
+    ups = dict(enumerate(secagg_batch.mask_many([clients[i] for i in range(K)], list(xs),
+                                                _options(clients, r))))  # fmt: skip
+    g, everyone = clients[0].graph, sorted(clients)
+    server = SecAggServer(codec=CODEC, graph=g)
+    live, gone = server.unmask_plan(round_id=r, participants=everyone, masked=ups)
+    inboxes = server.inboxes(live, {i: u.shares for i, u in ups.items()})
+    sigs = {i: clients[i].sign_survivors(round_id=r, survivors=live, dropped=gone) for i in live}
+    book = ({i: c.public_key for i, c in clients.items()},
+            {i: c.verify_key for i, c in clients.items()})  # fmt: skip
+    ok = server.check_signatures(round_id=r, participants=everyone, survivors=live,
+                                 dropped=gone, signatures=sigs, key_book=book)  # fmt: skip
+    answers = {
+        i: clients[i].unmask(
+            round_id=r,
+            survivors=live,
+            dropped=gone,
+            n=N,
+            inbox=inboxes[i],
+            signatures={j: ok[j] for j in server.forward(i, ok)},
+        )
+        for i in live
+    }
+    return xs, server, ups, answers
+
+
+def test_the_servers_gather_of_a_full_round_is_the_general_paths(monkeypatch):
+    from fedpriv.federation import secagg_server
+
+    _, server, _, answers = _answered_round(_clients())
+    told = tuple(sorted(answers))
+    fast = server._seeds(0, server.graph, told, told, answers)
+    assert (
+        secagg_server._all_answered(server.graph, told, told, {i: answers[i].shares for i in told})
+        is not None
+    )
+    monkeypatch.setattr(secagg_server, "_all_answered", lambda *a: None)
+    slow = server._seeds(0, server.graph, told, told, answers)
+    assert set(fast) == set(slow) == set(range(K))
+    for u in fast:
+        np.testing.assert_array_equal(fast[u], slow[u])
+
+
+def test_an_answer_in_another_order_takes_the_general_path_and_sums_exactly():
+    from fedpriv.federation import secagg_server
+    from fedpriv.federation.secagg_common import UnmaskAnswer
+
+    xs, server, ups, answers = _answered_round(_clients())
+    a = answers[3]
+    answers[3] = UnmaskAnswer(shares=dict(reversed(list(a.shares.items()))), masks=a.masks)
+    held = {i: answers[i].shares for i in sorted(answers)}
+    assert secagg_server._all_answered(server.graph, tuple(held), tuple(held), held) is None
+    masked = {i: u.vector for i, u in ups.items()}
+    total = server.aggregate(round_id=0, participants=list(range(K)), masked=masked,
+                             answers=answers)  # fmt: skip
+    np.testing.assert_array_equal(total, sum_plain(list(xs), CODEC))
+
+
 def test_a_party_masks_once_per_batch():
     clients = _clients()
     with pytest.raises(ValueError, match="twice"):
