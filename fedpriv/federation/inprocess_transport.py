@@ -24,6 +24,7 @@ from fedpriv.federation.engine import Replies, RoundPlan
 from fedpriv.federation.protocol import ClientData, ClientHandler, client_sample
 from fedpriv.federation.rounds import UnmaskRequest
 from fedpriv.federation.secagg import SecAggClient, SecAggConfig, UnmaskAnswer
+from fedpriv.federation.secagg_batch import mask_many
 from fedpriv.privacy.distributed import draw_share, share_streams
 from fedpriv.privacy.node_budget import NodeLedger, NodeRefusal
 from fedpriv.privacy.randomness import SecretKey
@@ -167,6 +168,8 @@ class InProcessTransport:
                     )
                 except Exception as err:
                     vectors[i] = err
+        if self.secure:
+            vectors = {**vectors, **self._mask_all(plan, vectors, lost, asked)}
         senders, plain, masked, errors = [], [], {}, 0
         for i, vec in vectors.items():
             if i in lost:
@@ -175,15 +178,7 @@ class InProcessTransport:
                 if isinstance(vec, Exception):
                     raise vec
                 if self.secure:
-                    share = None
-                    if plan.noise is not None:  # the client's own share, its own stream
-                        share = draw_share(self.share_streams[i], r, n, plan.noise.share_std)
-                    # The client's own shim refuses a malformed vector (length, NaN, bound).
-                    masked[i] = self.parties[i].mask(
-                        vec, round_id=r, participants=asked, codec=plan.codec, noise=share,
-                        threshold=plan.threshold, neighbours=_announced(plan, i),  # announced
-                        min_survivors=None if plan.noise is None else plan.noise.min_survivors,
-                    )  # fmt: skip
+                    masked[i] = vec  # masked by the client's own party (_mask_all)
                 else:
                     plain.append(vec)  # the engine checks it before it enters the sum
             except Exception as err:
@@ -195,14 +190,34 @@ class InProcessTransport:
             senders.append(i)
         return Replies(senders=tuple(senders), masked=masked, plain=plain, errors=errors)
 
+    def _mask_all(self, plan: RoundPlan, vectors: dict, lost, asked) -> dict:
+        """Every answering client's masked input (or its error), its own party masking its
+        vector: all at once (:func:`~fedpriv.federation.secagg_batch.mask_many`)."""
+        r, n = plan.query.round, plan.query.reply_length
+        todo = [i for i, v in vectors.items() if i not in lost and not isinstance(v, Exception)]
+        options, asked = [], tuple(asked)  # one tuple for every party: checked once
+        for i in todo:
+            share = None
+            if plan.noise is not None:  # the client's own share, its own stream
+                share = draw_share(self.share_streams[i], r, n, plan.noise.share_std)
+            # The client's own shim refuses a malformed vector (length, NaN, bound).
+            options.append(dict(
+                round_id=r, participants=asked, codec=plan.codec, noise=share,
+                threshold=plan.threshold, neighbours=_announced(plan, i),  # announced
+                min_survivors=None if plan.noise is None else plan.noise.min_survivors,
+                public_keys=None,
+            ))  # fmt: skip
+        done = mask_many([self.parties[i] for i in todo], [vectors[i] for i in todo], options)
+        return dict(zip(todo, done, strict=True))
+
     def consistency(
         self, plan: RoundPlan, survivors: list[int], dropped: list[int]
     ) -> dict[int, bytes]:
-        signatures = {}
+        signatures, lists = {}, (tuple(survivors), tuple(dropped))  # one object: checked once
         for u in survivors:
             try:
                 signatures[u] = self.parties[u].sign_survivors(
-                    round_id=plan.query.round, survivors=survivors, dropped=dropped
+                    round_id=plan.query.round, survivors=lists[0], dropped=lists[1]
                 )
             except ValueError as err:  # a refusal: that survivor does not sign
                 logger.warning(
@@ -213,7 +228,7 @@ class InProcessTransport:
 
     def unmask(self, request: UnmaskRequest) -> dict[int, UnmaskAnswer]:
         answers, r = {}, request.plan.query.round
-        survivors, dropped = request.survivors, request.dropped
+        survivors, dropped = tuple(request.survivors), tuple(request.dropped)  # checked once
         for u in survivors:
             led = self.node_ledgers[u]
             try:

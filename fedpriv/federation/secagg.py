@@ -129,10 +129,6 @@ __all__ = [
 ]
 
 
-def _slices(raw: bytes, size: int) -> list[bytes]:
-    return [raw[k : k + size] for k in range(0, len(raw), size)]
-
-
 class SecAggClient(PeerKeys):
     """One client's side: pinned keys and peers (:class:`~fedpriv.federation.secagg_peers.
     PeerKeys`), double masking, the signed survivor list, the unmask answer.
@@ -182,6 +178,19 @@ class SecAggClient(PeerKeys):
         the participants every client of the run. Once per round: two vectors
         under one mask reveal their difference, so retry with a fresh round id.
         """
+        job = self._begin(
+            vector, round_id=round_id, participants=participants, codec=codec,
+            threshold=threshold, public_keys=public_keys, noise=noise,
+            min_survivors=min_survivors, neighbours=neighbours,
+        )  # fmt: skip
+        seed = shamir.draw_seed()  # b_u^r: OS CSPRNG, fresh every round
+        # All limbs at once: row k is the share for holders[k], one 40-byte slice.
+        raw = shamir.to_bytes(shamir.split(seed, xs=job[-1].xs, threshold=job[2]))
+        return self._finish(job, seed, raw)
+
+    def _begin(self, vector, *, round_id, participants, codec, threshold=None,
+               public_keys=None, noise=None, min_survivors=None, neighbours=None):  # fmt: skip
+        """:meth:`mask`'s checks and encoding: (r, holders, t, m, encoding, holder plan)."""
         r = check_u64("round_id", round_id)
         peers = check_ids("participants", participants)
         near = self.check_neighbourhood(neighbours)
@@ -212,11 +221,14 @@ class SecAggClient(PeerKeys):
                     f"noise must be int64 of shape {out.shape}; got {share.dtype}{share.shape}"
                 )
             out += share.view(np.uint64)  # two's complement: addition mod 2^64
-        seed = shamir.draw_seed()  # b_u^r: OS CSPRNG, fresh every round
-        plan = self._holder_plan(holders)  # points, sealing keys, mask order: once per run
-        # All limbs at once: row k is the share for holders[k], one 40-byte slice of ``raw``.
-        raw = shamir.to_bytes(shamir.split(seed, xs=plan.xs, threshold=t))
-        shares = _slices(raw, shamir.SHARE_BYTES)
+        # Points, sealing keys, mask order: once per run.
+        return r, holders, t, m, out, self._holder_plan(holders)
+
+    def _finish(self, job: tuple, seed: np.ndarray, raw: bytes) -> MaskedInput:
+        """:meth:`mask` from :meth:`_begin`'s ``job``, the seed b_u^r and its shares' bytes
+        (40 for holders[k] at 40k): self and pair masks, sealed shares, the round's record."""
+        r, holders, t, m, out, plan = job
+        shares = [raw[k : k + shamir.SHARE_BYTES] for k in range(0, len(raw), shamir.SHARE_BYTES)]
         own = shares.pop(plan.own)  # the rest: the other holders' shares, in their order
         out += self._self_mask(seed, r, out.size)
         masks = self._pair_masks(plan.order, r, out.size)

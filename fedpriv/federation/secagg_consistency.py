@@ -116,7 +116,14 @@ def valid_signers(
     ok: list[int] = []
     # The offered signatures first (t of a neighbourhood), then membership: O(offered),
     # never O(key book) per party.
-    for j in sorted(set(signatures).intersection(members)):
+    offered = sorted(set(signatures).intersection(members))
+    if need is not None and (seen := _accepted.get(message)) is not None:
+        # Every party of a process checks the same signatures: if the first ``need`` are
+        # accepted triples already (raw key, signature, message), they are the answer.
+        first = offered[: max(need, 0)]
+        if all(type(k := keys.get(j)) is bytes and seen.get(k) == signatures[j] for j in first):
+            return first
+    for j in offered:
         if need is not None and len(ok) >= need:
             break
         if j not in keys:

@@ -38,6 +38,7 @@ def test_a_client_verifies_t_of_its_neighbours_signatures_only(monkeypatch):
     seen = []
     real = secagg_consistency._verifies
     monkeypatch.setattr(secagg_consistency, "_verifies", lambda *a: seen.append(a) or real(*a))
+    monkeypatch.setattr(secagg_consistency, "_accepted", {})  # a node alone: none remembered
     clients[3].unmask(
         round_id=0, survivors=live, dropped=gone, n=N, inbox=inboxes[3], signatures=sigs
     )
@@ -63,6 +64,11 @@ def test_remembered_verifications_are_exact_inputs_only():
     assert not secagg_consistency._verifies(c._verify_key(2), sig, msg)  # another key
     forged = bytes([sig[0] ^ 1]) + sig[1:]
     assert not secagg_consistency._verifies(key, forged, msg)
+    # valid_signers' shortcut over remembered triples: the same signers, a forgery refused.
+    keys = {1: key, 2: c._verify_key(2)}
+    assert secagg_consistency.valid_signers(msg, {1: sig}, keys, [1, 2], need=1) == [1]
+    assert secagg_consistency.valid_signers(msg, {1: forged}, keys, [1, 2], need=1) == []
+    assert secagg_consistency.valid_signers(msg, {2: sig}, keys, [1, 2], need=1) == []
 
 
 # --- restoring a node from its state ----------------------------------------------------------

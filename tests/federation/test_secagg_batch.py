@@ -1,0 +1,194 @@
+"""The in-process batched masking step: the bytes each client's own call would produce.
+
+Code: ``fedpriv/federation/secagg_batch.py``. K = 20 at the defaults gives SecAgg+'s
+sparse graph with degree k = 12 and threshold t = 8 (``test_secagg_plus.py``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedpriv.federation import field, secagg_batch
+from fedpriv.federation.secagg import FixedPointCodec, SecAggClient, SecAggServer, sum_plain
+
+K, RUN, N = 20, "run-secagg-batch", 16
+CODEC = FixedPointCodec(scale=2.0**20, max_abs=3.0, max_summands=128)
+
+
+def _clients():
+    rng = np.random.default_rng(0)
+    clients = {
+        i: SecAggClient(
+            client_id=i, private_key_bytes=rng.bytes(32), signing_key_bytes=rng.bytes(32)
+        )
+        for i in range(K)
+    }
+    keys = {i: c.public_key for i, c in clients.items()}
+    verify = {i: c.verify_key for i, c in clients.items()}
+    for c in clients.values():
+        c.setup(keys, verify_keys=verify, run_id=RUN)
+    return clients
+
+
+def _options(clients, r, change=None):
+    change = change or {}
+    g = clients[0].graph
+    return [
+        {**dict(round_id=r, participants=sorted(clients), codec=CODEC, threshold=g.threshold,
+                neighbours=g.neighbours(i)), **change.get(i, {})}
+        for i in sorted(clients)
+    ]  # fmt: skip
+
+
+def _scripted(monkeypatch, draws):
+    """field.random_elements returning ``draws`` in turn (each checked for its shape)."""
+    queue = list(draws)
+
+    def random_elements(shape, prime=field.PRIME):
+        out = queue.pop(0)
+        assert out.shape == (shape if isinstance(shape, tuple) else (shape,))
+        return out
+
+    monkeypatch.setattr(field, "random_elements", random_elements)
+    return queue
+
+
+def test_batched_masks_are_the_bytes_of_each_clients_own_call(monkeypatch):
+    xs = np.random.default_rng(1).uniform(-3, 3, size=(K, N))
+    rng = np.random.default_rng(2)
+    t = _clients()[0].graph.threshold
+    seeds = rng.integers(0, field.PRIME, (K, 5), dtype=np.uint64)
+    free = rng.integers(0, field.PRIME, (t - 1, K, 5), dtype=np.uint64)
+    alone = _clients()
+    queue = _scripted(monkeypatch, [a for b in range(K) for a in (seeds[b], free[:, b])])
+    own = [alone[i].mask(xs[i], **kw) for i, kw in zip(range(K), _options(alone, 3), strict=True)]
+    assert not queue
+    many = _clients()
+    queue = _scripted(monkeypatch, [seeds, free])
+    batch = secagg_batch.mask_many([many[i] for i in range(K)], list(xs), _options(many, 3))
+    assert not queue
+    for a, b in zip(own, batch, strict=True):
+        np.testing.assert_array_equal(a.vector, b.vector)
+        assert a.shares == b.shares and a.round_id == b.round_id
+    for i in range(K):
+        assert many[i].export_state() == alone[i].export_state()  # own share, round record
+
+
+def test_a_batched_round_sums_exactly_and_a_refusal_fails_its_client_only():
+    clients = _clients()
+    xs = np.random.default_rng(4).uniform(-3, 3, size=(K, N))
+    bad = {5: {"threshold": clients[0].graph.threshold - 1}}  # an announced t it refuses
+    out = secagg_batch.mask_many(
+        [clients[i] for i in range(K)], list(xs), _options(clients, 0, bad)
+    )
+    assert isinstance(out[5], ValueError) and "threshold" in str(out[5])
+    ups = {i: u for i, u in enumerate(out) if i != 5}
+    g, everyone = clients[0].graph, sorted(clients)
+    server = SecAggServer(codec=CODEC, graph=g)
+    live, gone = server.unmask_plan(round_id=0, participants=everyone, masked=ups)
+    assert gone == [5]
+    inboxes = server.inboxes(live, {i: u.shares for i, u in ups.items()})
+    sigs = {i: clients[i].sign_survivors(round_id=0, survivors=live, dropped=gone) for i in live}
+    book = (
+        {i: c.public_key for i, c in clients.items()},
+        {i: c.verify_key for i, c in clients.items()},
+    )
+    ok = server.check_signatures(
+        round_id=0, participants=everyone, survivors=live, dropped=gone, signatures=sigs,
+        key_book=book,
+    )  # fmt: skip
+    answers = {
+        i: clients[i].unmask(
+            round_id=0,
+            survivors=live,
+            dropped=gone,
+            n=N,
+            inbox=inboxes[i],
+            signatures={j: ok[j] for j in server.forward(i, ok)},
+        )
+        for i in live
+    }
+    masked = {i: u.vector for i, u in ups.items()}
+    total = server.aggregate(round_id=0, participants=everyone, masked=masked, answers=answers)
+    np.testing.assert_array_equal(total, sum_plain([xs[i] for i in live], CODEC))
+
+
+def _answered_round(clients, r=0):
+    xs = np.random.default_rng(5).uniform(-3, 3, size=(K, N))
+    ups = dict(enumerate(secagg_batch.mask_many([clients[i] for i in range(K)], list(xs),
+                                                _options(clients, r))))  # fmt: skip
+    g, everyone = clients[0].graph, sorted(clients)
+    server = SecAggServer(codec=CODEC, graph=g)
+    live, gone = server.unmask_plan(round_id=r, participants=everyone, masked=ups)
+    inboxes = server.inboxes(live, {i: u.shares for i, u in ups.items()})
+    sigs = {i: clients[i].sign_survivors(round_id=r, survivors=live, dropped=gone) for i in live}
+    book = ({i: c.public_key for i, c in clients.items()},
+            {i: c.verify_key for i, c in clients.items()})  # fmt: skip
+    ok = server.check_signatures(round_id=r, participants=everyone, survivors=live,
+                                 dropped=gone, signatures=sigs, key_book=book)  # fmt: skip
+    answers = {
+        i: clients[i].unmask(
+            round_id=r,
+            survivors=live,
+            dropped=gone,
+            n=N,
+            inbox=inboxes[i],
+            signatures={j: ok[j] for j in server.forward(i, ok)},
+        )
+        for i in live
+    }
+    return xs, server, ups, answers
+
+
+def test_the_servers_gather_of_a_full_round_is_the_general_paths(monkeypatch):
+    from fedpriv.federation import secagg_server
+
+    _, server, _, answers = _answered_round(_clients())
+    told = tuple(sorted(answers))
+    fast = server._seeds(0, server.graph, told, told, answers)
+    assert (
+        secagg_server._all_answered(server.graph, told, told, {i: answers[i].shares for i in told})
+        is not None
+    )
+    monkeypatch.setattr(secagg_server, "_all_answered", lambda *a: None)
+    slow = server._seeds(0, server.graph, told, told, answers)
+    assert set(fast) == set(slow) == set(range(K))
+    for u in fast:
+        np.testing.assert_array_equal(fast[u], slow[u])
+
+
+def test_an_answer_in_another_order_takes_the_general_path_and_sums_exactly():
+    from fedpriv.federation import secagg_server
+    from fedpriv.federation.secagg_common import UnmaskAnswer
+
+    xs, server, ups, answers = _answered_round(_clients())
+    a = answers[3]
+    answers[3] = UnmaskAnswer(shares=dict(reversed(list(a.shares.items()))), masks=a.masks)
+    held = {i: answers[i].shares for i in sorted(answers)}
+    assert secagg_server._all_answered(server.graph, tuple(held), tuple(held), held) is None
+    masked = {i: u.vector for i, u in ups.items()}
+    total = server.aggregate(round_id=0, participants=list(range(K)), masked=masked,
+                             answers=answers)  # fmt: skip
+    np.testing.assert_array_equal(total, sum_plain(list(xs), CODEC))
+
+
+def test_a_party_masks_once_per_batch():
+    clients = _clients()
+    with pytest.raises(ValueError, match="twice"):
+        secagg_batch.mask_many(
+            [clients[0], clients[0]], [np.zeros(N)] * 2, _options(clients, 0)[:2]
+        )
+
+
+def test_a_long_id_tuple_is_checked_once_and_a_bad_one_every_time():
+    from fedpriv.federation.secagg_common import check_ids
+
+    ids = tuple(range(200, 0, -1))
+    assert check_ids("survivors", ids) == tuple(range(1, 201))
+    assert check_ids("survivors", ids) == tuple(range(1, 201))  # the very tuple: remembered
+    bad = (*range(100), 5)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="distinct"):
+            check_ids("survivors", bad)
+    assert check_ids("survivors", ids) == tuple(range(1, 201))
