@@ -69,34 +69,36 @@ def _answers(server, clients, uploads, live, gone, r=0):
 def _round(clients, xs, r=0, *, silent=()):
     """One honest sparse round: those in ``xs`` upload, those in ``silent`` say nothing at
     the unmask. Returns (sum, uploads, answers, what each survivor received)."""
-    g = clients[0].graph
-    server = SecAggServer(codec=CODEC, graph=g)
     ups = _mask(clients, xs, r)
-    live, gone = server.unmask_plan(round_id=r, participants=sorted(clients), masked=ups)
+    server = SecAggServer(codec=CODEC, graph=clients[0].graph)
+    total, answers, received = _finish_round(clients, server, ups, r, silent=silent)
+    return total, ups, answers, received
+
+
+def _finish_round(clients, server, ups, r=0, *, silent=(), aggregate=True):
+    """An honest round after its uploads ``ups``: the plan, the survivors' signatures
+    checked and forwarded, the unmask answers (none from ``silent``) and the sum.
+    Returns (sum, answers, what each survivor received); ``aggregate=False``: the round
+    left open, its sum ``None``."""
+    everyone = sorted(clients)
+    live, gone = server.unmask_plan(round_id=r, participants=everyone, masked=ups)
     inboxes = server.inboxes(live, {i: u.shares for i, u in ups.items()})
     sigs = {i: clients[i].sign_survivors(round_id=r, survivors=live, dropped=gone) for i in live}
-    ok = server.check_signatures(
-        round_id=r, participants=sorted(clients), survivors=live, dropped=gone, signatures=sigs,
-        key_book=_book(clients),
-    )  # fmt: skip
+    ok = server.check_signatures(round_id=r, participants=everyone, survivors=live, dropped=gone,
+                                 signatures=sigs, key_book=_book(clients))  # fmt: skip
     received = {
         i: {"inbox": inboxes[i], "signatures": {j: ok[j] for j in server.forward(i, ok)},
             "survivors": live, "dropped": gone}
         for i in live
     }  # fmt: skip
     answers = {
-        i: clients[i].unmask(
-            round_id=r,
-            survivors=live,
-            dropped=gone,
-            n=N,
-            inbox=received[i]["inbox"],
-            signatures=received[i]["signatures"],
-        )
+        i: clients[i].unmask(round_id=r, survivors=live, dropped=gone, n=N,
+                             inbox=received[i]["inbox"], signatures=received[i]["signatures"])
         for i in live
         if i not in silent
-    }
+    }  # fmt: skip
+    if not aggregate:
+        return None, answers, received
     masked = {i: u.vector for i, u in ups.items()}
-    everyone = sorted(clients)
     total = server.aggregate(round_id=r, participants=everyone, masked=masked, answers=answers)
-    return total, ups, answers, received
+    return total, answers, received

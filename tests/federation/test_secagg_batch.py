@@ -10,25 +10,15 @@ import numpy as np
 import pytest
 
 from fedpriv.federation import field, secagg_batch
-from fedpriv.federation.secagg import FixedPointCodec, SecAggClient, SecAggServer, sum_plain
+from fedpriv.federation.secagg import SecAggServer, sum_plain
+from tests.federation.secagg_plus_rounds import CODEC, K, N, _finish_round
+from tests.federation.secagg_plus_rounds import _clients as _sparse_clients
 
-K, RUN, N = 20, "run-secagg-batch", 16
-CODEC = FixedPointCodec(scale=2.0**20, max_abs=3.0, max_summands=128)
+RUN = "run-secagg-batch"
 
 
 def _clients():
-    rng = np.random.default_rng(0)
-    clients = {
-        i: SecAggClient(
-            client_id=i, private_key_bytes=rng.bytes(32), signing_key_bytes=rng.bytes(32)
-        )
-        for i in range(K)
-    }
-    keys = {i: c.public_key for i, c in clients.items()}
-    verify = {i: c.verify_key for i, c in clients.items()}
-    for c in clients.values():
-        c.setup(keys, verify_keys=verify, run_id=RUN)
-    return clients
+    return _sparse_clients(run_id=RUN)
 
 
 def _options(clients, r, change=None):
@@ -84,60 +74,18 @@ def test_a_batched_round_sums_exactly_and_a_refusal_fails_its_client_only():
     )
     assert isinstance(out[5], ValueError) and "threshold" in str(out[5])
     ups = {i: u for i, u in enumerate(out) if i != 5}
-    g, everyone = clients[0].graph, sorted(clients)
-    server = SecAggServer(codec=CODEC, graph=g)
-    live, gone = server.unmask_plan(round_id=0, participants=everyone, masked=ups)
-    assert gone == [5]
-    inboxes = server.inboxes(live, {i: u.shares for i, u in ups.items()})
-    sigs = {i: clients[i].sign_survivors(round_id=0, survivors=live, dropped=gone) for i in live}
-    book = (
-        {i: c.public_key for i, c in clients.items()},
-        {i: c.verify_key for i, c in clients.items()},
-    )
-    ok = server.check_signatures(
-        round_id=0, participants=everyone, survivors=live, dropped=gone, signatures=sigs,
-        key_book=book,
-    )  # fmt: skip
-    answers = {
-        i: clients[i].unmask(
-            round_id=0,
-            survivors=live,
-            dropped=gone,
-            n=N,
-            inbox=inboxes[i],
-            signatures={j: ok[j] for j in server.forward(i, ok)},
-        )
-        for i in live
-    }
-    masked = {i: u.vector for i, u in ups.items()}
-    total = server.aggregate(round_id=0, participants=everyone, masked=masked, answers=answers)
-    np.testing.assert_array_equal(total, sum_plain([xs[i] for i in live], CODEC))
+    server = SecAggServer(codec=CODEC, graph=clients[0].graph)
+    total, answers, _ = _finish_round(clients, server, ups)
+    assert sorted(answers) == [i for i in range(K) if i != 5]  # client 5 dropped, alone
+    np.testing.assert_array_equal(total, sum_plain([xs[i] for i in answers], CODEC))
 
 
 def _answered_round(clients, r=0):
     xs = np.random.default_rng(5).uniform(-3, 3, size=(K, N))
     ups = dict(enumerate(secagg_batch.mask_many([clients[i] for i in range(K)], list(xs),
                                                 _options(clients, r))))  # fmt: skip
-    g, everyone = clients[0].graph, sorted(clients)
-    server = SecAggServer(codec=CODEC, graph=g)
-    live, gone = server.unmask_plan(round_id=r, participants=everyone, masked=ups)
-    inboxes = server.inboxes(live, {i: u.shares for i, u in ups.items()})
-    sigs = {i: clients[i].sign_survivors(round_id=r, survivors=live, dropped=gone) for i in live}
-    book = ({i: c.public_key for i, c in clients.items()},
-            {i: c.verify_key for i, c in clients.items()})  # fmt: skip
-    ok = server.check_signatures(round_id=r, participants=everyone, survivors=live,
-                                 dropped=gone, signatures=sigs, key_book=book)  # fmt: skip
-    answers = {
-        i: clients[i].unmask(
-            round_id=r,
-            survivors=live,
-            dropped=gone,
-            n=N,
-            inbox=inboxes[i],
-            signatures={j: ok[j] for j in server.forward(i, ok)},
-        )
-        for i in live
-    }
+    server = SecAggServer(codec=CODEC, graph=clients[0].graph)
+    _, answers, _ = _finish_round(clients, server, ups, r, aggregate=False)
     return xs, server, ups, answers
 
 
