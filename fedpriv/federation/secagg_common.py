@@ -267,15 +267,11 @@ def check_u64(name: str, value: object) -> int:
 
 def check_ids(name: str, ids: Iterable[object]) -> tuple[int, ...]:
     """Distinct client ids, sorted."""
-    if type(ids) is tuple and ids is _last[0]:
-        return _last[1]  # this very (immutable) tuple of ints, checked just before
     out = tuple(ids)
     # Fast path for plain ints (type, min and max in C): the full check's abc isinstance
     # costs more than a round's maths, and a survivor list holds K ids.
     plain = set(map(type, out)) == {int}
     if plain and len(out) > _CHECKED_MIN and (done := _checked.get(out)) is not None:
-        if type(ids) is tuple:
-            _last[:] = [ids, done]
         return done  # every party of a process checks the round's survivor list: once
     if out and not (plain and min(out) >= 0 and max(out) < 2**64):
         out = tuple(check_u64(f"{name} id", i) for i in out)
@@ -286,15 +282,12 @@ def check_ids(name: str, ids: Iterable[object]) -> tuple[int, ...]:
         if len(_checked) >= _CHECKED_SIZE:
             del _checked[next(iter(_checked))]
         _checked[out] = done
-        if type(ids) is tuple:
-            _last[:] = [ids, done]
     return done
 
 
 # Long id lists of plain ints found valid, as given -> sorted (public ids; oldest first).
 _checked: dict[tuple[int, ...], tuple[int, ...]] = {}
 _CHECKED_MIN, _CHECKED_SIZE = 64, 16
-_last: list = [None, None]  # the latest long tuple found valid (kept alive here) and its result
 
 
 def check_ring(name: str, value: object, n: int | None = None) -> np.ndarray:

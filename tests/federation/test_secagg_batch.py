@@ -134,7 +134,7 @@ def test_a_long_id_tuple_is_checked_once_and_a_bad_one_every_time():
 
     ids = tuple(range(200, 0, -1))
     assert check_ids("survivors", ids) == tuple(range(1, 201))
-    assert check_ids("survivors", ids) == tuple(range(1, 201))  # the very tuple: remembered
+    assert check_ids("survivors", ids) == tuple(range(1, 201))  # seen and valid: remembered
     bad = (*range(100), 5)
     for _ in range(2):
         with pytest.raises(ValueError, match="distinct"):
