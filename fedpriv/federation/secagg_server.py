@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from functools import lru_cache
 from operator import itemgetter
 
 import numpy as np
@@ -263,9 +262,6 @@ class SecAggServer:
 def _gathered(hood, told, live, held, t, r, abort):
     """(points, owners, ys) per group of :func:`seed_groups`: ys[k, g] the share at
     points[k] of owner g's seed, one row of LIMBS words."""
-    if (quick := _all_answered(hood, told, live, held)) is not None:
-        yield quick
-        return
     for points, members in seed_groups(hood, told, live).items():
         if len(points) < t:
             raise abort(r, f"survivor {members[0][0]}'s seed has {len(points)} shares < t = {t}")
@@ -276,36 +272,6 @@ def _gathered(hood, told, live, held, t, r, abort):
         group = [u for u, _ in members]
         ys = np.frombuffer(raw, dtype="<u8").astype(np.uint64)
         yield points, group, ys.reshape(len(group), len(points), shamir.LIMBS).transpose(1, 0, 2)
-
-
-def _all_answered(hood, told, live, held):
-    """:func:`_gathered`'s one group when every client of the sparse graph survived and
-    answered with its shares in the order its unmask writes them (its own, then its
-    neighbours' ascending): holder by holder, one join each, and one gather by the
-    graph's fixed layout (:func:`_layout`). ``None`` otherwise (the general path)."""
-    if not hood.sparse or len(told) != len(hood.ids) or len(live) != len(hood.ids):
-        return None
-    order, hidx, slot = _layout(hood)
-    if tuple(live) != hood.ids or any(tuple(held[h]) != order[h] for h in hood.ids):
-        return None
-    raw = b"".join([b"".join(held[h].values()) for h in hood.ids])
-    flat = np.frombuffer(raw, dtype="<u8").astype(np.uint64).reshape(-1, shamir.LIMBS)
-    ys = flat[hidx * (hood.degree + 1) + slot]  # (k + 1, K, LIMBS)
-    return tuple(range(1, hood.degree + 2)), list(hood.ids), ys
-
-
-@lru_cache(maxsize=2)
-def _layout(hood: Sparse) -> tuple[dict[int, tuple[int, ...]], np.ndarray, np.ndarray]:
-    """Per graph: each holder's answer order (itself, then its neighbours ascending), and
-    for rank k and owner g the holder index and the slot of g's share in its answer."""
-    ids = hood.ids
-    at = {u: i for i, u in enumerate(ids)}
-    order = {h: (h, *hood.neighbours(h)) for h in ids}
-    where = {h: {v: j for j, v in enumerate(order[h])} for h in ids}
-    closed = [hood.closed(u) for u in ids]
-    hidx = np.array([[at[h] for h in c] for c in closed], dtype=np.int64).T
-    slot = np.array([[where[h][u] for h in c] for u, c in zip(ids, closed, strict=True)]).T
-    return order, hidx, slot
 
 
 def seed_groups(

@@ -80,47 +80,6 @@ def test_a_batched_round_sums_exactly_and_a_refusal_fails_its_client_only():
     np.testing.assert_array_equal(total, sum_plain([xs[i] for i in answers], CODEC))
 
 
-def _answered_round(clients, r=0):
-    xs = np.random.default_rng(5).uniform(-3, 3, size=(K, N))
-    ups = dict(enumerate(secagg_batch.mask_many([clients[i] for i in range(K)], list(xs),
-                                                _options(clients, r))))  # fmt: skip
-    server = SecAggServer(codec=CODEC, graph=clients[0].graph)
-    _, answers, _ = _finish_round(clients, server, ups, r, aggregate=False)
-    return xs, server, ups, answers
-
-
-def test_the_servers_gather_of_a_full_round_is_the_general_paths(monkeypatch):
-    from fedpriv.federation import secagg_server
-
-    _, server, _, answers = _answered_round(_clients())
-    told = tuple(sorted(answers))
-    fast = server._seeds(0, server.graph, told, told, answers)
-    assert (
-        secagg_server._all_answered(server.graph, told, told, {i: answers[i].shares for i in told})
-        is not None
-    )
-    monkeypatch.setattr(secagg_server, "_all_answered", lambda *a: None)
-    slow = server._seeds(0, server.graph, told, told, answers)
-    assert set(fast) == set(slow) == set(range(K))
-    for u in fast:
-        np.testing.assert_array_equal(fast[u], slow[u])
-
-
-def test_an_answer_in_another_order_takes_the_general_path_and_sums_exactly():
-    from fedpriv.federation import secagg_server
-    from fedpriv.federation.secagg_common import UnmaskAnswer
-
-    xs, server, ups, answers = _answered_round(_clients())
-    a = answers[3]
-    answers[3] = UnmaskAnswer(shares=dict(reversed(list(a.shares.items()))), masks=a.masks)
-    held = {i: answers[i].shares for i in sorted(answers)}
-    assert secagg_server._all_answered(server.graph, tuple(held), tuple(held), held) is None
-    masked = {i: u.vector for i, u in ups.items()}
-    total = server.aggregate(round_id=0, participants=list(range(K)), masked=masked,
-                             answers=answers)  # fmt: skip
-    np.testing.assert_array_equal(total, sum_plain(list(xs), CODEC))
-
-
 def test_a_party_masks_once_per_batch():
     clients = _clients()
     with pytest.raises(ValueError, match="twice"):
