@@ -21,7 +21,8 @@ seed, metric, value), one CSV per analysis table, ``report.md`` and PNGs.
 ``--stages main`` runs only the named stages; ``--reuse OLD/results.csv.gz`` then
 takes every other configured stage's rows from an earlier run's results, so the
 report still covers the whole study (its "Provenance" table says which stage
-came from which run).
+came from which run). Without ``main`` among the stages run, the appendix stages
+build on the reused run's main-stage selection (:func:`reused_selection`).
 
 Usage::
 
@@ -54,6 +55,7 @@ from fedpriv.experiments.bench import (
 )
 from fedpriv.experiments.bench.cells import CellCache, make_pool
 from fedpriv.experiments.bench.config import load
+from fedpriv.experiments.bench.learners import label
 
 from fedpriv import logs
 
@@ -106,6 +108,8 @@ def run(
         if "main" in cfg.stages:
             main_rows, chosen = stages.run_main(ctx)
             rows += main_rows
+        elif reuse is not None and "main" in full.stages:
+            chosen = reused_selection(reuse, cfg)  # the appendix stages build on it
         if "ablations" in cfg.stages and cfg.ablations.datasets and cfg.ablations.seeds:
             rows += stages.run_ablations(ctx, chosen)
         if "sweep" in cfg.stages:
@@ -185,6 +189,28 @@ def _reused(
     return pd.concat([df, old], ignore_index=True), kept
 
 
+def reused_selection(path: Path, cfg) -> dict[tuple[str, float, str], dict]:
+    """The main stage's selected params per (dataset, ε, learner) in an earlier ``results``.
+
+    The rows keep each configuration's label; it is matched back to the one grid point
+    of ``cfg`` that has it (a label that matches none, or two, raises: the grid changed).
+    """
+    old = pd.read_csv(path)
+    sel = old[(old["stage"] == "main") & (old["variant"] == "selected")]
+    chosen = {}
+    for (d, e, m), g in sel.groupby(["dataset", "epsilon", "learner"]):
+        labels = set(g["config"])
+        points = [p for p in cfg.grid(m).configs() if label(m, p) in labels]
+        if len(labels) != 1 or len(points) != 1:
+            raise ValueError(
+                f"{path}: the selection of ({d}, ε {e:g}, {m}) is {sorted(labels)}, "
+                f"which matches {len(points)} points of this config's grid (allowed: 1)"
+            )
+        chosen[(d, float(e), m)] = points[0]
+    log.info("reused the main stage's selection of %d cells from %s", len(chosen), path)
+    return chosen
+
+
 def _reused_timing(results: Path, kept: list[str]) -> list[dict]:
     """The earlier run's timing rows of the ``kept`` stages (its ``timing.csv``), marked."""
     path = results.parent / "timing.csv"
@@ -192,7 +218,9 @@ def _reused_timing(results: Path, kept: list[str]) -> list[dict]:
         return []
     old = pd.read_csv(path)
     kept = [s for s in kept if s != "tstar"]  # an analysis, recomputed from the sweep rows
-    old = old[old["stage"].str.split(" ").str[0].isin(kept)]
+    # The main stage's timing rows are its tuning and its evaluation.
+    names = {n for s in kept for n in (("tune", "evaluate") if s == "main" else (s,))}
+    old = old[old["stage"].str.split(" ").str[0].isin(names)]
     return [{**r, "stage": f"{r['stage']} (earlier run)"} for r in old.to_dict("records")]
 
 

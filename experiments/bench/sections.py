@@ -76,9 +76,10 @@ _SECTIONS = (
      ["stage", "learner", "fits", "min", "mean", "max", "spend from"],
      [("stage", str), ("learner", str), ("fits", str), ("spent_ratio_min", _RATIO),
       ("spent_ratio_mean", _RATIO), ("spent_ratio_max", _RATIO), ("source", str)], None),
-    ("fit_time", "Fit time per learner (this run)",
+    ("fit_time", "Fit time per learner (main stage)",
      "Wall seconds of one fit in a pool worker (2 processes on 2 CPUs shared with other "
-     "jobs, so indicative only). dp_ebm is interpret's pooled, single-threaded fit on "
+     "jobs, so indicative only), every learner's fits from the one run that computed the "
+     "main stage (see Provenance). dp_ebm is interpret's pooled, single-threaded fit on "
      "every training row; dp_gam the federated in-process fit over the frozen clients.",
      ["dataset", "learner", "kind", "fits", "mean s", "median s", "total s"],
      [("dataset", str), ("learner", str), ("kind", lambda k: k.replace("_", " ")),
