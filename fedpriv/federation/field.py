@@ -157,6 +157,14 @@ def exclusive_products(d: np.ndarray, prime: int = PRIME) -> np.ndarray:
     return _mul(pre, suf, prime)
 
 
+def product(d: np.ndarray, prime: int = PRIME) -> np.ndarray:
+    """out[...] = Π_m d[..., m] mod p for canonical d: one pass along the last axis."""
+    out = d[..., 0].copy()
+    for m in range(1, d.shape[-1]):
+        out = _mul(out, d[..., m], prime)
+    return out
+
+
 def _limbs(x: np.ndarray) -> np.ndarray:
     # x < 2^63 as three 21-bit limbs, x = Σ_i limb_i·2^(21·i); stacked on a new first axis.
     return np.stack([(x >> _U64(_LIMB * i)) & _LIMB_MASK for i in range(3)])

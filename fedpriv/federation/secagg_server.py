@@ -234,8 +234,9 @@ class SecAggServer:
         live: Sequence[int],
         answers: Mapping[int, UnmaskAnswer],
     ) -> dict[int, np.ndarray]:
-        """Every survivor's seed b_u^r (all limbs), one Lagrange computation and one matrix
-        product per group of :func:`seed_groups`; aborts naming a seed that cannot be
+        """Every survivor's seed b_u^r (all limbs): one matrix product per group of
+        :func:`seed_groups`, the groups' Lagrange weights computed as one batch
+        (:func:`~fedpriv.federation.shamir.reconstruct_many`); aborts naming a seed that cannot be
         recovered (too few shares, a malformed share, or extra shares off the polynomial)."""
         t = hood.threshold
         for i in told:
@@ -244,19 +245,17 @@ class SecAggServer:
                     r, f"client {i}'s unmask answer holds a share that is not "
                     f"{shamir.SHARE_BYTES} bytes",
                 )  # fmt: skip
-        seeds: dict[int, np.ndarray] = {}
         held = {i: answers[i].shares for i in told}  # holder -> {owner: its share}
-        for points, group, ys in _gathered(hood, told, live, held, t, r, self._abort):
-            try:
-                got = shamir.reconstruct(list(points), ys, threshold=t)
-            except ValueError as err:  # ShamirError included: a wrong or malformed share
-                index = getattr(err, "index", None)
-                who = f"client {group[index[0]]}" if index else f"clients {group}"
-                raise self._abort(
-                    r, f"the self-mask seed of {who} is unrecoverable: {err}"
-                ) from err
-            seeds.update(zip(group, got, strict=True))
-        return seeds
+        gathered = list(_gathered(hood, told, live, held, t, r, self._abort))
+        try:  # one batch: the groups' Lagrange weights are computed together
+            got = shamir.reconstruct_many([(pts, ys) for pts, _, ys in gathered], threshold=t)
+        except ValueError as err:  # ShamirError included: a wrong or malformed share
+            item, index = getattr(err, "item", None), getattr(err, "index", None)
+            group = gathered[item][1] if item is not None else [u for g in gathered for u in g[1]]
+            who = f"client {group[index[0]]}" if index else f"clients {group}"
+            raise self._abort(r, f"the self-mask seed of {who} is unrecoverable: {err}") from err
+        owners = [u for _, group, _ in gathered for u in group]
+        return dict(zip(owners, (seed for seeds in got for seed in seeds), strict=True))
 
 
 def _gathered(hood, told, live, held, t, r, abort):

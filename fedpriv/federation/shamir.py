@@ -57,6 +57,9 @@ PRIME = field.PRIME
 LIMBS = 5
 #: Bytes of one field element, little-endian uint64.
 ELEMENT_BYTES = 8
+#: Point sets whose Lagrange weights :func:`reconstruct_many` computes in one batch
+#: (bounds its arrays: batch × points × threshold elements).
+_BATCH = 128
 #: Bytes of one share of a seed: :data:`LIMBS` elements.
 SHARE_BYTES = LIMBS * ELEMENT_BYTES
 
@@ -64,12 +67,16 @@ SHARE_BYTES = LIMBS * ELEMENT_BYTES
 class ShamirError(ValueError):
     """Shares that cannot be reconstructed: too few, malformed, or not on one polynomial.
 
-    ``index``: the batch position of the first secret concerned (``None`` if all).
+    ``index``: the batch position of the first secret concerned (``None`` if all);
+    ``item``: under :func:`reconstruct_many`, the position of the item concerned.
     """
 
-    def __init__(self, message: str, *, index: tuple[int, ...] | None = None) -> None:
+    def __init__(
+        self, message: str, *, index: tuple[int, ...] | None = None, item: int | None = None
+    ) -> None:
         super().__init__(message)
         self.index = index
+        self.item = item
 
 
 def _check_points(xs: Iterable[int], prime: int) -> tuple[int, ...]:
@@ -124,11 +131,16 @@ def lagrange_weights(xs: tuple[int, ...], at: tuple[int, ...], prime: int = PRIM
 
 
 def _weights(points: np.ndarray, targets: np.ndarray, prime: int) -> np.ndarray:
-    # Λ of :func:`lagrange_weights` for distinct canonical points (0 allowed: split's base).
-    num = field.exclusive_products(field.submod(targets[:, None], points[None, :], prime), prime)
-    den = field.exclusive_products(field.submod(points[:, None], points[None, :], prime), prime)
-    inv = field.inverse(np.diagonal(den).copy(), prime)  # x_j − x_m ≠ 0 for m ≠ j
-    return field.mulmod(num, inv[None, :], prime)
+    # Λ of :func:`lagrange_weights` for distinct canonical points (0 allowed: split's base),
+    # points (..., t) and targets (..., a) -> (..., a, t): leading axes are a batch of point
+    # sets, whose exclusive products and inverses run together.
+    sub = field.submod
+    num = field.exclusive_products(sub(targets[..., :, None], points[..., None, :], prime), prime)
+    gaps = sub(points[..., :, None], points[..., None, :], prime)  # x_j − x_m
+    j = np.arange(points.shape[-1])
+    gaps[..., j, j] = 1  # the factor m = j is left out of Π_{m≠j}
+    inv = field.inverse(field.product(gaps, prime), prime)  # x_j − x_m ≠ 0 for m ≠ j
+    return field.mulmod(num, inv[..., None, :], prime)
 
 
 @lru_cache(maxsize=64)
@@ -219,11 +231,73 @@ def reconstruct(
         or shares that do not lie on one polynomial of degree < ``threshold``
         (some share is wrong); ``index`` names the first secret concerned.
     """
+    return reconstruct_many([(xs, ys)], threshold=threshold, prime=prime)[0]
+
+
+def reconstruct_many(
+    items: Sequence[tuple[Sequence[int], np.ndarray]], *, threshold: int, prime: int = PRIME
+) -> list[np.ndarray]:
+    """:func:`reconstruct` of each ``(xs, ys)`` item, with the same checks and results.
+
+    Items with different point sets (a SecAgg+ round with dropouts: each seed's
+    answering holders differ) would each cost one Lagrange computation, about 2·t
+    modular products of a few elements each and an inversion. Here the weights of
+    items are computed together, as one batch of exclusive products and one batched
+    inversion over up to 128 point sets at a time; a single item keeps the cached
+    :func:`lagrange_weights`.
+
+    Raises
+    ------
+    ShamirError
+        As :func:`reconstruct`, for the first item concerned; ``item`` names its
+        position in ``items`` and ``index`` the secret in its batch.
+    """
     if type(threshold) is not int or threshold < 1:
         raise ValueError(f"threshold must be an int >= 1; got {threshold!r}")
-    points = _check_points(xs, field.check_prime(prime))
+    field.check_prime(prime)
+    jobs = [_job(k, xs, ys, threshold, prime) for k, (xs, ys) in enumerate(items)]
+    if len(jobs) == 1:  # one point set (every holder answered, the common case): the cache
+        ranked = jobs[0][0]
+        weights = [lagrange_weights(ranked[:threshold], (0, *ranked[threshold:]), prime)]
+    else:
+        weights = []
+        for lo in range(0, len(jobs), _BATCH):
+            weights += _weights_of([j[0] for j in jobs[lo : lo + _BATCH]], threshold, prime)
+    out = []
+    for k, (ranked, flat, batch) in enumerate(jobs):
+        got = field.matmul(weights[k], flat[:threshold], prime)
+        if len(ranked) > threshold and (off := got[1:] != flat[threshold:]).any():
+            col = int(np.flatnonzero(off.any(axis=0))[0])
+            row = int(np.flatnonzero(off[:, col])[0])
+            raise ShamirError(
+                f"share at x = {ranked[threshold + row]} is not on the polynomial through "
+                f"x = {list(ranked[:threshold])}: some share is wrong",
+                index=tuple(int(i) for i in np.unravel_index(col, batch)), item=k,
+            )  # fmt: skip
+        out.append(got[0].reshape(batch))
+    return out
+
+
+def _weights_of(point_sets: list[tuple[int, ...]], threshold: int, prime: int) -> list:
+    """Λ for each sorted point set (its first t points the base; targets 0 and the rest):
+    one batch, the targets padded with 0 to the longest set's and the padding dropped."""
+    extra = max(len(x) for x in point_sets) - threshold
+    base = np.array([x[:threshold] for x in point_sets], dtype=np.uint64)
+    targets = np.zeros((len(point_sets), 1 + extra), dtype=np.uint64)
+    for i, x in enumerate(point_sets):
+        targets[i, 1 : len(x) - threshold + 1] = x[threshold:]
+    lam = _weights(base, targets, prime)
+    return [lam[i, : len(x) - threshold + 1] for i, x in enumerate(point_sets)]
+
+
+def _job(k: int, xs, ys, threshold: int, prime: int) -> tuple[tuple[int, ...], np.ndarray, tuple]:
+    """Item ``k`` of :func:`reconstruct_many`, checked: its points in increasing order, its
+    shares in that order (one row per point, one column per secret), its batch shape."""
+    points = _check_points(xs, prime)
     if len(points) < threshold:
-        raise ShamirError(f"need at least threshold = {threshold} shares; got {len(points)}")
+        raise ShamirError(
+            f"need at least threshold = {threshold} shares; got {len(points)}", item=k
+        )
     ys = np.asarray(ys)
     if ys.dtype != np.uint64 or ys.ndim < 1 or ys.shape[0] != len(points):
         raise ValueError(
@@ -232,24 +306,14 @@ def reconstruct(
     batch = ys.shape[1:]
     order = np.argsort(points, kind="stable")
     flat = ys[order].reshape(len(points), -1)
-    ranked = [points[i] for i in order]
+    ranked = tuple(points[i] for i in order)
     if (outside := flat >= np.uint64(prime)).any():
         row, col = np.argwhere(outside)[0]
         raise ShamirError(
             f"share at x = {ranked[row]} is not an element of GF({prime})",
-            index=tuple(int(i) for i in np.unravel_index(col, batch)),
-        )
-    base, extra = tuple(ranked[:threshold]), tuple(ranked[threshold:])
-    out = field.matmul(lagrange_weights(base, (0, *extra), prime), flat[:threshold], prime)
-    if extra and (off := out[1:] != flat[threshold:]).any():
-        col = int(np.flatnonzero(off.any(axis=0))[0])
-        row = int(np.flatnonzero(off[:, col])[0])
-        raise ShamirError(
-            f"share at x = {extra[row]} is not on the polynomial through x = {list(base)}: "
-            f"some share is wrong",
-            index=tuple(int(i) for i in np.unravel_index(col, batch)),
-        )
-    return out[0].reshape(batch)
+            index=tuple(int(i) for i in np.unravel_index(col, batch)), item=k,
+        )  # fmt: skip
+    return ranked, flat, batch
 
 
 def draw_seed(prime: int = PRIME) -> np.ndarray:
