@@ -375,6 +375,7 @@ def unmask(msg: Message, context: Context) -> Message:
     _save_secagg(context, client)  # before replying: the round is now answered
     ledger.note("unmask", run=str(context.run_id), round=r, survivors=len(survivors),
                 dropped=len(dropped))  # fmt: skip
-    shares = ConfigRecord({"of": list(answer.shares), "share": list(answer.shares.values())})
-    masks = ArrayRecord({str(j): Array(np.asarray(m)) for j, m in answer.masks.items()})
-    return _reply(msg, unmask=shares, masks=masks)
+    shares = ConfigRecord({"of": list(answer.shares), "share": list(answer.shares.values()),
+                           "lost": list(answer.lost)})  # fmt: skip
+    mask = {} if answer.mask is None else {"sum": Array(np.asarray(answer.mask))}
+    return _reply(msg, unmask=shares, masks=ArrayRecord(mask))

@@ -262,14 +262,9 @@ class GridTransport:
             cfg.update({"from": list(box), "ct": list(box.values())})
             content[self.node_of[p]] = RecordDict({"config": ConfigRecord(cfg)})
 
-        def answer(rep: Message) -> UnmaskAnswer:
-            got, rec = rep.content["unmask"], rep.content["masks"]
-            return UnmaskAnswer(
-                shares=dict(zip(got["of"], got["share"], strict=True)),
-                masks={int(k): rec[k].numpy() for k in rec.keys()},
-            )
-
-        return self._survivor_replies("unmask", content, request.survivors, "unmask answer", answer)
+        return self._survivor_replies(
+            "unmask", content, request.survivors, "unmask answer", unmask_answer_of
+        )
 
     def _survivor_replies(
         self, kind: str, content: dict, survivors: list[int], what: str, read: Callable
@@ -294,3 +289,14 @@ def _arr(v: np.ndarray):
     from flwr.app import Array
 
     return Array(np.asarray(v, order="C"))
+
+
+def unmask_answer_of(rep: Message) -> UnmaskAnswer:
+    """A node's unmask reply as the answer the server's shim reads: its shares, the
+    dropped clients its mask sum covers, and that sum (absent when none dropped)."""
+    got, rec = rep.content["unmask"], rep.content["masks"]
+    return UnmaskAnswer(
+        shares=dict(zip(got["of"], got["share"], strict=True)),
+        lost=tuple(int(v) for v in got.get("lost", [])),
+        mask=rec["sum"].numpy() if "sum" in rec.keys() else None,
+    )

@@ -94,20 +94,24 @@ def check_answer(
 ) -> str | None:
     """Why ``answer`` is not an unmask answer for (survivors, dropped) (or ``None``).
 
-    One 40-byte share of each survivor's seed, one ring vector per dropped client
-    (under SecAgg+'s graph the caller passes the answerer's own: its surviving
-    neighbours and itself, its dropped neighbours).
+    One 40-byte share of each survivor's seed, and one ring vector, the sum of the pair
+    masks with the dropped clients, which ``lost`` names (under SecAgg+'s graph the
+    caller passes the answerer's own: its surviving neighbours and itself, its dropped
+    neighbours).
     """
     if not isinstance(answer, UnmaskAnswer):
         return f"not an unmask answer ({type(answer).__name__})"
-    shares, masks = answer.shares, answer.masks
+    shares, lost = answer.shares, answer.lost
     if not isinstance(shares, Mapping) or set(shares) != set(survivors):
         return "shares are not one per survivor"
     if shares and not _all_bytes(shares.values(), SHARE_BYTES):
         return f"a share is not {SHARE_BYTES} bytes"
-    if not isinstance(masks, Mapping) or set(masks) != set(dropped):
-        return "pair masks are not one per dropped client"
-    for v, m in masks.items():
-        if why := _ring_vector(f"pair mask with {v}", m, n):
-            return why
-    return None
+    if (
+        not isinstance(lost, tuple)
+        or sorted(set(lost)) != sorted(dropped)
+        or len(lost) != len(dropped)
+    ):
+        return "the pair-mask sum does not cover each dropped client once"
+    if not lost:
+        return None if answer.mask is None else "a pair-mask sum with no dropped client"
+    return _ring_vector("pair-mask sum", answer.mask, n)

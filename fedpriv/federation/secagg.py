@@ -45,12 +45,15 @@ sized for (:mod:`fedpriv.privacy.distributed`).
    the ciphertexts addressed to it; it refuses unless the checks of step 2 pass, (S, D)
    is the list it signed (if it signed one), at least t distinct members of S signed
    this very (S, D) under their pinned verify keys, and it answered no unmask of round r;
-   else it returns its shares of b_w^r for every w ∈ S and its signed round-r pair masks
-   with every v ∈ D (:meth:`SecAggClient.unmask`).
+   else it returns its shares of b_w^r for every w ∈ S and the sum of its signed round-r
+   pair masks with every v ∈ D, one ring vector however many dropped (the server needs
+   only the sum over S, and a sum tells no more than its terms; :meth:`SecAggClient.
+   unmask`).
 4. The server needs answers from ≥ t survivors (all of them if D ≠ ∅, to remove
-   every pair mask with D), reconstructs every b_w^r at once (one Lagrange weight
-   computation and one matrix product mod p for the seeds whose shares come from the
-   same answers, checking every extra share lies on the same polynomial), and outputs
+   every pair mask with D), reconstructs every b_w^r at once (one matrix product mod p
+   for the seeds whose shares come from the same answers, the Lagrange weights of all
+   such holder sets in one batch, checking every extra share lies on the same
+   polynomial), and outputs
    Σ_{u∈S} y_u − Σ_{u∈S} PRG(b_u^r) − (pair masks with D) = Σ_{u∈S} x_u exactly in
    Z_{2^64} (:meth:`SecAggServer.aggregate`).
 
@@ -87,7 +90,7 @@ client derives from the run id and the pinned key book: keys, pair masks and the
 shares of b_u^r (t-of-(k + 1) within N(u) ∪ {u}) stay in the neighbourhood. Step 2
 also refuses an S not connected in the graph or leaving u fewer than t surviving
 neighbours, and u counts t of its neighbours' signatures; in step 3 u reveals only
-its surviving neighbours' shares and its masks with dropped neighbours. The argument
+its surviving neighbours' shares and the sum of its masks with dropped neighbours. The argument
 holds per neighbourhood, 2t > k + c_u for c_u colluding neighbours, which the graph's
 (k, t) make fail with probability ≤ 2^-σ (⌊γK⌋ colluders, ⌊δK⌋ dropouts).
 """
@@ -295,8 +298,9 @@ class SecAggClient(PeerKeys):
         signatures: Mapping[int, bytes] | None,
         public_keys: Mapping[int, bytes] | None = None,
     ) -> UnmaskAnswer:
-        """Step 2: shares of b_w^r for every survivor w, pair masks with every dropped v
-        (under the sparse graph: its neighbours among them, and itself).
+        """Step 2: shares of b_w^r for every survivor w, and the sum of the signed pair
+        masks with every dropped v (under the sparse graph: its neighbours among them,
+        and itself), with ``lost`` naming those v.
 
         ``inbox[w]`` is survivor w's encrypted share for this client;
         ``signatures[j]`` is survivor j's :meth:`sign_survivors` signature on this
@@ -339,10 +343,15 @@ class SecAggClient(PeerKeys):
         self._answered.add(r)
         self._views[r] = (live, gone)
         rnd.own_share = None
-        lost = sorted(rnd.peers.intersection(gone))
-        masks = dict(zip(lost, self._pair_masks(lost, r, rnd.size).astype(np.uint64), strict=True))
-        signed = {j: m if j > self.client_id else np.negative(m) for j, m in masks.items()}
-        return UnmaskAnswer(shares=shares, masks=signed)
+        lost = tuple(sorted(rnd.peers.intersection(gone)))
+        if not lost:
+            return UnmaskAnswer(shares=shares)
+        # As they stay in Σ y: +m_uv for v > u, −m_uv for v < u (uint64 wraps mod 2^64).
+        masks, below = self._pair_masks(lost, r, rnd.size), sum(j < self.client_id for j in lost)
+        mask = masks[below:].sum(axis=0, dtype=np.uint64) - masks[:below].sum(
+            axis=0, dtype=np.uint64
+        )
+        return UnmaskAnswer(shares=shares, lost=lost, mask=mask)
 
     def export_state(self) -> tuple[bytes, str]:
         """Private key, signing key, pinned key book, run id and round bookkeeping, for

@@ -221,16 +221,23 @@ class MaskedInput:
 
 @dataclass(frozen=True, kw_only=True)
 class UnmaskAnswer:
-    """A survivor's step-2 upload: shares of survivors' seeds, pair masks with the dropped."""
+    """A survivor's step-2 upload: shares of survivors' seeds, and the sum of its pair masks
+    with the dropped clients it masked with (``lost``, sorted).
+
+    One ring vector whatever the number of dropped neighbours: the server needs only the
+    sum over survivors of the pair masks left in Σ y, and a sum reveals no more than its
+    terms. ``mask`` is ``None`` exactly when ``lost`` is empty.
+    """
 
     shares: Mapping[int, bytes]  # survivor w -> this client's share of b_w^r (40 bytes)
-    masks: Mapping[int, np.ndarray]  # dropped v -> signed round-r pair mask (uint64)
+    lost: tuple[int, ...] = ()  # the dropped clients whose pair masks ``mask`` sums
+    mask: np.ndarray | None = None  # Σ_{v ∈ lost} signed round-r pair mask with v (uint64)
 
     @property
     def nbytes(self) -> int:
-        return sum(len(s) for s in self.shares.values()) + sum(
-            int(np.asarray(m).nbytes) for m in self.masks.values()
-        )
+        """Bytes uploaded: every share, the mask sum and 8 per id of ``lost``."""
+        vector = 0 if self.mask is None else int(np.asarray(self.mask).nbytes)
+        return sum(len(s) for s in self.shares.values()) + vector + 8 * len(self.lost)
 
 
 @dataclass

@@ -210,19 +210,21 @@ class SecAggServer:
         for i in told:
             got, near = answers[i], hood.neighbours(i)
             owe_shares, owe_masks = alive.intersection(hood.closed(i)), lost.intersection(near)
-            if not set(got.shares) <= owe_shares or not set(got.masks) <= owe_masks:
+            if not set(got.shares) <= owe_shares or not set(got.lost) <= owe_masks:
                 raise ValueError(
                     f"round {r}: client {i} must answer shares for survivors "
                     f"{sorted(owe_shares)} and masks for dropped {sorted(owe_masks)}; got "
-                    f"{sorted(got.shares)}, {sorted(got.masks)}"
+                    f"{sorted(got.shares)}, {sorted(got.lost)}"
                 )
-            if set(got.shares) != owe_shares or set(got.masks) != owe_masks:
+            if set(got.shares) != owe_shares or set(got.lost) != owe_masks:
                 raise self._abort(r, f"client {i}'s unmask answer is incomplete")
+            if (got.mask is None) != (not got.lost):
+                raise ValueError(f"round {r}: client {i}'s mask sum must come with its lost")
         for seed in self._seeds(r, hood, told, live, answers).values():
             np.subtract(total, self_mask(seed, r, n), out=total)
-        for i in told:
-            for v, m in answers[i].masks.items():
-                np.subtract(total, check_ring(f"answers[{i}].masks[{v}]", m, n), out=total)
+        for i in told:  # each survivor's sum of its pair masks with the dropped
+            if (m := answers[i].mask) is not None:
+                np.subtract(total, check_ring(f"answers[{i}].mask", m, n), out=total)
         self._closed.add(r)
         return self.codec.decode(total)
 

@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import pytest
+from fedpriv.server.grid_transport import unmask_answer_of
 
 from fedpriv.errors import ClientFailure
 from fedpriv.federation import secagg
@@ -247,12 +248,7 @@ def test_flower_handlers_pin_the_key_book_and_refuse_substitution_and_second_unm
         unmask(0, signers=[0], signatures=[sigs[0]])
     answers = {}
     for pid in range(3):
-        rep = unmask(pid, wrapped=True)
-        got, rec = rep.content["unmask"], rep.content["masks"]
-        answers[pid] = secagg.UnmaskAnswer(
-            shares=dict(zip(got["of"], got["share"], strict=True)),
-            masks={int(k): rec[k].numpy() for k in rec.keys()},
-        )
+        answers[pid] = unmask_answer_of(unmask(pid, wrapped=True))  # as the server reads it
     with pytest.raises(ValueError, match="already answered the unmask of round 0"):
         unmask(1)  # the node state remembers the first answer
     masked = {i: u.vector for i, u in ups.items()}

@@ -79,7 +79,8 @@ def test_a_sparse_round_sums_exactly_and_each_answer_is_neighbourhood_sized():
         assert up.nbytes == 8 * N + 12 * 56
     for i, got in answers.items():
         assert set(got.shares) == set(g.closed(i)) - lost  # its surviving neighbours and itself
-        assert set(got.masks) == set(g.neighbours(i)) & lost  # its dropped neighbours only
+        assert set(got.lost) == set(g.neighbours(i)) & lost  # its dropped neighbours only
+        assert (got.mask is None) == (not got.lost)  # one sum of their pair masks, if any
 
 
 def test_a_straggler_stays_masked_by_its_self_mask():
@@ -97,7 +98,8 @@ def test_a_straggler_stays_masked_by_its_self_mask():
     # Every pair mask of the straggler is now known: its y is x + PRG(b) alone.
     y = ups[late].vector.copy()
     for i in g.neighbours(late):
-        y += answers[i].masks[late]  # answers carry −(its sign): adding removes the mask
+        assert answers[i].lost == (late,)  # the only one dropped: the sum is that one mask
+        y += answers[i].mask  # answers carry −(its sign): adding removes the mask
     assert np.abs(CODEC.decode(y) - xs[late]).min() > 1.0  # still covered by PRG(b)
 
 

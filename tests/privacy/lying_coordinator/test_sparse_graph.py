@@ -82,10 +82,11 @@ def _unmask_victim(g, victim, y, answers, ys, xs):
     rows = np.stack([shamir.from_bytes(answers[h].shares[victim]) for h in holders])
     points = [g.point(victim, h) for h in holders]
     out = y - self_mask(shamir.reconstruct(points, rows, threshold=g.threshold), 0, y.size)
-    for w in ys:  # the victim's own answer: its (signed) pair masks with ys
-        out -= answers[victim].masks[w]
+    assert answers[victim].lost == tuple(sorted(ys))
+    out -= answers[victim].mask  # the victim's own answer: its (signed) pair masks with ys
     for x in xs:  # xs' answers: their pair masks with the victim, signed from their side
-        out += answers[x].masks[victim]
+        assert answers[x].lost == (victim,)
+        out += answers[x].mask
     return out
 
 
