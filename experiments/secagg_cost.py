@@ -210,6 +210,54 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+#: The reply length (uint64 words) of each case's rounds, for its cryptographic floor.
+_WORDS = {"a": 32, "b": 32, "c-gam": 16, "c-logistic": 16, "d": 16}
+#: The targets of the absolute ones: (b) the per-round overhead, (d) a fit's CPU.
+_ROUND_TARGET, _FIT_TARGET = {"b": 1.0}, {"d": 0.17}
+
+
+def write_report(rows: list[dict], path: Path) -> None:
+    """``rows`` of :func:`measure` beside the floor of each case
+    (:func:`fedpriv.experiments.secagg_floor.floor`: plain + set-up floor + rounds ×
+    round floor, the cryptography alone), as a markdown report at ``path``."""
+    from fedpriv.experiments.secagg_floor import floor
+
+    lines = [
+        "# Secure aggregation's CPU against plain sums, fit for fit",
+        "",
+        "`python -m fedpriv.experiments.secagg_cost --report "
+        f"{path.name}` (module docstring: the method). Minimum over "
+        f"{len(rows[0]['secure_all'])} alternating fits per mode; load average "
+        f"{' '.join(rows[-1]['load'])} at the end. The floor is what the fit would cost "
+        "if secure aggregation did nothing but its cryptography (`--floor`).",
+        "",
+        "| case | learner | K | rounds | plain s | secure s | ratio | set-up s | "
+        "overhead s/round | floor: ratio | floor: s/round | target | met |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        f = floor(r["clients"], _WORDS.get(r["case"], 32))
+        least = r["plain_cpu"] + f["setup_floor"] + r["rounds"] * f["round_floor"]
+        name = r["case"]
+        if name in _ROUND_TARGET:
+            target, met = (
+                f"≤ {_ROUND_TARGET[name]:g} s/round",
+                (r["per_round_overhead"] <= _ROUND_TARGET[name]),
+            )
+        elif name in _FIT_TARGET:
+            target, met = f"≤ {_FIT_TARGET[name]:g} s a fit", r["secure_cpu"] <= _FIT_TARGET[name]
+        else:
+            target, met = f"≤ {r['target_ratio']:g}×", r["ratio"] <= r["target_ratio"]
+        lines.append(
+            f"| {name} | {r['learner']} | {r['clients']} | {r['rounds']} | "
+            f"{r['plain_cpu']:.3f} | {r['secure_cpu']:.3f} | {r['ratio']:.2f}× | "
+            f"{r['setup_cpu']:.3f} | {r['per_round_overhead']:.4f} | "
+            f"{least / r['plain_cpu']:.2f}× | {f['round_floor']:.4f} | {target} | "
+            f"{'yes' if met else 'no'} |"
+        )
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
@@ -220,6 +268,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--against", type=Path, default=None, help="a base source tree")
     parser.add_argument("--alternations", type=int, default=3)
     parser.add_argument("--line", action="store_true", help="print one JSON line per case")
+    parser.add_argument("--report", type=Path, default=None, help="write a markdown report")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     if args.profile:
@@ -249,6 +298,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"load {' '.join(rows[-1]['load'])}\n{table(rows)}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
+    if args.report:
+        write_report(rows, args.report)
 
 
 if __name__ == "__main__":
