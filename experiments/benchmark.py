@@ -102,14 +102,16 @@ def run(
         os.environ.setdefault(var, "1")  # inherited by the spawned workers
     pool = make_pool(cfg.processes)
     ctx = stages.Context(cfg=cfg, cache=CellCache(out / "cache"), pool=pool)
+    # Read once, before any output is written (``out`` may hold ``reuse`` itself).
+    earlier = None if reuse is None else pd.read_csv(reuse)
     rows: list[dict] = []
     chosen: dict = {}
     try:
         if "main" in cfg.stages:
             main_rows, chosen = stages.run_main(ctx)
             rows += main_rows
-        elif reuse is not None and "main" in full.stages:
-            chosen = reused_selection(reuse, cfg)  # the appendix stages build on it
+        elif earlier is not None and "main" in full.stages:
+            chosen = reused_selection(earlier, cfg)  # the appendix stages build on it
         if "ablations" in cfg.stages and cfg.ablations.datasets and cfg.ablations.seeds:
             rows += stages.run_ablations(ctx, chosen)
         if "sweep" in cfg.stages:
@@ -126,7 +128,7 @@ def run(
     df = pd.DataFrame(rows, columns=list(stages.ROW_KEYS))
     provenance = [{"stage": s, "source": run_label or "this run"} for s in cfg.stages]
     if reuse is not None:
-        df, kept = _reused(df, reuse, cfg.stages, full.stages)
+        df, kept = _reused(df, earlier, cfg.stages, full.stages)
         label = reuse_label or f"`{reuse}`"
         provenance += [{"stage": s, "source": f"{label} (earlier run)"} for s in kept]
         ctx.timing += _reused_timing(reuse, kept)
@@ -178,36 +180,34 @@ def runnable(cfg):
 
 
 def _reused(
-    df: pd.DataFrame, path: Path, ran: tuple[str, ...], wanted: tuple[str, ...]
+    df: pd.DataFrame, earlier: pd.DataFrame, ran: tuple[str, ...], wanted: tuple[str, ...]
 ) -> tuple[pd.DataFrame, list[str]]:
-    """``df`` plus the rows of every ``wanted`` stage not ``ran``, read from ``path``."""
+    """``df`` plus the rows of every ``wanted`` stage not ``ran``, taken from ``earlier``."""
     kept = [s for s in wanted if s not in ran]
     row_stages = {r for s in kept for r in ROW_STAGES.get(s, (s,))}
-    old = pd.read_csv(path)
-    old = old[old["stage"].isin(row_stages)]
-    log.info("reused %d rows of stages %s from %s", len(old), kept, path)
+    old = earlier[earlier["stage"].isin(row_stages)]
+    log.info("reused %d rows of stages %s", len(old), kept)
     return pd.concat([df, old], ignore_index=True), kept
 
 
-def reused_selection(path: Path, cfg) -> dict[tuple[str, float, str], dict]:
-    """The main stage's selected params per (dataset, ε, learner) in an earlier ``results``.
+def reused_selection(earlier: pd.DataFrame, cfg) -> dict[tuple[str, float, str], dict]:
+    """The main stage's selected params per (dataset, ε, learner) in an earlier run's rows.
 
     The rows keep each configuration's label; it is matched back to the one grid point
     of ``cfg`` that has it (a label that matches none, or two, raises: the grid changed).
     """
-    old = pd.read_csv(path)
-    sel = old[(old["stage"] == "main") & (old["variant"] == "selected")]
+    sel = earlier[(earlier["stage"] == "main") & (earlier["variant"] == "selected")]
     chosen = {}
     for (d, e, m), g in sel.groupby(["dataset", "epsilon", "learner"]):
         labels = set(g["config"])
         points = [p for p in cfg.grid(m).configs() if label(m, p) in labels]
         if len(labels) != 1 or len(points) != 1:
             raise ValueError(
-                f"{path}: the selection of ({d}, ε {e:g}, {m}) is {sorted(labels)}, "
+                f"the earlier selection of ({d}, ε {e:g}, {m}) is {sorted(labels)}, "
                 f"which matches {len(points)} points of this config's grid (allowed: 1)"
             )
         chosen[(d, float(e), m)] = points[0]
-    log.info("reused the main stage's selection of %d cells from %s", len(chosen), path)
+    log.info("reused the main stage's selection of %d cells", len(chosen))
     return chosen
 
 

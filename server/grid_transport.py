@@ -297,6 +297,6 @@ def unmask_answer_of(rep: Message) -> UnmaskAnswer:
     got, rec = rep.content["unmask"], rep.content["masks"]
     return UnmaskAnswer(
         shares=dict(zip(got["of"], got["share"], strict=True)),
-        lost=tuple(int(v) for v in got.get("lost", [])),
+        lost=tuple(int(v) for v in got["lost"]),
         mask=rec["sum"].numpy() if "sum" in rec.keys() else None,
     )

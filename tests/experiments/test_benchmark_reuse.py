@@ -30,7 +30,7 @@ def test_the_selected_labels_map_back_to_their_grid_points(tmp_path):
     want = {("synthetic", 1.0, "boosting"): points["boosting"][1],
             ("synthetic", 4.0, "dp_gam"): points["dp_gam"][0]}  # fmt: skip
     path = _results(tmp_path, {k: label(k[2], p) for k, p in want.items()})
-    assert reused_selection(path, cfg) == want
+    assert reused_selection(pd.read_csv(path), cfg) == want
 
 
 def test_a_label_outside_the_grid_is_refused(tmp_path):
@@ -38,4 +38,4 @@ def test_a_label_outside_the_grid_is_refused(tmp_path):
     other = {**cfg.grid("boosting").configs()[0], "depth": 99}  # a grid that changed
     path = _results(tmp_path, {("synthetic", 1.0, "boosting"): label("boosting", other)})
     with pytest.raises(ValueError, match=r"matches 0 points"):
-        reused_selection(path, cfg)
+        reused_selection(pd.read_csv(path), cfg)
