@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
+from fedpriv.federation import planning
 from fedpriv.federation.secagg import (
     FixedPointCodec,
     SecAggClient,
@@ -35,8 +36,9 @@ ID = 8  # bytes per id or number on the wire
 
 
 def codec_for(num_clients: int) -> FixedPointCodec:
-    """The runtimes' scale 2^32 (:func:`fedpriv.federation.runtime.codec_for`), |x| ≤ 1."""
-    return FixedPointCodec(scale=2.0**32, max_abs=1.0, max_summands=max(num_clients, 2))
+    """The runtimes' codec (:func:`fedpriv.federation.planning.codec_for`: scale 2^32)
+    for one record of bound 1 per client, |x| ≤ 1."""
+    return planning.codec_for(1.0, 1, max(num_clients, 2), planning.DEFAULT_SCALE)
 
 
 class _Clock:
