@@ -278,6 +278,7 @@ def answer(msg: Message, context: Context) -> Message:
         # m = n − f, which _noise_share checked against this node's own rule.
         min_survivors=None if share is None else int(cfg["noise-min-survivors"]),
         neighbours=near,
+        resend=bool(cfg.get("secagg-resend", True)),  # the server lacks its sealed shares
     )
     _save_secagg(context, client)
     shares = ConfigRecord({"to": list(up.shares), "ct": list(up.shares.values())})

@@ -28,7 +28,6 @@ in their :class:`Transport`, in-process or Flower Grid: :mod:`fedpriv.federation
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -54,6 +53,7 @@ from fedpriv.federation.secagg import (
     SecAggConfig,
 )
 from fedpriv.federation.secagg_consistency import VERIFY_KEY_BYTES, book_digest
+from fedpriv.federation.secagg_store import SealedStore
 from fedpriv.federation.secagg_topology import Sparse, topology_for
 from fedpriv.federation.status import RoundAbortedError
 from fedpriv.privacy.distributed import DistributedNoise, round_shares
@@ -155,9 +155,8 @@ class RoundEngine(RoundSums):
         self.participation = check_probability("participation", participation)
         self.dropout_rate = dropout_rate
         self.secure = secure_aggregation
-        self.secagg = secagg or SecAggConfig()
-        if self.participation < 1.0 and self.secagg.sparse:
-            self.secagg = dataclasses.replace(self.secagg, sparse=False)  # random subsets
+        # Random subsets: no sparse graph, one round per batch of seeds.
+        self.secagg = (secagg or SecAggConfig()).for_participation(self.participation)
         self.graph: Sparse | None = None  # the run's SecAgg+ graph, set by setup_keys
         self.book_digest: bytes | None = None  # the key book's digest, set by setup_keys
         self.scale = scale
@@ -167,6 +166,7 @@ class RoundEngine(RoundSums):
         self.noise = noise
         self._strategy: Strategy | None = None
         self._ledger: PrivacyLedger | None = None
+        self.sealed = SealedStore()  # the clients' sealed seed shares, kept across rounds
 
     # -- set-up ----------------------------------------------------------------
     def setup_keys(self) -> None:
@@ -249,6 +249,7 @@ class RoundEngine(RoundSums):
         return RoundPlan(
             query=query, asked=asked, lost=frozenset(lost), codec=codec, noise=noise,
             graph=self.graph if self.secure else None, threshold=t,
+            resend=self.sealed.resend(query.round, asked) if self.secure else None,
         )  # fmt: skip
 
     def _shares(self, query: Query, asked: list[int], codec: FixedPointCodec):
@@ -311,7 +312,7 @@ class RoundEngine(RoundSums):
                 near = None if plan.graph is None else plan.graph.neighbours(u)
                 why = check_masked(
                     m, sender=u, round_id=q.round, n=q.reply_length, participants=plan.asked,
-                    addressees=near,
+                    addressees=near, sealed_due=plan.resend is None or u in plan.resend,
                 )  # fmt: skip
             else:
                 m = rows[i]

@@ -205,7 +205,7 @@ class InProcessTransport:
                 round_id=r, participants=asked, codec=plan.codec, noise=share,
                 threshold=plan.threshold, neighbours=_announced(plan, i),  # announced
                 min_survivors=None if plan.noise is None else plan.noise.min_survivors,
-                public_keys=None,
+                public_keys=None, resend=plan.resend is None or i in plan.resend,
             ))  # fmt: skip
         done = mask_many([self.parties[i] for i in todo], [vectors[i] for i in todo], options)
         return dict(zip(todo, done, strict=True))

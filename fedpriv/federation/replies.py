@@ -20,11 +20,12 @@ import numpy as np
 
 from fedpriv.federation import shamir
 from fedpriv.federation.secagg_common import MaskedInput, UnmaskAnswer
+from fedpriv.federation.secagg_seeds import SPAN_BYTES, TAG_BYTES, span_of
 
 #: One Shamir share of a seed: 5 elements of GF(2^61 − 1) in 40 bytes (``shamir.to_bytes``).
 SHARE_BYTES = shamir.SHARE_BYTES
-#: One share sealed by ChaCha20-Poly1305: the share and its 16-byte tag.
-SEALED_SHARE_BYTES = SHARE_BYTES + 16
+#: One round's share sealed by ChaCha20-Poly1305: header, share and 16-byte tag.
+SEALED_SHARE_BYTES = SPAN_BYTES + SHARE_BYTES + TAG_BYTES
 
 
 def _all_bytes(values: Collection[object], size: int) -> bool:
@@ -54,12 +55,16 @@ def check_masked(
     n: int,
     participants: Sequence[int],
     addressees: Collection[int] | None = None,
+    sealed_due: bool = True,
 ) -> str | None:
     """Why ``upload`` is not a round-``round_id`` masked input of ``sender`` (or ``None``).
 
-    It must be a :class:`MaskedInput` of this round, a uint64 vector of length n,
-    and one sealed share for each other participant (under SecAgg+'s graph, for each
-    of the sender's ``addressees``, its neighbours), each of the AEAD's length.
+    It must be a :class:`MaskedInput` of this round, a uint64 vector of length n, and
+    its sealed batch of seed shares (:mod:`fedpriv.federation.secagg_seeds`): one for
+    each other participant (under SecAgg+'s graph, for each of the sender's
+    ``addressees``, its neighbours), all of one length with one header covering the
+    round. The batch may be left out (no shares) unless ``sealed_due``: the server
+    lacks it.
     """
     if not isinstance(upload, MaskedInput):
         return f"not a masked input ({type(upload).__name__})"
@@ -69,12 +74,26 @@ def check_masked(
         return why
     peers = set(participants) - {sender} if addressees is None else set(addressees)
     shares = upload.shares
+    if isinstance(shares, Mapping) and not shares and not sealed_due:
+        return None  # its batch of sealed shares came with an earlier round
     if not isinstance(shares, Mapping) or set(shares) != peers:
         got = sorted(shares) if isinstance(shares, Mapping) else type(shares).__name__
         whom = "the other participants" if addressees is None else "its neighbours"
         return f"shares addressed to {got}, not to {whom} {sorted(peers)}"
-    if shares and not _all_bytes(shares.values(), SEALED_SHARE_BYTES):
-        return f"a sealed share is not {SEALED_SHARE_BYTES} bytes"
+    if not shares:
+        return None
+    sealed = shares.values()
+    first = next(iter(sealed))
+    if not isinstance(first, bytes) or not _all_bytes(sealed, len(first)):
+        return "sealed shares are not bytes of one length"
+    if len({c[:SPAN_BYTES] for c in sealed}) != 1:
+        return "sealed shares name different rounds"
+    try:
+        start, count = span_of(first)
+    except ValueError as err:
+        return str(err)
+    if not start <= round_id < start + count:
+        return f"sealed shares cover rounds [{start}, {start + count}), not round {round_id}"
     return None
 
 

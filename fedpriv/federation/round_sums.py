@@ -31,8 +31,9 @@ class RoundSums:
         server = SecAggServer(codec=plan.codec, config=self.secagg, graph=plan.graph)
         masked = {u: replies.masked[u] for u in replies.senders}
         try:
+            sealed = self.sealed.take(r, masked)  # kept for the batch's later rounds
             survivors, dropped = server.unmask_plan(round_id=r, participants=asked, masked=masked)
-            inboxes = server.inboxes(survivors, {u: m.shares for u, m in masked.items()})
+            inboxes = self.sealed.inboxes(survivors, sealed)  # only what each has not used
         except (SecAggAbort, ValueError):
             return None  # fewer than t survivors, or a malformed upload: release nothing
         if plan.noise is not None and len(survivors) < plan.noise.min_survivors:
@@ -72,6 +73,7 @@ class RoundSums:
         )  # fmt: skip
         comm.round_trips += 1
         comm.recoveries += bool(dropped)
+        self.sealed.used(inboxes, answers)
         n, hood = plan.query.reply_length, server.topology(asked)
         live, lost = set(survivors), set(dropped)
         for u in sorted(answers):

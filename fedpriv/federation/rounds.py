@@ -83,6 +83,9 @@ class RoundPlan:
     graph: Sparse | None = None
     #: The Shamir threshold t announced to the asked clients (``None``: no secure sum).
     threshold: int | None = None
+    #: The asked clients whose sealed seed shares covering this round the server lacks
+    #: (they send them with their masked input; ``None``: every client sends its own).
+    resend: frozenset[int] | None = None
 
     @property
     def aborted(self) -> bool:

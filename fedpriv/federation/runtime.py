@@ -19,7 +19,6 @@ aborted and releases nothing.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -38,6 +37,7 @@ from fedpriv.federation.engine import (
 from fedpriv.federation.inprocess_transport import InProcessTransport
 from fedpriv.federation.protocol import ClientData, ClientHandler, Strategy
 from fedpriv.federation.secagg import SecAggConfig
+from fedpriv.federation.secagg_common import RUN_SEED_BATCH
 from fedpriv.privacy.distributed import DERIVED_KEYS_CAVEAT, DistributedNoise
 from fedpriv.privacy.node_budget import NodeLedger
 from fedpriv.privacy.randomness import SecretKey
@@ -96,9 +96,10 @@ class InProcessRuntime:
         has one; replies are bit-identical to per-client ``answer`` calls.
     secagg : SecAggConfig, optional
         Secure aggregation's public parameters (the Shamir threshold rule and SecAgg+'s
-        targets; default ``SecAggConfig()``: a strict majority of each round's
-        participants, or of each neighbourhood once K is large enough for the sparse
-        graph, :mod:`fedpriv.federation.secagg_topology`; participation 1 only).
+        targets; default ``SecAggConfig(seed_batch=RUN_SEED_BATCH)``: a strict majority of
+        each round's participants, or of each neighbourhood once K is large enough for
+        the sparse graph, :mod:`fedpriv.federation.secagg_topology`; participation 1
+        only; seeds shared 16 rounds at a time, :mod:`fedpriv.federation.secagg_seeds`).
     noise : DistributedNoise, optional
         Distributed noise (:mod:`fedpriv.privacy.distributed`): the clients add the
         noise inside secure aggregation. ``None`` (default): the server adds it. In
@@ -155,7 +156,7 @@ class InProcessRuntime:
         self.scale = scale
         self.vectorised = vectorised and hasattr(handler, "answer_many")
         self.communication = Communication(len(self.clients))
-        self.secagg = secagg or SecAggConfig()
+        self.secagg = secagg or SecAggConfig(seed_batch=RUN_SEED_BATCH)  # a run's default
         self.noise = noise
         if node_ledgers and len(node_ledgers) != len(self.clients):
             raise ValueError(
@@ -180,9 +181,8 @@ class InProcessRuntime:
         if self.noise is not None and ledger is not None:
             # client_key(run key, i) below: whoever holds the run key recomputes every share.
             ledger.mark_uncertified(DERIVED_KEYS_CAVEAT)
-        secagg = self.secagg  # SecAgg+'s sparse graph only when every client answers
-        if rho < 1.0 and secagg.sparse:
-            secagg = dataclasses.replace(secagg, sparse=False)
+        # SecAgg+'s sparse graph and batches of seeds only when every client answers.
+        secagg = self.secagg.for_participation(rho)
         transport = InProcessTransport(
             clients=self.clients,
             handler=self.handler,

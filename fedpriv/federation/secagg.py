@@ -22,18 +22,20 @@ distributed noise the node also knows m = n − f, the survivors its noise share
 sized for (:mod:`fedpriv.privacy.distributed`).
 
 1. Masked input. u encodes x_u in Z_{2^64} (:class:`~fedpriv.federation.fixedpoint.
-   FixedPointCodec`), draws a fresh self-mask seed b_u^r, 5 uniform elements of
-   GF(2^61 − 1) (≈ 305 bits) from ``secrets`` (never from a seed), splits each t-of-n
-   (Shamir 1979, :mod:`fedpriv.federation.shamir`; party v holds f(v + 1)) and uploads
+   FixedPointCodec`) and masks it with its round-r self-mask seed b_u^r, 5 uniform
+   elements of GF(2^61 − 1) (≈ 305 bits) from ``secrets`` (never from a seed), split
+   t-of-n (Shamir 1979, :mod:`fedpriv.federation.shamir`; party v holds f(v + 1)):
 
        y_u = x_u + PRG(b_u^r) + Σ_{v∈P, v>u} m_uv^r − Σ_{v∈P, v<u} m_uv^r   (mod 2^64)
 
-   (Bonawitz §4, "double masking"), together with its share for each v ≠ u
-   encrypted by ChaCha20-Poly1305 (RFC 8439) under k_{u→v}, nonce (tag, r), associated
-   data (u, v, r). PRG(·) and m_uv^r are ChaCha20 keystreams under b_u^r resp. s_uv with
-   a nonce holding a domain tag and r (the self-mask key is HKDF-SHA256 of b_u^r), so
-   round-r pair masks say nothing about any other round. u keeps its own share and
-   forgets b_u^r.
+   (Bonawitz §4, "double masking"). The seeds of a batch of rounds are drawn and
+   split at once and each holder's shares sealed in one ChaCha20-Poly1305 (RFC 8439)
+   message under k_{u→v}, AD (u, v, first round, rounds), uploaded with the batch's
+   first masked input (:mod:`fedpriv.federation.secagg_seeds`; one round a batch is
+   the original schedule). PRG(·) and m_uv^r are ChaCha20 keystreams under b_u^r resp.
+   s_uv with a nonce holding a domain tag and r (the self-mask key is HKDF-SHA256 of
+   b_u^r), so round-r pair masks say nothing about any other round. u keeps its own
+   share and forgets b_u^r once used.
 2. Consistency (one exchange, every round; :mod:`fedpriv.federation.secagg_consistency`).
    S = those whose y arrived, D = P \\ S. If |S| < t (or |S| < m) the round is aborted
    (:class:`SecAggAbort`) and nothing is released. Otherwise each u ∈ S receives (S, D)
@@ -72,17 +74,13 @@ straggler's late — y_u is masked by PRG(b_u^r), of which honest clients releas
 share once u is in D, so the server and colluders hold at most t − 1 shares
 (independent of b_u^r); each honest client answers one unmask per round, with
 disjoint S and D. Late replies are refused anyway (:meth:`SecAggServer.accept_late`).
-What the server still controls: which uploads count. It can claim survivors dropped,
-which no node can verify, down to |S| = max(t, m): the released sum then covers at
-least max(t, m) inputs and, under distributed noise, at least m noise shares (the
-target noise), never fewer; and it can abort any round. What remains open: the key
-book at set-up is not authenticated by a PKI, so the pins stop a *later* key
-substitution but not a key book forged at set-up (the server playing clients whose
-keys it forged, i.e. more colluders), unless the deployment's node authentication
-(Flower's node keys bound to the hospitals) does it. Secret keys and seeds come from
-the OS CSPRNG, the deliberate exception to "all randomness from an injected numpy
-Generator": reproducibility is unaffected, since every mask cancels exactly and the
-sum depends on the inputs alone.
+What the server still controls: which uploads count (down to |S| = max(t, m): the
+sum covers at least max(t, m) inputs and m noise shares), and aborting any round. What
+remains open: the key book at set-up has no PKI, so the pins stop a *later* key
+substitution but not a book forged at set-up, unless the deployment's node
+authentication binds node keys to hospitals (docs/explanation/trust-model.md). Keys
+and seeds come from the OS CSPRNG: every mask cancels exactly, so the sum depends on
+the inputs alone.
 
 Sparse graph (SecAgg+, Bell et al. CCS 2020; :mod:`fedpriv.federation.secagg_topology`).
 For a large K, P above becomes u's k neighbours N(u) in a random Harary graph every
@@ -116,6 +114,7 @@ from fedpriv.federation.secagg_common import (
     check_u64,
 )
 from fedpriv.federation.secagg_peers import PeerKeys
+from fedpriv.federation.secagg_seeds import SeedBatches
 from fedpriv.federation.secagg_server import SecAggServer
 
 __all__ = [
@@ -132,7 +131,7 @@ __all__ = [
 ]
 
 
-class SecAggClient(PeerKeys):
+class SecAggClient(PeerKeys, SeedBatches):
     """One client's side: pinned keys and peers (:class:`~fedpriv.federation.secagg_peers.
     PeerKeys`), double masking, the signed survivor list, the unmask answer.
 
@@ -147,6 +146,7 @@ class SecAggClient(PeerKeys):
     def __init__(self, **keys) -> None:
         # client_id, private_key_bytes, signing_key_bytes, config: as PeerKeys takes them.
         super().__init__(**keys)
+        self._init_batches()
         self._rounds: dict[int, ClientRound] = {}
         self._answered: set[int] = set()  # rounds whose unmask this client answered
         self._views: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # signed (S, D)
@@ -164,15 +164,13 @@ class SecAggClient(PeerKeys):
         noise: np.ndarray | None = None,
         min_survivors: int | None = None,
         neighbours: Sequence[int] | None = None,
+        resend: bool = True,
     ) -> MaskedInput:
         """Step 1: y_u and the encrypted shares of a fresh b_u^r (module docstring).
 
-        ``noise``: this client's integer noise share (int64 ticks, one per
-        coordinate; :mod:`fedpriv.privacy.distributed`), added to the encoding in
-        the ring before any mask, so no message ever holds the exact encoding.
-        ``min_survivors``: the m = n − f that share was sized for; the client
-        later signs and unmasks no survivor list shorter than m (``None``: central
-        noise, only t applies).
+        ``noise``: this client's int64 noise share (:mod:`fedpriv.privacy.distributed`),
+        added in the ring before any mask. ``min_survivors``: the m = n − f it was
+        sized for; no survivor list shorter than m is signed or unmasked later.
 
         ``threshold``, if given (the server's announcement), must equal this
         client's :meth:`check_threshold`; ``public_keys``, if given, must
@@ -180,16 +178,23 @@ class SecAggClient(PeerKeys):
         sparse graph) must be the derived ones (:meth:`check_neighbourhood`), and
         the participants every client of the run. Once per round: two vectors
         under one mask reveal their difference, so retry with a fresh round id.
+
+        b_u^r: of the batch covering r or a new one (:mod:`~fedpriv.federation.secagg_seeds`),
+        sealed shares sent if the batch is new or ``resend`` (the server lacks them).
         """
         job = self._begin(
             vector, round_id=round_id, participants=participants, codec=codec,
             threshold=threshold, public_keys=public_keys, noise=noise,
             min_survivors=min_survivors, neighbours=neighbours,
         )  # fmt: skip
-        seed = shamir.draw_seed()  # b_u^r: OS CSPRNG, fresh every round
-        # All limbs at once: row k is the share for holders[k], one 40-byte slice.
-        raw = shamir.to_bytes(shamir.split(seed, xs=job[-1].xs, threshold=job[2]))
-        return self._finish(job, seed, raw)
+        r, holders, t, plan = job[0], job[1], job[2], job[-1]
+        batch = self._covering(r, holders, t)
+        if fresh := batch is None:
+            # The batch's seeds: OS CSPRNG, independent; row k: holders[k]'s shares.
+            seeds = shamir.draw_seeds(self._batch_count(r))
+            raw = shamir.to_bytes(shamir.split(seeds, xs=plan.xs, threshold=t))
+            batch = self._new_batch(r, holders, t, plan, seeds, raw)
+        return self._finish(job, batch, send=fresh or resend)
 
     def _begin(self, vector, *, round_id, participants, codec, threshold=None,
                public_keys=None, noise=None, min_survivors=None, neighbours=None):  # fmt: skip
@@ -227,20 +232,17 @@ class SecAggClient(PeerKeys):
         # Points, sealing keys, mask order: once per run.
         return r, holders, t, m, out, self._holder_plan(holders)
 
-    def _finish(self, job: tuple, seed: np.ndarray, raw: bytes) -> MaskedInput:
-        """:meth:`mask` from :meth:`_begin`'s ``job``, the seed b_u^r and its shares' bytes
-        (40 for holders[k] at 40k): self and pair masks, sealed shares, the round's record."""
+    def _finish(self, job: tuple, batch, *, send: bool) -> MaskedInput:
+        """:meth:`mask` from :meth:`_begin`'s ``job`` and the seed batch covering its round."""
         r, holders, t, m, out, plan = job
-        shares = [raw[k : k + shamir.SHARE_BYTES] for k in range(0, len(raw), shamir.SHARE_BYTES)]
-        own = shares.pop(plan.own)  # the rest: the other holders' shares, in their order
+        seed, own = self._use(batch, r)
         out += self._self_mask(seed, r, out.size)
         masks = self._pair_masks(plan.order, r, out.size)
         # uint64 sums wrap mod 2^64, which is the ring's addition.
         out += masks[: plan.up].sum(axis=0, dtype=np.uint64)
         out -= masks[plan.up :].sum(axis=0, dtype=np.uint64)
-        sealed = self._seal_shares(plan, r, shares)
         self._rounds[r] = ClientRound(frozenset(holders), out.size, t, own, m)
-        return MaskedInput(vector=out, shares=sealed, round_id=r)
+        return MaskedInput(vector=out, shares=dict(batch.sealed) if send else {}, round_id=r)
 
     def _view(self, r: int, survivors: Sequence[int], dropped: Sequence[int]):
         """The round and its (S, D) if this client may sign or answer them (else ValueError)."""
@@ -324,9 +326,9 @@ class SecAggClient(PeerKeys):
             raise ValueError(f"n must equal the round-{r} vector length {rnd.size}; got {n}")
         # S and D split the participants (checked): the holders in S are those not in D.
         senders = rnd.peers.difference(gone, (self.client_id,))
-        if set(inbox) != senders:
+        if not senders.issuperset(inbox):
             raise ValueError(
-                f"inbox must hold one encrypted share from each other survivor holding one "
+                f"inbox must hold sealed shares from other survivors holding one only "
                 f"{sorted(senders)}; got {sorted(inbox)}"
             )
         sparse = self._graph is not None
@@ -338,11 +340,12 @@ class SecAggClient(PeerKeys):
             known=[self.client_id] if r in self._views and not sparse else [],  # signed it
         )  # fmt: skip
         shares = {self.client_id: rnd.own_share}
-        shares.update(zip(order, self._open_shares(r, order, inbox), strict=True))
+        shares.update(zip(order, self._held_shares(r, order, inbox), strict=True))
         # Commit: from here on this round's answer is out, and no second one will follow.
         self._answered.add(r)
         self._views[r] = (live, gone)
         rnd.own_share = None
+        self._forget(r)
         lost = tuple(sorted(rnd.peers.intersection(gone)))
         if not lost:
             return UnmaskAnswer(shares=shares)
@@ -359,15 +362,14 @@ class SecAggClient(PeerKeys):
 
         A Flower client is rebuilt from its node state for every message; the
         pins and the once-per-round rules (one masked input, one signed list, one
-        unmask answer) must survive that, so they travel with the key. The signing
-        key, derived pair keys and this client's own share of each unanswered
-        round's seed travel too: they are as secret as the private key and live in
-        the same node-local state. The graph is derived again from the run id.
+        unmask answer) must survive that, so they travel with the key. So do the
+        signing key, pair keys, own shares, unused seeds and held shares: as secret
+        as the private key, in the same node-local state. The graph is derived again.
         """
         rounds = {str(r): x.state() for r, x in self._rounds.items()}
         views = {str(r): [list(s), list(d)] for r, (s, d) in self._views.items()}
         state = {"rounds": rounds, "answered": sorted(self._answered), "views": views}
-        state["run"] = self._run_id
+        state.update(self._batches_state(), run=self._run_id)
         return self._sk.private_bytes_raw(), json.dumps({**state, **self._keys_state()})
 
     @classmethod
@@ -379,8 +381,7 @@ class SecAggClient(PeerKeys):
         book: str,
         config: SecAggConfig | None = None,
     ) -> SecAggClient:
-        """Rebuild a client from :meth:`export_state`, with its pinned key book (and,
-        given its run id, the graph it derives from them under ``config``)."""
+        """A client from :meth:`export_state` (its graph derived again under ``config``)."""
         data = json.loads(book) if book else {}
         client = cls(
             client_id=client_id,
@@ -394,5 +395,6 @@ class SecAggClient(PeerKeys):
             int(r): (tuple(s), tuple(d)) for r, (s, d) in data.get("views", {}).items()
         }
         client._run_id = data.get("run")
+        client._load_batches(data)
         client._load_keys(data)
         return client

@@ -48,24 +48,52 @@ def mask_many(
     if not len(parties) == len(vectors) == len(options):
         raise ValueError("mask_many needs one vector and one options mapping per party")
     out: list[MaskedInput | Exception | None] = [None] * len(parties)
-    groups: dict[tuple[tuple[int, ...], int], list[tuple[int, tuple]]] = {}
+    groups: dict[tuple, list[tuple[int, tuple, bool]]] = {}
+    ready: list[tuple[int, tuple, Any, bool]] = []
     for i, (party, vector, kw) in enumerate(zip(parties, vectors, options, strict=True)):
+        kw = dict(kw)
+        resend = bool(kw.pop("resend", True))
         try:
             job = party._begin(vector, **kw)
+            batch = party._covering(job[0], job[1], job[2])
         except Exception as err:  # that client's own refusal
             out[i] = err
             continue
-        groups.setdefault((job[-1].xs, job[2]), []).append((i, job))
-    for (xs, t), jobs in groups.items():
-        # b^r of every party in the group: independent uniform limbs, OS CSPRNG.
-        seeds = field.random_elements((len(jobs), shamir.LIMBS))
-        split = shamir.split(seeds, xs=xs, threshold=t)  # (k + 1, B, LIMBS)
-        # Party b's shares in holder order, 40 bytes each: one contiguous slice per party.
-        raw = shamir.to_bytes(np.ascontiguousarray(split.transpose(1, 0, 2)))
-        size = len(xs) * shamir.SHARE_BYTES
-        for b, (i, job) in enumerate(jobs):
-            try:
-                out[i] = parties[i]._finish(job, seeds[b], raw[b * size : (b + 1) * size])
-            except Exception as err:
-                out[i] = err
+        if batch is None:  # a new batch starts at this round
+            key = (job[-1].xs, job[2], party._batch_count(job[0]))
+            groups.setdefault(key, []).append((i, job, resend))
+        else:
+            ready.append((i, job, batch, resend))
+    for (xs, t, count), every in groups.items():
+        # In chunks of parties: the product's operands stay small enough for the caches.
+        step = max(1, _CHUNK // (t * count * shamir.LIMBS))
+        for jobs in (every[c : c + step] for c in range(0, len(every), step)):
+            ready.extend(_split_batches(parties, out, jobs, xs, t, count))
+    for i, job, batch, send in ready:
+        try:
+            out[i] = parties[i]._finish(job, batch, send=send)
+        except Exception as err:
+            out[i] = err
     return out  # type: ignore[return-value]
+
+
+_CHUNK = 1 << 17  # field elements drawn per split call
+
+
+def _split_batches(parties, out, jobs, xs, t, count):
+    """New batches for ``jobs`` (one split for all): (i, job, batch, True) each, or the
+    party's error in ``out``."""
+    # Every party's batch of seeds: independent uniform limbs, OS CSPRNG.
+    seeds = field.random_elements((len(jobs), count, shamir.LIMBS))
+    split = shamir.split(seeds, xs=xs, threshold=t)  # (k + 1, B, count, LIMBS)
+    # Party b's shares in holder order, count × 40 bytes each: one slice per party.
+    raw = shamir.to_bytes(np.ascontiguousarray(split.transpose(1, 0, 2, 3)))
+    size = len(xs) * count * shamir.SHARE_BYTES
+    for b, (i, job, _) in enumerate(jobs):
+        try:
+            part = raw[b * size : (b + 1) * size]
+            batch = parties[i]._new_batch(job[0], job[1], t, job[-1], seeds[b], part)
+        except Exception as err:
+            out[i] = err
+            continue
+        yield i, job, batch, True

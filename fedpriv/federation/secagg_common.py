@@ -7,6 +7,8 @@ both need, so neither imports the other.
 
 from __future__ import annotations
 
+import dataclasses
+import hmac
 import math
 import struct
 from collections.abc import Iterable, Mapping
@@ -14,9 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from fedpriv.federation import shamir
 from fedpriv.federation.secagg_graph import GraphParameters, choose_parameters
@@ -30,6 +30,8 @@ MIN_THRESHOLD_KEY = "secagg-min-threshold"
 #: Node-config keys of a node's own floors on the sparse graph's targets γ and σ.
 MIN_COLLUSION_KEY = "secagg-min-collusion"
 MIN_SIGMA_KEY = "secagg-min-sigma"
+#: Rounds per batch of self-mask seeds in a run (``secagg-seed-batch``'s default).
+RUN_SEED_BATCH = 16
 
 
 class SecAggAbort(RuntimeError):
@@ -79,6 +81,13 @@ class SecAggConfig:
         The node's own floors on γ and σ (node-config ``secagg-min-collusion``,
         ``secagg-min-sigma``; default 0): it refuses a run whose targets are weaker
         (:meth:`check_node_targets`).
+    seed_batch : int
+        In [1, 64]: rounds whose self-mask seeds a client draws, splits and seals at
+        once, one message per holder (:mod:`fedpriv.federation.secagg_seeds`); 1 (the
+        default here) shares each round's seed in its round. Runs use their
+        ``secagg-seed-batch``, :data:`RUN_SEED_BATCH` unless set, at participation 1;
+        below it each round's participants differ and :meth:`for_participation` keeps
+        one round a batch.
     """
 
     threshold_fraction: float = 0.5
@@ -90,8 +99,12 @@ class SecAggConfig:
     sparse: bool = True
     min_collusion: float = 0.0
     min_sigma: float = 0.0
+    seed_batch: int = 1
 
     def __post_init__(self) -> None:
+        b = self.seed_batch
+        if type(b) is not int or not 1 <= b <= 64:
+            raise ValueError(f"seed_batch (secagg-seed-batch) must be an int in [1, 64]; got {b!r}")
         f = self.threshold_fraction
         if isinstance(f, bool) or not isinstance(f, int | float) or not 0.0 <= f < 1.0:
             raise ValueError(f"threshold_fraction must lie in [0, 1); got {f!r}")
@@ -119,8 +132,15 @@ class SecAggConfig:
         return cls(
             threshold_fraction=settings.secagg_threshold, collusion=settings.secagg_collusion,
             dropout=settings.secagg_dropout, sigma=settings.secagg_sigma,
-            eta=settings.secagg_eta, sparse=settings.participation >= 1.0, **node,
-        )  # fmt: skip
+            eta=settings.secagg_eta, seed_batch=settings.secagg_seed_batch, **node,
+        ).for_participation(settings.participation)  # fmt: skip
+
+    def for_participation(self, rho: float) -> SecAggConfig:
+        """This config for a run asking each client w.p. ρ: below 1 each round's
+        participants differ, so no sparse graph and one round per batch of seeds."""
+        if rho >= 1.0 or (not self.sparse and self.seed_batch == 1):
+            return self
+        return dataclasses.replace(self, sparse=False, seed_batch=1)
 
     def threshold(self, n: int) -> int:
         """The run's rule for ``n`` ≥ 2 participants: max(2, ⌊threshold_fraction·n⌋ + 1)."""
@@ -237,7 +257,7 @@ class UnmaskAnswer:
     def nbytes(self) -> int:
         """Bytes uploaded: every share, the mask sum and 8 per id of ``lost``."""
         vector = 0 if self.mask is None else int(np.asarray(self.mask).nbytes)
-        return sum(len(s) for s in self.shares.values()) + vector + 8 * len(self.lost)
+        return sum(map(len, self.shares.values())) + vector + 8 * len(self.lost)
 
 
 @dataclass
@@ -274,6 +294,8 @@ def check_u64(name: str, value: object) -> int:
 
 def check_ids(name: str, ids: Iterable[object]) -> tuple[int, ...]:
     """Distinct client ids, sorted."""
+    if type(ids) is tuple and (hit := _recent.get(id(ids))) is not None and hit[0] is ids:
+        return hit[1]  # the very tuple checked lately (every party of a round gets one)
     out = tuple(ids)
     # Fast path for plain ints (type, min and max in C): the full check's abc isinstance
     # costs more than a round's maths, and a survivor list holds K ids.
@@ -285,6 +307,10 @@ def check_ids(name: str, ids: Iterable[object]) -> tuple[int, ...]:
     if len(set(out)) != len(out):
         raise ValueError(f"{name} must be distinct client ids; got {list(out)}")
     done = tuple(sorted(out))
+    if plain and type(ids) is tuple:  # immutable ints: the same tuple, the same answer
+        if len(_recent) >= _CHECKED_SIZE:
+            del _recent[next(iter(_recent))]
+        _recent[id(ids)] = (ids, done)  # the tuple kept alive: its id is not reused
     if plain and len(out) > _CHECKED_MIN:
         if len(_checked) >= _CHECKED_SIZE:
             del _checked[next(iter(_checked))]
@@ -295,6 +321,7 @@ def check_ids(name: str, ids: Iterable[object]) -> tuple[int, ...]:
 # Long id lists of plain ints found valid, as given -> sorted (public ids; oldest first).
 _checked: dict[tuple[int, ...], tuple[int, ...]] = {}
 _CHECKED_MIN, _CHECKED_SIZE = 64, 16
+_recent: dict[int, tuple[tuple, tuple[int, ...]]] = {}  # id -> (tuple checked, sorted)
 
 
 def check_ring(name: str, value: object, n: int | None = None) -> np.ndarray:
@@ -317,20 +344,18 @@ def point(client_id: int) -> int:
     return client_id + 1
 
 
-def share_nonce(round_id: int) -> bytes:
-    """12-byte AEAD nonce of round r's shares: tag ‖ le64(r). Each directional key
-    k_{u→v} encrypts one share per round, so a nonce is never reused under a key."""
-    return _SHARE_TAG + round_id.to_bytes(8, "little")
-
-
-def share_ad(sender: int, recipient: int, round_id: int) -> bytes:
-    """Associated data of a share ciphertext: the server cannot move it to another
-    sender, recipient or round without failing authentication (tag ‖ three be64)."""
-    return share_ad_prefix(sender, recipient) + round_id.to_bytes(8, "big")
+def share_nonce(start: int) -> bytes:
+    """12-byte AEAD nonce of the sealed batch of seed shares starting at round s: tag ‖
+    le64(s). A client's batches never cover one round twice, so each starts at its own
+    round and a nonce is never reused under a key k_{u→v}."""
+    return _SHARE_TAG + start.to_bytes(8, "little")
 
 
 def share_ad_prefix(sender: int, recipient: int) -> bytes:
-    """:func:`share_ad` without its round: fixed per pair, so computed once per run."""
+    """Associated data of a sealed batch of shares, but for its header (first round, rounds;
+    :mod:`fedpriv.federation.secagg_seeds`): fixed per pair, so computed once per run. The
+    server cannot move a batch to another sender, recipient or rounds without failing
+    authentication."""
     return _AD_PREFIX.pack(_SHARE_TAG, sender, recipient)
 
 
@@ -354,8 +379,13 @@ def self_mask_key(seed: np.ndarray) -> bytes:
     GF(2^61 − 1) carry ≈ 305 bits of entropy but are not uniform bytes (each
     word's top 3 bits are 0); HKDF's extract step turns them into a uniform key.
     """
-    kdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_SEED_INFO)
-    return kdf.derive(shamir.to_bytes(seed))
+    # RFC 5869 with no salt (32 zero bytes) and one output block, by two HMACs in C:
+    # the HKDF object costs more than the hashing, and the server derives K keys a round.
+    prk = hmac.digest(_ZERO_SALT, shamir.to_bytes(seed), "sha256")
+    return hmac.digest(prk, _SEED_INFO + b"\x01", "sha256")
+
+
+_ZERO_SALT = bytes(32)
 
 
 def self_mask(seed: np.ndarray, round_id: int, n: int) -> np.ndarray:

@@ -132,7 +132,7 @@ class ClientKeys:
         self._keys[j] = keys
         s, k_out, k_in = keys
         self._stream[j] = ChaCha20Poly1305(s).encrypt
-        # The associated data of shares to and from j, but for the round (share_ad).
+        # The associated data of sealed shares to and from j, but for the batch's header.
         self._seal[j] = (ChaCha20Poly1305(k_out).encrypt, share_ad_prefix(self.client_id, j))
         self._open[j] = (ChaCha20Poly1305(k_in).decrypt, share_ad_prefix(j, self.client_id))
 
@@ -154,7 +154,8 @@ class ClientKeys:
             raise SecAggKeyError(
                 f"client {self.client_id} has no pinned key book: setup() never ran"
             )
-        if not self._pinned.keys() >= set(peers) and (
+        known = peers if isinstance(peers, frozenset | set) else set(peers)
+        if not self._pinned.keys() >= known and (
             unknown := sorted(j for j in peers if j not in self._pinned)  # O(peers), not O(K)
         ):
             raise SecAggKeyError(f"participants {unknown} have no key pinned at the key exchange")

@@ -16,9 +16,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from cryptography.exceptions import InvalidTag
 
-from fedpriv.federation.secagg_common import SecAggConfig, point, self_mask, share_nonce
+from fedpriv.federation.secagg_common import SecAggConfig, point, self_mask
 from fedpriv.federation.secagg_graph import check_neighbourhood
 from fedpriv.federation.secagg_keys import ClientKeys
 from fedpriv.federation.secagg_topology import Sparse, topology_for
@@ -142,33 +141,6 @@ class PeerKeys(ClientKeys):
         zeros, stream = bytes(8 * n), self._stream
         raw = b"".join([stream[j](nonce, zeros, None) for j in peers])
         return np.frombuffer(raw, dtype="<u8").reshape(len(peers), n + 2)[:, :n]
-
-    def _seal_shares(self, plan: HolderPlan, r: int, shares: Sequence[bytes]) -> dict[int, bytes]:
-        """The other holders' shares (in ``plan.others`` order) sealed by ChaCha20-Poly1305
-        under k_{u→v}, nonce :func:`share_nonce` (r), AD :func:`share_ad` (u, v, r)."""
-        nonce, rb = share_nonce(r), r.to_bytes(8, "big")
-        sealed = [
-            seal(nonce, sh, ad + rb) for (seal, ad), sh in zip(plan.seal, shares, strict=True)
-        ]
-        return dict(zip(plan.others, sealed, strict=True))
-
-    def _open_shares(self, r: int, senders: Sequence[int], inbox: Mapping[int, bytes]) -> list:
-        """The round-r shares ``inbox[w]`` from each of ``senders``, opened under k_{w→u}
-        (AD share_ad(w, u, r)); ValueError naming the first that fails authentication."""
-        nonce, rb, box = share_nonce(r), r.to_bytes(8, "big"), self._open
-        try:
-            pairs = zip(map(box.__getitem__, senders), senders, strict=True)
-            return [op(nonce, inbox[w], ad + rb) for (op, ad), w in pairs]
-        except InvalidTag:
-            pass
-        for w in senders:  # which one: the rare path
-            try:
-                box[w][0](nonce, inbox[w], box[w][1] + rb)
-            except InvalidTag:
-                raise ValueError(
-                    f"the share from client {w} for round {r} failed authentication"
-                ) from None
-        raise AssertionError("a share failed authentication once only")  # pragma: no cover
 
     def _holder_plan(self, holders: tuple[int, ...]) -> HolderPlan:
         """The order of :meth:`~fedpriv.federation.secagg.SecAggClient.mask`'s work for

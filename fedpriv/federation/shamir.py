@@ -37,7 +37,7 @@ and, the polynomials being independent, t − 1 shares of the whole seed are
 uniform on GF(p)^{5(t−1)} whatever the seed: the seed stays hidden
 information-theoretically, as one element of a larger field would. A share of a
 seed is 5 elements, :data:`SHARE_BYTES` = 40 bytes (:func:`to_bytes`).
-The functions are pure apart from :func:`split` and :func:`draw_seed`, which
+The functions are pure apart from :func:`split`, :func:`draw_seed` and :func:`draw_seeds`, which
 draw from the OS CSPRNG; :func:`evaluate` takes the coefficients explicitly,
 for tests. ``prime`` may also be a small prime (< 2^31), for exhaustive tests.
 """
@@ -319,6 +319,11 @@ def _job(k: int, xs, ys, threshold: int, prime: int) -> tuple[tuple[int, ...], n
 def draw_seed(prime: int = PRIME) -> np.ndarray:
     """A fresh seed: :data:`LIMBS` independent uniform elements of GF(p), OS CSPRNG."""
     return field.random_elements(LIMBS, prime)
+
+
+def draw_seeds(count: int, prime: int = PRIME) -> np.ndarray:
+    """``count`` fresh independent seeds, shape (count, :data:`LIMBS`), OS CSPRNG."""
+    return field.random_elements((count, LIMBS), prime)
 
 
 def to_bytes(elements: np.ndarray) -> bytes:

@@ -29,7 +29,7 @@ ATTACK_ROUND = 1  # round 0 is honest, so there is a reply to replay
 #: case -> asserted outcome
 CASES = {
     "replay": "dropout",  # round 0's upload again, tagged round 0
-    "replay_retagged": "aborted",  # round 0's upload tagged round 1: its shares fail
+    "replay_retagged": "dropout",  # round 0's upload tagged round 1: its shares cover round 0
     "wrong_round": "dropout",  # an upload tagged for round 2
     "unmasked": "discarded",  # the plain encoding, no masks: the sum is ring noise
     "ring_wrap": "discarded",  # + 2^63 in the ring on one coordinate

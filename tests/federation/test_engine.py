@@ -134,11 +134,12 @@ def test_dropouts_are_recovered_unrecoverable_rounds_abort_and_everything_is_cou
     # Key exchange, five asks, four consistency rounds and four unmasks.
     assert comm["round_trips"] == 2 + 5 + 4 + 4
     assert comm["floats_uploaded_per_client"] == [9, 9, 12, 15, 15]
-    # Upload: 8·N + 4 shares of 56 B = 248; a 64 B signature on the survivor list; unmask
-    # answer: 40 B per survivor, one 8·N sum of the pair masks with the dropped and 8 B
-    # per dropped id. Once: the public and the verify key.
-    assert comm["bytes_uploaded_per_client"][0] == 64 + 3 * 248 + 3 * 64 + 208 + 184 + 200
-    assert comm["bytes_uploaded_per_client"][4] == 64 + 5 * 248 + 4 * 64 + 208 + 184 + 192
+    # Upload: 8·N + 4 sealed shares of 66 B (10 B header, 40 B share, 16 B tag) = 288; a 64
+    # B signature on the survivor list; unmask answer: 40 B per survivor, one 8·N sum of
+    # the pair masks with the dropped and 8 B per dropped id. Once: the public and the
+    # verify key.
+    assert comm["bytes_uploaded_per_client"][0] == 64 + 3 * 288 + 3 * 64 + 208 + 184 + 200
+    assert comm["bytes_uploaded_per_client"][4] == 64 + 5 * 288 + 4 * 64 + 208 + 184 + 192
 
 
 def test_fewer_than_two_asked_aborts_before_anything_is_sent():

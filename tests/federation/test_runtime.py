@@ -110,10 +110,12 @@ def test_communication_counts_floats_and_bytes(clients):
     _, rt, _ = _run(clients, epsilon=None, rounds=10)
     comm = rt.communication.to_dict()
     assert comm["floats_uploaded_per_client"] == [10 * 16] * 5  # 2·2^D floats per round
-    # Per round: the masked vector, 4 encrypted shares (40 B + 16 B tag), the 64 B
-    # signature on the survivor list and the unmask answer (5 shares of 40 B, no pair
-    # masks without dropouts); once: the public key and the verify key.
-    assert comm["bytes_uploaded_per_client"] == [10 * (16 * 8 + 4 * 56 + 64 + 5 * 40) + 64] * 5
+    # Per round: the masked vector, the 64 B signature on the survivor list and the unmask
+    # answer (5 shares of 40 B, no pair masks without dropouts); once: the public key and
+    # the verify key, and a batch of 16 rounds' seed shares sealed for each of the 4 other
+    # holders (10 B header, 16 shares of 40 B, 16 B tag).
+    batch = 4 * (10 + 16 * 40 + 16)
+    assert comm["bytes_uploaded_per_client"] == [10 * (16 * 8 + 64 + 5 * 40) + batch + 64] * 5
     assert comm["rounds"] == 10
 
 

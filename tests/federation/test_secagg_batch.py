@@ -51,11 +51,14 @@ def test_batched_masks_are_the_bytes_of_each_clients_own_call(monkeypatch):
     seeds = rng.integers(0, field.PRIME, (K, 5), dtype=np.uint64)
     free = rng.integers(0, field.PRIME, (t - 1, K, 5), dtype=np.uint64)
     alone = _clients()
-    queue = _scripted(monkeypatch, [a for b in range(K) for a in (seeds[b], free[:, b])])
+    # One round per batch (the clients' seed_batch): a batch axis of 1.
+    queue = _scripted(
+        monkeypatch, [a for b in range(K) for a in (seeds[b][None], free[:, b][:, None])]
+    )
     own = [alone[i].mask(xs[i], **kw) for i, kw in zip(range(K), _options(alone, 3), strict=True)]
     assert not queue
     many = _clients()
-    queue = _scripted(monkeypatch, [seeds, free])
+    queue = _scripted(monkeypatch, [seeds[:, None], free[:, :, None]])
     batch = secagg_batch.mask_many([many[i] for i in range(K)], list(xs), _options(many, 3))
     assert not queue
     for a, b in zip(own, batch, strict=True):

@@ -76,7 +76,7 @@ def test_a_sparse_round_sums_exactly_and_each_answer_is_neighbourhood_sized():
     np.testing.assert_array_equal(total, sum_plain(xs.values(), CODEC))
     for i, up in ups.items():
         assert sorted(up.shares) == list(g.neighbours(i))  # k sealed shares, not K − 1
-        assert up.nbytes == 8 * N + 12 * 56
+        assert up.nbytes == 8 * N + 12 * 66  # one round's batch: 10 + 40 + 16 bytes each
     for i, got in answers.items():
         assert set(got.shares) == set(g.closed(i)) - lost  # its surviving neighbours and itself
         assert set(got.lost) == set(g.neighbours(i)) & lost  # its dropped neighbours only
@@ -124,12 +124,12 @@ def test_seeds_group_by_the_points_of_their_holders():
 def _deterministic_seeds(monkeypatch, bump: int | None):
     """Fixed CSPRNG draws (each client's seed and share coefficients from its id), with
     client ``bump``'s seed changed: what each client receives can then be compared."""
-    real_draw, real_split = shamir.draw_seed, shamir.split
+    real_draw, real_split = shamir.draw_seeds, shamir.split
     who = {"id": None}
 
-    def draw_seed():
+    def draw_seeds(count):
         rng = np.random.default_rng([who["id"], 7 if who["id"] == bump else 0])
-        return rng.integers(0, shamir.PRIME, shamir.LIMBS, dtype=np.uint64)
+        return rng.integers(0, shamir.PRIME, (count, shamir.LIMBS), dtype=np.uint64)
 
     def split(secrets, *, xs, threshold):
         coefficients = np.random.default_rng(who["id"]).integers(
@@ -137,7 +137,7 @@ def _deterministic_seeds(monkeypatch, bump: int | None):
         )
         return shamir.evaluate(secrets, coefficients, xs)
 
-    monkeypatch.setattr(shamir, "draw_seed", draw_seed)
+    monkeypatch.setattr(shamir, "draw_seeds", draw_seeds)
     monkeypatch.setattr(shamir, "split", split)
     return who, (real_draw, real_split)
 

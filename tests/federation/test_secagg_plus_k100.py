@@ -24,10 +24,12 @@ def test_a_sparse_in_process_fit_at_k100_releases_the_plain_sums_model(hundred, 
     assert_same_model(secure, plain)
     assert comm.rounds == 4 and comm.rounds_aborted == 0
     assert comm.recoveries == (4 if dropout_rate else 0)  # every round lost a few, recovered
-    # The graph is sparse (k = 52 of K − 1 = 99): per round each client uploads its vector
-    # and 52 sealed shares (56 B), signs once (64 B) and answers its shares (40 B) for its
-    # surviving closed neighbourhood (53 without dropouts); once, its two public keys.
+    # The graph is sparse (k = 52 of K − 1 = 99): per round each client uploads its vector,
+    # signs once (64 B) and answers its shares (40 B) for its surviving closed neighbourhood
+    # (53 without dropouts); once, its two public keys and a batch of 16 rounds' seed
+    # shares sealed for each of its 52 neighbours (10 B header, 16 × 40 B, 16 B tag).
     if not dropout_rate:
         n = 2 * 2**2  # boosting's reply: (Σg, Σh) per leaf
-        per_round = 8 * n + 52 * 56 + 64 + 53 * 40
-        assert comm.bytes_uploaded.tolist() == [4 * per_round + 64] * 100
+        per_round = 8 * n + 64 + 53 * 40
+        batch = 52 * (10 + 16 * 40 + 16)
+        assert comm.bytes_uploaded.tolist() == [4 * per_round + batch + 64] * 100

@@ -95,7 +95,7 @@ def test_unmask_answers_only_well_formed_requests():
         c.unmask(
             round_id=5, survivors=[1, 2, 3, 4], dropped=[5], n=11, inbox=inbox, signatures=sigs
         )
-    with pytest.raises(ValueError, match=r"one encrypted share from each other survivor"):
+    with pytest.raises(ValueError, match=r"no share of client 3's round-5 seed: neither held"):
         c.unmask(
             round_id=5,
             survivors=[1, 2, 3, 4],
@@ -186,8 +186,9 @@ def test_server_sees_only_bytes_and_routes_shares_between_survivors_only():
     payload = {i: bytes(u.vector) for i, u in ups.items()}  # as sent on the wire
     masked = {i: np.frombuffer(b, dtype=np.uint64) for i, b in payload.items()}
     for u in ups.values():
-        assert all(len(ct) == 40 + 16 for ct in u.shares.values())  # share + Poly1305 tag
-        assert u.nbytes == 8 * 20 + 2 * 56
+        # One round's batch: a 10-byte header (first round, rounds), the share, its tag.
+        assert all(len(ct) == 10 + 40 + 16 for ct in u.shares.values())
+        assert u.nbytes == 8 * 20 + 2 * 66
     inboxes = server.inboxes([1, 3], {i: u.shares for i, u in ups.items()})
     assert inboxes == {1: {3: ups[3].shares[1]}, 3: {1: ups[1].shares[3]}}
     with pytest.raises(ValueError, match="survivor 1 sent no encrypted share for survivor 3"):

@@ -41,7 +41,7 @@ JOB = {
 CASES = {
     "honest": (3, 0, 0, 0),
     "replay": (3, 0, 1, 0),  # round 1's reply again: its round says 1
-    "replay_retagged": (2, 0, 0, 3),  # ... relabelled round 2: peers' shares fail
+    "replay_retagged": (2, 1, 0, 0),  # ... relabelled round 2: its masks do not cancel
     "wrong_round": (3, 0, 1, 0),
     "unmasked": (2, 1, 0, 0),  # ring noise instead of a masked vector
     "ring_wrap": (2, 1, 0, 0),

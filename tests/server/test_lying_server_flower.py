@@ -79,7 +79,7 @@ class Liar:
                 cfg = self._view(plan, live, gone)
                 cfg.update({"n": plan.query.reply_length, "signers": signers})
                 cfg["signatures"] = [signatures[j] for j in signers]
-                box = {w: inboxes[p][w] for w in live if w != p}
+                box = {w: c for w, c in inboxes[p].items() if w in live}  # what it lacks
                 cfg.update({"from": list(box), "ct": list(box.values())})
                 content[self.node_of[p]] = RecordDict({"config": ConfigRecord(cfg)})
             liar.answered = sorted(self.pid_of[n] for n in self._send("unmask", content))
