@@ -235,7 +235,7 @@ def write_report(rows: list[dict], path: Path) -> None:
     ]
     for r in rows:
         name, case = r["case"], CASES[r["case"]]
-        f = floor(r["clients"], case.words)
+        f = floor(r["clients"], case.words, rounds=r["rounds"])
         least = r["plain_cpu"] + f["setup_floor"] + r["rounds"] * f["round_floor"]
         if case.round_target is not None:
             target = f"≤ {case.round_target:g} s/round"

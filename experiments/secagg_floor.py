@@ -9,8 +9,10 @@ them, must at least compute (Bonawitz et al. 2017, §4, as wired in
 * set-up: K·k X25519 agreements (each client with each neighbour; the two ends of an
   edge are two parties, each computes its own);
 * per round: K·k pair-mask keystreams (each end of each edge), K·k share encryptions
-  and K·k decryptions (ChaCha20-Poly1305, one share per directed edge), K self-mask
-  keystreams on each side (client and server, one HKDF each), K Ed25519 signatures on
+  and K·k decryptions (ChaCha20-Poly1305, one per directed edge) per batch of seeds
+  (:mod:`fedpriv.federation.secagg_seeds`: a run of R rounds seals ⌈R/B⌉ batches of
+  min(B, R) shares, B = ``secagg-seed-batch``), K self-mask keystreams on each side
+  (client and server, one key derivation each), K Ed25519 signatures on
   the survivor list (the consistency round) and the verifications of the distinct
   signatures the parties need (each once: the in-process memo): all K under the sparse
   graph (every client counts t of its neighbours'), t under the complete graph.
@@ -26,13 +28,12 @@ import os
 import time
 from dataclasses import dataclass
 
-from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from fedpriv.federation.secagg_common import SecAggConfig
+from fedpriv.federation import shamir
+from fedpriv.federation.secagg_common import RUN_SEED_BATCH, SecAggConfig, self_mask_key
 
 
 def _cpu(fn, n: int, repeats: int = 3) -> float:
@@ -52,24 +53,26 @@ class Costs:
 
     x25519: float
     keystream: float  # ChaCha20-Poly1305 over 8·words zero bytes (a pair mask)
-    seal: float  # ChaCha20-Poly1305 encryption of a 40-byte share with 24 bytes of AD
+    seal: float  # ChaCha20-Poly1305 encryption of a batch's shares (40 bytes each), 34 B AD
     open: float  # its decryption
-    hkdf: float  # a self-mask key: HKDF-SHA256 of 40 bytes to 32
+    hkdf: float  # a self-mask key (secagg_common.self_mask_key: HKDF-SHA256 of 40 bytes)
     sign: float  # Ed25519 on a survivor list of K ids
     verify: float
 
 
-def measure(words: int, clients: int) -> Costs:
+def measure(words: int, clients: int, batch: int = 1) -> Costs:
     sk, pk = X25519PrivateKey.generate(), X25519PrivateKey.generate().public_key()
     aead = ChaCha20Poly1305(os.urandom(32))
-    nonce, zeros, share, ad = b"\0" * 12, bytes(8 * words), os.urandom(40), os.urandom(28)
+    nonce, zeros, ad = b"\0" * 12, bytes(8 * words), os.urandom(34)
+    share = os.urandom(40 * batch)
     sealed = aead.encrypt(nonce, share, ad)
     signer = Ed25519PrivateKey.generate()
     message = os.urandom(8 * (clients + 2) + 44)  # tag, digest, r, |S|, S, |D|
     signature, vk = signer.sign(message), signer.public_key()
+    seed = shamir.draw_seed()
 
     def hkdf() -> bytes:
-        return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"i").derive(share)
+        return self_mask_key(seed)
 
     return Costs(
         x25519=_cpu(lambda: sk.exchange(pk), 2000),
@@ -82,20 +85,31 @@ def measure(words: int, clients: int) -> Costs:
     )
 
 
-def floor(clients: int, words: int, costs: Costs | None = None) -> dict:
-    """Set-up and per-round floors (CPU seconds) at K = ``clients``, a reply of ``words``."""
+def floor(
+    clients: int,
+    words: int,
+    costs: Costs | None = None,
+    *,
+    rounds: int = RUN_SEED_BATCH,
+    batch: int = RUN_SEED_BATCH,
+) -> dict:
+    """Set-up and per-round floors (CPU seconds) at K = ``clients``, a reply of ``words``,
+    in a run of ``rounds`` rounds sharing seeds ``batch`` rounds at a time (per round: the
+    batches' sealing and opening spread over the rounds)."""
     params = SecAggConfig().graph_parameters(clients)
     if params is None:  # the complete graph: k = K − 1, a strict majority
         k, t, verified = clients - 1, SecAggConfig().effective_threshold(clients), None
     else:
         k, t, verified = params.degree, params.threshold, clients
     verified = t if verified is None else verified
-    c = costs or measure(words, clients)
+    size = min(batch, rounds)
+    c = costs or measure(words, clients, size)
     edges = clients * k  # directed: each end of each edge
+    per_round = -(-rounds // size) / rounds  # batches sealed per round of the run
     parts = {
         "pair masks": edges * c.keystream,
-        "seal shares": edges * c.seal,
-        "open shares": edges * c.open,
+        "seal shares": edges * c.seal * per_round,
+        "open shares": edges * c.open * per_round,
         "self masks": 2 * clients * (c.keystream + c.hkdf),
         "signatures": clients * c.sign,
         "verifications": verified * c.verify,

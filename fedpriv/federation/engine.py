@@ -313,6 +313,7 @@ class RoundEngine(RoundSums):
                 why = check_masked(
                     m, sender=u, round_id=q.round, n=q.reply_length, participants=plan.asked,
                     addressees=near, sealed_due=plan.resend is None or u in plan.resend,
+                    max_batch=self.secagg.seed_batch,
                 )  # fmt: skip
             else:
                 m = rows[i]

@@ -56,6 +56,7 @@ def check_masked(
     participants: Sequence[int],
     addressees: Collection[int] | None = None,
     sealed_due: bool = True,
+    max_batch: int = 64,
 ) -> str | None:
     """Why ``upload`` is not a round-``round_id`` masked input of ``sender`` (or ``None``).
 
@@ -63,8 +64,8 @@ def check_masked(
     its sealed batch of seed shares (:mod:`fedpriv.federation.secagg_seeds`): one for
     each other participant (under SecAgg+'s graph, for each of the sender's
     ``addressees``, its neighbours), all of one length with one header covering the
-    round. The batch may be left out (no shares) unless ``sealed_due``: the server
-    lacks it.
+    round, at most ``max_batch`` rounds (the run's ``secagg-seed-batch``). The batch may
+    be left out (no shares) unless ``sealed_due``: the server lacks it.
     """
     if not isinstance(upload, MaskedInput):
         return f"not a masked input ({type(upload).__name__})"
@@ -92,6 +93,8 @@ def check_masked(
         start, count = span_of(first)
     except ValueError as err:
         return str(err)
+    if count > max_batch:
+        return f"sealed shares cover {count} rounds, more than the run's {max_batch}"
     if not start <= round_id < start + count:
         return f"sealed shares cover rounds [{start}, {start + count}), not round {round_id}"
     return None

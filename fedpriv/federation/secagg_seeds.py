@@ -39,7 +39,7 @@ seals two batches covering one round, so no nonce is ever reused under a key.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,21 +70,6 @@ def span_of(sealed: bytes) -> tuple[int, int]:
     return start, count
 
 
-def seal_batch(seal: Callable, ad: bytes, start: int, count: int, shares: bytes) -> bytes:
-    """Header (s, count) ‖ ChaCha20-Poly1305(k_{u→v}, share_nonce(s), shares, ad ‖ header),
-    with ``ad`` the pair's :func:`~fedpriv.federation.secagg_common.share_ad_prefix`."""
-    head = _SPAN.pack(start, count)
-    return head + seal(share_nonce(start), shares, ad + head)
-
-
-def open_batch(open_: Callable, ad: bytes, sealed: bytes) -> tuple[int, bytes]:
-    """(s, the ``count`` 40-byte shares, concatenated) of a sealed batch; InvalidTag if it
-    was not sealed under this key for this pair, or its header was changed."""
-    start = span_of(sealed)[0]
-    head = bytes(sealed[:SPAN_BYTES])
-    return start, open_(share_nonce(start), bytes(sealed[SPAN_BYTES:]), ad + head)
-
-
 @dataclass
 class SeedBatch:
     """An owner's batch: its seeds (secret; each forgotten once its round is masked), its
@@ -95,7 +80,7 @@ class SeedBatch:
     holders: tuple[int, ...]
     threshold: int
     seeds: list[np.ndarray | None]
-    own: list[bytes]
+    own: list[bytes | None]
     sealed: dict[int, bytes]
 
     @property
@@ -110,14 +95,14 @@ class SeedBatch:
         seeds = [None if s is None else shamir.to_bytes(s).hex() for s in self.seeds]
         sealed = {str(v): c.hex() for v, c in self.sealed.items()}
         return [self.start, list(self.holders), self.threshold, seeds,
-                [s.hex() for s in self.own], sealed]  # fmt: skip
+                [None if s is None else s.hex() for s in self.own], sealed]  # fmt: skip
 
     @classmethod
     def of(cls, v: list) -> SeedBatch:
         seeds = [None if s is None else shamir.from_bytes(bytes.fromhex(s)) for s in v[3]]
         return cls(
             start=int(v[0]), holders=tuple(int(j) for j in v[1]), threshold=int(v[2]),
-            seeds=seeds, own=[bytes.fromhex(s) for s in v[4]],
+            seeds=seeds, own=[None if s is None else bytes.fromhex(s) for s in v[4]],
             sealed={int(j): bytes.fromhex(c) for j, c in v[5].items()},
         )  # fmt: skip
 
@@ -140,6 +125,8 @@ class SeedBatches:
     def _covering(self, r: int, holders: tuple[int, ...], t: int) -> SeedBatch | None:
         """The batch covering round r (``None``: a new one starts at r); ValueError if its
         holders or threshold differ, or r lies in a batch already used up."""
+        for start in [s for s, b in self._batches.items() if b.end <= r]:
+            del self._batches[start]  # ended: its unused seeds and sealed shares go
         for batch in self._batches.values():
             if batch.covers(r):
                 if batch.holders != holders or batch.threshold != t:
@@ -166,7 +153,8 @@ class SeedBatches:
         count, size = len(seeds), len(seeds) * shamir.SHARE_BYTES
         rows = [raw[k : k + size] for k in range(0, len(raw), size)]
         mine = rows.pop(plan.own)
-        head, nonce = _SPAN.pack(r, count), share_nonce(r)  # seal_batch, for every holder
+        # Header (s, count) ‖ ChaCha20-Poly1305(k_{u→v}, share_nonce(s), shares, AD ‖ header).
+        head, nonce = _SPAN.pack(r, count), share_nonce(r)
         sealed = {
             v: head + seal(nonce, row, ad + head)
             for v, (seal, ad), row in zip(plan.others, plan.seal, rows, strict=True)
@@ -187,10 +175,12 @@ class SeedBatches:
         seed = batch.seeds[i]
         if seed is None:
             raise ValueError(f"client {self.client_id}'s round-{r} seed was used or passed")
+        own = batch.own[i]  # kept in the round's record until the round is answered
         batch.seeds[: i + 1] = [None] * (i + 1)
+        batch.own[: i + 1] = [None] * (i + 1)
         if i + 1 == len(batch.seeds):
             del self._batches[batch.start]  # no round left: the sealed batch is not needed
-        return seed, batch.own[i]
+        return seed, own
 
     def _held_shares(self, r: int, senders: Sequence[int], inbox: Mapping[int, bytes]) -> list:
         """The share of b_w^r for each w of ``senders``: held already, or opened from its
@@ -227,14 +217,16 @@ class SeedBatches:
         for w in senders:  # grouped by clear header: one span check per distinct header
             by_head.setdefault(bytes(inbox[w][:SPAN_BYTES]), []).append(w)
         for head, group in by_head.items():
-            try:
-                start, count = span_of(inbox[group[0]])
-                if len({len(inbox[w]) for w in group}) != 1:
-                    raise ValueError("sealed batches of one header differ in length")
-            except ValueError as err:
+            for w in group:  # each named if its length does not match its header
+                try:
+                    start, count = span_of(inbox[w])
+                except ValueError as err:
+                    raise ValueError(f"the shares from client {w} are malformed: {err}") from None
+            if count > self.config.seed_batch:  # the run's batch: a node keeps no more
                 raise ValueError(
-                    f"the shares from client {group[0]} are malformed: {err}"
-                ) from None
+                    f"the shares from client {group[0]} cover {count} rounds, more than "
+                    f"secagg-seed-batch = {self.config.seed_batch}: refused"
+                )
             end = start + count
             if not start <= r < end:  # the header is authenticated below: refused either way
                 raise ValueError(

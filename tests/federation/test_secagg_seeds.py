@@ -230,3 +230,46 @@ def test_the_self_mask_key_is_rfc5869_hkdf_sha256():
                    info=b"fedpriv-secagg-self-mask")  # fmt: skip
         assert self_mask_key(seed) == kdf.derive(shamir.to_bytes(seed))
     assert self_mask_key(np.ones(5, np.uint64)) != self_mask_key(np.zeros(5, np.uint64))
+
+
+def test_an_ended_batch_and_used_own_shares_leave_the_node_state():
+    clients = _batched(k=3)
+    c, args = clients[1], dict(participants=[1, 2, 3], codec=CODEC)
+    c.mask(np.zeros(N), round_id=0, **args)
+    c.mask(np.zeros(N), round_id=1, **args)
+    batch = c._batches[0]
+    assert batch.own[:2] == [None, None] and all(batch.own[2:])  # used shares go
+    c.mask(np.zeros(N), round_id=BATCH + 1, **args)  # rounds 2, 3 never asked: batch ended
+    assert sorted(c._batches) == [BATCH + 1]
+    state = c.export_state()[1]
+    assert batch.sealed[2].hex() not in state  # the ended batch's sealed shares are gone
+
+
+def test_a_node_holds_no_longer_batch_than_its_run_allows():
+    clients = _batched()
+    clients[1].config = SecAggConfig(seed_batch=BATCH - 1)  # this node's run: 3 rounds
+    ups = {i: clients[i].mask(np.zeros(N), round_id=0, participants=sorted(clients),
+                              codec=CODEC) for i in clients}  # fmt: skip
+    server = SecAggServer(codec=CODEC)
+    live, gone = server.unmask_plan(round_id=0, participants=sorted(clients), masked=ups)
+    box = server.inboxes(live, {i: u.shares for i, u in ups.items()})
+    sigs = _sigs(clients, 0, live, gone)
+    with pytest.raises(ValueError, match="cover 4 rounds, more than secagg-seed-batch = 3"):
+        clients[1].unmask(round_id=0, survivors=live, dropped=gone, n=N, inbox=box[1],
+                          signatures=sigs)  # fmt: skip
+    got = clients[3].unmask(round_id=0, survivors=live, dropped=gone, n=N, inbox=box[3],
+                            signatures=sigs)  # fmt: skip
+    assert sorted(got.shares) == live  # the twin: a node whose run allows 4 answers
+
+
+def test_the_server_screens_a_batch_longer_than_the_run_allows():
+    from fedpriv.federation.replies import check_masked
+
+    clients = _batched()
+    up = clients[1].mask(np.zeros(N), round_id=0, participants=sorted(clients), codec=CODEC)
+    kw = dict(sender=1, round_id=0, n=N, participants=sorted(clients))
+    assert "more than the run's 1" in check_masked(up, **kw, max_batch=1)
+    assert check_masked(up, **kw, max_batch=BATCH) is None
+    empty = dataclasses.replace(up, shares={})
+    assert check_masked(empty, **kw, sealed_due=False) is None  # sent with an earlier round
+    assert "shares addressed to []" in check_masked(empty, **kw, sealed_due=True)
