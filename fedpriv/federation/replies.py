@@ -20,12 +20,10 @@ import numpy as np
 
 from fedpriv.federation import shamir
 from fedpriv.federation.secagg_common import MaskedInput, UnmaskAnswer
-from fedpriv.federation.secagg_seeds import SPAN_BYTES, TAG_BYTES, span_of
+from fedpriv.federation.secagg_seeds import SPAN_BYTES, span_of
 
 #: One Shamir share of a seed: 5 elements of GF(2^61 − 1) in 40 bytes (``shamir.to_bytes``).
 SHARE_BYTES = shamir.SHARE_BYTES
-#: One round's share sealed by ChaCha20-Poly1305: header, share and 16-byte tag.
-SEALED_SHARE_BYTES = SPAN_BYTES + SHARE_BYTES + TAG_BYTES
 
 
 def _all_bytes(values: Collection[object], size: int) -> bool:

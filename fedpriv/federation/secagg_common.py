@@ -301,21 +301,28 @@ def check_ids(name: str, ids: Iterable[object]) -> tuple[int, ...]:
     # costs more than a round's maths, and a survivor list holds K ids.
     plain = set(map(type, out)) == {int}
     if plain and len(out) > _CHECKED_MIN and (done := _checked.get(out)) is not None:
+        _remember(ids, done)
         return done  # every party of a process checks the round's survivor list: once
     if out and not (plain and min(out) >= 0 and max(out) < 2**64):
         out = tuple(check_u64(f"{name} id", i) for i in out)
     if len(set(out)) != len(out):
         raise ValueError(f"{name} must be distinct client ids; got {list(out)}")
     done = tuple(sorted(out))
-    if plain and type(ids) is tuple:  # immutable ints: the same tuple, the same answer
-        if len(_recent) >= _CHECKED_SIZE:
-            del _recent[next(iter(_recent))]
-        _recent[id(ids)] = (ids, done)  # the tuple kept alive: its id is not reused
+    if plain:
+        _remember(ids, done)
     if plain and len(out) > _CHECKED_MIN:
         if len(_checked) >= _CHECKED_SIZE:
             del _checked[next(iter(_checked))]
         _checked[out] = done
     return done
+
+
+def _remember(ids: object, done: tuple[int, ...]) -> None:
+    """Keep a tuple of plain ints found valid by identity (immutable: the same answer)."""
+    if type(ids) is tuple:
+        if len(_recent) >= _CHECKED_SIZE:
+            del _recent[next(iter(_recent))]
+        _recent[id(ids)] = (ids, done)  # the tuple kept alive: its id is not reused
 
 
 # Long id lists of plain ints found valid, as given -> sorted (public ids; oldest first).

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from fedpriv.federation.secagg_common import MaskedInput
-from fedpriv.federation.secagg_seeds import SPAN_BYTES, span_of
+from fedpriv.federation.secagg_seeds import span_of
 
 
 class SealedStore:
@@ -36,15 +36,15 @@ class SealedStore:
         """Keep the sealed batches uploaded with round r's masked inputs; return every
         sender's sealed batch covering r {owner: {holder: sealed}}.
 
-        ValueError naming a sender whose batch is malformed (headers that differ, or a
-        span not covering r) or who has none covering r: its input could not be
-        unmasked, and the round releases nothing.
+        Uploads come screened (:func:`~fedpriv.federation.replies.check_masked`: one
+        header covering r). ValueError naming a sender whose header is malformed or who
+        has no batch covering r: its input could not be unmasked, and the round releases
+        nothing.
         """
         for u, m in masked.items():
             if not m.shares:
                 continue
-            if len({c[:SPAN_BYTES] for c in m.shares.values()}) != 1:
-                raise ValueError(f"client {u}'s sealed shares name different rounds")
+            # Screened uploads (replies.check_masked): one header for all, read once.
             start, count = span_of(next(iter(m.shares.values())))
             if not start <= r < start + count:
                 raise ValueError(f"client {u}'s sealed shares do not cover round {r}")
