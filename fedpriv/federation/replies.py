@@ -19,7 +19,7 @@ from collections.abc import Collection, Mapping, Sequence
 import numpy as np
 
 from fedpriv.federation import shamir
-from fedpriv.federation.secagg_common import MaskedInput, UnmaskAnswer
+from fedpriv.federation.secagg_common import MAX_SEED_BATCH, MaskedInput, UnmaskAnswer
 from fedpriv.federation.secagg_seeds import SPAN_BYTES, span_of
 
 #: One Shamir share of a seed: 5 elements of GF(2^61 − 1) in 40 bytes (``shamir.to_bytes``).
@@ -54,7 +54,7 @@ def check_masked(
     participants: Sequence[int],
     addressees: Collection[int] | None = None,
     sealed_due: bool = True,
-    max_batch: int = 64,
+    max_batch: int = MAX_SEED_BATCH,
 ) -> str | None:
     """Why ``upload`` is not a round-``round_id`` masked input of ``sender`` (or ``None``).
 

@@ -30,8 +30,8 @@ MIN_THRESHOLD_KEY = "secagg-min-threshold"
 #: Node-config keys of a node's own floors on the sparse graph's targets γ and σ.
 MIN_COLLUSION_KEY = "secagg-min-collusion"
 MIN_SIGMA_KEY = "secagg-min-sigma"
-#: Rounds per batch of self-mask seeds in a run (``secagg-seed-batch``'s default).
-RUN_SEED_BATCH = 16
+#: A run's rounds per batch of self-mask seeds (``secagg-seed-batch``), and its upper end.
+RUN_SEED_BATCH, MAX_SEED_BATCH = 16, 64
 
 
 class SecAggAbort(RuntimeError):
@@ -82,12 +82,11 @@ class SecAggConfig:
         ``secagg-min-sigma``; default 0): it refuses a run whose targets are weaker
         (:meth:`check_node_targets`).
     seed_batch : int
-        In [1, 64]: rounds whose self-mask seeds a client draws, splits and seals at
+        In [1, :data:`MAX_SEED_BATCH`]: rounds whose self-mask seeds a client seals at
         once, one message per holder (:mod:`fedpriv.federation.secagg_seeds`); 1 (the
-        default here) shares each round's seed in its round. Runs use their
-        ``secagg-seed-batch``, :data:`RUN_SEED_BATCH` unless set, at participation 1;
-        below it each round's participants differ and :meth:`for_participation` keeps
-        one round a batch.
+        default here): each round's in its round. Runs use ``secagg-seed-batch``
+        (:data:`RUN_SEED_BATCH`) at participation 1, else one round a batch
+        (:meth:`for_participation`).
     """
 
     threshold_fraction: float = 0.5
@@ -103,8 +102,9 @@ class SecAggConfig:
 
     def __post_init__(self) -> None:
         b = self.seed_batch
-        if type(b) is not int or not 1 <= b <= 64:
-            raise ValueError(f"seed_batch (secagg-seed-batch) must be an int in [1, 64]; got {b!r}")
+        if type(b) is not int or not 1 <= b <= MAX_SEED_BATCH:
+            why = f"must be an int in [1, {MAX_SEED_BATCH}]; got {b!r}"
+            raise ValueError(f"seed_batch (secagg-seed-batch) {why}")
         f = self.threshold_fraction
         if isinstance(f, bool) or not isinstance(f, int | float) or not 0.0 <= f < 1.0:
             raise ValueError(f"threshold_fraction must lie in [0, 1); got {f!r}")

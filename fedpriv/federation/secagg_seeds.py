@@ -46,13 +46,11 @@ import numpy as np
 from cryptography.exceptions import InvalidTag
 
 from fedpriv.federation import shamir
-from fedpriv.federation.secagg_common import share_nonce
+from fedpriv.federation.secagg_common import MAX_SEED_BATCH, share_nonce
 
 _SPAN = struct.Struct(">QH")  # a sealed batch's clear header: its first round, its rounds
 SPAN_BYTES = _SPAN.size
 TAG_BYTES = 16  # Poly1305
-#: The most rounds one batch may cover (``secagg-seed-batch``'s upper end).
-MAX_BATCH = 64
 
 
 def span_of(sealed: bytes) -> tuple[int, int]:
@@ -62,9 +60,9 @@ def span_of(sealed: bytes) -> tuple[int, int]:
         raise ValueError("a sealed batch of shares must be bytes with a 10-byte header")
     start, count = _SPAN.unpack_from(sealed)
     size = SPAN_BYTES + count * shamir.SHARE_BYTES + TAG_BYTES
-    if not 1 <= count <= MAX_BATCH or start + count > 2**64 or len(sealed) != size:
+    if not 1 <= count <= MAX_SEED_BATCH or start + count > 2**64 or len(sealed) != size:
         raise ValueError(
-            f"a sealed batch of rounds [{start}, {start + count}) must cover 1 to {MAX_BATCH} "
+            f"a sealed batch of rounds [{start}, {start + count}) must cover 1 to {MAX_SEED_BATCH} "
             f"rounds in {size} bytes; got {len(sealed)}"
         )
     return start, count

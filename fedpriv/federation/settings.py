@@ -46,7 +46,7 @@ from fedpriv.federation.limits import (  # noqa: F401 (parse_override(s): re-exp
     parse_overrides,
     run_size_range,
 )
-from fedpriv.federation.secagg_common import RUN_SEED_BATCH
+from fedpriv.federation.secagg_common import MAX_SEED_BATCH, RUN_SEED_BATCH
 from fedpriv.federation.setting_values import (  # noqa: F401 (re-exported)
     UNSET,
     _hints,
@@ -170,7 +170,7 @@ class RunSettings:
     secagg_eta: float = setting(20.0, _EXPONENT)
     #: Rounds whose self-mask seeds a client shares at once, one sealed message per
     #: holder (fedpriv.federation.secagg_seeds); 1 below participation 1.
-    secagg_seed_batch: int = setting(RUN_SEED_BATCH, Interval(1, 64, kind=int))
+    secagg_seed_batch: int = setting(RUN_SEED_BATCH, Interval(1, MAX_SEED_BATCH, kind=int))
     #: Seconds the server waits for a round's replies (each of its two exchanges). A
     #: round of in-memory work takes ~0.3 s in simulation (the README job) and a few
     #: seconds in a deployment (a ClientApp process per message); a node that died
