@@ -279,6 +279,7 @@ def answer(msg: Message, context: Context) -> Message:
         min_survivors=None if share is None else int(cfg["noise-min-survivors"]),
         neighbours=near,
         resend=bool(cfg.get("secagg-resend", True)),  # the server lacks its sealed shares
+        rounds_left=cfg.get("secagg-rounds-left"),  # a hint, checked by the node
     )
     _save_secagg(context, client)
     shares = ConfigRecord({"to": list(up.shares), "ct": list(up.shares.values())})

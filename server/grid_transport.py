@@ -171,6 +171,8 @@ class GridTransport:
         def ask(p: int) -> Message:
             cfg = {**config, **self._named(plan, p)}
             cfg["secagg-resend"] = plan.resend is None or p in plan.resend  # its sealed shares
+            if plan.rounds_left is not None:  # a hint: a new batch of seeds covers no more
+                cfg["secagg-rounds-left"] = plan.rounds_left
             if plan.graph is not None:  # SecAgg+: the node's neighbours, which it checks
                 cfg["neighbours"] = list(plan.graph.neighbours(p))
                 cfg["num-participants"] = len(plan.asked)

@@ -250,7 +250,16 @@ class RoundEngine(RoundSums):
             query=query, asked=asked, lost=frozenset(lost), codec=codec, noise=noise,
             graph=self.graph if self.secure else None, threshold=t,
             resend=self.sealed.resend(query.round, asked) if self.secure else None,
+            rounds_left=self._rounds_left(query) if self.secure else None,
         )  # fmt: skip
+
+    def _rounds_left(self, query: Query) -> int | None:
+        """The strategy's rounds from ``query``'s on (its ``config.rounds``, the run's
+        rounds by the :class:`Strategy` contract, round ids counted from 0), else ``None``."""
+        total = getattr(getattr(self._strategy, "config", None), "rounds", None)
+        if type(total) is int and 0 <= query.round < total:
+            return total - query.round
+        return None
 
     def _shares(self, query: Query, asked: list[int], codec: FixedPointCodec):
         """The round's shares (:func:`~fedpriv.privacy.distributed.round_shares`)."""

@@ -43,6 +43,9 @@ MAX_INNER = 1 << 20
 #: Largest inner dimension whose limb products :func:`matmul` sums in float64 (BLAS):
 #: k·(2^21 − 1)^2 < 2^53, so every partial sum is an integer float64 holds exactly.
 FLOAT_INNER = 1 << 11
+#: Largest inner dimension whose limb products of one weight (up to three) :func:`matmul`
+#: adds in float64 too: 3·k·(2^21 − 1)^2 < 2^53.
+FLOAT_CLASS_INNER = 682
 
 _U64 = np.uint64
 _P61 = _U64(PRIME)
@@ -217,7 +220,7 @@ def matmul(
         exact = (a.astype(object) @ b.astype(object)) % prime
         return exact.astype(np.uint64).reshape(m, b.shape[1])
     al = left_limbs(a) if a_limbs is None else a_limbs  # (3, 1, m, k)
-    bl = _limbs(b)[None].astype(al.dtype)  # (1, 3, k, s)
+    bl = _right_limbs(b, al.dtype)  # (1, 3, k, s)
     out = np.empty((m, b.shape[1]), dtype=np.uint64)
     width = max(1, _CHUNK // max(m, 1))
     with _one_thread() if m * k * b.shape[1] > _SERIAL_WORK else contextlib.nullcontext():
@@ -225,8 +228,20 @@ def matmul(
     return out
 
 
+def _right_limbs(b: np.ndarray, dtype: type) -> np.ndarray:
+    """:func:`_limbs` of ``b`` as ``dtype``, shape (1, 3, k, s): written in place (no stack,
+    no second copy; the limbs are integers below 2^21, exact in float64)."""
+    out = np.empty((1, 3, *b.shape), dtype=dtype)
+    np.bitwise_and(b, _LIMB_MASK, out=out[0, 0], casting="unsafe")
+    np.bitwise_and(b >> _U64(_LIMB), _LIMB_MASK, out=out[0, 1], casting="unsafe")
+    np.right_shift(b, _U64(2 * _LIMB), out=out[0, 2], casting="unsafe")  # < 2^19 for b < 2^61
+    return out
+
+
 def _products(al: np.ndarray, bl: np.ndarray, out: np.ndarray, width: int, prime: int) -> None:
     """:func:`matmul`'s column blocks, into ``out``."""
+    if al.dtype == np.float64 and al.shape[-1] <= FLOAT_CLASS_INNER:
+        return _float_products(al, bl, out, width, prime)
     for lo in range(0, bl.shape[-1], width):
         # c[i, j] = a_i @ b_j, entries < k·2^42 (integers, exact in either type)
         c = np.matmul(al, bl[..., lo : lo + width]).astype(np.uint64)
@@ -234,6 +249,19 @@ def _products(al: np.ndarray, bl: np.ndarray, out: np.ndarray, width: int, prime
         for g in range(1, 5):
             same = [c[i, g - i] for i in range(3) if 0 <= g - i < 3]
             acc += _weigh(sum(same[1:], same[0]), g, prime)  # sum < 3·k·2^42 < 2^64
+        out[:, lo : lo + width] = reduce(acc, prime)  # acc < 5·2^61 < 2^64
+
+
+def _float_products(al, bl, out, width: int, prime: int) -> None:
+    """:func:`_products` with each weight class g = i + j summed in float64 before the one
+    conversion to integers (five arrays, not nine): its up to three limb-product sums are
+    integers below 3·k·(2^21 − 1)^2 < 2^53 for k ≤ :data:`FLOAT_CLASS_INNER`, so exact."""
+    for lo in range(0, bl.shape[-1], width):
+        c = np.matmul(al, bl[..., lo : lo + width])  # (3, 3, m, w), exact integers
+        acc = _weigh(c[0, 0].astype(np.uint64), 0, prime)
+        for g in range(1, 5):
+            same = [c[i, g - i] for i in range(3) if 0 <= g - i < 3]
+            acc += _weigh(sum(same[1:], same[0]).astype(np.uint64), g, prime)
         out[:, lo : lo + width] = reduce(acc, prime)  # acc < 5·2^61 < 2^64
 
 

@@ -77,6 +77,7 @@ class InProcessTransport:
         self.shared_state: dict[str, Any] = {}
         self.parties: list[SecAggClient] = []
         self._book: tuple[dict[int, bytes], dict[int, bytes]] = ({}, {})
+        self._lists: tuple = (None, None)  # (round, (S, D)) of the latest consistency round
 
     def setup_keys(self) -> None:
         self.parties = [
@@ -206,6 +207,7 @@ class InProcessTransport:
                 threshold=plan.threshold, neighbours=_announced(plan, i),  # announced
                 min_survivors=None if plan.noise is None else plan.noise.min_survivors,
                 public_keys=None, resend=plan.resend is None or i in plan.resend,
+                rounds_left=plan.rounds_left,
             ))  # fmt: skip
         done = mask_many([self.parties[i] for i in todo], [vectors[i] for i in todo], options)
         return dict(zip(todo, done, strict=True))
@@ -214,6 +216,7 @@ class InProcessTransport:
         self, plan: RoundPlan, survivors: list[int], dropped: list[int]
     ) -> dict[int, bytes]:
         signatures, lists = {}, (tuple(survivors), tuple(dropped))  # one object: checked once
+        self._lists = (plan.query.round, lists)  # the unmask passes the same objects
         for u in survivors:
             try:
                 signatures[u] = self.parties[u].sign_survivors(
@@ -229,6 +232,8 @@ class InProcessTransport:
     def unmask(self, request: UnmaskRequest) -> dict[int, UnmaskAnswer]:
         answers, r = {}, request.plan.query.round
         survivors, dropped = tuple(request.survivors), tuple(request.dropped)  # checked once
+        if self._lists[0] == r and self._lists[1] == (survivors, dropped):
+            survivors, dropped = self._lists[1]  # the very objects each survivor signed
         for u in survivors:
             led = self.node_ledgers[u]
             try:

@@ -78,14 +78,14 @@ class RoundSums:
         live, lost = set(survivors), set(dropped)
         for u in sorted(answers):
             if u in live and plan.graph is not None:  # its own duties: its neighbourhood's
-                owed = (
-                    sorted(live.intersection(hood.closed(u))),
-                    lost.intersection(hood.neighbours(u)),
-                )
+                near = hood.closed(u)  # all of it survived if no one dropped
+                owed = (near, ()) if not lost else (
+                    live.intersection(near), lost.intersection(hood.neighbours(u))
+                )  # fmt: skip
             else:
                 owed = (survivors, dropped)
             why = check_answer(answers[u], survivors=owed[0], dropped=owed[1], n=n)
-            if u not in survivors or why is not None:
+            if u not in live or why is not None:
                 comm.rejected_replies += 1
                 log.warning(
                     "round %d: unmask answer of client %d refused (%s)",

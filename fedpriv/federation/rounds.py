@@ -86,6 +86,10 @@ class RoundPlan:
     #: The asked clients whose sealed seed shares covering this round the server lacks
     #: (they send them with their masked input; ``None``: every client sends its own).
     resend: frozenset[int] | None = None
+    #: The rounds the strategy still plans, this one included (public: its ``config.rounds``;
+    #: ``None``: unknown). A hint for the length of a new batch of seeds, never more than
+    #: the run's ``secagg-seed-batch``: a wrong one costs time, not privacy.
+    rounds_left: int | None = None
 
     @property
     def aborted(self) -> bool:
@@ -128,7 +132,8 @@ class UnmaskRequest:
         """The signatures sent to ``survivor`` with its unmask request."""
         if self.forward is None:
             return dict(self.signatures)
-        return {j: self.signatures[j] for j in self.forward[survivor]}
+        to = self.forward[survivor]
+        return dict(zip(to, map(self.signatures.__getitem__, to), strict=True))
 
 
 class Transport(Protocol):

@@ -19,7 +19,9 @@ aborted and releases nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import gc
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from fedpriv.federation.engine import (
@@ -212,6 +214,28 @@ class InProcessRuntime:
             seed=self.seed,
             secret_key=key,
         )
-        if self.secure_aggregation:
-            engine.setup_keys()
-        return engine.run(strategy, on_round=on_round)
+        if not self.secure_aggregation:
+            return engine.run(strategy, on_round=on_round)
+        engine.setup_keys()
+        with _long_lived():
+            return engine.run(strategy, on_round=on_round)
+
+
+@contextlib.contextmanager
+def _long_lived() -> Iterator[None]:
+    """The run's key material, set up: left out of the cycle collector's full passes.
+
+    K parties' pair keys and ciphers (at K = 1,000 and k = 196, millions of objects) live
+    until the run ends; each full collection during the rounds would walk them all again
+    (about 0.4 s CPU at K = 1,000). :func:`gc.freeze` sets everything alive now aside
+    until :func:`gc.unfreeze` after the run; nothing is freed later than its run's end.
+    A process that froze objects itself (a pre-fork server) is left as it is.
+    """
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()

@@ -114,7 +114,7 @@ from fedpriv.federation.secagg_common import (
     check_u64,
 )
 from fedpriv.federation.secagg_peers import PeerKeys
-from fedpriv.federation.secagg_seeds import SeedBatches
+from fedpriv.federation.secagg_seeds import SeedBatches, ShareColumn
 from fedpriv.federation.secagg_server import SecAggServer
 
 __all__ = [
@@ -135,17 +135,15 @@ class SecAggClient(PeerKeys, SeedBatches):
     """One client's side: pinned keys and peers (:class:`~fedpriv.federation.secagg_peers.
     PeerKeys`), double masking, the signed survivor list, the unmask answer.
 
-    ``private_key_bytes`` and ``signing_key_bytes`` (32 raw bytes each) are for
-    tests; otherwise both keys come from the OS CSPRNG (module docstring).
-    ``config`` fixes the threshold rule and this node's floor
-    (:meth:`SecAggConfig.effective_threshold`), which the server must announce,
-    and the targets of SecAgg+'s sparse graph, which the client derives itself
-    once :meth:`setup` is given the run id.
+    ``private_key_bytes`` and ``signing_key_bytes`` (32 raw bytes each) are for tests;
+    otherwise both keys come from the OS CSPRNG (module docstring). ``config`` fixes the
+    threshold rule and this node's floor (:meth:`SecAggConfig.effective_threshold`), which
+    the server must announce, and the targets of SecAgg+'s sparse graph, which the client
+    derives itself once :meth:`setup` is given the run id.
     """
 
     def __init__(self, **keys) -> None:
-        # client_id, private_key_bytes, signing_key_bytes, config: as PeerKeys takes them.
-        super().__init__(**keys)
+        super().__init__(**keys)  # client_id, private and signing key bytes, config: PeerKeys
         self._init_batches()
         self._rounds: dict[int, ClientRound] = {}
         self._answered: set[int] = set()  # rounds whose unmask this client answered
@@ -165,6 +163,7 @@ class SecAggClient(PeerKeys, SeedBatches):
         min_survivors: int | None = None,
         neighbours: Sequence[int] | None = None,
         resend: bool = True,
+        rounds_left: int | None = None,
     ) -> MaskedInput:
         """Step 1: y_u and the encrypted shares of a fresh b_u^r (module docstring).
 
@@ -172,15 +171,15 @@ class SecAggClient(PeerKeys, SeedBatches):
         added in the ring before any mask. ``min_survivors``: the m = n − f it was
         sized for; no survivor list shorter than m is signed or unmasked later.
 
-        ``threshold``, if given (the server's announcement), must equal this
-        client's :meth:`check_threshold`; ``public_keys``, if given, must
-        match the pinned ones; ``neighbours`` (the server's announcement under the
-        sparse graph) must be the derived ones (:meth:`check_neighbourhood`), and
-        the participants every client of the run. Once per round: two vectors
+        ``threshold``, if given (the server's announcement), must equal this client's
+        :meth:`check_threshold`; ``public_keys``, if given, the pinned ones; ``neighbours``
+        (announced under the sparse graph) the derived ones (:meth:`check_neighbourhood`),
+        the participants then every client of the run. Once per round: two vectors
         under one mask reveal their difference, so retry with a fresh round id.
 
-        b_u^r: of the batch covering r or a new one (:mod:`~fedpriv.federation.secagg_seeds`),
-        sealed shares sent if the batch is new or ``resend`` (the server lacks them).
+        b_u^r: of the batch covering r or a new one (:mod:`~fedpriv.federation.secagg_seeds`;
+        at most ``rounds_left`` rounds, the server's hint), sealed shares sent if the batch
+        is new or ``resend`` (the server lacks them).
         """
         job = self._begin(
             vector, round_id=round_id, participants=participants, codec=codec,
@@ -191,7 +190,7 @@ class SecAggClient(PeerKeys, SeedBatches):
         batch = self._covering(r, holders, t)
         if fresh := batch is None:
             # The batch's seeds: OS CSPRNG, independent; row k: holders[k]'s shares.
-            seeds = shamir.draw_seeds(self._batch_count(r))
+            seeds = shamir.draw_seeds(self._batch_count(r, rounds_left))
             raw = shamir.to_bytes(shamir.split(seeds, xs=plan.xs, threshold=t))
             batch = self._new_batch(r, holders, t, plan, seeds, raw)
         return self._finish(job, batch, send=fresh or resend)
@@ -234,14 +233,14 @@ class SecAggClient(PeerKeys, SeedBatches):
 
     def _finish(self, job: tuple, batch, *, send: bool) -> MaskedInput:
         """:meth:`mask` from :meth:`_begin`'s ``job`` and the seed batch covering its round."""
-        r, holders, t, m, out, plan = job
+        r, _, t, m, out, plan = job
         seed, own = self._use(batch, r)
         out += self._self_mask(seed, r, out.size)
-        masks = self._pair_masks(plan.order, r, out.size)
+        masks = self._pair_masks(plan.order, r, out.size, plan.streams)
         # uint64 sums wrap mod 2^64, which is the ring's addition.
         out += masks[: plan.up].sum(axis=0, dtype=np.uint64)
         out -= masks[plan.up :].sum(axis=0, dtype=np.uint64)
-        self._rounds[r] = ClientRound(frozenset(holders), out.size, t, own, m)
+        self._rounds[r] = ClientRound(plan.members, out.size, t, own, m)
         return MaskedInput(vector=out, shares=dict(batch.sealed) if send else {}, round_id=r)
 
     def _view(self, r: int, survivors: Sequence[int], dropped: Sequence[int]):
@@ -250,7 +249,7 @@ class SecAggClient(PeerKeys, SeedBatches):
             raise ValueError(f"client {self.client_id} never masked for round {r}")
         rnd = self._rounds[r]
         signed = self._views.get(r)
-        if signed is not None and signed == (tuple(sorted(survivors)), tuple(sorted(dropped))):
+        if signed and signed == (check_ids("survivors", survivors), check_ids("dropped", dropped)):
             return rnd, signed  # the very list it checked and signed: checked already
         everyone = rnd.peers if self._graph is None else self._graph.id_set
         view = consistency.check_view(
@@ -325,28 +324,27 @@ class SecAggClient(PeerKeys, SeedBatches):
         if check_u64("n", n) != rnd.size:
             raise ValueError(f"n must equal the round-{r} vector length {rnd.size}; got {n}")
         # S and D split the participants (checked): the holders in S are those not in D.
-        senders = rnd.peers.difference(gone, (self.client_id,))
+        senders, order = self._senders(rnd.peers, gone)
         if not senders.issuperset(inbox):
             raise ValueError(
                 f"inbox must hold sealed shares from other survivors holding one only "
                 f"{sorted(senders)}; got {sorted(inbox)}"
             )
         sparse = self._graph is not None
-        order = sorted(senders)
-        members = order if sparse else live  # the sparse graph: neighbours only
+        members = senders if sparse else live  # the sparse graph: neighbours only
         consistency.check_signatures(
             message=self._message(r, live, gone), signatures=signatures,
             keys=self._vpinned, survivors=members, threshold=rnd.threshold, round_id=r,
             known=[self.client_id] if r in self._views and not sparse else [],  # signed it
         )  # fmt: skip
-        shares = {self.client_id: rnd.own_share}
-        shares.update(zip(order, self._held_shares(r, order, inbox), strict=True))
+        own, held = rnd.own_share, self._held_shares(r, order, inbox)
+        shares = ShareColumn((self.client_id, *order), own + held)  # its own share first
         # Commit: from here on this round's answer is out, and no second one will follow.
         self._answered.add(r)
         self._views[r] = (live, gone)
         rnd.own_share = None
         self._forget(r)
-        lost = tuple(sorted(rnd.peers.intersection(gone)))
+        lost = tuple(sorted(rnd.peers.intersection(gone))) if gone else ()
         if not lost:
             return UnmaskAnswer(shares=shares)
         # As they stay in Σ y: +m_uv for v > u, −m_uv for v < u (uint64 wraps mod 2^64).

@@ -52,15 +52,16 @@ def mask_many(
     ready: list[tuple[int, tuple, Any, bool]] = []
     for i, (party, vector, kw) in enumerate(zip(parties, vectors, options, strict=True)):
         kw = dict(kw)
-        resend = bool(kw.pop("resend", True))
+        resend, left = bool(kw.pop("resend", True)), kw.pop("rounds_left", None)
         try:
             job = party._begin(vector, **kw)
             batch = party._covering(job[0], job[1], job[2])
+            count = party._batch_count(job[0], left) if batch is None else 0
         except Exception as err:  # that client's own refusal
             out[i] = err
             continue
         if batch is None:  # a new batch starts at this round
-            key = (job[-1].xs, job[2], party._batch_count(job[0]))
+            key = (job[-1].xs, job[2], count)
             groups.setdefault(key, []).append((i, job, resend))
         else:
             ready.append((i, job, batch, resend))

@@ -226,8 +226,8 @@ def _node_number(config: Mapping[str, object], key: str, default, lo, hi, shown)
 
 @dataclass(frozen=True, kw_only=True)
 class MaskedInput:
-    """A client's step-1 upload: y_u and its encrypted share for each other participant,
-    for round ``round_id`` (checked against the round before it enters a sum)."""
+    """A client's step-1 upload: y_u and its sealed shares for each other participant, for
+    round ``round_id`` (checked against the round before it enters a sum)."""
 
     vector: np.ndarray  # uint64, y_u
     shares: Mapping[int, bytes]  # recipient v -> AEAD ciphertext of v's share of b_u^r
@@ -235,8 +235,7 @@ class MaskedInput:
 
     @property
     def nbytes(self) -> int:
-        """Bytes uploaded: the vector plus every ciphertext (40-byte share + 16-byte tag)."""
-        return int(self.vector.nbytes) + sum(len(c) for c in self.shares.values())
+        return int(self.vector.nbytes) + sum(len(c) for c in self.shares.values())  # all sent
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -257,7 +256,8 @@ class UnmaskAnswer:
     def nbytes(self) -> int:
         """Bytes uploaded: every share, the mask sum and 8 per id of ``lost``."""
         vector = 0 if self.mask is None else int(np.asarray(self.mask).nbytes)
-        return sum(map(len, self.shares.values())) + vector + 8 * len(self.lost)
+        size = len(getattr(self.shares, "blob", b"")) or sum(map(len, self.shares.values()))
+        return size + vector + 8 * len(self.lost)  # (a ShareColumn's shares: its buffer)
 
 
 @dataclass
@@ -388,7 +388,7 @@ def self_mask_key(seed: np.ndarray) -> bytes:
     """
     # RFC 5869 with no salt (32 zero bytes) and one output block, by two HMACs in C:
     # the HKDF object costs more than the hashing, and the server derives K keys a round.
-    prk = hmac.digest(_ZERO_SALT, shamir.to_bytes(seed), "sha256")
+    prk = hmac.digest(_ZERO_SALT, shamir.seed_bytes(seed), "sha256")
     return hmac.digest(prk, _SEED_INFO + b"\x01", "sha256")
 
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Mapping, Sequence
-from operator import itemgetter
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -78,8 +77,11 @@ def view_message(
 ) -> bytes:
     """The canonical bytes a survivor signs: tag ‖ digest ‖ le64(r) ‖ |S| ‖ S ‖ |D| ‖ D
     (ids sorted, each le64), so one (run, r, S, D) has exactly one encoding."""
+    last = _last_view[0]  # every party of a process encodes the round's one list: once
+    if last and last[2] is survivors and last[3] is dropped and last[:2] == (digest, round_id):
+        return last[4]
     live, gone = sorted(survivors), sorted(dropped)
-    return b"".join(
+    out = b"".join(
         [
             _VIEW_TAG,
             bytes(digest),
@@ -87,6 +89,14 @@ def view_message(
             struct.pack(f"<{len(gone) + 1}Q", len(gone), *gone),
         ]
     )
+    if type(survivors) is tuple and type(dropped) is tuple:  # immutable: kept with it
+        _last_view[0] = (bytes(digest), round_id, survivors, dropped, out)  # one store
+    return out
+
+
+# One tuple each, replaced whole (a thread reads one consistent entry, never a mix):
+_last_view: list = [()]  # [(digest, r, S, D, encoding)] of the latest list encoded
+_last_split: list = [()]  # [(P, S, D, whether S and D split P)] of the latest list checked
 
 
 def view_nbytes(survivors: int, dropped: int) -> int:
@@ -122,11 +132,9 @@ def valid_signers(
         # Every party of a process checks the same signatures: if the first ``need`` are
         # accepted triples already (raw key, signature, message), they are the answer.
         first = offered[: max(need, 0)]
-        if first and set(first) <= keys.keys():  # all at once, in C: t lookups per party
-            pick = itemgetter(*first)
-            raw, sigs = pick(keys), pick(signatures)
-            raw, sigs = (raw, sigs) if len(first) > 1 else ((raw,), (sigs,))
-            if set(map(type, raw)) == {bytes} and list(map(seen.get, raw)) == list(sigs):
+        raw = list(map(keys.get, first))  # all at once, in C: t lookups per party
+        if first and set(map(type, raw)) == {bytes}:  # each a raw pinned key (None: none)
+            if list(map(seen.get, raw)) == list(map(signatures.__getitem__, first)):
                 return first
     for j in offered:
         if need is not None and len(ok) >= need:
@@ -177,9 +185,11 @@ def check_signatures(
     members of S signed this very (run, r, S, D) under their pinned keys. ``known``:
     signers the caller need not verify (the node itself, if it signed this very list).
     """
-    live = check_ids("survivors", survivors)
+    live = survivors if isinstance(survivors, frozenset) else frozenset(survivors)  # who counts
     signed = [j for j in sorted(set(known)) if j in live]
-    rest = {j: s for j, s in (signatures or {}).items() if j not in signed}
+    rest = signatures or {}
+    if signed:
+        rest = {j: s for j, s in rest.items() if j not in signed}
     signed += valid_signers(message, rest, keys, live, need=threshold - len(signed))
     if len(signed) < threshold:
         raise ValueError(
@@ -217,8 +227,14 @@ def check_view(
             "refused (their self-mask seed and pair masks together would unmask them)"
         )
     # Disjoint, so they split the participants iff the counts add up and both lie within.
-    split = len(live) + len(gone) == len(peers) and peers.issuperset(live)
-    if not (split and peers.issuperset(gone)) or client_id not in live:
+    last = _last_split[0]  # every party of a process checks the round's one list: once
+    if last and last[0] is peers and last[1] is live and last[2] is gone:
+        split = last[3]
+    else:
+        split = len(live) + len(gone) == len(peers) and peers.issuperset(live)
+        split = split and peers.issuperset(gone)
+        _last_split[0] = (peers, live, gone, split)  # immutable: kept alive, ids not reused
+    if not split or client_id not in live:
         raise ValueError(
             f"survivors {list(live)} and dropped {list(gone)} must split the round-{r} "
             f"participants {sorted(peers)}, with client {client_id} a survivor"

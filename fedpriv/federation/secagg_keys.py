@@ -64,7 +64,8 @@ class ClientKeys:
         self._pinned: dict[int, bytes] | None = None  # the key book, pinned at setup()
         self._vpinned: dict[int, bytes] = {}  # the verify keys, pinned with it
         self._digest = b""  # the pinned key book's digest: binds signatures to this run
-        self._keys: dict[int, tuple[bytes, bytes, bytes]] = {}  # peer -> (s, k_out, k_in)
+        self._keys_ok: tuple = (None, None)  # the latest two peer groups found pinned
+        self._keys: dict[int, bytes] = {}  # peer -> s ‖ k_out ‖ k_in (one object: K·k of them)
         # Per peer, built once and reused every round (bound methods of the AEADs):
         self._stream: dict[int, Callable] = {}  # encrypt under s (its keystream: pair masks)
         self._seal: dict[int, tuple[Callable, bytes]] = {}  # (encrypt under k_out, AD prefix)
@@ -129,7 +130,7 @@ class ClientKeys:
         self._set_keys(j, (s, k_up, k_down) if self.client_id == lo else (s, k_down, k_up))
 
     def _set_keys(self, j: int, keys: tuple[bytes, bytes, bytes]) -> None:
-        self._keys[j] = keys
+        self._keys[j] = b"".join(keys)
         s, k_out, k_in = keys
         self._stream[j] = ChaCha20Poly1305(s).encrypt
         # The associated data of sealed shares to and from j, but for the batch's header.
@@ -154,6 +155,8 @@ class ClientKeys:
             raise SecAggKeyError(
                 f"client {self.client_id} has no pinned key book: setup() never ran"
             )
+        if public_keys is None and verify_keys is None and any(p is peers for p in self._keys_ok):
+            return  # these very (immutable) peers were found pinned, and pins never change
         known = peers if isinstance(peers, frozenset | set) else set(peers)
         if not self._pinned.keys() >= known and (
             unknown := sorted(j for j in peers if j not in self._pinned)  # O(peers), not O(K)
@@ -169,13 +172,16 @@ class ClientKeys:
                     f"{what} keys of clients {changed} differ from those pinned at the key "
                     "exchange (key substitution): refused"
                 )
+        if type(peers) is tuple or type(peers) is frozenset:
+            self._keys_ok = (peers, self._keys_ok[0])  # a round's holders, as tuple and set
 
     def _keys_state(self) -> dict[str, Any]:
         """The signing key, pins and pair keys as JSON-ready values (node-local state)."""
         book = None if self._pinned is None else {str(j): k.hex() for j, k in self._pinned.items()}
+        keys = {str(j): [v[:32].hex(), v[32:64].hex(), v[64:].hex()] for j, v in self._keys.items()}
         return {
             "pinned": book,
-            "keys": {str(j): [k.hex() for k in v] for j, v in self._keys.items()},
+            "keys": keys,
             "signing": self._signer.private_bytes_raw().hex(),
             "verify": {str(j): k.hex() for j, k in self._vpinned.items()},
         }

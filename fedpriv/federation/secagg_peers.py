@@ -39,6 +39,8 @@ class HolderPlan:
     seal: tuple[tuple[Callable, bytes], ...]
     up: int
     order: tuple[int, ...]
+    streams: tuple[Callable, ...]  # the pair-mask ciphers in ``order``
+    members: frozenset[int]  # the holders as a set: one object for every round's record
 
 
 class PeerKeys(ClientKeys):
@@ -61,6 +63,7 @@ class PeerKeys(ClientKeys):
         self._run_id: str | None = None  # the graph's public seed, with the key book
         self._graph: Sparse | None = None  # the run's sparse graph (None: complete)
         self._plans: dict[tuple[int, ...], HolderPlan] = {}  # holders -> mask's order of work
+        self._senders_of: tuple = ()  # (holders, D, the other holders in S, sorted): latest
 
     def setup(
         self,
@@ -75,6 +78,8 @@ class PeerKeys(ClientKeys):
         with its neighbours only; without, the complete graph (every other client)."""
         self._run_id = None if run_id is None else str(run_id)
         super().setup(public_keys, verify_keys=verify_keys)
+        if self._graph is not None:  # the holders are the run's: their plan, once per run
+            self._holder_plan(self._graph.closed(self.client_id))
 
     def _peers_for(self, book: Mapping[int, bytes], digest: bytes) -> Iterable[int]:
         if self._run_id is not None:
@@ -130,16 +135,20 @@ class PeerKeys(ClientKeys):
             check_neighbourhood(self._graph.graph, self.client_id, announced)
         return near
 
-    def _pair_masks(self, peers: Sequence[int], round_id: int, n: int) -> np.ndarray:
+    def _pair_masks(
+        self, peers: Sequence[int], round_id: int, n: int, streams: Sequence[Callable] = ()
+    ) -> np.ndarray:
         # m_ij^r = ChaCha20 keystream, i.e. algorithms.ChaCha20(s_ij, nonce) encrypting zeros
         # with nonce = le32(block counter 1) ‖ tag ‖ le64(r). The AEAD yields exactly that
         # keystream (RFC 8439 §2.8; the test checks it) and reuses its OpenSSL context, 2× faster
         # per call; its 16-byte Poly1305 tag is dropped. The round id never enters the counter
         # word, else round r+1's stream would be round r's shifted by one block. One row per
-        # peer, from one buffer: per-peer numpy calls cost more than the cipher.
+        # peer, from one buffer: per-peer numpy calls cost more than the cipher. ``streams``:
+        # the peers' ciphers in order, if looked up already (a holder plan's).
         nonce = _MASK_TAG + round_id.to_bytes(8, "little")
-        zeros, stream = bytes(8 * n), self._stream
-        raw = b"".join([stream[j](nonce, zeros, None) for j in peers])
+        zeros = bytes(8 * n)
+        streams = streams or list(map(self._stream.__getitem__, peers))
+        raw = b"".join([f(nonce, zeros, None) for f in streams])
         return np.frombuffer(raw, dtype="<u8").reshape(len(peers), n + 2)[:, :n]
 
     def _holder_plan(self, holders: tuple[int, ...]) -> HolderPlan:
@@ -158,12 +167,25 @@ class PeerKeys(ClientKeys):
         others = tuple(j for j in holders if j != u)
         plan = HolderPlan(
             xs=xs, own=holders.index(u), others=others, up=len(up), order=up + down,
-            seal=tuple(self._seal[j] for j in others),
+            seal=tuple(self._seal[j] for j in others), members=frozenset(holders),
+            streams=tuple(self._stream[j] for j in up + down),
         )  # fmt: skip
         if len(self._plans) >= _PLANS:
             self._plans.pop(next(iter(self._plans)))
         self._plans[holders] = plan
         return plan
+
+    def _senders(
+        self, holders: frozenset[int], gone: tuple[int, ...]
+    ) -> tuple[frozenset[int], tuple[int, ...]]:
+        """The holders other than this client not in D, as a set and sorted (the same every
+        round while the holders and D are: kept)."""
+        last = self._senders_of
+        if last and last[0] is holders and last[1] == gone:
+            return last[2], last[3]
+        senders = holders.difference(gone, (self.client_id,))
+        self._senders_of = (holders, gone, senders, tuple(sorted(senders)))
+        return senders, self._senders_of[3]
 
     def _self_mask(self, seed: np.ndarray, round_id: int, n: int) -> np.ndarray:
         return self_mask(seed, round_id, n)

@@ -41,6 +41,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 from cryptography.exceptions import InvalidTag
@@ -105,6 +106,43 @@ class SeedBatch:
         )  # fmt: skip
 
 
+class ShareColumn(Mapping):
+    """A holder's unmask shares in one buffer: ``owners[k]``'s share at bytes [40k, 40k + 40).
+
+    What :meth:`~fedpriv.federation.secagg.SecAggClient.unmask` answers: a read-only
+    mapping owner → share, as a dict of them would be, whose owners and buffer the server
+    reads whole (a round has K·k shares) rather than share by share.
+    """
+
+    __slots__ = ("_at", "blob", "owners")
+
+    def __init__(self, owners: tuple[int, ...], blob: bytes) -> None:
+        if type(blob) is not bytes or len(blob) != shamir.SHARE_BYTES * len(owners):
+            raise ValueError(f"{len(owners)} shares take {shamir.SHARE_BYTES} bytes each")
+        self.owners, self.blob, self._at = tuple(owners), blob, None
+
+    def __getitem__(self, owner: int) -> bytes:
+        if self._at is None:  # built on first lookup: the server reads the buffer whole
+            size = shamir.SHARE_BYTES
+            self._at = dict(zip(self.owners, range(0, len(self.blob), size), strict=True))
+        at = self._at[owner]
+        return self.blob[at : at + shamir.SHARE_BYTES]
+
+    def __iter__(self):
+        return iter(self.owners)
+
+    def __len__(self) -> int:
+        return len(self.owners)
+
+    def __repr__(self) -> str:
+        return f"ShareColumn(owners={list(self.owners)})"  # never the shares themselves
+
+
+def column_of(shares: object) -> tuple[tuple[int, ...], bytes] | None:
+    """(owners, buffer) of a :class:`ShareColumn`, else ``None`` (read share by share)."""
+    return (shares.owners, shares.blob) if type(shares) is ShareColumn else None
+
+
 class SeedBatches:
     """A client's batches as owner, and the shares it holds as holder (module docstring).
 
@@ -119,6 +157,7 @@ class SeedBatches:
         self._held: dict[tuple[int, int], tuple[dict[int, int], np.ndarray]] = {}
         self._spans: dict[int, tuple[int, int]] = {}  # owner -> the span of its held batch
         self._answered_upto = 0  # rounds below were answered or passed: no share kept
+        self._rows_of: tuple = ()  # _held_shares' latest senders and their rows in _held
 
     def _covering(self, r: int, holders: tuple[int, ...], t: int) -> SeedBatch | None:
         """The batch covering round r (``None``: a new one starts at r); ValueError if its
@@ -141,9 +180,13 @@ class SeedBatches:
             )
         return None
 
-    def _batch_count(self, r: int) -> int:
-        """Rounds of a batch starting at r: ``config.seed_batch``, within the round ids."""
-        return max(1, min(self.config.seed_batch, 2**64 - r))
+    def _batch_count(self, r: int, rounds_left: object = None) -> int:
+        """Rounds of a batch starting at r: ``config.seed_batch``, within the round ids, and
+        no more than ``rounds_left`` (the server's hint; a value it cannot be is ignored)."""
+        most = self.config.seed_batch
+        if type(rounds_left) is int and rounds_left >= 1:  # bool, float, str: no hint
+            most = min(most, rounds_left)
+        return max(1, min(most, 2**64 - r))
 
     def _new_batch(self, r, holders, t, plan, seeds: np.ndarray, raw: bytes) -> SeedBatch:
         """Seal batch [r, r + len(seeds)): ``raw`` holds each holder's shares in holder
@@ -180,13 +223,19 @@ class SeedBatches:
             del self._batches[batch.start]  # no round left: the sealed batch is not needed
         return seed, own
 
-    def _held_shares(self, r: int, senders: Sequence[int], inbox: Mapping[int, bytes]) -> list:
-        """The share of b_w^r for each w of ``senders``: held already, or opened from its
+    def _held_shares(self, r: int, senders: Sequence[int], inbox: Mapping[int, bytes]) -> bytes:
+        """The shares of b_w^r for the w of ``senders``, one after the other (40 bytes each,
+        in ``senders``' order): each held already, or opened from its
         sealed batch ``inbox[w]`` (kept for the batch's later rounds). ValueError naming
         a sender whose share is neither, whose batch fails authentication or does not
         cover r, or who sent two different batches covering one round."""
         if r < self._answered_upto:  # its shares were dropped with an answered later round
             raise ValueError(f"round {r} comes after round {self._answered_upto - 1}: refused")
+        last = self._rows_of  # (senders, span, its held entry, their rows): the latest
+        if last and last[0] is senders and last[1][0] <= r < last[1][1]:
+            if self._held.get(last[1]) is last[2]:  # the very entry: no batch came since
+                lo = (r - last[1][0]) * shamir.SHARE_BYTES
+                return last[2][1][last[3], lo : lo + shamir.SHARE_BYTES].tobytes()
         spans = self._spans
         got = set(map(spans.get, senders))  # the spans held (usually one: batches align)
         if None in got or not all(span[0] <= r < span[1] for span in got):
@@ -198,24 +247,29 @@ class SeedBatches:
                 )
             self._take(need, inbox, r)
             got = set(map(spans.get, senders))
-        size, out = shamir.SHARE_BYTES, []
+        size, out = shamir.SHARE_BYTES, {}
         for span in got:
             rows, data = self._held[span]
-            column = data[:, (r - span[0]) * size : (r - span[0] + 1) * size].tobytes()
             mine = senders if len(got) == 1 else [w for w in senders if spans[w] == span]
-            cut = [column[i * size : (i + 1) * size] for i in map(rows.__getitem__, mine)]
+            at = np.fromiter(map(rows.__getitem__, mine), dtype=np.intp, count=len(mine))
+            lo = (r - span[0]) * size
+            column = data[at, lo : lo + size]  # one row per sender, in its order
             if len(got) == 1:
-                return cut
-            out.extend(zip(mine, cut, strict=True))
-        return list(map(dict(out).__getitem__, senders))
+                self._rows_of = (senders, span, self._held[span], at)
+                return column.tobytes()
+            out.update(zip(mine, column, strict=True))
+        return b"".join([out[w].tobytes() for w in senders])
 
     def _take(self, senders: Sequence[int], inbox: Mapping[int, bytes], r: int) -> None:
         """Open each sender's sealed batch and hold its shares (one array per span)."""
-        spans, by_head = self._spans, {}
-        for w in senders:  # grouped by clear header: one span check per distinct header
-            by_head.setdefault(bytes(inbox[w][:SPAN_BYTES]), []).append(w)
+        spans, sealed = self._spans, list(map(inbox.__getitem__, senders))
+        heads = [bytes(c[:SPAN_BYTES]) for c in sealed]
+        by_head = {heads[0]: list(senders)} if len(set(heads)) == 1 else {}  # batches align
+        for w, head in () if by_head else zip(senders, heads, strict=True):
+            by_head.setdefault(head, []).append(w)  # one span check per distinct header
         for head, group in by_head.items():
-            for w in group:  # each named if its length does not match its header
+            sizes = set(map(len, map(inbox.__getitem__, group)))  # one header: one length
+            for w in group if len(sizes) > 1 else group[:1]:  # each named if malformed
                 try:
                     start, count = span_of(inbox[w])
                 except ValueError as err:
@@ -231,7 +285,7 @@ class SeedBatches:
                     f"the shares from client {group[0]} cover rounds [{start}, {end}), not "
                     f"round {r}"
                 )
-            for w in group:
+            for w in () if spans.keys().isdisjoint(group) else group:
                 old = spans.get(w)
                 if old is not None and old[0] < end and start < old[1]:
                     raise ValueError(f"client {w} sent two batches of shares covering one round")
@@ -258,13 +312,14 @@ class SeedBatches:
     def _hold(self, span: tuple[int, int], group: Sequence[int], raw: bytes) -> None:
         """Keep ``group``'s opened batches of ``span`` (``raw``: one row per owner)."""
         new = np.frombuffer(raw, np.uint8).reshape(len(group), -1)
-        rows, data = self._held.get(span, ({}, np.zeros((0, new.shape[1]), np.uint8)))
-        rows = {**rows, **{w: len(rows) + i for i, w in enumerate(group)}}
-        data = np.concatenate([data, new])
+        rows, data = self._held.get(span, ({}, None))
+        last = len(rows)
+        rows = {**rows, **dict(zip(group, range(last, last + len(group)), strict=True))}
+        data = new.copy() if data is None else np.concatenate([data, new])  # writable
         # Shares of rounds already answered are not kept.
         data[:, : max(0, self._answered_upto - span[0]) * shamir.SHARE_BYTES] = 0
         self._held[span] = (rows, data)
-        self._spans.update((w, span) for w in group)
+        self._spans.update(zip(group, repeat(span)))
 
     def _forget(self, r: int) -> None:
         """Round r answered: zero the held shares of round r and earlier rounds (revealed
@@ -274,7 +329,9 @@ class SeedBatches:
         for span in list(self._held):
             rows, data = self._held[span]
             if r + 1 >= span[1]:
+                data[:] = 0  # zeroed, as every answered round's: no copy outlives it
                 del self._held[span]
+                self._rows_of = ()
                 for w in rows:
                     if self._spans.get(w) == span:
                         del self._spans[w]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from operator import itemgetter
+from itertools import islice
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from fedpriv.federation.secagg_common import (
     check_u64,
     self_mask,
 )
+from fedpriv.federation.secagg_seeds import column_of
 from fedpriv.federation.secagg_topology import Sparse, Topology, round_topology
 
 logger = logging.getLogger(__name__)
@@ -143,8 +144,10 @@ class SecAggServer:
             return {j: bytes(signatures[j]) for j in ok}
         # Each survivor counts its own neighbours' signatures: verify every one (once).
         ok = set(consistency.valid_signers(message, signatures, keys, live))
+        every = len(ok) == len(peers)  # all signed: each counts all its neighbours
         for u in live:
-            if (got := len(ok.intersection(hood.neighbours(u)))) < t:
+            near = hood.neighbours(u)
+            if (got := len(near) if every else len(ok.intersection(near))) < t:
                 raise self._abort(
                     r, f"{got} valid signatures by survivor {u}'s neighbours < t = {t}"
                 )
@@ -155,8 +158,8 @@ class SecAggServer:
         request: all of them (complete graph: t), or t of its neighbours' (sparse)."""
         if self.graph is None:
             return sorted(signatures)
-        near = [j for j in self.graph.neighbours(survivor) if j in signatures]
-        return near[: self.graph.threshold]
+        near = filter(signatures.__contains__, self.graph.neighbours(survivor))
+        return list(islice(near, self.graph.threshold))  # the first t, in neighbour order
 
     def inboxes(
         self, survivors: Sequence[int], shares: Mapping[int, Mapping[int, bytes]]
@@ -208,15 +211,19 @@ class SecAggServer:
         if silent:
             raise self._abort(r, f"survivors {silent} did not reveal their masks with {gone}")
         for i in told:
-            got, near = answers[i], hood.neighbours(i)
-            owe_shares, owe_masks = alive.intersection(hood.closed(i)), lost.intersection(near)
-            if not set(got.shares) <= owe_shares or not set(got.lost) <= owe_masks:
+            got, shares = answers[i], set(answers[i].shares)
+            if lost:
+                owe_shares = alive.intersection(hood.closed(i))
+                owe_masks = lost.intersection(hood.neighbours(i))
+            else:  # no one dropped: its whole closed neighbourhood survived
+                owe_shares, owe_masks = set(hood.closed(i)), set()
+            if not shares <= owe_shares or not set(got.lost) <= owe_masks:
                 raise ValueError(
                     f"round {r}: client {i} must answer shares for survivors "
                     f"{sorted(owe_shares)} and masks for dropped {sorted(owe_masks)}; got "
                     f"{sorted(got.shares)}, {sorted(got.lost)}"
                 )
-            if set(got.shares) != owe_shares or set(got.lost) != owe_masks:
+            if shares != owe_shares or set(got.lost) != owe_masks:
                 raise self._abort(r, f"client {i}'s unmask answer is incomplete")
             if (got.mask is None) != (not got.lost):
                 raise ValueError(f"round {r}: client {i}'s mask sum must come with its lost")
@@ -241,8 +248,9 @@ class SecAggServer:
         (:func:`~fedpriv.federation.shamir.reconstruct_many`); aborts naming a seed that cannot be
         recovered (too few shares, a malformed share, or extra shares off the polynomial)."""
         t = hood.threshold
-        for i in told:
-            if set(map(len, answers[i].shares.values())) != {shamir.SHARE_BYTES}:
+        for i in told:  # a ShareColumn holds 40 bytes a share by construction
+            shares = answers[i].shares
+            if column_of(shares) is None and set(map(len, shares.values())) != {shamir.SHARE_BYTES}:
                 raise self._abort(
                     r, f"client {i}'s unmask answer holds a share that is not "
                     f"{shamir.SHARE_BYTES} bytes",
@@ -263,16 +271,43 @@ class SecAggServer:
 def _gathered(hood, told, live, held, t, r, abort):
     """(points, owners, ys) per group of :func:`seed_groups`: ys[k, g] the share at
     points[k] of owner g's seed, one row of LIMBS words."""
-    for points, members in seed_groups(hood, told, live).items():
+    groups = seed_groups(hood, told, live)
+    for points, members in groups.items():
         if len(points) < t:
             raise abort(r, f"survivor {members[0][0]}'s seed has {len(points)} shares < t = {t}")
-        # Owner by owner, its holders' shares in point order (the inner loop in C).
-        raw = b"".join(
-            [b"".join(map(itemgetter(u), map(held.__getitem__, hs))) for u, hs in members]
-        )
-        group = [u for u, _ in members]
-        ys = np.frombuffer(raw, dtype="<u8").astype(np.uint64)
-        yield points, group, ys.reshape(len(group), len(points), shamir.LIMBS).transpose(1, 0, 2)
+    # Every answer's shares in its own order, one buffer; where each (holder, owner) share
+    # lies in it depends on the answers' orders alone: computed once while they repeat.
+    whole = [column_of(held[i]) or (tuple(held[i]), b"".join(held[i].values())) for i in told]
+    layout = tuple(owners for owners, _ in whole)
+    index = _share_index(hood, tuple(told), tuple(live), layout, groups)
+    raw = b"".join([blob for _, blob in whole])
+    rows = np.frombuffer(raw, dtype="<u8").astype(np.uint64).reshape(-1, shamir.LIMBS)
+    for points, members in groups.items():
+        yield points, [u for u, _ in members], rows[index[points]]
+
+
+_last_index: list = [()]  # [((hood, told, live, layout), index)]: the latest, replaced whole
+
+
+def _share_index(hood, told, live, layout, groups) -> dict[tuple[int, ...], np.ndarray]:
+    """{points: (points × owners) positions in the answers' buffer} for :func:`_gathered`:
+    holder i's share of owner u lies at (shares before i's) + (u's place in i's answer)."""
+    key = (told, live, layout)
+    last = _last_index[0]
+    if last and last[0][0] is hood and last[0][1:] == key:
+        return last[1]  # the same answers' layout as the latest round's
+    where, base = {}, 0
+    for i, owners in zip(told, layout, strict=True):
+        where[i] = dict(zip(owners, range(base, base + len(owners)), strict=True))
+        base += len(owners)
+    index = {}
+    for points, members in groups.items():
+        owners, holders = [u for u, _ in members], [hs for _, hs in members]
+        rows = zip(*holders, strict=True)  # row k: each owner's holder at points[k]
+        at = [[where[h][u] for u, h in zip(owners, row, strict=True)] for row in rows]
+        index[points] = np.array(at, dtype=np.intp).reshape(len(points), len(owners))
+    _last_index[0] = ((hood, *key), index)
+    return index
 
 
 def seed_groups(

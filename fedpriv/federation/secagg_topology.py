@@ -90,6 +90,7 @@ class Sparse:
     _lists: dict[tuple[int, ...], tuple[bool, frozenset[int]]] = field(
         default_factory=dict, repr=False
     )
+    _last: list = field(default_factory=lambda: [()], repr=False)  # [(latest list, verdict)]
 
     @cached_property
     def ids(self) -> tuple[int, ...]:
@@ -148,11 +149,15 @@ class Sparse:
 
     def own_problem(self, u: int, survivors: Iterable[int]) -> str | None:
         """A client's own check of a survivor list: connected, and t of its neighbours in it."""
-        live = tuple(survivors)
-        if (seen := self._lists.get(live)) is None:  # every client checks the same list
+        last = self._last[0]  # one tuple, replaced whole: a consistent read
+        if last and last[0] is survivors:  # the very list the last client checked
+            seen, live = last[1], survivors
+        elif (seen := self._lists.get(live := tuple(survivors))) is None:  # one list a round
             if len(self._lists) >= 4:
                 del self._lists[next(iter(self._lists))]
             seen = self._lists[live] = (survivors_connected(self.graph, live), frozenset(live))
+        if type(survivors) is tuple:  # immutable: kept (alive) with its verdict
+            self._last[0] = (survivors, seen)
         if not seen[0]:
             return f"the {len(live)} survivors are not connected in the communication graph"
         near = len(seen[1].intersection(self.neighbours(u)))

@@ -22,8 +22,9 @@ polynomials at once. Their shares at n points are one matrix product,
 with V cached per point set, and the secrets are s = λ(0)·Y_base, where
 Y_base holds the shares at the t smallest points and the Lagrange weights
 λ_j(0) are computed once per point set (cached) and reused for every secret of
-the batch. Checking the extra shares is the same product at their points:
-Y_extra = Λ(x_extra)·Y_base, row by row. The arithmetic is
+the batch. The extra shares must satisfy Y_extra = Λ(x_extra)·Y_base; a random
+combination of their rows is checked (one row of products, not one per extra share;
+false acceptance 1/p), and a failure is located row by row. The arithmetic is
 :mod:`fedpriv.federation.field` (uint64 arrays, no Python integer per share).
 
 Field and seeds. p = 2^61 − 1, a Mersenne prime. One element carries
@@ -265,8 +266,12 @@ def reconstruct_many(
             weights += _weights_of([j[0] for j in jobs[lo : lo + _BATCH]], threshold, prime)
     out = []
     for k, (ranked, flat, batch) in enumerate(jobs):
-        got = field.matmul(weights[k], flat[:threshold], prime)
-        if len(ranked) > threshold and (off := got[1:] != flat[threshold:]).any():
+        secret = _checked(weights[k], flat, threshold, prime)
+        if secret is not None:
+            out.append(secret.reshape(batch))
+            continue
+        got = field.matmul(weights[k], flat[:threshold], prime)  # locate the wrong share
+        if (off := got[1:] != flat[threshold:]).any():
             col = int(np.flatnonzero(off.any(axis=0))[0])
             row = int(np.flatnonzero(off[:, col])[0])
             raise ShamirError(
@@ -274,8 +279,34 @@ def reconstruct_many(
                 f"x = {list(ranked[:threshold])}: some share is wrong",
                 index=tuple(int(i) for i in np.unravel_index(col, batch)), item=k,
             )  # fmt: skip
-        out.append(got[0].reshape(batch))
+        out.append(got[0].reshape(batch))  # every extra share checked one by one: on it
     return out
+
+
+def _checked(weights: np.ndarray, flat: np.ndarray, threshold: int, prime: int):
+    """The secrets λ(0)·Y_base if every extra share lies on the polynomial; ``None`` if
+    some may not (then :func:`reconstruct_many` checks them one by one).
+
+    Random combinations of the extra rows instead of each (Schwartz–Zippel, the batch
+    check of a linear relation): with ρ uniform on GF(p)^e drawn after the shares (OS
+    CSPRNG), a column whose extra shares E differ from their completions Λ_e·Y_base
+    passes ρ·E = (ρ·Λ_e)·Y_base with probability 1/p, so c independent rows of ρ let a
+    wrong share through with probability p^−c ≤ 2^−60: for p = 2^61 − 1 one row, three
+    rows of products instead of 1 + e. A small test prime needs more rows than the
+    extra shares themselves: then each is checked.
+    """
+    extra = flat.shape[0] - threshold
+    if extra == 0:  # exactly t shares: nothing to check
+        return field.matmul(weights[:1], flat[:threshold], prime)[0]
+    rows = -(-60 // (prime.bit_length() - 1))  # p ≥ 2^(bits − 1): p^−rows ≤ 2^−60
+    if rows >= extra:
+        return None
+    rho = field.random_elements((rows, extra), prime)
+    left = np.concatenate([weights[:1], field.matmul(rho, weights[1:], prime)])
+    got = field.matmul(left, flat[:threshold], prime)
+    if (got[1:] != field.matmul(rho, flat[threshold:], prime)).any():
+        return None
+    return got[0]
 
 
 def _weights_of(point_sets: list[tuple[int, ...]], threshold: int, prime: int) -> list:
@@ -329,6 +360,15 @@ def draw_seeds(count: int, prime: int = PRIME) -> np.ndarray:
 def to_bytes(elements: np.ndarray) -> bytes:
     """Elements of GF(:data:`PRIME`) as little-endian uint64 words (a seed's share: 40 bytes)."""
     return _check_elements("field elements", elements, PRIME).astype("<u8").tobytes()
+
+
+def seed_bytes(seed: np.ndarray) -> bytes:
+    """:func:`to_bytes` of one seed; its checks in a few Python operations, not numpy calls
+    (the self-mask key of every seed, every round, is derived from these bytes)."""
+    if type(seed) is np.ndarray and seed.dtype.str == "<u8" and seed.size == LIMBS:
+        if max(seed.tolist()) < PRIME:
+            return seed.tobytes()
+    return to_bytes(seed)
 
 
 def from_bytes(raw: bytes, *, count: int = LIMBS) -> np.ndarray:

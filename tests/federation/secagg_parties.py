@@ -45,14 +45,16 @@ def _vectors(ids, n, seed, max_abs=CODEC.max_abs):
     return {i: rng.uniform(-max_abs, max_abs, size=n) for i in ids}
 
 
-def _round(clients, xs, r, *, participants=None, late=(), codec=CODEC, server=None):
-    """One honest round. Every client in ``xs`` masks; those in ``late`` reply after the
-    deadline (the server holds their reply but treats them as dropped), participants
-    not in ``xs`` never reply. Returns (sum, every masked upload, unmask answers)."""
+def _round(clients, xs, r, *, participants=None, late=(), codec=CODEC, server=None, **hint):
+    """One honest round. Every client in ``xs`` masks (``hint``: further keywords of its
+    ``mask``); those in ``late`` reply after the deadline (the server holds their reply but
+    treats them as dropped), participants not in ``xs`` never reply. Returns (sum, every
+    masked upload, unmask answers)."""
     participants = sorted(clients) if participants is None else participants
     server = server or SecAggServer(codec=codec)
     ups = {
-        i: clients[i].mask(xs[i], round_id=r, participants=participants, codec=codec) for i in xs
+        i: clients[i].mask(xs[i], round_id=r, participants=participants, codec=codec, **hint)
+        for i in xs
     }
     on_time = {i: u for i, u in ups.items() if i not in late}
     live, gone = server.unmask_plan(round_id=r, participants=participants, masked=on_time)

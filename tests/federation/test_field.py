@@ -81,8 +81,9 @@ def test_matmul_limb_products_are_exact_on_small_matrices_too(case):
 
 def test_matmul_limb_sums_do_not_wrap_at_the_largest_entries():
     # (p−1)^2 ≡ 1, so each entry of the product of all-(p−1) matrices is k mod p; the
-    # limb sums are then at their largest. Blocks over columns must agree too.
-    for k in (1, 2048, field.MAX_INNER):
+    # limb sums are then at their largest (k at the float64 class sums' bound, and past it,
+    # at the float64 limb sums' and past it). Blocks over columns must agree too.
+    for k in (1, field.FLOAT_CLASS_INNER, field.FLOAT_CLASS_INNER + 1, 2048, 2049, field.MAX_INNER):
         a = np.full((2, k), P - 1, dtype=np.uint64)
         b = np.full((k, 3), P - 1, dtype=np.uint64)
         np.testing.assert_array_equal(field.matmul(a, b), np.full((2, 3), k % P))

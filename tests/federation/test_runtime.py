@@ -112,9 +112,10 @@ def test_communication_counts_floats_and_bytes(clients):
     assert comm["floats_uploaded_per_client"] == [10 * 16] * 5  # 2·2^D floats per round
     # Per round: the masked vector, the 64 B signature on the survivor list and the unmask
     # answer (5 shares of 40 B, no pair masks without dropouts); once: the public key and
-    # the verify key, and a batch of 16 rounds' seed shares sealed for each of the 4 other
-    # holders (10 B header, 16 shares of 40 B, 16 B tag).
-    batch = 4 * (10 + 16 * 40 + 16)
+    # the verify key, and one batch of seed shares sealed for each of the 4 other holders
+    # (10 B header, a share of 40 B for each of the run's 10 rounds, 16 B tag): the batch
+    # holds the rounds the strategy plans, not the 16 a batch may cover.
+    batch = 4 * (10 + 10 * 40 + 16)
     assert comm["bytes_uploaded_per_client"] == [10 * (16 * 8 + 64 + 5 * 40) + batch + 64] * 5
     assert comm["rounds"] == 10
 

@@ -26,10 +26,10 @@ def test_a_sparse_in_process_fit_at_k100_releases_the_plain_sums_model(hundred, 
     assert comm.recoveries == (4 if dropout_rate else 0)  # every round lost a few, recovered
     # The graph is sparse (k = 52 of K − 1 = 99): per round each client uploads its vector,
     # signs once (64 B) and answers its shares (40 B) for its surviving closed neighbourhood
-    # (53 without dropouts); once, its two public keys and a batch of 16 rounds' seed
-    # shares sealed for each of its 52 neighbours (10 B header, 16 × 40 B, 16 B tag).
+    # (53 without dropouts); once, its two public keys and a batch of the run's 4 rounds'
+    # seed shares sealed for each of its 52 neighbours (10 B header, 4 × 40 B, 16 B tag).
     if not dropout_rate:
         n = 2 * 2**2  # boosting's reply: (Σg, Σh) per leaf
         per_round = 8 * n + 64 + 53 * 40
-        batch = 52 * (10 + 16 * 40 + 16)
+        batch = 52 * (10 + 4 * 40 + 16)
         assert comm.bytes_uploaded.tolist() == [4 * per_round + batch + 64] * 100

@@ -273,3 +273,49 @@ def test_the_server_screens_a_batch_longer_than_the_run_allows():
     empty = dataclasses.replace(up, shares={})
     assert check_masked(empty, **kw, sealed_due=False) is None  # sent with an earlier round
     assert "shares addressed to []" in check_masked(empty, **kw, sealed_due=True)
+
+
+@pytest.mark.parametrize(
+    ("hint", "count"),
+    [(3, 3), (1, 1), (BATCH, BATCH), (10**9, BATCH), (None, BATCH), (0, BATCH), (-2, BATCH),
+     (True, BATCH), (2.0, BATCH), ("2", BATCH)],
+)  # fmt: skip
+def test_the_rounds_left_hint_shortens_a_batch_and_nothing_else(hint, count):
+    # The server's hint (the rounds its strategy still plans) caps a new batch; a value a
+    # round count cannot be is ignored, and no hint lengthens a batch past the run's.
+    clients = _batched()
+    for r in range(count + 1):  # the batch, then the first round of the next
+        xs = _vectors(clients, N, seed=r)
+        total, ups, _ = _round(clients, xs, r, rounds_left=hint)
+        np.testing.assert_array_equal(total, sum_plain(xs.values(), CODEC))
+        for up in ups.values():
+            heads = {struct.unpack(">QH", c[:10]) for c in up.shares.values()}
+            start = r - r % count
+            assert heads == {(start, min(count, BATCH))}
+
+
+def test_an_unmask_answer_is_one_buffer_read_as_a_mapping():
+    # A holder answers its shares as one buffer (ShareColumn): a read-only mapping equal to
+    # the dict of the same shares, that never prints them and refuses a buffer of the wrong
+    # length; the server checks it as it checks a dict.
+    from fedpriv.federation.replies import check_answer
+    from fedpriv.federation.secagg_seeds import ShareColumn
+
+    clients = _batched()
+    xs = _vectors(clients, N, seed=1)
+    total, _, answers = _round(clients, xs, 0)
+    np.testing.assert_array_equal(total, sum_plain(xs.values(), CODEC))
+    got = answers[2].shares
+    assert isinstance(got, ShareColumn) and sorted(got) == sorted(clients)
+    plain = {w: got.blob[40 * k : 40 * k + 40] for k, w in enumerate(got.owners)}
+    assert got == plain and dict(got) == plain and got[3] == plain[3] and len(got) == 5
+    assert got.blob.hex() not in repr(got) and plain[3].hex() not in repr(got)
+    assert answers[2].nbytes == 5 * 40
+    with pytest.raises(ValueError, match="40 bytes each"):
+        ShareColumn((1, 2), bytes(79))
+    with pytest.raises(TypeError):
+        got[3] = bytes(40)  # read-only
+    short = ShareColumn(got.owners[:-1], got.blob[:-40])
+    answer = dataclasses.replace(answers[2], shares=short)
+    assert check_answer(answer, survivors=sorted(clients), dropped=[], n=N) is not None
+    assert check_answer(answers[2], survivors=sorted(clients), dropped=[], n=N) is None

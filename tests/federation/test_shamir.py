@@ -162,3 +162,13 @@ def test_a_seed_share_is_40_bytes_and_malformed_bytes_are_refused():
         shamir.from_bytes(raw[:-1])
     with pytest.raises(ValueError, match="field elements must be uint64 elements"):
         shamir.from_bytes(raw[:-8] + (2**64 - 1).to_bytes(8, "little"))
+
+
+def test_a_seeds_bytes_are_its_to_bytes_and_refuse_what_it_refuses():
+    seed = shamir.draw_seed()
+    assert shamir.seed_bytes(seed) == shamir.to_bytes(seed) == seed.astype("<u8").tobytes()
+    view = np.stack([seed, seed])[:, ::-1][0]  # a strided view: the same bytes in C order
+    assert shamir.seed_bytes(view) == shamir.to_bytes(view)
+    for bad in (np.full(shamir.LIMBS, P, np.uint64), seed.astype(np.int64)):
+        with pytest.raises(ValueError, match="elements of GF"):
+            shamir.seed_bytes(bad)

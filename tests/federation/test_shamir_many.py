@@ -3,6 +3,8 @@ the same refusals as one ``reconstruct`` per item, and a SecAgg+ round whose see
 different holder sets (a silent neighbour) names the client whose seed a forged share
 spoils."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -81,7 +83,61 @@ def test_a_forged_share_in_a_round_with_a_silent_neighbour_names_its_owner():
                                   silent={silent}, aggregate=False)  # fmt: skip
     share = shamir.from_bytes(answers[holder].shares[owner])
     share[2] = (share[2] + np.uint64(1)) % np.uint64(P)
-    answers[holder].shares[owner] = share.astype("<u8").tobytes()
+    forged = {**answers[holder].shares, owner: share.astype("<u8").tobytes()}
+    answers[holder] = dataclasses.replace(answers[holder], shares=forged)
     with pytest.raises(SecAggAbort, match=rf"seed of client {owner} is unrecoverable"):
         server.aggregate(round_id=1, participants=sorted(clients),
                          masked={i: u.vector for i, u in ups.items()}, answers=answers)  # fmt: skip
+
+
+@pytest.mark.parametrize("prime", [P, 8191])
+def test_the_combined_check_refuses_every_off_share_and_passes_the_untouched(prime):
+    # Many extra shares are checked by random combinations of their rows (p^−rows ≤ 2^−60
+    # per wrong column): a share one off in any row and column is never let through.
+    t, extra = 12, 30
+    xs = list(range(1, t + extra + 1))
+    seeds = field.random_elements((40, shamir.LIMBS), prime)
+    ys = shamir.split(seeds, xs=xs, threshold=t, prime=prime)
+    flat = ys.reshape(len(xs), -1)
+    weights = shamir.lagrange_weights(tuple(xs[:t]), (0, *xs[t:]), prime)
+    rng = np.random.default_rng(7)
+    for _ in range(100):
+        bad = flat.copy()
+        row, col = int(rng.integers(t, t + extra)), int(rng.integers(flat.shape[1]))
+        bad[row, col] = (bad[row, col] + np.uint64(rng.integers(1, prime))) % np.uint64(prime)
+        assert shamir._checked(weights, bad, t, prime) is None
+    # The twin: untouched shares pass and give the seeds.
+    got = shamir._checked(weights, flat, t, prime)
+    np.testing.assert_array_equal(got.reshape(seeds.shape), seeds)
+
+
+def test_the_servers_share_layout_follows_each_answers_own_order(monkeypatch):
+    # The server finds each share by its place in its holder's answer, remembered while the
+    # answers' orders repeat: an answer listing the same shares in another order is read by
+    # that order, never by the remembered one.
+    from fedpriv.federation import secagg_server
+
+    clients = _clients()
+    xs = _vectors(clients, seed=3)
+    ups = _mask(clients, xs, 0)
+    server = SecAggServer(codec=CODEC, graph=clients[0].graph)
+    total, answers, _ = _finish_round(clients, server, ups)
+    np.testing.assert_array_equal(total, sum_plain(xs.values(), CODEC))
+    masked = {i: u.vector for i, u in ups.items()}
+
+    def again(answers):
+        fresh = SecAggServer(codec=CODEC, graph=clients[0].graph)
+        return fresh.aggregate(round_id=0, participants=sorted(clients), masked=masked,
+                               answers=answers)  # fmt: skip
+
+    np.testing.assert_array_equal(again(answers), total)  # the remembered layout
+    stale = secagg_server._last_index[0][1]
+    turned = dict(answers)
+    for i in list(turned)[:3]:  # three answers list their shares backwards
+        a = turned[i]
+        turned[i] = type(a)(shares=dict(reversed(list(a.shares.items()))), lost=a.lost, mask=a.mask)
+    np.testing.assert_array_equal(again(turned), total)
+    # The twin: a server that kept the remembered layout reads the wrong shares.
+    monkeypatch.setattr(secagg_server, "_share_index", lambda *a: stale)
+    with pytest.raises(SecAggAbort, match="unrecoverable"):
+        again(turned)
