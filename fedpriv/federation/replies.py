@@ -20,7 +20,7 @@ import numpy as np
 
 from fedpriv.federation import shamir
 from fedpriv.federation.secagg_common import MAX_SEED_BATCH, MaskedInput, UnmaskAnswer
-from fedpriv.federation.secagg_seeds import SPAN_BYTES, column_of, span_of
+from fedpriv.federation.secagg_seeds import SPAN_BYTES, ShareColumn, column_of, span_of
 
 #: One Shamir share of a seed: 5 elements of GF(2^61 − 1) in 40 bytes (``shamir.to_bytes``).
 SHARE_BYTES = shamir.SHARE_BYTES
@@ -124,8 +124,9 @@ def check_answer(
     shares, lost = answer.shares, answer.lost
     if not isinstance(shares, Mapping) or set(shares) != set(survivors):
         return "shares are not one per survivor"
-    if shares and column_of(shares) is None and not _all_bytes(shares.values(), SHARE_BYTES):
-        return f"a share is not {SHARE_BYTES} bytes"  # (a ShareColumn holds 40 bytes each)
+    column = type(shares) is ShareColumn  # one buffer: 40 bytes a share, checked whole
+    if shares and not (column_of(shares) if column else _all_bytes(shares.values(), SHARE_BYTES)):
+        return f"a share is not {SHARE_BYTES} bytes"
     if not isinstance(lost, tuple) or sorted(lost) != sorted(dropped):  # duplicates too
         return "the pair-mask sum does not cover each dropped client once"
     if not lost:

@@ -40,6 +40,7 @@ from fedpriv.federation.inprocess_transport import InProcessTransport
 from fedpriv.federation.protocol import ClientData, ClientHandler, Strategy
 from fedpriv.federation.secagg import SecAggConfig
 from fedpriv.federation.secagg_common import RUN_SEED_BATCH
+from fedpriv.federation.secagg_server import forget_latest
 from fedpriv.privacy.distributed import DERIVED_KEYS_CAVEAT, DistributedNoise
 from fedpriv.privacy.node_budget import NodeLedger
 from fedpriv.privacy.randomness import SecretKey
@@ -216,22 +217,32 @@ class InProcessRuntime:
         )
         if not self.secure_aggregation:
             return engine.run(strategy, on_round=on_round)
+        large = len(self.clients) >= LARGE_RUN and not gc.get_freeze_count()
         engine.setup_keys()
-        with _long_lived():
-            return engine.run(strategy, on_round=on_round)
+        try:
+            with _long_lived(large):
+                return engine.run(strategy, on_round=on_round)
+        finally:
+            forget_latest()  # the process-wide memos of the run's latest round
+
+
+#: Clients from which an in-process secure run sets its key material aside (below: tiny).
+LARGE_RUN = 100
 
 
 @contextlib.contextmanager
-def _long_lived() -> Iterator[None]:
-    """The run's key material, set up: left out of the cycle collector's full passes.
+def _long_lived(active: bool) -> Iterator[None]:
+    """A large run's key material, set up: left out of the cycle collector's full passes.
 
-    K parties' pair keys and ciphers (at K = 1,000 and k = 196, millions of objects) live
-    until the run ends; each full collection during the rounds would walk them all again
-    (about 0.4 s CPU at K = 1,000). :func:`gc.freeze` sets everything alive now aside
-    until :func:`gc.unfreeze` after the run; nothing is freed later than its run's end.
-    A process that froze objects itself (a pre-fork server) is left as it is.
+    K parties' pair keys and ciphers (at K = 1,000 and k = 196, about a million tracked
+    objects) live until the run ends; each full collection during the rounds would walk
+    them all again (about 0.4 s CPU at K = 1,000). :func:`gc.freeze` sets everything alive
+    once the keys are set up aside until :func:`gc.unfreeze` at the run's end: garbage
+    cycles that exist by then are collected after the run, not during it. A process that
+    froze objects itself (a pre-fork server) is left as it is; of two runs in threads of
+    one process, the first to end thaws both sets (time, not results).
     """
-    if gc.get_freeze_count():
+    if not active:
         yield
         return
     gc.freeze()

@@ -54,8 +54,8 @@ sized for (:mod:`fedpriv.privacy.distributed`).
 4. The server needs answers from ≥ t survivors (all of them if D ≠ ∅, to remove
    every pair mask with D), reconstructs every b_w^r at once (one matrix product mod p
    for the seeds whose shares come from the same answers, the Lagrange weights of all
-   such holder sets in one batch, checking every extra share lies on the same
-   polynomial), and outputs
+   such holder sets in one batch, checking the extra shares lie on the same polynomial
+   by random combinations: a wrong one passes with probability ≤ 2^-60), and outputs
    Σ_{u∈S} y_u − Σ_{u∈S} PRG(b_u^r) − (pair masks with D) = Σ_{u∈S} x_u exactly in
    Z_{2^64} (:meth:`SecAggServer.aggregate`).
 

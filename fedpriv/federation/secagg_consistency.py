@@ -99,6 +99,11 @@ _last_view: list = [()]  # [(digest, r, S, D, encoding)] of the latest list enco
 _last_split: list = [()]  # [(P, S, D, whether S and D split P)] of the latest list checked
 
 
+def forget_latest() -> None:
+    """Drop the remembered latest survivor list (its encoding and its check)."""
+    _last_view[0] = _last_split[0] = ()
+
+
 def view_nbytes(survivors: int, dropped: int) -> int:
     """Bytes of the (S, D) encoding sent to each survivor: 8 per id plus the two lengths."""
     return 8 * (survivors + dropped + 2)
@@ -182,8 +187,10 @@ def check_signatures(
     """t valid signers among ``survivors``; ValueError if there are fewer than ``threshold``.
 
     The node's rule before it reveals anything (module docstring): t distinct
-    members of S signed this very (run, r, S, D) under their pinned keys. ``known``:
-    signers the caller need not verify (the node itself, if it signed this very list).
+    members of S signed this very (run, r, S, D) under their pinned keys. ``survivors``:
+    whose signatures count (ids the caller checked: a filter here, not validated again).
+    ``known``: signers the caller need not verify (the node itself, if it signed this
+    very list).
     """
     live = survivors if isinstance(survivors, frozenset) else frozenset(survivors)  # who counts
     signed = [j for j in sorted(set(known)) if j in live]

@@ -119,12 +119,18 @@ class ShareColumn(Mapping):
     def __init__(self, owners: tuple[int, ...], blob: bytes) -> None:
         if type(blob) is not bytes or len(blob) != shamir.SHARE_BYTES * len(owners):
             raise ValueError(f"{len(owners)} shares take {shamir.SHARE_BYTES} bytes each")
-        self.owners, self.blob, self._at = tuple(owners), blob, None
+        if len(set(owners)) != len(owners):
+            raise ValueError(f"a column names each owner once; got {list(owners)}")
+        for name, value in (("owners", tuple(owners)), ("blob", blob), ("_at", None)):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a ShareColumn is read-only: {name} cannot be set")
 
     def __getitem__(self, owner: int) -> bytes:
         if self._at is None:  # built on first lookup: the server reads the buffer whole
-            size = shamir.SHARE_BYTES
-            self._at = dict(zip(self.owners, range(0, len(self.blob), size), strict=True))
+            places = range(0, len(self.blob), shamir.SHARE_BYTES)
+            object.__setattr__(self, "_at", dict(zip(self.owners, places, strict=True)))
         at = self._at[owner]
         return self.blob[at : at + shamir.SHARE_BYTES]
 
@@ -139,8 +145,13 @@ class ShareColumn(Mapping):
 
 
 def column_of(shares: object) -> tuple[tuple[int, ...], bytes] | None:
-    """(owners, buffer) of a :class:`ShareColumn`, else ``None`` (read share by share)."""
-    return (shares.owners, shares.blob) if type(shares) is ShareColumn else None
+    """(owners, buffer) of a well-formed :class:`ShareColumn` (40 bytes a share, checked
+    again here), else ``None``: read share by share, with every check."""
+    if type(shares) is not ShareColumn:
+        return None
+    owners, blob = shares.owners, shares.blob
+    ok = type(owners) is tuple and type(blob) is bytes
+    return (owners, blob) if ok and len(blob) == shamir.SHARE_BYTES * len(owners) else None
 
 
 class SeedBatches:
@@ -329,7 +340,7 @@ class SeedBatches:
         for span in list(self._held):
             rows, data = self._held[span]
             if r + 1 >= span[1]:
-                data[:] = 0  # zeroed, as every answered round's: no copy outlives it
+                data[:] = 0  # zeroed, as every answered round's (copies handed out are not)
                 del self._held[span]
                 self._rows_of = ()
                 for w in rows:

@@ -30,7 +30,7 @@ from fedpriv.federation.secagg_common import (
     check_u64,
     self_mask,
 )
-from fedpriv.federation.secagg_seeds import column_of
+from fedpriv.federation.secagg_seeds import ShareColumn, column_of
 from fedpriv.federation.secagg_topology import Sparse, Topology, round_topology
 
 logger = logging.getLogger(__name__)
@@ -250,7 +250,11 @@ class SecAggServer:
         t = hood.threshold
         for i in told:  # a ShareColumn holds 40 bytes a share by construction
             shares = answers[i].shares
-            if column_of(shares) is None and set(map(len, shares.values())) != {shamir.SHARE_BYTES}:
+            if type(shares) is ShareColumn:  # one buffer: 40 bytes a share, checked whole
+                bad = column_of(shares) is None
+            else:
+                bad = set(map(len, shares.values())) != {shamir.SHARE_BYTES}
+            if bad:
                 raise self._abort(
                     r, f"client {i}'s unmask answer holds a share that is not "
                     f"{shamir.SHARE_BYTES} bytes",
@@ -287,6 +291,13 @@ def _gathered(hood, told, live, held, t, r, abort):
 
 
 _last_index: list = [()]  # [((hood, told, live, layout), index)]: the latest, replaced whole
+
+
+def forget_latest() -> None:
+    """Drop the process's remembered latest round (its share layout, the survivor list's
+    encoding and check): a run's end, so nothing of it stays referenced."""
+    _last_index[0] = ()
+    consistency.forget_latest()
 
 
 def _share_index(hood, told, live, layout, groups) -> dict[tuple[int, ...], np.ndarray]:

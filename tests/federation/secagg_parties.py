@@ -45,11 +45,13 @@ def _vectors(ids, n, seed, max_abs=CODEC.max_abs):
     return {i: rng.uniform(-max_abs, max_abs, size=n) for i in ids}
 
 
-def _round(clients, xs, r, *, participants=None, late=(), codec=CODEC, server=None, **hint):
+def _round(clients, xs, r, *, participants=None, late=(), codec=CODEC, server=None,
+           aggregate=True, **hint):  # fmt: skip
     """One honest round. Every client in ``xs`` masks (``hint``: further keywords of its
     ``mask``); those in ``late`` reply after the deadline (the server holds their reply but
     treats them as dropped), participants not in ``xs`` never reply. Returns (sum, every
-    masked upload, unmask answers)."""
+    masked upload, unmask answers); the sum ``None`` and the round left open if not
+    ``aggregate``."""
     participants = sorted(clients) if participants is None else participants
     server = server or SecAggServer(codec=codec)
     ups = {
@@ -67,6 +69,8 @@ def _round(clients, xs, r, *, participants=None, late=(), codec=CODEC, server=No
         )
         for i in live
     }
+    if not aggregate:
+        return None, ups, answers
     masked = {i: u.vector for i, u in on_time.items()}
     total = server.aggregate(round_id=r, participants=participants, masked=masked, answers=answers)
     return total, ups, answers

@@ -159,3 +159,51 @@ def test_participation_has_one_source_a_strategy_planned_for_another_is_refused(
     z = strategy.noise_multiplier_
     due.spend(plan_event(z, sampling_probability=0.1, participation=1.0, steps=12), label="ρ=1")
     assert due.epsilon() > 1.2
+
+
+@pytest.mark.parametrize("frozen_before", [False, True])
+def test_a_large_secure_run_sets_its_keys_aside_from_the_collector_and_thaws_them(
+    clients, monkeypatch, frozen_before
+):
+    # A large run (here any, LARGE_RUN lowered) freezes what is alive once its keys are set
+    # up and thaws it at its end: a garbage cycle from before is collected after the run,
+    # nothing stays frozen. A process that froze objects itself is left as it is (the twin).
+    import gc
+    import weakref
+
+    from fedpriv.federation import runtime
+    from fedpriv.federation.engine import RoundEngine
+
+    monkeypatch.setattr(runtime, "LARGE_RUN", 2)
+    seen, run_round = [], RoundEngine.run_round
+    monkeypatch.setattr(
+        RoundEngine,
+        "run_round",
+        lambda e, q: (seen.append(gc.get_freeze_count()), run_round(e, q))[1],
+    )
+
+    class Node:
+        pass
+
+    cycle = Node()
+    cycle.me = cycle  # garbage once dropped, freed only by the collector
+    gone = weakref.ref(cycle)
+    del cycle
+    if frozen_before:
+        gc.freeze()
+    try:
+        base = gc.get_freeze_count()
+        _run(clients, rounds=3)
+        after = gc.get_freeze_count()
+    finally:
+        gc.unfreeze()
+    if frozen_before:
+        assert base > 0 and after > base // 2 and min(seen) > base // 2  # not thawed by it
+    else:
+        gc.collect()
+        assert gone() is None  # thawed with the run's end: collected
+        assert base == 0 and after == 0 and min(seen) > 0  # frozen during the rounds only
+    # Nor does the process keep the run's latest round (its share layout, its list).
+    from fedpriv.federation import secagg_consistency, secagg_server
+
+    assert secagg_server._last_index[0] == () == secagg_consistency._last_view[0]

@@ -13,7 +13,13 @@ import numpy as np
 import pytest
 
 from fedpriv.federation import shamir
-from fedpriv.federation.secagg import SecAggClient, SecAggConfig, SecAggServer, sum_plain
+from fedpriv.federation.secagg import (
+    SecAggAbort,
+    SecAggClient,
+    SecAggConfig,
+    SecAggServer,
+    sum_plain,
+)
 from fedpriv.federation.secagg_store import SealedStore
 from tests.federation.secagg_parties import CODEC, _clients, _round, _sigs, _vectors
 
@@ -313,9 +319,29 @@ def test_an_unmask_answer_is_one_buffer_read_as_a_mapping():
     assert answers[2].nbytes == 5 * 40
     with pytest.raises(ValueError, match="40 bytes each"):
         ShareColumn((1, 2), bytes(79))
+    with pytest.raises(ValueError, match="each owner once"):
+        ShareColumn((1, 1), bytes(80))
     with pytest.raises(TypeError):
         got[3] = bytes(40)  # read-only
+    with pytest.raises(AttributeError, match="read-only"):
+        got.blob = got.blob[:-1]
     short = ShareColumn(got.owners[:-1], got.blob[:-40])
     answer = dataclasses.replace(answers[2], shares=short)
     assert check_answer(answer, survivors=sorted(clients), dropped=[], n=N) is not None
     assert check_answer(answers[2], survivors=sorted(clients), dropped=[], n=N) is None
+    # A buffer cut short behind the constructor's back is refused by the screening and,
+    # unscreened, aborts the sum (no crash, nothing released).
+    for cut in (1, 40):
+        forged = ShareColumn(got.owners, got.blob)
+        object.__setattr__(forged, "blob", got.blob[:-cut])
+        answer = dataclasses.replace(answers[2], shares=forged)
+        assert check_answer(answer, survivors=sorted(clients), dropped=[], n=N) == (
+            "a share is not 40 bytes"
+        )
+        xs = _vectors(clients, N, seed=2 + cut)
+        server = SecAggServer(codec=CODEC)
+        _, ups, honest = _round(clients, xs, 2 + cut, server=server, aggregate=False)
+        bad = {**honest, 2: dataclasses.replace(honest[2], shares=forged)}
+        with pytest.raises(SecAggAbort, match="not 40 bytes"):
+            server.aggregate(round_id=2 + cut, participants=sorted(clients),
+                             masked={i: u.vector for i, u in ups.items()}, answers=bad)  # fmt: skip

@@ -185,3 +185,29 @@ def test_a_node_refuses_a_run_below_its_own_collusion_or_sigma_floor(monkeypatch
     strong = {**JOB, "secagg-collusion": 0.2, "secagg-sigma": 64.0}
     out = run_app(monkeypatch, tmp_path / "strong", strong, node_config=floors)
     assert _comm(out)["rounds_released"] == 3
+
+
+def _hint(h):
+    """A coordinator telling every node that ``h`` rounds are left."""
+    return Coordinator("fedpriv", lambda c: {**c, "secagg-rounds-left": h})
+
+
+def test_a_forged_rounds_left_hint_costs_bytes_never_results_over_flower(monkeypatch, tmp_path):
+    # The server's hint (the rounds its strategy still plans) only caps a node's next batch
+    # of seeds: told 1, each node seals a batch every round; told 10^9, the run's 16. Each
+    # run releases the honest run's very model; only the uploaded bytes differ.
+    seen = Recorder()
+    runs = {"honest": run_app(monkeypatch, tmp_path / "honest", JOB, forge=seen)}
+    assert sorted(int(c["secagg-rounds-left"]) for c in seen.queries.values()) == [1] * 10
+    for h in (1, 10**9):
+        runs[h] = run_app(monkeypatch, tmp_path / f"told-{h}", JOB, forge=_hint(h))
+    sent, model = {}, {}
+    for name, out in runs.items():
+        comm = _comm(out)
+        assert comm["rounds_released"] == 3 and comm["client_errors"] == 0, name
+        sent[name] = sum(comm["bytes_uploaded_per_client"])
+        model[name] = load_model(out / "model.fedpriv.npz").model.to_arrays()
+    assert sent["honest"] < sent[1] < sent[10**9]
+    for name in (1, 10**9):
+        for key, value in model["honest"].items():
+            np.testing.assert_array_equal(model[name][key], value, err_msg=f"{name}: {key}")
