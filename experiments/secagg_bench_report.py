@@ -164,7 +164,8 @@ at scale 2^32 (`FixedPointCodec`, |x| ≤ 1): the sum is exact. Keys X25519 + Ed
 shares of a 305-bit self-mask seed in GF(2^61 − 1) sealed by ChaCha20-Poly1305, masks
 ChaCha20 keystreams. Keys once per run; each round signs the survivor list. Each cell
 measures one round, so each round's seeds are shared in that round (`SecAggConfig()`,
-one round a batch: Flower's schedule too); runs share them 16 rounds at a time.
+one round a batch: Flower's schedule too); runs share them up to 16 rounds at a time
+(no more than the strategy's rounds left).
 
 Flower: `SecAggPlusWorkflow(num_shares = k + 1, reconstruction_threshold = t,
 max_weight = 1, clipping_range = 8, quantization_range = 2^22, modulus_range = 2^32)`:
