@@ -248,7 +248,7 @@ class SecAggServer:
         (:func:`~fedpriv.federation.shamir.reconstruct_many`); aborts naming a seed that cannot be
         recovered (too few shares, a malformed share, or extra shares off the polynomial)."""
         t = hood.threshold
-        for i in told:  # a ShareColumn holds 40 bytes a share by construction
+        for i in told:
             shares = answers[i].shares
             if type(shares) is ShareColumn:  # one buffer: 40 bytes a share, checked whole
                 bad = column_of(shares) is None
